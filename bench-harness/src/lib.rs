@@ -1,0 +1,1 @@
+//! how one thing is measured: warm-up, adaptive repetition, robust statistics, cold-cache rotation, pinning (being written).

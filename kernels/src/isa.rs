@@ -1,0 +1,197 @@
+//! Instruction-set variants and their run-time detection.
+//!
+//! Detection runs once and is cached in a `OnceLock`, as the `gemm` crate
+//! does, rather than fixed at compile time with `-C target-cpu=native` as
+//! candle does: tiletune must be able to run and time every variant the CPU
+//! supports from one binary, and a tuner may force any of them.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+/// One instruction-set level a kernel variant can be written for.
+///
+/// The levels are cumulative within an architecture: `Avx512Vnni` implies
+/// `Avx512` implies `Avx2` (with FMA and F16C); `NeonI8mm` implies
+/// `NeonDotprod` implies `Neon`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isa {
+    /// Plain Rust, the reference; always available.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// x86-64 AVX2 + AVX-VNNI (`vpdpbusd` on 256-bit registers).
+    AvxVnni,
+    /// x86-64 AVX-512 F/BW/VL/DQ (+ the AVX2 level).
+    Avx512,
+    /// x86-64 AVX-512 + AVX512_VNNI.
+    Avx512Vnni,
+    /// aarch64 Advanced SIMD (always present on aarch64).
+    Neon,
+    /// aarch64 NEON + dot product (`sdot`/`udot`).
+    NeonDotprod,
+    /// aarch64 NEON + dotprod + int8 matrix multiply (`smmla`).
+    NeonI8mm,
+}
+
+impl Isa {
+    /// Every variant tiletune knows, in order of increasing capability per
+    /// architecture.
+    pub const ALL: [Isa; 8] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512,
+        Isa::Avx512Vnni,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::NeonI8mm,
+    ];
+
+    /// The stable name used in selector-table keys and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avx_vnni",
+            Isa::Avx512 => "avx512",
+            Isa::Avx512Vnni => "avx512_vnni",
+            Isa::Neon => "neon",
+            Isa::NeonDotprod => "neon_dotprod",
+            Isa::NeonI8mm => "neon_i8mm",
+        }
+    }
+
+    /// Whether the running CPU can execute code written for this level.
+    pub fn is_available(self) -> bool {
+        detected().contains(&self)
+    }
+
+    /// The levels the running CPU supports, scalar first.
+    pub fn detected() -> &'static [Isa] {
+        detected()
+    }
+
+    /// The most capable level the running CPU supports.
+    pub fn best() -> Isa {
+        *detected().last().expect("scalar is always detected")
+    }
+
+    /// The most capable level among `candidates` that the CPU supports
+    /// (scalar if none of them is); families use it to pick the variant
+    /// they actually implement.
+    pub fn best_of(candidates: &[Isa]) -> Isa {
+        detected()
+            .iter()
+            .rev()
+            .copied()
+            .find(|i| candidates.contains(i))
+            .unwrap_or(Isa::Scalar)
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error returned when parsing an unknown ISA name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown ISA `{0}`; expected one of scalar, avx2, avx_vnni, avx512, avx512_vnni, neon, neon_dotprod, neon_i8mm"
+)]
+pub struct ParseIsaError(pub String);
+
+impl FromStr for Isa {
+    type Err = ParseIsaError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Isa::ALL
+            .iter()
+            .copied()
+            .find(|i| i.name() == s)
+            .ok_or_else(|| ParseIsaError(s.to_string()))
+    }
+}
+
+fn detected() -> &'static [Isa] {
+    static DETECTED: OnceLock<Vec<Isa>> = OnceLock::new();
+    DETECTED.get_or_init(detect)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Vec<Isa> {
+    let mut v = vec![Isa::Scalar];
+    let avx2 = is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
+    if avx2 {
+        v.push(Isa::Avx2);
+        if is_x86_feature_detected!("avxvnni") {
+            v.push(Isa::AvxVnni);
+        }
+        let avx512 = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq");
+        if avx512 {
+            v.push(Isa::Avx512);
+            if is_x86_feature_detected!("avx512vnni") {
+                v.push(Isa::Avx512Vnni);
+            }
+        }
+    }
+    v
+}
+
+#[cfg(target_arch = "aarch64")]
+fn detect() -> Vec<Isa> {
+    let mut v = vec![Isa::Scalar, Isa::Neon];
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        v.push(Isa::NeonDotprod);
+        if std::arch::is_aarch64_feature_detected!("i8mm") {
+            v.push(Isa::NeonI8mm);
+        }
+    }
+    v
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn detect() -> Vec<Isa> {
+    vec![Isa::Scalar]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for isa in Isa::ALL {
+            assert_eq!(isa.name().parse::<Isa>().unwrap(), isa);
+        }
+        assert!("avx1024".parse::<Isa>().is_err());
+    }
+
+    #[test]
+    fn scalar_always_detected_and_levels_are_cumulative() {
+        let d = Isa::detected();
+        assert_eq!(d[0], Isa::Scalar);
+        if d.contains(&Isa::Avx512) {
+            assert!(d.contains(&Isa::Avx2));
+        }
+        if d.contains(&Isa::NeonI8mm) {
+            assert!(d.contains(&Isa::NeonDotprod));
+        }
+        #[cfg(target_arch = "aarch64")]
+        assert!(d.contains(&Isa::Neon));
+    }
+
+    #[test]
+    fn best_of_falls_back_to_scalar() {
+        assert_eq!(Isa::best_of(&[]), Isa::Scalar);
+        assert!(Isa::best_of(&[Isa::Avx2, Isa::Neon]).is_available());
+    }
+}

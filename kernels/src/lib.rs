@@ -1,0 +1,33 @@
+//! The kernel zoo: every compute kernel tiletune can tune or run.
+//!
+//! Each family lives in its own folder: `mod.rs` is the safe entry point (it
+//! checks shapes once, then dispatches), `scalar.rs` is the plain-Rust
+//! reference every other variant is tested against, and one file per ISA
+//! (`avx2.rs`, `avx512.rs`, `neon.rs`, ...) holds the `#[target_feature]`
+//! code. Dispatch happens at run time through [`Isa`], so one binary can run,
+//! compare and record every variant the CPU supports.
+//!
+//! This crate does no I/O, times nothing and knows nothing about SQLite: it is
+//! the thing that gets measured, not the thing that measures.
+
+pub mod eltwise;
+pub mod error;
+pub mod gemm;
+pub mod gemv;
+pub mod isa;
+pub mod matmul_rope;
+pub mod norm;
+pub mod pool;
+pub mod quant;
+pub mod rope;
+pub mod softmax;
+#[doc(hidden)]
+pub mod testing;
+pub mod tune;
+
+pub use error::KernelError;
+pub use isa::Isa;
+pub use tune::{CpuCaps, Tunable};
+
+/// Result type of every fallible kernel entry point.
+pub type Result<T> = std::result::Result<T, KernelError>;

@@ -1,0 +1,1 @@
+//! PMU (filled in).

@@ -1,0 +1,1 @@
+//! SoC description (filled in).

@@ -1,0 +1,54 @@
+//! The `tiletune` command line: argument parsing and wiring only. Every piece
+//! of logic lives in a library crate; each subcommand is one module in `cmd/`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Kernel autotuning and benchmarking for CPU LLM inference on ARM and x86 SoCs.
+#[derive(Debug, Parser)]
+#[command(name = "tiletune", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Emit machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print more detail (where each choice came from, skipped steps).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Describe this SoC: cores, clusters, caches, ISA features, PMU, fingerprint.
+    Probe(cmd::probe::Args),
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(err) => {
+            // A closed pipe (`tiletune probe | head`) is not a failure.
+            if let Some(io) = err.downcast_ref::<std::io::Error>()
+                && io.kind() == std::io::ErrorKind::BrokenPipe
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let global = cmd::Global {
+        json: cli.json,
+        verbose: cli.verbose,
+    };
+    match cli.command {
+        Command::Probe(args) => cmd::probe::run(&global, args),
+    }
+}
