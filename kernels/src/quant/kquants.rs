@@ -7,6 +7,10 @@
 //! search grids, the same f32 expression order, no fused multiply-adds, so
 //! the bytes match llama.cpp's quantizer when it runs without an imatrix.
 
+// Index loops mirror the C reference line by line, which keeps the port
+// reviewable against ggml-quants.c.
+#![allow(clippy::needless_range_loop)]
+
 use super::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, F16Le, QK_K};
 
 /// ggml's `GROUP_MAX_EPS`: below this a group counts as all zero.
