@@ -1,1 +1,3 @@
 //! PMU (filled in).
+
+pub mod availability;
