@@ -54,7 +54,7 @@ pub(crate) mod vconst {
         8.333_452e-3,
         4.166_579_6e-2,
         1.666_666_5e-1,
-        5.000_000_1e-1,
+        0.5, // Cephes: 5.0000001201e-1, which rounds to 0.5 in f32
     ];
     /// `erfc(z) ≈ e^(-z²)·t·P(t)`, `t = 1/(1 + z/2)`, for `0 ≤ z ≤ 10`, the
     /// form of Abramowitz & Stegun 7.1.26 / Numerical Recipes' `erfcc` with
@@ -254,7 +254,7 @@ impl Tunable for EltParams {
                 reason: format!("threads = {} exceeds 256", self.threads),
             });
         }
-        if self.chunk < 16 || self.chunk > 1 << 24 || self.chunk % 16 != 0 {
+        if self.chunk < 16 || self.chunk > 1 << 24 || !self.chunk.is_multiple_of(16) {
             return Err(KernelError::InvalidParams {
                 op: "eltwise",
                 reason: format!(
