@@ -7,46 +7,29 @@
 //! fakes, including a deliberately wrong and deliberately fast candidate.
 
 use crate::strategy::{self, Coords, Evaluator, FULL_FIDELITY, Strategy};
-use crate::suite::ProblemSpec;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
+use tiletune_tables::{Candidate, Problem};
 
-/// One point of a problem's search space.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Candidate {
-    /// The ISA variant (and activation mode where it applies), e.g. `avx512`.
-    pub variant: String,
-    /// The family's params struct, serialized.
-    pub params: serde_json::Value,
-    pub threads: usize,
-}
-
-impl Candidate {
-    /// A stable key: variant, canonical params JSON (serde_json sorts map keys
-    /// in its default `Map`), threads.
-    pub fn key(&self) -> String {
-        format!("{}|{}|t{}", self.variant, self.params, self.threads)
-    }
-
-    /// Coordinates for neighbourhood search: variant, each param, threads.
-    pub fn coords(&self) -> Coords {
-        let mut c = vec![("variant".to_string(), self.variant.clone())];
-        if let serde_json::Value::Object(m) = &self.params {
-            for (k, v) in m {
-                c.push((k.clone(), v.to_string()));
-            }
-        } else {
-            c.push(("params".into(), self.params.to_string()));
+/// Coordinates of a candidate for neighbourhood search: variant, each
+/// param, threads.
+pub fn coords(c: &Candidate) -> Coords {
+    let mut v = vec![("variant".to_string(), c.variant().to_string())];
+    if let serde_json::Value::Object(m) = c.params() {
+        for (k, val) in m {
+            v.push((k.clone(), val.to_string()));
         }
-        c.push(("threads".into(), self.threads.to_string()));
-        c
+    } else {
+        v.push(("params".into(), c.params().to_string()));
     }
+    v.push(("threads".into(), c.threads().to_string()));
+    v
 }
 
 /// A kernel problem instantiated with concrete inputs, ready to be validated
 /// and timed. One implementation per kernel family lives in `families/`.
 pub trait KernelProblem {
-    fn spec(&self) -> &ProblemSpec;
+    fn spec(&self) -> &Problem;
     /// The search space; entry [`KernelProblem::default_index`] is the
     /// analytic default.
     fn candidates(&self) -> &[Candidate];
@@ -89,7 +72,7 @@ pub trait Measure {
 /// A measurement as the store records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeasurementRecord {
-    pub problem: ProblemSpec,
+    pub problem: Problem,
     pub candidate: Candidate,
     pub fidelity: u32,
     pub outcome: Outcome,
@@ -105,7 +88,7 @@ pub enum Outcome {
 /// The winner of one problem.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
-    pub problem: ProblemSpec,
+    pub problem: Problem,
     pub winner: Candidate,
     pub median_s: f64,
     pub default: Candidate,
@@ -127,7 +110,7 @@ pub trait Store {
     /// fidelity or higher (so a resumed campaign skips it).
     fn existing(
         &mut self,
-        problem: &ProblemSpec,
+        problem: &Problem,
         candidate: &Candidate,
         fidelity: u32,
     ) -> Option<Outcome>;
@@ -148,7 +131,7 @@ pub struct CampaignConfig {
 /// What happened to one problem.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProblemReport {
-    pub problem: ProblemSpec,
+    pub problem: Problem,
     pub selection: Option<Selection>,
     pub evaluations: usize,
     pub invalid: usize,
@@ -163,7 +146,7 @@ pub trait Progress {
         &mut self,
         _index: usize,
         _total: usize,
-        _problem: &ProblemSpec,
+        _problem: &Problem,
         _candidates: usize,
     ) {
     }
@@ -186,7 +169,7 @@ pub fn run_campaign(
     let mut reports = Vec::new();
     for (pi, problem) in problems.iter_mut().enumerate() {
         let spec = problem.spec().clone();
-        let coords: Vec<Coords> = problem.candidates().iter().map(Candidate::coords).collect();
+        let coords: Vec<Coords> = problem.candidates().iter().map(coords).collect();
         progress.problem_started(pi, total, &spec, coords.len());
         let default = problem.default_index();
         let mut ev = CampaignEvaluator {
@@ -209,7 +192,7 @@ pub fn run_campaign(
         let selection = match (result.best, best_s, default_s) {
             (Some(b), Some(bs), Some(ds)) => {
                 let cands = problem.candidates();
-                let thread_budget = cands.iter().map(|c| c.threads).max().unwrap_or(1);
+                let thread_budget = cands.iter().map(|c| c.threads()).max().unwrap_or(1);
                 // The default is a valid candidate too: never select something
                 // slower than it.
                 let (winner, median_s) = if ds <= bs { (default, ds) } else { (b, bs) };
@@ -330,7 +313,7 @@ mod tests {
     /// A fake problem: candidate times are fixed; candidate "wrong" is the
     /// fastest but its output is wrong.
     struct Fake {
-        spec: ProblemSpec,
+        spec: Problem,
         cands: Vec<Candidate>,
         times: Vec<f64>,
         wrong: Vec<bool>,
@@ -343,23 +326,15 @@ mod tests {
         let mut times = Vec::new();
         let mut wrong = Vec::new();
         for i in 0..n {
-            cands.push(Candidate {
-                variant: "scalar".into(),
-                params: serde_json::json!({ "rows": i }),
-                threads: 1,
-            });
+            cands.push(Candidate::new("scalar", serde_json::json!({ "rows": i }), 1).unwrap());
             times.push(10.0 - i as f64 * 0.5);
             wrong.push(false);
         }
-        cands.push(Candidate {
-            variant: "wrong_fast".into(),
-            params: serde_json::json!({ "rows": 0 }),
-            threads: 1,
-        });
+        cands.push(Candidate::new("wrong_fast", serde_json::json!({ "rows": 0 }), 1).unwrap());
         times.push(0.001);
         wrong.push(true);
         Fake {
-            spec: ProblemSpec::new("gemv", "f32", &[("n", 8), ("k", 8)]),
+            spec: Problem::new("gemv", "f32", [("n", 8), ("k", 8)]).unwrap(),
             cands,
             times,
             wrong,
@@ -369,7 +344,7 @@ mod tests {
     }
 
     impl KernelProblem for Fake {
-        fn spec(&self) -> &ProblemSpec {
+        fn spec(&self) -> &Problem {
             &self.spec
         }
         fn candidates(&self) -> &[Candidate] {
@@ -417,7 +392,7 @@ mod tests {
         selections: Vec<Selection>,
     }
     impl Store for MemStore {
-        fn existing(&mut self, p: &ProblemSpec, c: &Candidate, f: u32) -> Option<Outcome> {
+        fn existing(&mut self, p: &Problem, c: &Candidate, f: u32) -> Option<Outcome> {
             self.m
                 .get(&(p.to_string(), c.key()))
                 .filter(|(fid, o)| *fid >= f || matches!(o, Outcome::Invalid { .. }))
@@ -443,7 +418,7 @@ mod tests {
         current: std::rc::Rc<std::cell::Cell<usize>>,
     }
     impl KernelProblem for Tracked {
-        fn spec(&self) -> &ProblemSpec {
+        fn spec(&self) -> &Problem {
             self.inner.spec()
         }
         fn candidates(&self) -> &[Candidate] {
@@ -494,11 +469,11 @@ mod tests {
             let mut store = MemStore::default();
             let (r, _) = run(s, &mut store);
             let sel = r[0].selection.as_ref().expect("a selection");
-            assert_ne!(sel.winner.variant, "wrong_fast", "{s:?}");
+            assert_ne!(sel.winner.variant(), "wrong_fast", "{s:?}");
             let wrong = store
                 .m
                 .iter()
-                .find(|((_, k), _)| k.starts_with("wrong_fast"))
+                .find(|((_, k), _)| k.starts_with("wrong_fast/"))
                 .map(|(_, (_, o))| o.clone());
             if let Some(o) = wrong {
                 assert!(matches!(o, Outcome::Invalid { .. }), "{s:?}: {o:?}");
@@ -508,7 +483,7 @@ mod tests {
         let (r, _) = run(Strategy::Exhaustive, &mut store);
         assert_eq!(r[0].invalid, 1);
         let sel = r[0].selection.as_ref().unwrap();
-        assert_eq!(sel.winner.params["rows"], 5);
+        assert_eq!(sel.winner.params()["rows"], 5);
         assert!((sel.speedup() - 10.0 / 7.5).abs() < 1e-9);
     }
 
@@ -525,13 +500,9 @@ mod tests {
     }
 
     #[test]
-    fn candidate_keys_are_stable() {
-        let c = Candidate {
-            variant: "avx512".into(),
-            params: serde_json::json!({"rows": 4, "kc": 256}),
-            threads: 2,
-        };
-        assert_eq!(c.key(), r#"avx512|{"kc":256,"rows":4}|t2"#);
-        assert_eq!(c.coords().len(), 4);
+    fn candidate_coords_cover_every_param() {
+        let c = Candidate::new("avx512", serde_json::json!({"rows": 4, "kc": 256}), 2).unwrap();
+        assert_eq!(c.key(), r#"avx512/t2/{"kc":256,"rows":4}"#);
+        assert_eq!(coords(&c).len(), 4);
     }
 }

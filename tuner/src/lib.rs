@@ -15,9 +15,9 @@ pub mod campaign;
 pub mod strategy;
 pub mod suite;
 
-pub use campaign::{Candidate, KernelProblem, Measure, Selection, Stats, Store};
+pub use campaign::{KernelProblem, Measure, Selection, Stats, Store};
 pub use strategy::Strategy;
-pub use suite::ProblemSpec;
+pub use tiletune_tables::{Candidate, Problem};
 
 /// What can go wrong when setting up a campaign.
 #[derive(Debug, thiserror::Error)]
@@ -42,4 +42,6 @@ pub enum TunerError {
     },
     #[error(transparent)]
     Kernel(#[from] tiletune_kernels::KernelError),
+    #[error(transparent)]
+    Key(#[from] tiletune_tables::TableError),
 }

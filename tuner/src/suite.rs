@@ -6,63 +6,32 @@
 //! nearest-shape fallback can compare them dimension by dimension.
 
 use crate::TunerError;
-use serde::{Deserialize, Serialize};
+use tiletune_tables::Problem;
 
-/// One kernel problem to tune.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ProblemSpec {
-    pub op: String,
-    pub dtype: String,
-    /// Named dimensions in the op's canonical order (gemv: n, k; gemm: m, n, k).
-    pub dims: Vec<(String, usize)>,
+/// A problem whose names are literals known to be valid keys.
+fn problem(op: &str, dtype: &str, dims: &[(&str, usize)]) -> Result<Problem, TunerError> {
+    Ok(Problem::new(op, dtype, dims.iter().copied())?)
 }
 
-impl ProblemSpec {
-    pub fn new(op: &str, dtype: &str, dims: &[(&str, usize)]) -> Self {
-        ProblemSpec {
-            op: op.to_string(),
-            dtype: dtype.to_string(),
-            dims: dims.iter().map(|&(n, v)| (n.to_string(), v)).collect(),
-        }
+/// Parses `--op OP --dtype DT --shape AxB[xC]` into a problem, naming the
+/// dims in the op's canonical order.
+pub fn parse_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, TunerError> {
+    let names = dim_names(op).ok_or_else(|| TunerError::UnknownOp(op.to_string()))?;
+    let bad = || TunerError::BadShape {
+        op: op.to_string(),
+        shape: shape.to_string(),
+        expected: names.join("x"),
+    };
+    let vals: Vec<usize> = shape
+        .split(['x', 'X', ','])
+        .map(|s| s.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    if vals.len() != names.len() || vals.contains(&0) {
+        return Err(bad());
     }
-
-    pub fn dim(&self, name: &str) -> Option<usize> {
-        self.dims.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
-    }
-
-    /// Parses `--op OP --dtype DT --shape AxB[xC]` into a problem, naming the
-    /// dims in the op's canonical order.
-    pub fn parse(op: &str, dtype: &str, shape: &str) -> Result<Self, TunerError> {
-        let names = dim_names(op).ok_or_else(|| TunerError::UnknownOp(op.to_string()))?;
-        let vals: Vec<usize> = shape
-            .split(['x', 'X', ','])
-            .map(|s| s.trim().parse::<usize>())
-            .collect::<Result<_, _>>()
-            .map_err(|_| TunerError::BadShape {
-                op: op.to_string(),
-                shape: shape.to_string(),
-                expected: names.join("x"),
-            })?;
-        if vals.len() != names.len() || vals.contains(&0) {
-            return Err(TunerError::BadShape {
-                op: op.to_string(),
-                shape: shape.to_string(),
-                expected: names.join("x"),
-            });
-        }
-        Ok(ProblemSpec {
-            op: op.to_string(),
-            dtype: dtype.to_string(),
-            dims: names.iter().map(|n| n.to_string()).zip(vals).collect(),
-        })
-    }
-}
-
-impl std::fmt::Display for ProblemSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let dims: Vec<String> = self.dims.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        write!(f, "{}/{}/{}", self.op, self.dtype, dims.join(","))
-    }
+    let dims: Vec<(&str, usize)> = names.iter().copied().zip(vals).collect();
+    problem(op, dtype, &dims)
 }
 
 /// The canonical dimension names of each tunable op, in `--shape` order.
@@ -105,14 +74,14 @@ fn llm_linear_shapes() -> Vec<(usize, usize)> {
 pub const PREFILL_M_BUCKETS: [usize; 3] = [16, 64, 256];
 
 /// A built-in suite by name.
-pub fn suite(name: &str, dtypes: &[&str]) -> Result<Vec<ProblemSpec>, TunerError> {
+pub fn suite(name: &str, dtypes: &[&str]) -> Result<Vec<Problem>, TunerError> {
     let shapes = llm_linear_shapes();
     let mut out = Vec::new();
     match name {
         "llm-decode" => {
             for dt in dtypes {
                 for &(n, k) in &shapes {
-                    out.push(ProblemSpec::new("gemv", dt, &[("n", n), ("k", k)]));
+                    out.push(problem("gemv", dt, &[("n", n), ("k", k)])?);
                 }
             }
         }
@@ -120,11 +89,7 @@ pub fn suite(name: &str, dtypes: &[&str]) -> Result<Vec<ProblemSpec>, TunerError
             for dt in dtypes {
                 for &m in &PREFILL_M_BUCKETS {
                     for &(n, k) in &shapes {
-                        out.push(ProblemSpec::new(
-                            "gemm",
-                            dt,
-                            &[("m", m), ("n", n), ("k", k)],
-                        ));
+                        out.push(problem("gemm", dt, &[("m", m), ("n", n), ("k", k)])?);
                     }
                 }
             }
@@ -142,31 +107,32 @@ mod tests {
 
     #[test]
     fn parse_names_dims_in_order() {
-        let p = ProblemSpec::parse("gemv", "q4_0", "4864x896").unwrap();
+        let p = parse_problem("gemv", "q4_0", "4864x896").unwrap();
         assert_eq!(p.dim("n"), Some(4864));
         assert_eq!(p.dim("k"), Some(896));
         assert_eq!(p.to_string(), "gemv/q4_0/n=4864,k=896");
-        let g = ProblemSpec::parse("gemm", "f32", "16x896x896").unwrap();
+        let g = parse_problem("gemm", "f32", "16x896x896").unwrap();
         assert_eq!(g.dim("m"), Some(16));
     }
 
     #[test]
     fn parse_rejects_bad_input() {
         assert!(matches!(
-            ProblemSpec::parse("conv", "f32", "1x2"),
+            parse_problem("conv", "f32", "1x2"),
             Err(TunerError::UnknownOp(_))
         ));
         for bad in ["4864", "4864x", "ax896", "0x896", "1x2x3"] {
-            assert!(ProblemSpec::parse("gemv", "f32", bad).is_err(), "{bad}");
+            assert!(parse_problem("gemv", "f32", bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn suites_cover_models_and_reject_unknown() {
         let d = suite("llm-decode", &["f32"]).unwrap();
-        assert!(d.contains(&ProblemSpec::new("gemv", "f32", &[("n", 4864), ("k", 896)])));
+        assert!(d.contains(&problem("gemv", "f32", &[("n", 4864), ("k", 896)]).unwrap()));
         let p = suite("llm-prefill", &["f32"]).unwrap();
         assert_eq!(p.len(), d.len() * PREFILL_M_BUCKETS.len());
         assert!(suite("llm-everything", &["f32"]).is_err());
+        assert!(suite("llm-decode", &["f/32"]).is_err());
     }
 }
