@@ -270,7 +270,14 @@ impl Evaluator for CampaignEvaluator<'_> {
                     },
                     Ok(_) => {
                         let problem = &mut *self.problem;
-                        Outcome::Valid(self.measure.measure(fidelity, &mut || problem.run(i)))
+                        let stats = self.measure.measure(fidelity, &mut || problem.run(i));
+                        if stats.median_s.is_finite() && stats.median_s > 0.0 {
+                            Outcome::Valid(stats)
+                        } else {
+                            Outcome::Invalid {
+                                reason: format!("could not be measured: {}", stats.counters),
+                            }
+                        }
                     }
                 };
                 let rec = MeasurementRecord {

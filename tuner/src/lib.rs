@@ -11,6 +11,7 @@
 //! The tuner never parses models and never opens SQLite itself: the store it
 //! writes to is a trait the binary implements over `tiletune-tables`.
 
+pub mod adapters;
 pub mod campaign;
 pub mod strategy;
 pub mod suite;
