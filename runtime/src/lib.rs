@@ -6,9 +6,12 @@
 //! Architecture invariant: `runtime` never depends on `tuner`, `pmu`,
 //! `bench-harness` or `reports`; all its errors are [`LoadError`]s.
 
+pub mod chat;
 pub mod config;
 pub mod error;
 pub mod gguf;
+pub mod safetensors;
+pub mod sampling;
 pub mod tokenizer;
 
 pub use error::{LoadError, Result};

@@ -121,3 +121,38 @@ fn smollm2_tokenizer_matches_hf() {
 fn qwen25_tokenizer_matches_hf() {
     check_tokenizer(QWEN25);
 }
+
+fn check_chat(name: &str) {
+    use tiletune_runtime::chat::{ChatTemplate, Message};
+    let Some(path) = model(name) else { return };
+    let g = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let t = ChatTemplate::from_gguf(&g, &tok).unwrap();
+    assert!(!t.is_fallback());
+    let refs: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/chat_refs.json")).unwrap();
+    for case in refs["models"][name].as_array().unwrap() {
+        let msgs: Vec<Message> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let add_gen = case["add_generation_prompt"].as_bool().unwrap();
+        assert_eq!(
+            t.render(&msgs, add_gen).unwrap(),
+            case["text"].as_str().unwrap(),
+            "{name}: {msgs:?}"
+        );
+    }
+}
+
+#[test]
+fn smollm2_chat_template_matches_jinja2() {
+    check_chat(SMOLLM2);
+}
+
+#[test]
+fn qwen25_chat_template_matches_jinja2() {
+    check_chat(QWEN25);
+}
