@@ -18,6 +18,7 @@ pub mod isa;
 pub mod matmul_rope;
 pub mod norm;
 pub mod pool;
+pub mod qgemv;
 pub mod quant;
 pub mod rope;
 pub mod softmax;
