@@ -13,6 +13,7 @@
 
 pub mod adapters;
 pub mod campaign;
+pub mod families;
 pub mod strategy;
 pub mod suite;
 
