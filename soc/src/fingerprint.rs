@@ -1,32 +1,8 @@
 //! The SoC fingerprint (a stable hash keying every tuning-table row) and the
 //! readable name that goes with it.
 //!
-//! # What enters the fingerprint
-//!
-//! Only what changes which kernel variant and tile sizes win:
-//! - the architecture (`x86_64`, `aarch64`);
-//! - on x86: `vendor_id`, family, model and stepping;
-//! - per **core-type group** (all CPUs with the same MIDR implementer, part
-//!   and variant on arm, the same core name on x86): that id, the number of
-//!   CPUs, and the size of each cache level/kind of the group (`L1d`, `L1i`,
-//!   `L2`, `L3`; `?` when unknown);
-//! - the sorted feature list.
-//!
-//! # What is deliberately left out
-//!
-//! - **Maximum frequency.** It differs between bins of one chip (SM8550-AB at
-//!   3.19 GHz vs the 3.36 GHz "for Galaxy" part) and between kernels, and it
-//!   is missing altogether in VMs and containers; tile sizes depend on the
-//!   microarchitecture and caches, not on the clock. For the same reason the
-//!   fingerprint groups cores by type, not by frequency cluster, so a chip
-//!   hashes the same whether or not `cpufreq` is visible.
-//! - The MIDR revision (`pM`: errata fixes), memory size (a SKU choice, not a
-//!   kernel property), cache line size and associativity (fixed per core
-//!   type), `shared_cpu_list`, CPU numbering, and all names/labels.
-//!
-//! The input is a versioned canonical text ([`SocInfo::fingerprint_input`]);
-//! the fingerprint is the first 16 hex digits of its SHA-256. Changing the
-//! text format changes every fingerprint, so bump `v1` when you do.
+//! The fields that enter, and those deliberately left out, are documented on
+//! [`SocInfo::fingerprint_input`].
 
 use crate::{Cluster, SocInfo, X86Id};
 use sha2::{Digest, Sha256};
@@ -94,8 +70,34 @@ fn groups(info: &SocInfo) -> Vec<Group<'_>> {
 }
 
 impl SocInfo {
-    /// The canonical text the fingerprint hashes (see the module docs of
-    /// `fingerprint.rs` for which fields enter and why).
+    /// The canonical text the fingerprint hashes.
+    ///
+    /// # What enters the fingerprint
+    ///
+    /// Only what changes which kernel variant and tile sizes win:
+    /// - the architecture (`x86_64`, `aarch64`);
+    /// - on x86: `vendor_id`, family, model and stepping;
+    /// - per **core-type group** (all CPUs with the same MIDR implementer, part
+    ///   and variant on arm, the same core name on x86): that id, the number of
+    ///   CPUs, and the size of each cache level/kind of the group (`L1d`, `L1i`,
+    ///   `L2`, `L3`; `?` when unknown);
+    /// - the sorted feature list.
+    ///
+    /// # What is deliberately left out
+    ///
+    /// - **Maximum frequency.** It differs between bins of one chip (SM8550-AB at
+    ///   3.19 GHz vs the 3.36 GHz "for Galaxy" part) and between kernels, and it
+    ///   is missing altogether in VMs and containers; tile sizes depend on the
+    ///   microarchitecture and caches, not on the clock. For the same reason the
+    ///   fingerprint groups cores by type, not by frequency cluster, so a chip
+    ///   hashes the same whether or not `cpufreq` is visible.
+    /// - The MIDR revision (`pM`: errata fixes), memory size (a SKU choice, not a
+    ///   kernel property), cache line size and associativity (fixed per core
+    ///   type), `shared_cpu_list`, CPU numbering, and all names/labels.
+    ///
+    /// This text is versioned;
+    /// the fingerprint is the first 16 hex digits of its SHA-256. Changing the
+    /// text format changes every fingerprint, so bump `v1` when you do.
     pub fn fingerprint_input(&self) -> String {
         let mut s = String::from("tiletune-soc-fingerprint v1\n");
         let _ = writeln!(s, "arch={}", self.arch);

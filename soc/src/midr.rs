@@ -57,6 +57,8 @@ impl Midr {
 /// The implementer byte's company name.
 pub fn vendor_name(implementer: u8) -> &'static str {
     match implementer {
+        // Reserved for software use; qemu's `max` CPU reports it.
+        0x00 => "software",
         0x41 => "ARM",
         0x42 => "Broadcom",
         0x43 => "Cavium",
@@ -76,6 +78,8 @@ pub fn vendor_name(implementer: u8) -> &'static str {
 /// The core name for an (implementer, part) pair, if known.
 pub fn core_name(implementer: u8, part: u16) -> Option<&'static str> {
     let name = match (implementer, part) {
+        // qemu's `max` CPU: implementer 0 (software), part 0x051 ('Q').
+        (0x00, 0x051) => "QEMU-max",
         // Arm Ltd.
         (0x41, 0xd01) => "Cortex-A32",
         (0x41, 0xd02) => "Cortex-A34",

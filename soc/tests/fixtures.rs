@@ -456,3 +456,20 @@ fn json_round_trips() {
     assert_eq!(back, info);
     assert!(text.contains("\"fingerprint\""));
 }
+
+#[test]
+fn report_shows_clusters_caches_and_midr() {
+    let text = load("arm-sm8550").to_string();
+    for want in [
+        "SoC          Snapdragon SM8550 (1x Cortex-X3",
+        "cpus 0-2",
+        "3x Cortex-A510 r1p1, 2016 MHz",
+        "1x Cortex-X3 r1p0, 3187 MHz",
+        "L2   1 MiB, 8-way, 64 B line, shared by cpus 7",
+        "L3   8 MiB, 16-way, 64 B line, shared by cpus 0-7",
+        "cpu7   implementer 0x41 part 0xd4e variant 0x1 revision 0  Cortex-X3",
+        "features     dotprod fp16 i8mm neon  (from cpuinfo)",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+}

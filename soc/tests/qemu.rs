@@ -43,6 +43,7 @@ fn probe_reports_the_emulated_cpu() {
     let expected_core = match model.as_str() {
         "cortex-a53" => Some("Cortex-A53"),
         "cortex-a76" => Some("Cortex-A76"),
+        "max" => Some("QEMU-max"),
         _ => None,
     };
     if let Some(name) = expected_core
@@ -50,4 +51,5 @@ fn probe_reports_the_emulated_cpu() {
     {
         assert!(info.clusters.iter().all(|c| c.core_name == name), "{info}");
     }
+    eprintln!("checked QEMU_CPU={model}: {:?}", info.features);
 }
