@@ -26,6 +26,8 @@ pub enum Command {
     Probe(cmd::probe::Args),
     /// Show, export, import and merge the selector table of tuned winners.
     Table(cmd::table::Args),
+    /// Tune kernels on this SoC and store the winners in the selector table.
+    Tune(cmd::tune::Args),
 }
 
 fn main() -> ExitCode {
@@ -53,5 +55,6 @@ fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Probe(args) => cmd::probe::run(&global, args),
         Command::Table(args) => cmd::table::run(&global, args),
+        Command::Tune(args) => cmd::tune::run(&global, args),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod probe;
 pub mod table;
+pub mod tune;
 
 /// Flags every subcommand sees.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,310 @@
+//! `tiletune tune`: sweep kernel candidates on this SoC and store the winners
+//! in the selector table. Wiring only: problems come from `tiletune-tuner`,
+//! timing from `tiletune-bench`, storage from `tiletune-tables`.
+
+use super::Global;
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tiletune_kernels::KERNEL_ABI;
+use tiletune_tables::{Campaign, OpenOptions, Problem, SelectorDb, SocRecord, now_unix};
+use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
+use tiletune_tuner::campaign::{CampaignConfig, ProblemReport, Progress, run_campaign};
+use tiletune_tuner::families::{self, Machine};
+use tiletune_tuner::{Candidate, KernelProblem, Strategy, suite};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A built-in suite of small-LLM shapes: llm-decode (GEMV) or llm-prefill (GEMM).
+    #[arg(long, conflicts_with_all = ["op", "shape"])]
+    pub suite: Option<String>,
+    /// Weight dtypes the suite is tuned for, comma-separated.
+    #[arg(long, default_value = "f32", value_delimiter = ',')]
+    pub dtypes: Vec<String>,
+    /// One problem: the op (gemv or gemm) ...
+    #[arg(long, requires_all = ["dtype", "shape"])]
+    pub op: Option<String>,
+    /// ... its weight dtype (f32, f16) ...
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// ... and its shape: NxK for gemv, MxNxK for gemm (e.g. 4864x896).
+    #[arg(long)]
+    pub shape: Option<String>,
+    /// Search strategy: descent (coordinate descent from the analytic default),
+    /// halving (successive halving), random, exhaustive.
+    #[arg(long, default_value = "descent")]
+    pub strategy: Strategy,
+    /// Wall-clock budget for the whole campaign, e.g. 90s, 5m, 1h. The best
+    /// candidate found so far is kept when it runs out.
+    #[arg(long, value_parser = parse_duration)]
+    pub budget: Option<Duration>,
+    /// Most threads to search (default: every online core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Selector table file [default: $TILETUNE_DB, else the XDG data directory].
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0x7ee1)]
+    pub seed: u64,
+}
+
+/// Parses `90`, `90s`, `5m`, `1h`, `1h30m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("`{s}` is not a duration; use e.g. 90s, 5m or 1h");
+    let mut total = 0u64;
+    let mut num = String::new();
+    for ch in s.trim().chars() {
+        if ch.is_ascii_digit() {
+            num.push(ch);
+            continue;
+        }
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        num.clear();
+        total += n * match ch {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            _ => return Err(bad()),
+        };
+    }
+    if !num.is_empty() {
+        total += num.parse::<u64>().map_err(|_| bad())?;
+    }
+    if total == 0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs(total))
+}
+
+pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let problems: Vec<Problem> = match (&args.suite, &args.op) {
+        (Some(name), _) => {
+            let dts: Vec<&str> = args.dtypes.iter().map(String::as_str).collect();
+            suite::suite(name, &dts)?
+        }
+        (None, Some(op)) => vec![suite::parse_problem(
+            op,
+            args.dtype.as_deref().unwrap_or_default(),
+            args.shape.as_deref().unwrap_or_default(),
+        )?],
+        (None, None) => {
+            bail!("say what to tune: --suite llm-decode, or --op gemv --dtype f32 --shape 4864x896")
+        }
+    };
+
+    let soc = tiletune_soc::probe().context("probing this SoC")?;
+    let caps = soc.cpu_caps();
+    let max_threads = args.threads.unwrap_or(caps.cores).max(1);
+    let machine = Machine {
+        caps,
+        max_threads,
+        seed: args.seed,
+    };
+
+    let db_path = args
+        .db
+        .clone()
+        .unwrap_or_else(tiletune_tables::default_db_path);
+    let mut db = SelectorDb::open_with(
+        &db_path,
+        OpenOptions {
+            create: true,
+            ..OpenOptions::default()
+        },
+    )?;
+    db.register_soc(&SocRecord {
+        fingerprint: soc.fingerprint.clone(),
+        name: soc.name.clone(),
+        probe: serde_json::to_value(&soc)?,
+        first_seen: now_unix(),
+    })?;
+    // Continue an interrupted campaign of the same kind: its measurements are
+    // found again by key, so nothing is measured twice.
+    let strategy_name = args.strategy.name();
+    let campaign = match db.unfinished_campaign(&soc.fingerprint, KERNEL_ABI, &strategy_name)? {
+        Some(c) => {
+            eprintln!("resuming campaign {} (started {})", c.id, c.started_at);
+            c
+        }
+        None => {
+            let mut c = Campaign::new(
+                &soc.fingerprint,
+                env!("CARGO_PKG_VERSION"),
+                KERNEL_ABI,
+                &strategy_name,
+            );
+            c.budget_s = args.budget.map(|b| b.as_secs_f64());
+            c.commit = option_env!("TILETUNE_GIT_COMMIT").map(str::to_string);
+            db.start_campaign(&c)?;
+            c
+        }
+    };
+
+    let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
+    for p in &problems {
+        instances.push(families::instantiate(p, &machine)?);
+    }
+
+    let started = Instant::now();
+    let mut progress = Bar::new(
+        g.json,
+        instances.iter().map(|p| p.candidates().len() as u64).sum(),
+    );
+    let reports = {
+        let mut store = DbStore {
+            db: &mut db,
+            soc: soc.fingerprint.clone(),
+            kernel_abi: KERNEL_ABI,
+            campaign: campaign.id.clone(),
+        };
+        let cfg = CampaignConfig {
+            strategy: args.strategy,
+            budget: args.budget,
+        };
+        run_campaign(
+            &mut instances,
+            &cfg,
+            &mut HarnessMeasure::for_tuning(),
+            &mut store,
+            &mut progress,
+        )
+    };
+    progress.bar.finish_and_clear();
+    let out_of_budget = reports.iter().any(|r| r.stopped_by_budget);
+    if !out_of_budget {
+        db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!([]))?;
+    }
+
+    if g.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        print_summary(
+            &reports,
+            &soc.name,
+            &db_path,
+            started.elapsed(),
+            out_of_budget,
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn short(c: &Candidate) -> String {
+    let params = match c.params() {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        v => v.to_string(),
+    };
+    format!("{} {} t{}", c.variant(), params, c.threads())
+}
+
+fn print_summary(
+    reports: &[ProblemReport],
+    soc: &str,
+    db: &std::path::Path,
+    took: Duration,
+    partial: bool,
+) {
+    println!(
+        "tuned on {soc} in {:.1}s; selector table: {}",
+        took.as_secs_f64(),
+        db.display()
+    );
+    println!(
+        "{:<28} {:>11} {:>11} {:>8} {:>6}  winner",
+        "problem", "default", "tuned", "speedup", "evals"
+    );
+    for r in reports {
+        match &r.selection {
+            Some(s) => println!(
+                "{:<28} {:>9.1}µs {:>9.1}µs {:>7.2}x {:>6}  {}",
+                r.problem.to_string(),
+                s.default_s * 1e6,
+                s.median_s * 1e6,
+                s.speedup(),
+                r.evaluations,
+                short(&s.winner)
+            ),
+            None => println!(
+                "{:<28} {:>11} {:>11} {:>8} {:>6}  ({})",
+                r.problem.to_string(),
+                "-",
+                "-",
+                "-",
+                r.evaluations,
+                r.note.as_deref().unwrap_or("no selection")
+            ),
+        }
+    }
+    if partial {
+        println!(
+            "the budget ran out: the best so far was kept; run the same command again to continue"
+        );
+    }
+}
+
+/// Progress bar over all candidates of all problems.
+struct Bar {
+    bar: ProgressBar,
+    problem: String,
+}
+
+impl Bar {
+    fn new(hidden: bool, total: u64) -> Self {
+        let bar = if hidden {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(total)
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} eta {eta} {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        Bar {
+            bar,
+            problem: String::new(),
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn problem_started(&mut self, i: usize, total: usize, p: &Problem, _candidates: usize) {
+        self.problem = format!("[{}/{}] {p}", i + 1, total);
+        self.bar.set_message(self.problem.clone());
+    }
+    fn evaluated(&mut self, _c: &Candidate, best_s: Option<f64>) {
+        self.bar.inc(1);
+        if let Some(b) = best_s {
+            self.bar
+                .set_message(format!("{} best {:.1}µs", self.problem, b * 1e6));
+        }
+    }
+    fn problem_done(&mut self, r: &ProblemReport) {
+        // A search that skips candidates still finishes its problem's share.
+        let _ = r;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        for bad in ["", "0", "5x", "m", "-3s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
