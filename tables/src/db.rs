@@ -143,8 +143,14 @@ fn read_header(path: &Path) -> Result<Header> {
     // The in-header page count is trustworthy only when the change counter
     // (offset 24) matches version-valid-for (offset 92); every SQLite since
     // 3.7.0 keeps them in step. A file shorter than that count lost its tail.
+    // A non-empty WAL means a checkpoint may have been cut short (kill -9):
+    // the header can then already count pages that only the WAL holds, and
+    // SQLite finishes the job on open. Trust it in that case.
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal_pending = std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0);
     let pages = be32(28) as u64;
-    if pages > 0 && be32(24) == be32(92) && len < pages * page_size {
+    if !wal_pending && pages > 0 && be32(24) == be32(92) && len < pages * page_size {
         return Err(TableError::Corrupt {
             path: path.to_path_buf(),
             detail: format!(

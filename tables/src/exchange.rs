@@ -325,7 +325,9 @@ impl SelectorDb {
     /// Imports one SoC's rows in one transaction, following the conflict rules
     /// in the module docs. Importing the same export twice changes nothing.
     pub fn import(&mut self, export: &SocExport) -> Result<ImportStats> {
-        export.validate(&self.path)?;
+        // Errors name the export (the file it came from was checked by read_export).
+        let origin = format!("the export of soc {:?}", export.soc.fingerprint);
+        export.validate(Path::new(&origin))?;
         let e = self.err("importing");
         self.write("importing", |tx, path| {
             let mut st = ImportStats {

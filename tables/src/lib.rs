@@ -20,6 +20,46 @@
 //! Concurrency: the file is in WAL mode and every write is one `BEGIN
 //! IMMEDIATE` transaction under a busy timeout, so several tuner processes can
 //! write one file and readers never block them.
+//!
+//! The tuner's and the runtime's side in brief:
+//!
+//! ```
+//! use serde_json::json;
+//! use tiletune_tables::*;
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("selector.db");
+//! const KERNEL_ABI: u32 = 1; // owned by the kernel crate, passed in by the caller
+//! let mut db = SelectorDb::open(&path)?; // creates, migrates, switches to WAL
+//! let soc = SocRecord { fingerprint: "3f2a…".into(), name: "Zen 5".into(),
+//!                       probe: json!({}), first_seen: now_unix() };
+//! db.register_soc(&soc)?;
+//! let campaign = Campaign::new(&soc.fingerprint, "0.1.0", KERNEL_ABI, "exhaustive");
+//! db.start_campaign(&campaign)?;
+//!
+//! let problem = Problem::new("gemv", "q4_0", [("n", 4864), ("k", 896)])?;
+//! let cand = Candidate::new("avx512", json!({"nr": 8, "kc": 256}), 2)?;
+//! if db.measured(&soc.fingerprint, KERNEL_ABI, &problem, &cand)?.is_none() {
+//!     db.insert_measurement(&Measurement {
+//!         campaign: campaign.id.clone(), soc: soc.fingerprint.clone(), kernel_abi: KERNEL_ABI,
+//!         problem: problem.clone(), candidate: cand.clone(), median_ns: Some(81_000.0),
+//!         stats: json!({"median_ns": 81_000.0}), counters: json!({}), valid: true,
+//!         invalid_reason: None, measured_at: now_unix(),
+//!     })?;
+//! }
+//! db.put_selection(&Selection {
+//!     soc: soc.fingerprint.clone(), kernel_abi: KERNEL_ABI, problem: problem.clone(),
+//!     thread_budget: 2, winner: cand, median_ns: 81_000.0, default_ns: Some(120_000.0),
+//!     speedup: None, campaign: Some(campaign.id.clone()), selected_at: now_unix(),
+//! })?;
+//!
+//! // The runtime, at model load: one read for every problem the model runs.
+//! let ro = SelectorDb::open_with(&path, OpenOptions::read_only())?;
+//! let asks = [problem, Problem::new("gemv", "q4_0", [("n", 4800), ("k", 900)])?];
+//! let got = ro.lookup_many(&soc.fingerprint, KERNEL_ABI, 2, &asks)?;
+//! assert_eq!(got[0].source(), "exact");
+//! assert!(matches!(&got[1], Lookup::Nearest { from, .. } if from == &asks[0]));
+//! # Ok::<(), TableError>(())
+//! ```
 
 pub mod db;
 pub mod error;
@@ -29,6 +69,7 @@ pub mod lookup;
 pub mod path;
 pub mod records;
 pub mod schema;
+mod store;
 
 pub use db::{OpenOptions, SelectorDb};
 pub use error::{Result, TableError};

@@ -220,3 +220,34 @@ fn read_only_open_writes_nothing() {
     drop(db);
     assert!(before == std::fs::read(&path).unwrap());
 }
+
+#[test]
+fn committed_rows_survive_a_crash_before_checkpoint() {
+    let dir = tmp();
+    let path = db_path(dir.path());
+    let crashed = dir.path().join("crashed");
+    std::fs::create_dir(&crashed).unwrap();
+    let mut db = SelectorDb::open(&path).unwrap();
+    let c = setup(&mut db, "socA");
+    for i in 0..50 {
+        let m = meas(&c, "socA", &gemv(8 + i, 8), &cand("avx2", 4, 1), 10.0);
+        assert!(db.insert_measurement(&m).unwrap());
+    }
+    // Copying the files while the connection is open is what a kill -9 leaves:
+    // the rows are committed in the WAL, not yet in the main file.
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    assert!(
+        std::fs::metadata(&wal).unwrap().len() > 0,
+        "expected an uncheckpointed wal"
+    );
+    std::fs::copy(&path, crashed.join("selector.db")).unwrap();
+    std::fs::copy(&wal, crashed.join("selector.db-wal")).unwrap();
+    drop(db);
+    let opts = OpenOptions {
+        check_integrity: true,
+        ..OpenOptions::default()
+    };
+    let db = SelectorDb::open_with(crashed.join("selector.db"), opts).unwrap();
+    assert_eq!(db.count_measurements(Some("socA")).unwrap(), 50);
+}
