@@ -176,7 +176,8 @@ macro_rules! zip_inplace {
             ba[..n - i].copy_from_slice(&a[i..n]);
             bb[..n - i].copy_from_slice(&b[i..n]);
             // SAFETY: both buffers hold 8 floats.
-            let ($va, $vb) = unsafe { (_mm256_loadu_ps(ba.as_ptr()), _mm256_loadu_ps(bb.as_ptr())) };
+            let ($va, $vb) =
+                unsafe { (_mm256_loadu_ps(ba.as_ptr()), _mm256_loadu_ps(bb.as_ptr())) };
             let r = $body;
             unsafe { _mm256_storeu_ps(ba.as_mut_ptr(), r) };
             a[i..n].copy_from_slice(&ba[..n - i]);

@@ -44,10 +44,7 @@ fn fix_neg_inf(x: __m512, v: __m512) -> __m512 {
 #[target_feature(enable = "avx512f")]
 fn x_sigmoid16(x: __m512, a: f32) -> __m512 {
     let e = exp16(_mm512_mul_ps(x, _mm512_set1_ps(-a)));
-    fix_neg_inf(
-        x,
-        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)),
-    )
+    fix_neg_inf(x, _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)))
 }
 
 #[inline]
@@ -73,10 +70,7 @@ fn gelu_tanh16(x: __m512) -> __m512 {
         _mm512_add_ps(x, _mm512_mul_ps(k, x)),
     );
     let e = exp16(_mm512_mul_ps(u, _mm512_set1_ps(-2.0)));
-    fix_neg_inf(
-        x,
-        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)),
-    )
+    fix_neg_inf(x, _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)))
 }
 
 #[inline]
@@ -152,8 +146,12 @@ macro_rules! zip_inplace {
         while i < n {
             let m = tail_mask((n - i).min(16));
             // SAFETY: the mask covers only lanes below n in both slices.
-            let ($va, $vb) =
-                unsafe { (_mm512_maskz_loadu_ps(m, pa.add(i)), _mm512_maskz_loadu_ps(m, pb.add(i))) };
+            let ($va, $vb) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(m, pa.add(i)),
+                    _mm512_maskz_loadu_ps(m, pb.add(i)),
+                )
+            };
             let r = $body;
             unsafe { _mm512_mask_storeu_ps(pa.add(i), m, r) };
             i += 16;

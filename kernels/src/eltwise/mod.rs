@@ -393,7 +393,12 @@ pub fn add_from_with(a: &mut [f32], b: &[f32], isa: Isa, params: &EltParams) -> 
 
 /// Fused SwiGLU: `gate = silu(gate) · up`; `up` must have `gate`'s length.
 pub fn swiglu(gate: &mut [f32], up: &[f32]) -> Result<()> {
-    run(Op::SwiGlu(up), gate, best_isa(), &default_params(gate.len()))
+    run(
+        Op::SwiGlu(up),
+        gate,
+        best_isa(),
+        &default_params(gate.len()),
+    )
 }
 
 /// Fused SwiGLU with a forced variant and parameters.

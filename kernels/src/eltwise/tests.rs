@@ -149,16 +149,39 @@ fn specials_behave_like_the_reference() {
     for isa in available_isas() {
         for op in EltOp::ALL {
             let mut got = x.to_vec();
-            apply_with(op, &mut got, isa, &EltParams::default_for(&EltShape { len: 7 }, &CpuCaps::default()))
-                .unwrap();
+            apply_with(
+                op,
+                &mut got,
+                isa,
+                &EltParams::default_for(&EltShape { len: 7 }, &CpuCaps::default()),
+            )
+            .unwrap();
             let want: Vec<f32> = x.iter().map(|&v| scalar::eval(op, v)).collect();
             assert_close(&got, &want, 1e-30, 2e-6, &format!("{op} {isa} specials"));
         }
         let mut s = vec![f32::INFINITY, f32::NEG_INFINITY];
-        apply_with(EltOp::Sigmoid, &mut s, isa, &EltParams { threads: 1, chunk: 16 }).unwrap();
+        apply_with(
+            EltOp::Sigmoid,
+            &mut s,
+            isa,
+            &EltParams {
+                threads: 1,
+                chunk: 16,
+            },
+        )
+        .unwrap();
         assert_eq!(s, [1.0, 0.0], "{isa}");
         let mut s = vec![f32::NEG_INFINITY];
-        apply_with(EltOp::Silu, &mut s, isa, &EltParams { threads: 1, chunk: 16 }).unwrap();
+        apply_with(
+            EltOp::Silu,
+            &mut s,
+            isa,
+            &EltParams {
+                threads: 1,
+                chunk: 16,
+            },
+        )
+        .unwrap();
         assert_eq!(s[0], 0.0, "{isa}: silu(-inf)");
     }
 }
@@ -171,20 +194,32 @@ fn wrong_lengths_and_params_are_errors() {
         Err(KernelError::ShapeMismatch { .. })
     ));
     assert!(swiglu(&mut a, &[0.0; 11]).is_err());
-    let bad = EltParams { threads: 0, chunk: 16 };
+    let bad = EltParams {
+        threads: 0,
+        chunk: 16,
+    };
     assert!(apply_with(EltOp::Silu, &mut a, Isa::Scalar, &bad).is_err());
-    let bad = EltParams { threads: 1, chunk: 17 };
+    let bad = EltParams {
+        threads: 1,
+        chunk: 17,
+    };
     assert!(apply_with(EltOp::Silu, &mut a, Isa::Scalar, &bad).is_err());
 }
 
 #[test]
 fn forcing_a_missing_variant_is_refused() {
-    let p = EltParams { threads: 1, chunk: 16 };
+    let p = EltParams {
+        threads: 1,
+        chunk: 16,
+    };
     let mut x = vec![1.0; 4];
     for isa in Isa::ALL {
         let r = apply_with(EltOp::Relu, &mut x, isa, &p);
         if !isa.is_available() {
-            assert!(matches!(r, Err(KernelError::IsaUnavailable { .. })), "{isa}");
+            assert!(
+                matches!(r, Err(KernelError::IsaUnavailable { .. })),
+                "{isa}"
+            );
         } else if !ISAS.contains(&isa) {
             assert!(matches!(r, Err(KernelError::NoVariant { .. })), "{isa}");
         } else {

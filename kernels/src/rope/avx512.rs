@@ -28,7 +28,11 @@ pub unsafe fn head(x: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) 
                     let c = _mm512_maskz_loadu_ps(m, pc.add(i));
                     let s = _mm512_maskz_loadu_ps(m, ps.add(i));
                     _mm512_mask_storeu_ps(p.add(i), m, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
-                    _mm512_mask_storeu_ps(p.add(half + i), m, _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)));
+                    _mm512_mask_storeu_ps(
+                        p.add(half + i),
+                        m,
+                        _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)),
+                    );
                     i += 16;
                 }
             }
@@ -36,8 +40,14 @@ pub unsafe fn head(x: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) 
                 let dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
                 while i + 8 <= half {
                     let v = _mm512_loadu_ps(p.add(2 * i));
-                    let c = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(pc.add(i))));
-                    let s = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(ps.add(i))));
+                    let c = _mm512_permutexvar_ps(
+                        dup,
+                        _mm512_castps256_ps512(_mm256_loadu_ps(pc.add(i))),
+                    );
+                    let s = _mm512_permutexvar_ps(
+                        dup,
+                        _mm512_castps256_ps512(_mm256_loadu_ps(ps.add(i))),
+                    );
                     let sw = _mm512_permute_ps::<0b1011_0001>(v);
                     _mm512_storeu_ps(p.add(2 * i), _mm512_fmaddsub_ps(v, c, _mm512_mul_ps(sw, s)));
                     i += 8;

@@ -84,7 +84,7 @@ impl RopeCache {
                 reason: format!("theta = {theta} must be finite and greater than 1"),
             });
         }
-        if rotary_dim < 2 || rotary_dim % 2 != 0 {
+        if rotary_dim < 2 || !rotary_dim.is_multiple_of(2) {
             return Err(KernelError::InvalidShape {
                 op: OP,
                 reason: format!("rotary_dim = {rotary_dim} must be even and at least 2"),
@@ -263,7 +263,9 @@ pub fn rope_with(
         .and_then(|u| u.checked_mul(head_dim))
         .ok_or(KernelError::InvalidShape {
             op: OP,
-            reason: format!("rows × n_heads × head_dim = {rows} × {n_heads} × {head_dim} overflows"),
+            reason: format!(
+                "rows × n_heads × head_dim = {rows} × {n_heads} × {head_dim} overflows"
+            ),
         })?;
     check_len(OP, "x", x.len(), expected)?;
     let out_of_range = match positions {
@@ -352,7 +354,11 @@ mod tests {
                 let cache = RopeCache::new(10_000.0, rot, 64).unwrap();
                 for layout in [RopeLayout::RotateHalf, RopeLayout::Interleaved] {
                     for (rows, n_heads) in [(0, 2), (1, 1), (3, 2), (5, 3)] {
-                        let shape = RopeShape { rows, n_heads, head_dim };
+                        let shape = RopeShape {
+                            rows,
+                            n_heads,
+                            head_dim,
+                        };
                         let mut rng = Rng::new(40 + di as u64);
                         let x: Vec<f32> = rng.vec_f32(rows * n_heads * head_dim);
                         let pos: Vec<u32> = (0..rows).map(|_| rng.below(64) as u32).collect();
@@ -364,11 +370,15 @@ mod tests {
                             }
                             for p in params() {
                                 let mut got = x.clone();
-                                rope_with(&mut got, shape, positions, &cache, layout, isa, &p).unwrap();
-                                let what = format!("{isa} {layout:?} {shape:?} {positions:?} {p:?}");
+                                rope_with(&mut got, shape, positions, &cache, layout, isa, &p)
+                                    .unwrap();
+                                let what =
+                                    format!("{isa} {layout:?} {shape:?} {positions:?} {p:?}");
                                 assert_close(&got, &want, 1e-6, 1e-6, &what);
                                 // Features past rotary_dim are untouched, bit for bit.
-                                for (g, x) in got.chunks_exact(head_dim).zip(x.chunks_exact(head_dim)) {
+                                for (g, x) in
+                                    got.chunks_exact(head_dim).zip(x.chunks_exact(head_dim))
+                                {
                                     assert_eq!(&g[rot..], &x[rot..], "{what}: pass-through");
                                 }
                             }
@@ -395,7 +405,11 @@ mod tests {
         let want: Vec<f32> = (0..d)
             .map(|j| {
                 let i = j % (d / 2);
-                let rot = if j < d / 2 { -(x[j + d / 2] as f64) } else { x[j - d / 2] as f64 };
+                let rot = if j < d / 2 {
+                    -(x[j + d / 2] as f64)
+                } else {
+                    x[j - d / 2] as f64
+                };
                 (x[j] as f64 * ang(i).cos() + rot * ang(i).sin()) as f32
             })
             .collect();
@@ -433,7 +447,11 @@ mod tests {
         assert!(RopeCache::new(f64::NAN, 8, 16).is_err());
         assert!(RopeCache::new(10_000.0, 1 << 20, 1 << 20).is_err());
         let cache = RopeCache::new(10_000.0, 8, 16).unwrap();
-        let shape = RopeShape { rows: 2, n_heads: 2, head_dim: 8 };
+        let shape = RopeShape {
+            rows: 2,
+            n_heads: 2,
+            head_dim: 8,
+        };
         let mut x = vec![0.0f32; 32];
         let l = RopeLayout::RotateHalf;
         assert!(rope(&mut x, shape, Positions::Offset(14), &cache, l).is_ok());
@@ -442,7 +460,10 @@ mod tests {
         assert!(rope(&mut x, shape, Positions::Explicit(&[1, 16]), &cache, l).is_err());
         assert!(rope(&mut x, shape, Positions::Explicit(&[1]), &cache, l).is_err());
         assert!(rope(&mut x[..31], shape, Positions::Offset(0), &cache, l).is_err());
-        let narrow = RopeShape { head_dim: 6, ..shape };
+        let narrow = RopeShape {
+            head_dim: 6,
+            ..shape
+        };
         assert!(rope(&mut x[..24], narrow, Positions::Offset(0), &cache, l).is_err());
     }
 

@@ -34,7 +34,10 @@ pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
         i = 0;
         while i + 8 <= n {
             // mul then sub (no fma): the exp argument rounds as in the reference.
-            let e = exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p.add(i)), sv), shv));
+            let e = exp8(_mm256_sub_ps(
+                _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), sv),
+                shv,
+            ));
             _mm256_storeu_ps(p.add(i), e);
             acc = _mm256_add_ps(acc, e);
             i += 8;

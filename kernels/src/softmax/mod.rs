@@ -179,7 +179,15 @@ pub fn softmax_causal_with(
         });
     }
     let pos0 = mask.pos0;
-    run_rows(OP, scores, mask.kv_len, isa, params, |r| pos0 + r + 1, mask.scale)
+    run_rows(
+        OP,
+        scores,
+        mask.kv_len,
+        isa,
+        params,
+        |r| pos0 + r + 1,
+        mask.scale,
+    )
 }
 
 /// A top-k list kept sorted by value, descending, ties by lower index, NaN
