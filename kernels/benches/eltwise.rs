@@ -69,11 +69,17 @@ fn bench_norm(c: &mut Criterion) {
             let p = NormParams { threads: 1 };
             g.bench_function(BenchmarkId::new("rms_norm", isa), |bch| {
                 let n = Norm::rms(&w, 1e-6);
-                bch.iter(|| n.forward_with(black_box(&x), &mut out, rows, isa, &p).unwrap())
+                bch.iter(|| {
+                    n.forward_with(black_box(&x), &mut out, rows, isa, &p)
+                        .unwrap()
+                })
             });
             g.bench_function(BenchmarkId::new("layer_norm", isa), |bch| {
                 let n = Norm::layer(&w, 1e-5).with_bias(&b);
-                bch.iter(|| n.forward_with(black_box(&x), &mut out, rows, isa, &p).unwrap())
+                bch.iter(|| {
+                    n.forward_with(black_box(&x), &mut out, rows, isa, &p)
+                        .unwrap()
+                })
             });
         }
         g.finish();

@@ -57,7 +57,6 @@ fn param_sets(len: usize) -> Vec<EltParams> {
 fn tolerance(op: EltOp) -> (f32, f32) {
     match op {
         EltOp::Relu | EltOp::Relu2 => (0.0, 0.0),
-        EltOp::GeluErf => (1e-6, 1e-6),
         _ => (1e-30, 2e-6),
     }
 }

@@ -174,7 +174,7 @@ impl<'a> Norm<'a> {
                 rows,
                 dim: self.dim(),
             },
-            &CpuCaps::default(),
+            &crate::eltwise::host_caps(),
         );
         self.forward_with(x, out, rows, best_isa(), &p)
     }
@@ -186,7 +186,7 @@ impl<'a> Norm<'a> {
                 rows,
                 dim: self.dim(),
             },
-            &CpuCaps::default(),
+            &crate::eltwise::host_caps(),
         );
         self.forward_inplace_with(x, rows, best_isa(), &p)
     }

@@ -229,7 +229,7 @@ pub fn rope(
     cache: &RopeCache,
     layout: RopeLayout,
 ) -> Result<()> {
-    let p = RopeParams::default_for(&shape, &CpuCaps::default());
+    let p = RopeParams::default_for(&shape, &crate::eltwise::host_caps());
     rope_with(x, shape, positions, cache, layout, best_isa(), &p)
 }
 
