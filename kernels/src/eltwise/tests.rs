@@ -227,6 +227,57 @@ fn forcing_a_missing_variant_is_refused() {
     }
 }
 
+/// The same refusal rules hold for the families that reuse this one's
+/// variants (norm, softmax, rope).
+#[test]
+fn other_families_refuse_missing_variants_too() {
+    use crate::norm::{Norm, NormParams};
+    use crate::rope::{Positions, RopeCache, RopeLayout, RopeParams, RopeShape};
+    use crate::softmax::{SoftmaxParams, softmax_topk_with, softmax_with};
+    let cache = RopeCache::new(10_000.0, 4, 4).unwrap();
+    for isa in Isa::ALL {
+        let mut x = vec![0.5f32; 8];
+        let results = [
+            Norm::rms(&[1.0; 4], 1e-6).forward_inplace_with(
+                &mut x,
+                2,
+                isa,
+                &NormParams { threads: 1 },
+            ),
+            softmax_with(&mut x, 2, 4, isa, &SoftmaxParams { threads: 1 }),
+            softmax_topk_with(&[1.0, 2.0], &mut [0], &mut [0.0], isa),
+            crate::rope::rope_with(
+                &mut x,
+                RopeShape {
+                    rows: 1,
+                    n_heads: 2,
+                    head_dim: 4,
+                },
+                Positions::Offset(0),
+                &cache,
+                RopeLayout::RotateHalf,
+                isa,
+                &RopeParams { threads: 1 },
+            ),
+        ];
+        for r in results {
+            if !isa.is_available() {
+                assert!(
+                    matches!(r, Err(KernelError::IsaUnavailable { .. })),
+                    "{isa}: {r:?}"
+                );
+            } else if !ISAS.contains(&isa) {
+                assert!(
+                    matches!(r, Err(KernelError::NoVariant { .. })),
+                    "{isa}: {r:?}"
+                );
+            } else {
+                assert!(r.is_ok(), "{isa}: {r:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn op_names_round_trip_and_params_are_valid() {
     for op in EltOp::ALL {

@@ -291,22 +291,32 @@ pub fn rope_with(
     for_row_blocks(x, head_dim, params.threads, |first, block| {
         for (u, h) in block.chunks_exact_mut(head_dim).enumerate() {
             let (cos, sin) = cache.at(positions.of((first + u) / n_heads));
-            let h = &mut h[..r];
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: AVX2 + FMA checked by resolve_isa; h holds 2·cos.len() features.
-                Isa::Avx2 => unsafe { avx2::head(h, cos, sin, layout) },
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: AVX-512F checked by resolve_isa; as above.
-                Isa::Avx512 => unsafe { avx512::head(h, cos, sin, layout) },
-                #[cfg(target_arch = "aarch64")]
-                // SAFETY: NEON is always present on aarch64; as above.
-                Isa::Neon => unsafe { neon::head(h, cos, sin, layout) },
-                _ => scalar::head(h, cos, sin, layout),
-            }
+            rotate(isa, &mut h[..r], cos, sin, layout);
         }
     });
     Ok(())
+}
+
+/// Rotates one head's first `2·cos.len()` features with variant `isa`, for
+/// fused kernels (matmul + RoPE epilogue) in this crate. `isa` must come
+/// from `crate::eltwise::resolve_isa`; `h.len() == 2·cos.len() == 2·sin.len()`.
+pub(crate) fn rotate(isa: Isa, h: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) {
+    assert!(
+        h.len() == 2 * cos.len() && sin.len() == cos.len(),
+        "rope::rotate: head and table lengths disagree"
+    );
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 + FMA checked by resolve_isa; lengths asserted above.
+        Isa::Avx2 => unsafe { avx2::head(h, cos, sin, layout) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F checked by resolve_isa; as above.
+        Isa::Avx512 => unsafe { avx512::head(h, cos, sin, layout) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is always present on aarch64; as above.
+        Isa::Neon => unsafe { neon::head(h, cos, sin, layout) },
+        _ => scalar::head(h, cos, sin, layout),
+    }
 }
 
 #[cfg(test)]
