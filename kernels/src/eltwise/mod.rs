@@ -4,7 +4,8 @@
 //!
 //! The SIMD variants share one vectorised `exp` (Cephes-style range
 //! reduction to `[-ln2/2, ln2/2]` + degree-5 polynomial, exact `2ⁿ` scaling
-//! in two steps so that results underflow gradually and overflow to `+∞`)
+//! in two factors, or `vscalefps` on AVX-512, so that results underflow
+//! gradually and overflow to `+∞`)
 //! and, for the erf GeLU, an `erfc` of the form `e^(-z²)·t·P(t)`,
 //! `t = 1/(1 + z/2)`, with `P` a degree-9 polynomial fitted for this crate
 //! (see `vconst`). Tanh is never computed: the tanh GeLU is
@@ -14,8 +15,7 @@
 //! erfc), asserted by the tests on inputs in `[-110, 110]` plus specials:
 //! every exp- or erf-based op (sigmoid, SiLU, QuickGeLU, both GeLUs, SwiGLU)
 //! within `2e-6·|ref| + 1e-30`; ReLU, ReLU², `x*c`, `a+b` bit-exact. Measured
-//! on `[-20, 20]` (the same on AVX2, AVX-512 and NEON, which share the
-//! algorithm): max relative error 3.0e-7 for the exp-based ops and 3.7e-7
+//! on `[-20, 20]` (identical on AVX2, AVX-512 and NEON): max relative error 3.0e-7 for the exp-based ops and 3.7e-7
 //! for the erf GeLU, i.e. 2–3 ulp. NaN and ±∞ give the same result as the
 //! reference.
 
