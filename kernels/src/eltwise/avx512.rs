@@ -44,10 +44,7 @@ fn fix_neg_inf(x: __m512, v: __m512) -> __m512 {
 #[target_feature(enable = "avx512f")]
 fn x_sigmoid16(x: __m512, a: f32) -> __m512 {
     let e = exp16(_mm512_mul_ps(x, _mm512_set1_ps(-a)));
-    fix_neg_inf(
-        x,
-        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)),
-    )
+    fix_neg_inf(x, _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)))
 }
 
 #[inline]
@@ -73,29 +70,25 @@ fn gelu_tanh16(x: __m512) -> __m512 {
         _mm512_add_ps(x, _mm512_mul_ps(k, x)),
     );
     let e = exp16(_mm512_mul_ps(u, _mm512_set1_ps(-2.0)));
-    fix_neg_inf(
-        x,
-        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)),
-    )
+    fix_neg_inf(x, _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)))
 }
 
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn gelu_erf16(x: __m512) -> __m512 {
-    let ax = _mm512_abs_ps(x);
-    let z = _mm512_min_ps(
-        _mm512_set1_ps(ERFC_Z_MAX),
-        _mm512_mul_ps(ax, _mm512_set1_ps(FRAC_1_SQRT_2)),
-    );
+    let ax = _mm512_min_ps(_mm512_set1_ps(ERFC_AX_MAX), _mm512_abs_ps(x));
+    let z = _mm512_mul_ps(ax, _mm512_set1_ps(FRAC_1_SQRT_2));
     let one = _mm512_set1_ps(1.0);
     let t = _mm512_div_ps(one, _mm512_fmadd_ps(z, _mm512_set1_ps(0.5), one));
     let mut p = _mm512_set1_ps(ERFC_POLY[0]);
     for &c in &ERFC_POLY[1..] {
         p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
     }
-    let hi = _mm512_mul_ps(z, z);
-    let lo = _mm512_fmsub_ps(z, z, hi);
-    let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), hi));
+    // e^(-z²) from z² = x²/2 = hi + lo exactly (see avx2.rs).
+    let half = _mm512_set1_ps(0.5);
+    let sq = _mm512_mul_ps(ax, ax);
+    let lo = _mm512_mul_ps(_mm512_fmsub_ps(ax, ax, sq), half);
+    let e = exp16(_mm512_mul_ps(sq, _mm512_set1_ps(-0.5)));
     let e = _mm512_fnmadd_ps(e, lo, e);
     let q = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5), e), _mm512_mul_ps(t, p));
     let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
@@ -152,8 +145,12 @@ macro_rules! zip_inplace {
         while i < n {
             let m = tail_mask((n - i).min(16));
             // SAFETY: the mask covers only lanes below n in both slices.
-            let ($va, $vb) =
-                unsafe { (_mm512_maskz_loadu_ps(m, pa.add(i)), _mm512_maskz_loadu_ps(m, pb.add(i))) };
+            let ($va, $vb) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(m, pa.add(i)),
+                    _mm512_maskz_loadu_ps(m, pb.add(i)),
+                )
+            };
             let r = $body;
             unsafe { _mm512_mask_storeu_ps(pa.add(i), m, r) };
             i += 16;

@@ -72,20 +72,19 @@ fn gelu_tanh4(x: float32x4_t) -> float32x4_t {
 #[inline]
 #[target_feature(enable = "neon")]
 fn gelu_erf4(x: float32x4_t) -> float32x4_t {
-    let z = vminq_f32(
-        vdupq_n_f32(ERFC_Z_MAX),
-        vmulq_f32(vabsq_f32(x), vdupq_n_f32(FRAC_1_SQRT_2)),
-    );
+    let ax = vminq_f32(vdupq_n_f32(ERFC_AX_MAX), vabsq_f32(x));
+    let z = vmulq_f32(ax, vdupq_n_f32(FRAC_1_SQRT_2));
     let one = vdupq_n_f32(1.0);
     let t = vdivq_f32(one, vfmaq_f32(one, z, vdupq_n_f32(0.5)));
     let mut p = vdupq_n_f32(ERFC_POLY[0]);
     for &c in &ERFC_POLY[1..] {
         p = vfmaq_f32(vdupq_n_f32(c), p, t);
     }
-    let hi = vmulq_f32(z, z);
-    // lo = z·z - hi exactly (fused), then e^(-hi-lo) ≈ e^(-hi)·(1 - lo).
-    let lo = vnegq_f32(vfmsq_f32(hi, z, z));
-    let e = exp4(vnegq_f32(hi));
+    // e^(-z²) from z² = x²/2 = hi + lo exactly (see avx2.rs); vfmsq gives
+    // sq - ax·ax fused, the negated rounding error.
+    let sq = vmulq_f32(ax, ax);
+    let lo = vmulq_f32(vfmsq_f32(sq, ax, ax), vdupq_n_f32(-0.5));
+    let e = exp4(vmulq_f32(sq, vdupq_n_f32(-0.5)));
     let e = vfmsq_f32(e, e, lo);
     let q = vmulq_f32(vmulq_f32(vdupq_n_f32(0.5), e), vmulq_f32(t, p));
     let neg = vcltq_f32(x, vdupq_n_f32(0.0));

@@ -57,7 +57,6 @@ fn param_sets(len: usize) -> Vec<EltParams> {
 fn tolerance(op: EltOp) -> (f32, f32) {
     match op {
         EltOp::Relu | EltOp::Relu2 => (0.0, 0.0),
-        EltOp::GeluErf => (1e-6, 1e-6),
         _ => (1e-30, 2e-6),
     }
 }
@@ -149,16 +148,39 @@ fn specials_behave_like_the_reference() {
     for isa in available_isas() {
         for op in EltOp::ALL {
             let mut got = x.to_vec();
-            apply_with(op, &mut got, isa, &EltParams::default_for(&EltShape { len: 7 }, &CpuCaps::default()))
-                .unwrap();
+            apply_with(
+                op,
+                &mut got,
+                isa,
+                &EltParams::default_for(&EltShape { len: 7 }, &CpuCaps::default()),
+            )
+            .unwrap();
             let want: Vec<f32> = x.iter().map(|&v| scalar::eval(op, v)).collect();
             assert_close(&got, &want, 1e-30, 2e-6, &format!("{op} {isa} specials"));
         }
         let mut s = vec![f32::INFINITY, f32::NEG_INFINITY];
-        apply_with(EltOp::Sigmoid, &mut s, isa, &EltParams { threads: 1, chunk: 16 }).unwrap();
+        apply_with(
+            EltOp::Sigmoid,
+            &mut s,
+            isa,
+            &EltParams {
+                threads: 1,
+                chunk: 16,
+            },
+        )
+        .unwrap();
         assert_eq!(s, [1.0, 0.0], "{isa}");
         let mut s = vec![f32::NEG_INFINITY];
-        apply_with(EltOp::Silu, &mut s, isa, &EltParams { threads: 1, chunk: 16 }).unwrap();
+        apply_with(
+            EltOp::Silu,
+            &mut s,
+            isa,
+            &EltParams {
+                threads: 1,
+                chunk: 16,
+            },
+        )
+        .unwrap();
         assert_eq!(s[0], 0.0, "{isa}: silu(-inf)");
     }
 }
@@ -171,24 +193,87 @@ fn wrong_lengths_and_params_are_errors() {
         Err(KernelError::ShapeMismatch { .. })
     ));
     assert!(swiglu(&mut a, &[0.0; 11]).is_err());
-    let bad = EltParams { threads: 0, chunk: 16 };
+    let bad = EltParams {
+        threads: 0,
+        chunk: 16,
+    };
     assert!(apply_with(EltOp::Silu, &mut a, Isa::Scalar, &bad).is_err());
-    let bad = EltParams { threads: 1, chunk: 17 };
+    let bad = EltParams {
+        threads: 1,
+        chunk: 17,
+    };
     assert!(apply_with(EltOp::Silu, &mut a, Isa::Scalar, &bad).is_err());
 }
 
 #[test]
 fn forcing_a_missing_variant_is_refused() {
-    let p = EltParams { threads: 1, chunk: 16 };
+    let p = EltParams {
+        threads: 1,
+        chunk: 16,
+    };
     let mut x = vec![1.0; 4];
     for isa in Isa::ALL {
         let r = apply_with(EltOp::Relu, &mut x, isa, &p);
         if !isa.is_available() {
-            assert!(matches!(r, Err(KernelError::IsaUnavailable { .. })), "{isa}");
+            assert!(
+                matches!(r, Err(KernelError::IsaUnavailable { .. })),
+                "{isa}"
+            );
         } else if !ISAS.contains(&isa) {
             assert!(matches!(r, Err(KernelError::NoVariant { .. })), "{isa}");
         } else {
             assert!(r.is_ok());
+        }
+    }
+}
+
+/// The same refusal rules hold for the families that reuse this one's
+/// variants (norm, softmax, rope).
+#[test]
+fn other_families_refuse_missing_variants_too() {
+    use crate::norm::{Norm, NormParams};
+    use crate::rope::{Positions, RopeCache, RopeLayout, RopeParams, RopeShape};
+    use crate::softmax::{SoftmaxParams, softmax_topk_with, softmax_with};
+    let cache = RopeCache::new(10_000.0, 4, 4).unwrap();
+    for isa in Isa::ALL {
+        let mut x = vec![0.5f32; 8];
+        let results = [
+            Norm::rms(&[1.0; 4], 1e-6).forward_inplace_with(
+                &mut x,
+                2,
+                isa,
+                &NormParams { threads: 1 },
+            ),
+            softmax_with(&mut x, 2, 4, isa, &SoftmaxParams { threads: 1 }),
+            softmax_topk_with(&[1.0, 2.0], &mut [0], &mut [0.0], isa),
+            crate::rope::rope_with(
+                &mut x,
+                RopeShape {
+                    rows: 1,
+                    n_heads: 2,
+                    head_dim: 4,
+                },
+                Positions::Offset(0),
+                &cache,
+                RopeLayout::RotateHalf,
+                isa,
+                &RopeParams { threads: 1 },
+            ),
+        ];
+        for r in results {
+            if !isa.is_available() {
+                assert!(
+                    matches!(r, Err(KernelError::IsaUnavailable { .. })),
+                    "{isa}: {r:?}"
+                );
+            } else if !ISAS.contains(&isa) {
+                assert!(
+                    matches!(r, Err(KernelError::NoVariant { .. })),
+                    "{isa}: {r:?}"
+                );
+            } else {
+                assert!(r.is_ok(), "{isa}: {r:?}");
+            }
         }
     }
 }

@@ -30,11 +30,10 @@ unsafe fn sum_sq(s: *const f32, n: usize, shift: f32) -> f32 {
             acc[0] = _mm512_fmadd_ps(d, d, acc[0]);
             i += 16;
         }
-        let t = _mm512_reduce_add_ps(_mm512_add_ps(
+        _mm512_reduce_add_ps(_mm512_add_ps(
             _mm512_add_ps(acc[0], acc[1]),
             _mm512_add_ps(acc[2], acc[3]),
-        ));
-        t
+        ))
     }
 }
 
@@ -60,11 +59,10 @@ unsafe fn sum(s: *const f32, n: usize) -> f32 {
             acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m, s.add(i)));
             i += 16;
         }
-        let t = _mm512_reduce_add_ps(_mm512_add_ps(
+        _mm512_reduce_add_ps(_mm512_add_ps(
             _mm512_add_ps(acc[0], acc[1]),
             _mm512_add_ps(acc[2], acc[3]),
-        ));
-        t
+        ))
     }
 }
 

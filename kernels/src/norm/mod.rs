@@ -174,7 +174,7 @@ impl<'a> Norm<'a> {
                 rows,
                 dim: self.dim(),
             },
-            &CpuCaps::default(),
+            &crate::eltwise::host_caps(),
         );
         self.forward_with(x, out, rows, best_isa(), &p)
     }
@@ -186,7 +186,7 @@ impl<'a> Norm<'a> {
                 rows,
                 dim: self.dim(),
             },
-            &CpuCaps::default(),
+            &crate::eltwise::host_caps(),
         );
         self.forward_inplace_with(x, rows, best_isa(), &p)
     }
@@ -217,7 +217,13 @@ impl<'a> Norm<'a> {
         self.run(None, x, isa, params)
     }
 
-    fn run(&self, src: Option<&[f32]>, dst: &mut [f32], isa: Isa, params: &NormParams) -> Result<()> {
+    fn run(
+        &self,
+        src: Option<&[f32]>,
+        dst: &mut [f32],
+        isa: Isa,
+        params: &NormParams,
+    ) -> Result<()> {
         let isa = resolve_isa(self.kind.name(), isa)?;
         params.validate()?;
         let (kind, w, b, eps) = (self.kind, self.weight, self.bias, self.eps);
@@ -311,7 +317,13 @@ mod tests {
         assert_close(&y, &[1.0 / r, 4.0 / r, 3.0 / r, 4.0 / r], 0.0, 1e-6, "rms");
         scalar::row(NormKind::Layer, Some(&x), &mut y, &w, Some(&b), 0.0);
         let s = 1.25f32.sqrt();
-        assert_close(&y, &[-1.5 / s, -1.0 / s, 0.5 / s, 1.5 / s + 1.0], 0.0, 1e-6, "layer");
+        assert_close(
+            &y,
+            &[-1.5 / s, -1.0 / s, 0.5 / s, 1.5 / s + 1.0],
+            0.0,
+            1e-6,
+            "layer",
+        );
     }
 
     #[test]
@@ -341,15 +353,22 @@ mod tests {
         let mut out = vec![0.0f32; 8];
         assert!(Norm::rms(&w, 1e-6).forward(&x, &mut out, 3).is_err());
         assert!(Norm::rms(&w, 1e-6).forward(&x, &mut out[..7], 2).is_err());
-        assert!(Norm::rms(&w, 1e-6).with_bias(&[0.0; 3]).forward_inplace(&mut x, 2).is_err());
+        assert!(
+            Norm::rms(&w, 1e-6)
+                .with_bias(&[0.0; 3])
+                .forward_inplace(&mut x, 2)
+                .is_err()
+        );
         assert!(Norm::rms(&[], 1e-6).forward_inplace(&mut x, 2).is_err());
         assert!(Norm::rms(&w, -1.0).forward_inplace(&mut x, 2).is_err());
         assert!(Norm::rms(&w, f32::NAN).forward_inplace(&mut x, 2).is_err());
         assert!(Norm::rms(&w, 1e-6).forward_inplace(&mut x, 2).is_ok());
         let bad = NormParams { threads: 0 };
-        assert!(Norm::rms(&w, 1e-6)
-            .forward_inplace_with(&mut x, 2, Isa::Scalar, &bad)
-            .is_err());
+        assert!(
+            Norm::rms(&w, 1e-6)
+                .forward_inplace_with(&mut x, 2, Isa::Scalar, &bad)
+                .is_err()
+        );
     }
 
     #[test]

@@ -20,7 +20,10 @@ pub fn row(
     let (mean, var) = {
         let x: &[f32] = src.unwrap_or(dst);
         match kind {
-            NormKind::Rms => (0.0, x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64),
+            NormKind::Rms => (
+                0.0,
+                x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64,
+            ),
             NormKind::Layer => {
                 let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
                 let var = x

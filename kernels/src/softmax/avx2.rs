@@ -25,8 +25,10 @@ pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
             i += 8;
         }
         let mut m = hmax8(mv);
-        for &v in &head[i..] {
-            m = m.max(v * scale);
+        // Tails go through `p` too: a reborrow of `head` here would
+        // invalidate `p` for the passes below.
+        for j in i..n {
+            m = m.max(*p.add(j) * scale);
         }
         let shift = super::shift_for(m);
         let shv = _mm256_set1_ps(shift);
@@ -34,13 +36,17 @@ pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
         i = 0;
         while i + 8 <= n {
             // mul then sub (no fma): the exp argument rounds as in the reference.
-            let e = exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p.add(i)), sv), shv));
+            let e = exp8(_mm256_sub_ps(
+                _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), sv),
+                shv,
+            ));
             _mm256_storeu_ps(p.add(i), e);
             acc = _mm256_add_ps(acc, e);
             i += 8;
         }
         let mut sum = hsum8(acc);
-        for v in &mut head[i..] {
+        for j in i..n {
+            let v = p.add(j);
             *v = (*v * scale - shift).exp();
             sum += *v;
         }
@@ -51,8 +57,8 @@ pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
             _mm256_storeu_ps(p.add(i), _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), iv));
             i += 8;
         }
-        for v in &mut head[i..] {
-            *v *= inv;
+        for j in i..n {
+            *p.add(j) *= inv;
         }
     }
 }

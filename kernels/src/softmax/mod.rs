@@ -131,7 +131,7 @@ fn check_rows(op: &'static str, x_len: usize, rows: usize, dim: usize) -> Result
 /// Softmax of each of the `rows` rows of `x` (`[rows, dim]`), in place,
 /// best variant and default parameters.
 pub fn softmax(x: &mut [f32], rows: usize, dim: usize) -> Result<()> {
-    let p = SoftmaxParams::default_for(&SoftmaxShape { rows, dim }, &CpuCaps::default());
+    let p = SoftmaxParams::default_for(&SoftmaxShape { rows, dim }, &crate::eltwise::host_caps());
     softmax_with(x, rows, dim, best_isa(), &p)
 }
 
@@ -155,7 +155,7 @@ pub fn softmax_causal(scores: &mut [f32], mask: &CausalMask) -> Result<()> {
             rows: mask.q_rows,
             dim: mask.kv_len,
         },
-        &CpuCaps::default(),
+        &crate::eltwise::host_caps(),
     );
     softmax_causal_with(scores, mask, best_isa(), &p)
 }
@@ -179,7 +179,15 @@ pub fn softmax_causal_with(
         });
     }
     let pos0 = mask.pos0;
-    run_rows(OP, scores, mask.kv_len, isa, params, |r| pos0 + r + 1, mask.scale)
+    run_rows(
+        OP,
+        scores,
+        mask.kv_len,
+        isa,
+        params,
+        |r| pos0 + r + 1,
+        mask.scale,
+    )
 }
 
 /// A top-k list kept sorted by value, descending, ties by lower index, NaN

@@ -24,8 +24,10 @@ pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
             i += 4;
         }
         let mut m = vmaxvq_f32(mv);
-        for &v in &head[i..] {
-            m = m.max(v * scale);
+        // Tails go through `p` too: a reborrow of `head` here would
+        // invalidate `p` for the passes below.
+        for j in i..n {
+            m = m.max(*p.add(j) * scale);
         }
         let shift = super::shift_for(m);
         let shv = vdupq_n_f32(shift);
@@ -38,7 +40,8 @@ pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
             i += 4;
         }
         let mut sum = vaddvq_f32(acc);
-        for v in &mut head[i..] {
+        for j in i..n {
+            let v = p.add(j);
             *v = (*v * scale - shift).exp();
             sum += *v;
         }
@@ -49,8 +52,8 @@ pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
             vst1q_f32(p.add(i), vmulq_f32(vld1q_f32(p.add(i)), iv));
             i += 4;
         }
-        for v in &mut head[i..] {
-            *v *= inv;
+        for j in i..n {
+            *p.add(j) *= inv;
         }
     }
 }

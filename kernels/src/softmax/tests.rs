@@ -44,7 +44,13 @@ fn softmax_matches_scalar_on_every_lane() {
                 for p in params() {
                     let mut got = x.clone();
                     softmax_with(&mut got, rows, dim, isa, &p).unwrap();
-                    assert_close(&got, &want, ATOL, RTOL, &format!("{isa} dim={dim} rows={rows} {p:?}"));
+                    assert_close(
+                        &got,
+                        &want,
+                        ATOL,
+                        RTOL,
+                        &format!("{isa} dim={dim} rows={rows} {p:?}"),
+                    );
                     if dim > 0 {
                         for r in got.chunks_exact(dim) {
                             let s: f32 = r.iter().sum();
@@ -61,11 +67,31 @@ fn softmax_matches_scalar_on_every_lane() {
 fn softmax_non_finite_rows() {
     let ninf = f32::NEG_INFINITY;
     let rows: Vec<(Vec<f32>, &str)> = vec![
-        ((0..19).map(|i| if i % 3 == 0 { ninf } else { i as f32 }).collect(), "some -inf"),
+        (
+            (0..19)
+                .map(|i| if i % 3 == 0 { ninf } else { i as f32 })
+                .collect(),
+            "some -inf",
+        ),
         (vec![ninf; 19], "all -inf"),
-        ((0..19).map(|i| if i == 17 { f32::NAN } else { i as f32 }).collect(), "nan"),
-        ((0..19).map(|i| if i == 3 { f32::INFINITY } else { i as f32 }).collect(), "+inf"),
-        ((0..19).map(|i| if i == 5 { f32::NAN } else { ninf }).collect(), "nan among -inf"),
+        (
+            (0..19)
+                .map(|i| if i == 17 { f32::NAN } else { i as f32 })
+                .collect(),
+            "nan",
+        ),
+        (
+            (0..19)
+                .map(|i| if i == 3 { f32::INFINITY } else { i as f32 })
+                .collect(),
+            "+inf",
+        ),
+        (
+            (0..19)
+                .map(|i| if i == 5 { f32::NAN } else { ninf })
+                .collect(),
+            "nan among -inf",
+        ),
     ];
     for isa in available_isas() {
         for (x, what) in &rows {
@@ -87,10 +113,22 @@ fn softmax_non_finite_rows() {
 #[test]
 fn causal_matches_scalar_and_masks() {
     for isa in available_isas() {
-        for &(q_rows, kv_len, pos0) in &[(1, 1, 0), (1, 33, 32), (7, 7, 0), (5, 40, 20), (17, 100, 83), (3, 1000, 997)] {
+        for &(q_rows, kv_len, pos0) in &[
+            (1, 1, 0),
+            (1, 33, 32),
+            (7, 7, 0),
+            (5, 40, 20),
+            (17, 100, 83),
+            (3, 1000, 997),
+        ] {
             let mut rng = Rng::new(700 + kv_len as u64);
             let x = logits(&mut rng, q_rows * kv_len, 30.0);
-            let mask = CausalMask { q_rows, kv_len, pos0, scale: 0.125 };
+            let mask = CausalMask {
+                q_rows,
+                kv_len,
+                pos0,
+                scale: 0.125,
+            };
             let mut want = x.clone();
             for (i, r) in want.chunks_exact_mut(kv_len).enumerate() {
                 scalar::row(r, pos0 + i + 1, 0.125);
@@ -138,7 +176,9 @@ fn topk_matches_oracle_on_every_lane() {
         for (di, &n) in DIMS.iter().enumerate().skip(1) {
             let mut rng = Rng::new(900 + di as u64);
             // Coarse values so that ties happen.
-            let mut x: Vec<f32> = (0..n).map(|_| (rng.uniform(-8.0, 8.0) * 4.0).round() / 4.0).collect();
+            let mut x: Vec<f32> = (0..n)
+                .map(|_| (rng.uniform(-8.0, 8.0) * 4.0).round() / 4.0)
+                .collect();
             if n > 20 {
                 x[n / 2] = f32::NEG_INFINITY;
             }
@@ -169,7 +209,10 @@ fn topk_with_non_finite_logits() {
             let mut p = vec![0f32; k];
             softmax_topk_with(&x, &mut idx, &mut p, isa).unwrap();
             assert_eq!(idx, want_idx, "{isa} k={k}");
-            assert!(p.iter().all(|v| v.is_nan()), "{isa}: NaN row gives NaN probabilities");
+            assert!(
+                p.iter().all(|v| v.is_nan()),
+                "{isa}: NaN row gives NaN probabilities"
+            );
         }
         let all_ninf = vec![f32::NEG_INFINITY; 20];
         let mut idx = vec![0u32; 3];
@@ -185,8 +228,16 @@ fn shape_errors() {
     let mut x = vec![0.0f32; 12];
     assert!(softmax(&mut x, 5, 3).is_err());
     assert!(softmax(&mut x, 4, 3).is_ok());
-    let m = CausalMask { q_rows: 3, kv_len: 4, pos0: 2, scale: 1.0 };
-    assert!(matches!(softmax_causal(&mut x, &m), Err(KernelError::InvalidShape { .. })));
+    let m = CausalMask {
+        q_rows: 3,
+        kv_len: 4,
+        pos0: 2,
+        scale: 1.0,
+    };
+    assert!(matches!(
+        softmax_causal(&mut x, &m),
+        Err(KernelError::InvalidShape { .. })
+    ));
     let m = CausalMask { pos0: 1, ..m };
     assert!(softmax_causal(&mut x, &m).is_ok());
     let mut idx = [0u32; 3];
