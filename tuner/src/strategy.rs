@@ -242,9 +242,7 @@ fn descent(rec: &mut Recorder<'_>, coords: &[Coords], start: usize) -> Option<us
         None => return halving(rec, coords.len(), 3),
     };
     loop {
-        let neighbours: Vec<usize> = (0..coords.len())
-            .filter(|&j| j != cur && differs_in_one(&coords[cur], &coords[j]))
-            .collect();
+        let neighbours = nearest_neighbours(coords, cur);
         let mut moved = false;
         let mut best = (cur, cur_s);
         for j in neighbours {
@@ -267,11 +265,29 @@ fn descent(rec: &mut Recorder<'_>, coords: &[Coords], start: usize) -> Option<us
     Some(cur)
 }
 
-fn differs_in_one(a: &Coords, b: &Coords) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// The candidates closest to `cur` in Hamming distance over coordinates:
+/// those differing in exactly one parameter when there are any. The analytic
+/// default often sits off the candidate grid (its values are computed, not
+/// enumerated), so the nearest ring may be two or more coordinates away.
+fn nearest_neighbours(coords: &[Coords], cur: usize) -> Vec<usize> {
+    let dist = |j: usize| {
+        let (a, b) = (&coords[cur], &coords[j]);
+        if a.len() != b.len() {
+            return usize::MAX;
+        }
+        a.iter().zip(b).filter(|(x, y)| x != y).count()
+    };
+    let ring = (0..coords.len())
+        .filter(|&j| j != cur)
+        .map(dist)
+        .filter(|&d| d > 0)
+        .min();
+    match ring {
+        Some(d) if d != usize::MAX => (0..coords.len())
+            .filter(|&j| j != cur && dist(j) == d)
+            .collect(),
+        _ => Vec::new(),
     }
-    a.iter().zip(b).filter(|(x, y)| x != y).count() == 1
 }
 
 #[cfg(test)]
@@ -413,6 +429,23 @@ mod tests {
         assert!(r.stopped_by_budget);
         assert_eq!(r.evaluations.len(), 7);
         assert!(r.best.is_some());
+    }
+
+    #[test]
+    fn descent_moves_from_an_off_grid_default() {
+        let mut g = grid();
+        let mut coords = g.coords();
+        // Candidate 0 stands for an analytic default whose values are all off
+        // the grid: no candidate differs from it in exactly one coordinate.
+        coords[0] = vec![
+            ("a".into(), "x".into()),
+            ("b".into(), "y".into()),
+            ("c".into(), "z".into()),
+        ];
+        let r = search(Strategy::Descent, &coords, 0, &mut g);
+        let (_, opt) = true_best(&grid(), coords.len());
+        let got = g.truth(r.best.unwrap()).unwrap();
+        assert!(got / opt - 1.0 <= 0.05, "regret {}", got / opt - 1.0);
     }
 
     #[test]
