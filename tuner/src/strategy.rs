@@ -265,27 +265,43 @@ fn descent(rec: &mut Recorder<'_>, coords: &[Coords], start: usize) -> Option<us
     Some(cur)
 }
 
-/// The candidates closest to `cur` in Hamming distance over coordinates:
-/// those differing in exactly one parameter when there are any. The analytic
-/// default often sits off the candidate grid (its values are computed, not
-/// enumerated), so the nearest ring may be two or more coordinates away.
+/// The candidates one move away from `cur`: those differing in at most one
+/// coordinate, where a coordinate whose current value no other candidate
+/// shares counts as a wildcard. The analytic default often sits off the
+/// candidate grid in some parameter (its values are computed, not
+/// enumerated); the wildcard lets the first step both snap that parameter
+/// onto the grid and move in any other one. When nothing is one move away,
+/// the nearest ring at any distance is used.
 fn nearest_neighbours(coords: &[Coords], cur: usize) -> Vec<usize> {
+    let a = &coords[cur];
+    let on_grid: Vec<bool> = a
+        .iter()
+        .enumerate()
+        .map(|(ci, v)| {
+            coords
+                .iter()
+                .enumerate()
+                .any(|(j, b)| j != cur && b.get(ci) == Some(v))
+        })
+        .collect();
     let dist = |j: usize| {
-        let (a, b) = (&coords[cur], &coords[j]);
+        let b = &coords[j];
         if a.len() != b.len() {
             return usize::MAX;
         }
-        a.iter().zip(b).filter(|(x, y)| x != y).count()
+        a.iter()
+            .zip(b)
+            .zip(&on_grid)
+            .filter(|((x, y), on)| **on && x != y)
+            .count()
     };
-    let ring = (0..coords.len())
-        .filter(|&j| j != cur)
-        .map(dist)
-        .filter(|&d| d > 0)
-        .min();
-    match ring {
-        Some(d) if d != usize::MAX => (0..coords.len())
-            .filter(|&j| j != cur && dist(j) == d)
-            .collect(),
+    let others = || (0..coords.len()).filter(|&j| j != cur);
+    let near: Vec<usize> = others().filter(|&j| dist(j) <= 1).collect();
+    if !near.is_empty() {
+        return near;
+    }
+    match others().map(dist).min() {
+        Some(d) if d != usize::MAX => others().filter(|&j| dist(j) == d).collect(),
         _ => Vec::new(),
     }
 }
