@@ -24,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Describe this SoC: cores, clusters, caches, ISA features, PMU, fingerprint.
     Probe(cmd::probe::Args),
+    /// Measure kernels and this machine's roofline ceilings.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,5 +52,6 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     match cli.command {
         Command::Probe(args) => cmd::probe::run(&global, args),
+        Command::Bench(args) => cmd::bench::run(&global, args),
     }
 }
