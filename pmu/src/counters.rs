@@ -527,6 +527,13 @@ impl CounterSet {
         self.started = false;
         let mut counts = Counts::empty(self.backend.clone());
         counts.slots = self.slots;
+        if !self.dropped.is_empty() {
+            counts.notes.push(format!(
+                "events refused by the PMU and not counted: {}",
+                self.dropped.join(", ")
+            ));
+        }
+        counts.notes.extend(self.warning.clone());
         match &mut self.engine {
             Engine::Perf(groups) => {
                 for g in groups.iter_mut() {
