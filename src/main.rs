@@ -28,6 +28,8 @@ pub enum Command {
     Table(cmd::table::Args),
     /// Tune kernels on this SoC and store the winners in the selector table.
     Tune(cmd::tune::Args),
+    /// Measure kernels and this machine's roofline ceilings.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -56,5 +58,6 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Probe(args) => cmd::probe::run(&global, args),
         Command::Table(args) => cmd::table::run(&global, args),
         Command::Tune(args) => cmd::tune::run(&global, args),
+        Command::Bench(args) => cmd::bench::run(&global, args),
     }
 }

@@ -19,10 +19,11 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::BenchError;
+use crate::pin::{PinGuard, Placement};
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use tiletune_pmu::{CounterSet, Counts, Metrics};
+use tiletune_pmu::{CounterOptions, CounterSet, Counts, EventSetKind, FallbackNote, Metrics};
 
 /// Upper bound on runs batched into one sample (guards against a zero estimate).
 pub const MAX_ITERS_PER_SAMPLE: u64 = 1 << 20;
@@ -129,6 +130,8 @@ pub struct Measurement {
     /// Counter values per run, when counters were attached.
     pub counts: Option<Counts>,
     pub metrics: Option<Metrics>,
+    /// Where the run was pinned and observed, when pinned.
+    pub placement: Option<Placement>,
 }
 
 impl Measurement {
@@ -153,6 +156,7 @@ pub struct Harness<C: Clock = SystemClock> {
     cfg: MeasureConfig,
     clock: C,
     counters: Option<CounterSet>,
+    pin: Option<Vec<usize>>,
 }
 
 impl Harness<SystemClock> {
@@ -170,6 +174,7 @@ impl<C: Clock> Harness<C> {
             cfg,
             clock,
             counters: None,
+            pin: None,
         })
     }
 
@@ -177,6 +182,26 @@ impl<C: Clock> Harness<C> {
     pub fn with_counters(mut self, counters: CounterSet) -> Self {
         self.counters = Some(counters);
         self
+    }
+
+    /// Pins the measuring thread to `cpus` for each measurement (restored
+    /// afterwards) and records the placement. Call before
+    /// [`Harness::attach_counters`] so the counters use that cluster's PMU.
+    pub fn pinned(mut self, cpus: Vec<usize>) -> Self {
+        self.pin = Some(cpus);
+        self
+    }
+
+    /// Opens counters of `kind` for the pinned CPUs (big.LITTLE: that
+    /// cluster's PMU) and attaches them; returns the fallback note, if any.
+    pub fn attach_counters(&mut self, kind: EventSetKind) -> Option<FallbackNote> {
+        let mut opts = CounterOptions::new(kind);
+        if let Some(cpus) = &self.pin {
+            opts = opts.cpus(cpus.clone());
+        }
+        let (set, note) = CounterSet::with_options(&opts);
+        self.counters = Some(set);
+        note
     }
 
     pub fn config(&self) -> &MeasureConfig {
@@ -195,6 +220,7 @@ impl<C: Clock> Harness<C> {
     /// Measures `f`, one call = one run.
     pub fn measure<F: FnMut()>(&mut self, name: &str, mut f: F) -> Result<Measurement, BenchError> {
         let cfg = self.cfg;
+        let mut pin = self.pin.as_deref().map(PinGuard::pin).transpose()?;
         // 1. Warm-up.
         let t0 = self.clock.now();
         let mut warm = 0u64;
@@ -250,6 +276,11 @@ impl<C: Clock> Harness<C> {
             Some(c) => Some(c.stop()?.per_run(runs)),
             None => None,
         };
+        let placement = pin.as_mut().map(|g| {
+            g.observe();
+            g.placement().clone()
+        });
+        drop(pin);
         let summary = Summary::of(&samples).expect("at least one sample is always taken");
         Ok(Measurement {
             name: name.to_string(),
@@ -262,6 +293,7 @@ impl<C: Clock> Harness<C> {
             budget_exhausted: exhausted,
             metrics: counts.as_ref().map(Counts::derived),
             counts,
+            placement,
         })
     }
 }
@@ -407,5 +439,34 @@ mod tests {
             "{per_run}"
         );
         assert!(m.metrics.unwrap().task_clock_ns.is_some());
+        assert_eq!(m.placement, None);
+    }
+
+    #[test]
+    fn pinned_measurements_record_placement_and_restore_affinity() {
+        let before = crate::pin::affinity().unwrap();
+        let cpu = before[0];
+        let mut h = Harness::new(MeasureConfig::quick())
+            .unwrap()
+            .pinned(vec![cpu]);
+        let note = h.attach_counters(EventSetKind::Auto);
+        let m = h
+            .measure("pinned", || {
+                std::hint::black_box((0..100u32).sum::<u32>());
+            })
+            .unwrap();
+        let p = m.placement.as_ref().unwrap();
+        assert_eq!(p.pinned_to, vec![cpu]);
+        assert!(p.honoured(), "{p:?}");
+        assert_eq!(crate::pin::affinity().unwrap(), before);
+        // Counts come either from hardware or from the fallback it announced.
+        let c = m.counts.unwrap();
+        match c.backend {
+            tiletune_pmu::Backend::Hardware { .. } => assert!(note.is_none()),
+            _ => assert!(note.is_some()),
+        }
+        // Pinning to a CPU outside the set is an error, not a silent no-op.
+        let mut h = Harness::new(MeasureConfig::quick()).unwrap().pinned(vec![]);
+        assert!(h.measure("bad", || {}).is_err());
     }
 }

@@ -421,22 +421,7 @@ impl CounterSet {
         }
         let cpus = opts.cpus.clone().unwrap_or_else(current_affinity);
         let (pmu, warning) = choose_pmu(pmus, &cpus, current_cpu());
-        let (events, reference): (Vec<EventDef>, EventDef) = match kind {
-            EventSetKind::Armv8 => {
-                let evs = event_set(kind)
-                    .iter()
-                    .filter(|e| {
-                        e.required
-                            || pmu
-                                .as_ref()
-                                .is_some_and(|p| p.has_event(&sysfs_event_name(e)))
-                    })
-                    .copied()
-                    .collect();
-                (evs, ARM_CPU_CYCLES)
-            }
-            _ => (event_set(kind).to_vec(), X86_CYCLES),
-        };
+        let (events, reference) = hardware_events(kind, pmu.as_ref());
         let mut cfg = PlanConfig::for_kind(kind);
         if let Some(n) = opts.counters {
             cfg.counters = n;
@@ -527,6 +512,13 @@ impl CounterSet {
         self.started = false;
         let mut counts = Counts::empty(self.backend.clone());
         counts.slots = self.slots;
+        if !self.dropped.is_empty() {
+            counts.notes.push(format!(
+                "events refused by the PMU and not counted: {}",
+                self.dropped.join(", ")
+            ));
+        }
+        counts.notes.extend(self.warning.clone());
         match &mut self.engine {
             Engine::Perf(groups) => {
                 for g in groups.iter_mut() {
@@ -572,6 +564,23 @@ impl CounterSet {
         self.start()?;
         let r = f();
         Ok((r, self.stop()?))
+    }
+}
+
+/// The events of a hardware `kind` to open on `pmu`, and the cycle reference.
+/// ARMv8 optional events (top-down, SIMD share) are kept only when the PMU's
+/// sysfs `events/` lists them; required ones always.
+pub fn hardware_events(kind: EventSetKind, pmu: Option<&PmuDevice>) -> (Vec<EventDef>, EventDef) {
+    match kind.resolve() {
+        EventSetKind::Armv8 => {
+            let evs = event_set(EventSetKind::Armv8)
+                .iter()
+                .filter(|e| e.required || pmu.is_some_and(|p| p.has_event(&sysfs_event_name(e))))
+                .copied()
+                .collect();
+            (evs, ARM_CPU_CYCLES)
+        }
+        k => (event_set(k).to_vec(), X86_CYCLES),
     }
 }
 

@@ -90,6 +90,10 @@ pub struct Counts {
     pub values: BTreeMap<String, CounterValue>,
     /// Events that were planned but produced no value (group never scheduled).
     pub missing: Vec<String>,
+    /// Caveats of this window: events the PMU refused, a run that could
+    /// migrate across clusters' PMUs.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 impl Counts {
@@ -100,6 +104,7 @@ impl Counts {
             slots: None,
             values: BTreeMap::new(),
             missing: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

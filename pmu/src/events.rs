@@ -124,12 +124,17 @@ const fn arm(name: &'static str, id: u16, affinity: &'static str, required: bool
     }
 }
 
-const fn hw(name: &'static str, e: HardwareEvent, affinity: &'static str) -> EventDef {
+const fn hw(
+    name: &'static str,
+    e: HardwareEvent,
+    affinity: &'static str,
+    required: bool,
+) -> EventDef {
     EventDef {
         name,
         code: EventCode::Hardware(e),
         affinity,
-        required: true,
+        required,
     }
 }
 
@@ -145,7 +150,7 @@ const fn sw(name: &'static str, e: SoftwareEvent) -> EventDef {
 /// The cycle reference of the ARMv8 set; every planned group carries it.
 pub const ARM_CPU_CYCLES: EventDef = arm("CPU_CYCLES", 0x11, "cycles", true);
 /// The cycle reference of the x86 set.
-pub const X86_CYCLES: EventDef = hw("cycles", HardwareEvent::Cycles, "cycles");
+pub const X86_CYCLES: EventDef = hw("cycles", HardwareEvent::Cycles, "cycles", true);
 
 /// ARMv8 PMUv3 common events. `required` marks the events PMUv3 mandates or
 /// that every Cortex-A core since the A53 implements; the rest (the
@@ -171,16 +176,42 @@ pub const ARMV8_EVENTS: &[EventDef] = &[
 ];
 
 /// Generic x86 events. `stalled-cycles-*` are left out on purpose: neither
-/// Intel nor AMD Zen kernels map them any more.
+/// Intel nor AMD Zen kernels map them any more. Cycles and instructions are
+/// required; a driver that does not map the others (`ENOENT`) only loses them.
 pub const X86_EVENTS: &[EventDef] = &[
     X86_CYCLES,
-    hw("instructions", HardwareEvent::Instructions, "core"),
-    hw("branches", HardwareEvent::BranchInstructions, "branch"),
-    hw("branch-misses", HardwareEvent::BranchMisses, "branch"),
-    hw("L1-dcache-loads", HardwareEvent::L1dReadAccess, "l1d"),
-    hw("L1-dcache-load-misses", HardwareEvent::L1dReadMiss, "l1d"),
-    hw("cache-references", HardwareEvent::CacheReferences, "llc"),
-    hw("cache-misses", HardwareEvent::CacheMisses, "llc"),
+    hw("instructions", HardwareEvent::Instructions, "core", true),
+    hw(
+        "branches",
+        HardwareEvent::BranchInstructions,
+        "branch",
+        false,
+    ),
+    hw(
+        "branch-misses",
+        HardwareEvent::BranchMisses,
+        "branch",
+        false,
+    ),
+    hw(
+        "L1-dcache-loads",
+        HardwareEvent::L1dReadAccess,
+        "l1d",
+        false,
+    ),
+    hw(
+        "L1-dcache-load-misses",
+        HardwareEvent::L1dReadMiss,
+        "l1d",
+        false,
+    ),
+    hw(
+        "cache-references",
+        HardwareEvent::CacheReferences,
+        "llc",
+        false,
+    ),
+    hw("cache-misses", HardwareEvent::CacheMisses, "llc", false),
 ];
 
 /// Kernel software events; these need no PMU and are what the fallback counts.

@@ -3,7 +3,8 @@
 
 use std::hint::black_box;
 use std::path::PathBuf;
-use tiletune_pmu::counters::{choose_pmu, explain_open_failure, pmu_for_cpus};
+use tiletune_pmu::counters::{choose_pmu, explain_open_failure, hardware_events, pmu_for_cpus};
+use tiletune_pmu::plan::{PlanConfig, plan_groups};
 use tiletune_pmu::sysfs::{discover_cpu_pmus, pmu_for_cpu};
 use tiletune_pmu::{Backend, CounterOptions, CounterSet, EventSetKind};
 
@@ -52,6 +53,45 @@ fn a_pinned_run_uses_its_clusters_pmu() {
     let (p, warn) = choose_pmu(&pmus, &[3], Some(3));
     assert_eq!(p.unwrap().name, "armv8_cortex_a55");
     assert_eq!(warn, None);
+}
+
+#[test]
+fn each_cluster_counts_the_events_its_pmu_lists() {
+    let root = fixture("biglittle");
+    let little = pmu_for_cpus(&root, &[0]).unwrap();
+    let big = pmu_for_cpus(&root, &[7]).unwrap();
+    let (little_events, cycles) = hardware_events(EventSetKind::Armv8, Some(&little));
+    let (big_events, _) = hardware_events(EventSetKind::Armv8, Some(&big));
+    let names = |v: &[tiletune_pmu::EventDef]| v.iter().map(|e| e.name).collect::<Vec<_>>();
+    // The A55 lists no STALL_SLOT*/OP_* events: no top-down there.
+    assert_eq!(little_events.len(), 11, "{:?}", names(&little_events));
+    assert!(!names(&little_events).contains(&"OP_SPEC"));
+    assert!(names(&little_events).contains(&"ASE_SPEC"));
+    assert_eq!(big_events.len(), 16);
+    assert_eq!(big.slots, Some(4));
+    // Without sysfs information only the required events are opened.
+    let (bare, _) = hardware_events(EventSetKind::Armv8, None);
+    assert_eq!(
+        names(&bare),
+        [
+            "CPU_CYCLES",
+            "INST_RETIRED",
+            "BR_MIS_PRED",
+            "L1D_CACHE",
+            "L1D_CACHE_REFILL",
+            "L2D_CACHE",
+            "L2D_CACHE_REFILL"
+        ]
+    );
+    // Both plans fit the default six counters.
+    for evs in [&little_events, &big_events] {
+        let plan = plan_groups(evs, Some(cycles), PlanConfig::for_kind(EventSetKind::Armv8));
+        assert!(plan.groups.iter().all(|g| g.len() <= 7));
+        assert_eq!(
+            plan.groups.iter().map(|g| g.len() - 1).sum::<usize>(),
+            evs.len() - 1
+        );
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each exposes `Args` (clap) and
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
+pub mod bench;
 pub mod probe;
 pub mod table;
 pub mod tune;

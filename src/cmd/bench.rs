@@ -1,0 +1,289 @@
+//! `tiletune bench`: measurements from the command line. `bench roofline`
+//! measures this machine's ceilings (STREAM bandwidth, FMA peak per ISA lane)
+//! with `tiletune-bench` and prints them; kernel families are added as
+//! further subcommands.
+
+use super::Global;
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use tiletune_bench::Environment;
+use tiletune_bench::roofline::{Ceilings, FmaIsa, Progress, RooflineConfig, measure_ceilings};
+
+/// The SoC fingerprint recorded until `tiletune probe` provides one here.
+const SOC_FINGERPRINT_UNPROBED: &str = "unprobed";
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad,
+    /// 1..N threads) and f32 FMA peak per ISA lane (1..N threads).
+    Roofline(RooflineArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RooflineArgs {
+    /// Largest thread count [default: the CPUs this process may run on].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Last-level cache size in bytes, used to size the arrays [default: from sysfs].
+    #[arg(long)]
+    pub llc_bytes: Option<u64>,
+    /// Size of each STREAM array in MiB (overrides the 4 × LLC rule).
+    #[arg(long)]
+    pub array_mib: Option<u64>,
+    /// STREAM repetitions (the first is not reported).
+    #[arg(long, default_value_t = 10)]
+    pub reps: usize,
+    /// FMA lanes to measure, comma separated: scalar, avx2+fma, avx512, neon [default: all available].
+    #[arg(long, value_delimiter = ',')]
+    pub isa: Vec<String>,
+    /// Small arrays and short loops: a smoke test, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Do not pin worker threads to CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct RooflineRecord {
+    environment: Environment,
+    ceilings: Ceilings,
+}
+
+pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    match args.command {
+        BenchCommand::Roofline(a) => roofline(g, a),
+    }
+}
+
+fn parse_isa(s: &str) -> anyhow::Result<FmaIsa> {
+    FmaIsa::ALL
+        .into_iter()
+        .find(|i| i.name().eq_ignore_ascii_case(s.trim()))
+        .with_context(|| {
+            format!("unknown ISA lane `{s}`; choose from scalar, avx2+fma, avx512, neon")
+        })
+}
+
+fn config(a: &RooflineArgs, env: &Environment) -> anyhow::Result<RooflineConfig> {
+    let max_threads = match a.threads {
+        Some(0) => anyhow::bail!("--threads must be at least 1"),
+        Some(t) => t,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let mut cfg = RooflineConfig::for_machine(a.llc_bytes.or(env.llc_bytes), max_threads);
+    if a.quick {
+        let tiny = RooflineConfig::tiny();
+        cfg.array_len = (1 << 20).max(max_threads);
+        cfg.fma_target = tiny.fma_target * 10;
+        cfg.fma_reps = tiny.fma_reps;
+    }
+    if let Some(mib) = a.array_mib {
+        cfg.array_len = ((mib << 20) / 8).max(max_threads as u64) as usize;
+    }
+    cfg.reps = a.reps;
+    cfg.pin = !a.no_pin;
+    if !a.isa.is_empty() {
+        let isas = a
+            .isa
+            .iter()
+            .map(|s| parse_isa(s))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if let Some(missing) = isas.iter().find(|i| !i.is_available()) {
+            anyhow::bail!(
+                "ISA lane `{}` is not available on this CPU; run `tiletune probe` to list its features",
+                missing.name()
+            );
+        }
+        cfg.isas = Some(isas);
+    }
+    Ok(cfg)
+}
+
+fn roofline(g: &Global, a: RooflineArgs) -> anyhow::Result<ExitCode> {
+    let env = Environment::capture(SOC_FINGERPRINT_UNPROBED, env!("CARGO_PKG_VERSION"), None);
+    for w in env.warnings() {
+        eprintln!("warning: {w}");
+    }
+    let cfg = config(&a, &env)?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = ProgressBar::new(0);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let ceilings = measure_ceilings(&cfg, |p: Progress| match &bar {
+        Some(b) => {
+            b.set_length(p.total as u64);
+            b.set_position(p.done as u64);
+            b.set_message(p.step);
+        }
+        None if p.done < p.total => eprintln!("[{}/{}] {}", p.done + 1, p.total, p.step),
+        None => {}
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        let record = RooflineRecord {
+            environment: env,
+            ceilings,
+        };
+        serde_json::to_writer_pretty(&mut out, &record)?;
+        writeln!(out)?;
+    } else {
+        print_table(&mut out, &ceilings, a.quick)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}
+
+fn print_table(out: &mut impl Write, c: &Ceilings, quick: bool) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "roofline: 3 arrays × {:.1} MiB (LLC {:.1} MiB), {} reps, workers {}{}",
+        mib(c.array_bytes),
+        mib(c.llc_bytes),
+        c.reps,
+        if c.pinned { "pinned" } else { "not pinned" },
+        if quick {
+            " — quick mode, not a measurement"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(
+        out,
+        "\nmemory bandwidth (GB/s, STREAM byte counting; best / median)"
+    )?;
+    writeln!(
+        out,
+        "{:>7}  {:>16}  {:>16}  check",
+        "threads", "copy", "triad"
+    )?;
+    for b in &c.bandwidth {
+        writeln!(
+            out,
+            "{:>7}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {}",
+            b.threads,
+            b.copy_gbs,
+            b.copy_median_gbs,
+            b.triad_gbs,
+            b.triad_median_gbs,
+            if b.validated { "ok" } else { "WRONG RESULT" }
+        )?;
+    }
+    writeln!(out, "\nFMA peak (f32 GFLOP/s; best / median)")?;
+    writeln!(
+        out,
+        "{:<9} {:>5} {:>4} {:>7}  {:>18}",
+        "isa", "lanes", "acc", "threads", "GFLOP/s"
+    )?;
+    for p in &c.fma {
+        writeln!(
+            out,
+            "{:<9} {:>5} {:>4} {:>7}  {:>8.1} / {:>7.1}",
+            p.isa.name(),
+            p.lanes,
+            p.accumulators,
+            p.threads,
+            p.gflops,
+            p.median_gflops
+        )?;
+    }
+    writeln!(
+        out,
+        "\npeak: {:.1} GB/s (triad), {:.1} GFLOP/s; ridge point {:.2} flop/byte",
+        c.peak_bandwidth_gbs,
+        c.peak_gflops,
+        c.ridge_point()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: BenchCommand,
+    }
+
+    fn args(line: &[&str]) -> RooflineArgs {
+        let mut v = vec!["bench"];
+        v.extend_from_slice(line);
+        match Cli::parse_from(v).cmd {
+            BenchCommand::Roofline(a) => a,
+        }
+    }
+
+    #[test]
+    fn flags_shape_the_config() {
+        let env = Environment::capture("test", "0", None);
+        let a = args(&[
+            "roofline",
+            "--threads",
+            "3",
+            "--llc-bytes",
+            "1048576",
+            "--reps",
+            "4",
+            "--no-pin",
+        ]);
+        let c = config(&a, &env).unwrap();
+        assert_eq!(c.threads, vec![1, 2, 3]);
+        assert_eq!(c.llc_bytes, 1 << 20);
+        assert_eq!(c.reps, 4);
+        assert!(!c.pin);
+        assert!(3 * c.array_len as u64 * 8 >= 256 << 20);
+        let c = config(
+            &args(&["roofline", "--array-mib", "2", "--isa", "scalar"]),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(c.array_len, (2 << 20) / 8);
+        assert_eq!(c.isas, Some(vec![FmaIsa::Scalar]));
+        assert!(config(&args(&["roofline", "--isa", "sse9"]), &env).is_err());
+        assert!(config(&args(&["roofline", "--threads", "0"]), &env).is_err());
+    }
+
+    #[test]
+    fn table_lists_every_point() {
+        let mut cfg = RooflineConfig::tiny();
+        cfg.threads = vec![1];
+        cfg.isas = Some(vec![FmaIsa::Scalar]);
+        let c = measure_ceilings(&cfg, |_| {}).unwrap();
+        let mut buf = Vec::new();
+        print_table(&mut buf, &c, true).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains("quick mode"));
+        assert!(text.contains("scalar"));
+        assert!(text.contains("ok"));
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.trim_start().starts_with("1 "))
+                .count(),
+            1
+        );
+    }
+}
