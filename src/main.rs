@@ -24,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Describe this SoC: cores, clusters, caches, ISA features, PMU, fingerprint.
     Probe(cmd::probe::Args),
+    /// Show, export, import and merge the selector table of tuned winners.
+    Table(cmd::table::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,5 +52,6 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     match cli.command {
         Command::Probe(args) => cmd::probe::run(&global, args),
+        Command::Table(args) => cmd::table::run(&global, args),
     }
 }

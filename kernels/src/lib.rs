@@ -18,6 +18,7 @@ pub mod isa;
 pub mod matmul_rope;
 pub mod norm;
 pub mod pool;
+pub mod qgemv;
 pub mod quant;
 pub mod rope;
 pub mod softmax;
@@ -28,6 +29,12 @@ pub mod tune;
 pub use error::KernelError;
 pub use isa::Isa;
 pub use tune::{CpuCaps, Tunable};
+
+/// Version of the kernels' numerical and parameter contract. Selector-table
+/// rows carry it, so a table tuned with kernels whose parameters meant
+/// something else is never applied. Bump it when a family's params struct
+/// changes meaning or a variant's output changes.
+pub const KERNEL_ABI: u32 = 1;
 
 /// Result type of every fallible kernel entry point.
 pub type Result<T> = std::result::Result<T, KernelError>;

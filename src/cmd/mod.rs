@@ -2,6 +2,7 @@
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
 pub mod probe;
+pub mod table;
 
 /// Flags every subcommand sees.
 #[derive(Debug, Clone, Copy)]

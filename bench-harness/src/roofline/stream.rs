@@ -1,0 +1,165 @@
+//! STREAM-style memory bandwidth (J. D. McCalpin, "Memory Bandwidth and
+//! Machine Balance in Current High Performance Computers", IEEE TCCA
+//! Newsletter, 1995; <https://www.cs.virginia.edu/stream/>).
+//!
+//! Three `f64` arrays, each far larger than the LLC; `threads` workers each
+//! own one contiguous chunk of all three (first-touched by that worker, so
+//! pages land on its NUMA node). One repetition runs
+//! **Copy** `c[i] = a[i]` then **Triad** `a[i] = b[i] + s * c[i]`, each between
+//! two barriers, and the first worker times it. Bytes are counted as STREAM
+//! does: 16 per element for Copy, 24 for Triad (reads + writes, no
+//! write-allocate traffic). The best repetition after the first is the
+//! ceiling (STREAM's reported rate); the median is kept as well.
+//! `s = 0.5` and `b = 2` make `a` converge to 4 instead of overflowing, and
+//! let the result be checked exactly.
+
+use crate::error::BenchError;
+use crate::pin::PinGuard;
+use std::sync::Barrier;
+use std::time::Instant;
+
+/// STREAM's triad scalar here (converging; see module docs).
+pub const TRIAD_SCALAR: f64 = 0.5;
+pub const INIT_A: f64 = 1.0;
+pub const INIT_B: f64 = 2.0;
+
+/// Copy kernel on one chunk.
+pub fn copy(c: &mut [f64], a: &[f64]) {
+    c.copy_from_slice(a);
+}
+
+/// Triad kernel on one chunk.
+pub fn triad(a: &mut [f64], b: &[f64], c: &[f64], s: f64) {
+    for ((a, b), c) in a.iter_mut().zip(b).zip(c) {
+        *a = b + s * c;
+    }
+}
+
+/// Per-repetition times (ns) of Copy and Triad, plus the final arrays'
+/// agreement with the expected values.
+#[derive(Debug, Clone)]
+pub struct StreamRun {
+    pub copy_ns: Vec<f64>,
+    pub triad_ns: Vec<f64>,
+    /// Every element held the expected value after the last repetition.
+    pub validated: bool,
+}
+
+/// Value of `a` after `reps` repetitions (and of `c` after `reps`: a_{reps-1}).
+pub fn expected_a(reps: usize) -> f64 {
+    (0..reps).fold(INIT_A, |a, _| INIT_B + TRIAD_SCALAR * a)
+}
+
+/// One worker's Copy times, Triad times and validation.
+type WorkerOut = (Vec<f64>, Vec<f64>, bool);
+
+/// Runs `reps` repetitions on arrays of `len` elements with `threads` workers
+/// (worker `i` pinned to `cpus[i]` when given).
+pub fn run(
+    len: usize,
+    threads: usize,
+    reps: usize,
+    cpus: Option<&[usize]>,
+) -> Result<StreamRun, BenchError> {
+    if threads == 0 || reps == 0 || len < threads {
+        return Err(BenchError::InvalidConfig {
+            reason: format!(
+                "stream needs threads >= 1, reps >= 1 and len >= threads (got {threads}, {reps}, {len})"
+            ),
+        });
+    }
+    // Zeroed allocations are untouched pages until each worker writes its chunk.
+    let mut a = vec![0.0f64; len];
+    let mut b = vec![0.0f64; len];
+    let mut c = vec![0.0f64; len];
+    let chunk = len.div_ceil(threads);
+    // Rounding can leave fewer chunks than threads (len 5, 4 threads -> 3).
+    let barrier = Barrier::new(len.div_ceil(chunk));
+    let expect_a = expected_a(reps);
+    let expect_c = expected_a(reps - 1);
+
+    let results: Vec<Result<WorkerOut, BenchError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = a
+            .chunks_mut(chunk)
+            .zip(b.chunks_mut(chunk))
+            .zip(c.chunks_mut(chunk))
+            .enumerate()
+            .map(|(i, ((a, b), c))| {
+                let barrier = &barrier;
+                let cpu = cpus.and_then(|l| l.get(i)).copied();
+                s.spawn(move || {
+                    // Pinning is best effort: a failed pin must not leave the others at the barrier.
+                    let _pin = cpu.and_then(|c| PinGuard::pin(&[c]).ok());
+                    a.fill(INIT_A);
+                    b.fill(INIT_B);
+                    c.fill(0.0);
+                    let (mut tc, mut tt) = (Vec::new(), Vec::new());
+                    for _ in 0..reps {
+                        barrier.wait();
+                        let t0 = Instant::now();
+                        copy(c, a);
+                        barrier.wait();
+                        let t1 = Instant::now();
+                        triad(a, b, c, TRIAD_SCALAR);
+                        barrier.wait();
+                        let t2 = Instant::now();
+                        tc.push((t1 - t0).as_nanos() as f64);
+                        tt.push((t2 - t1).as_nanos() as f64);
+                    }
+                    let ok = a.iter().all(|&x| x == expect_a) && c.iter().all(|&x| x == expect_c);
+                    Ok((tc, tt, ok))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(BenchError::WorkerPanicked)))
+            .collect()
+    });
+    let mut validated = true;
+    let mut first = None;
+    for r in results {
+        let (tc, tt, ok) = r?;
+        validated &= ok;
+        // Worker 0's clock spans barrier to barrier, i.e. the slowest worker.
+        first.get_or_insert((tc, tt));
+    }
+    let (copy_ns, triad_ns) = first.expect("threads >= 1");
+    Ok(StreamRun {
+        copy_ns,
+        triad_ns,
+        validated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_compute_what_stream_defines() {
+        let a = [1.0, 2.0, 3.0];
+        let mut c = [0.0; 3];
+        copy(&mut c, &a);
+        assert_eq!(c, a);
+        let mut a2 = [0.0; 3];
+        triad(&mut a2, &[1.0, 1.0, 1.0], &[2.0, 4.0, 6.0], 0.5);
+        assert_eq!(a2, [2.0, 3.0, 4.0]);
+        assert_eq!(expected_a(0), 1.0);
+        assert_eq!(expected_a(1), 2.5);
+        assert_eq!(expected_a(2), 3.25);
+    }
+
+    #[test]
+    fn every_element_is_processed_once_per_rep_for_any_split() {
+        for (len, threads) in [(1, 1), (7, 2), (5, 4), (1000, 3), (4096, 2)] {
+            let r = run(len, threads, 3, None).unwrap();
+            assert!(r.validated, "len={len} threads={threads}");
+            assert_eq!(r.copy_ns.len(), 3);
+            assert_eq!(r.triad_ns.len(), 3);
+        }
+        assert!(run(1, 2, 1, None).is_err());
+        assert!(run(10, 0, 1, None).is_err());
+        assert!(run(10, 1, 0, None).is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! AVX-512F element-wise kernels, 16 lanes, and the 16-lane vector math
+//! that norm, softmax and rope reuse. Tails use masked loads and stores;
+//! `2ⁿ` scaling uses `vscalefps`, which rounds subnormal results once and
+//! overflows to `+∞` by itself.
+
+use super::EltOp;
+use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
+use super::vconst::*;
+use std::arch::x86_64::*;
+
+/// `e^x`, 16 lanes (see `avx2::exp8` for the method).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn exp16(x: __m512) -> __m512 {
+    // Second operand is returned for NaN: keep x second so NaN survives.
+    let x = _mm512_max_ps(
+        _mm512_set1_ps(EXP_LO),
+        _mm512_min_ps(_mm512_set1_ps(EXP_HI), x),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let r2 = _mm512_mul_ps(r, r);
+    let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
+    _mm512_scalef_ps(y, n)
+}
+
+/// Where `x = -∞`, returns `-0` instead of `v`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn fix_neg_inf(x: __m512, v: __m512) -> __m512 {
+    let m = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_set1_ps(f32::NEG_INFINITY));
+    _mm512_mask_blend_ps(m, v, _mm512_set1_ps(-0.0))
+}
+
+/// `x / (1 + e^(-a·x))` with the `x = -∞` limit `-0`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn x_sigmoid16(x: __m512, a: f32) -> __m512 {
+    let e = exp16(_mm512_mul_ps(x, _mm512_set1_ps(-a)));
+    fix_neg_inf(
+        x,
+        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)),
+    )
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn sigmoid16(x: __m512) -> __m512 {
+    let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    _mm512_div_ps(_mm512_set1_ps(1.0), _mm512_add_ps(_mm512_set1_ps(1.0), e))
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn silu16(x: __m512) -> __m512 {
+    x_sigmoid16(x, 1.0)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn gelu_tanh16(x: __m512) -> __m512 {
+    let k = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBIC), x), x);
+    // mul + add, not fma: the exp argument matches the reference bit for bit.
+    let u = _mm512_mul_ps(
+        _mm512_set1_ps(SQRT_2_OVER_PI),
+        _mm512_add_ps(x, _mm512_mul_ps(k, x)),
+    );
+    let e = exp16(_mm512_mul_ps(u, _mm512_set1_ps(-2.0)));
+    fix_neg_inf(
+        x,
+        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e)),
+    )
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn gelu_erf16(x: __m512) -> __m512 {
+    let ax = _mm512_abs_ps(x);
+    let z = _mm512_min_ps(
+        _mm512_set1_ps(ERFC_Z_MAX),
+        _mm512_mul_ps(ax, _mm512_set1_ps(FRAC_1_SQRT_2)),
+    );
+    let one = _mm512_set1_ps(1.0);
+    let t = _mm512_div_ps(one, _mm512_fmadd_ps(z, _mm512_set1_ps(0.5), one));
+    let mut p = _mm512_set1_ps(ERFC_POLY[0]);
+    for &c in &ERFC_POLY[1..] {
+        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
+    }
+    let hi = _mm512_mul_ps(z, z);
+    let lo = _mm512_fmsub_ps(z, z, hi);
+    let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), hi));
+    let e = _mm512_fnmadd_ps(e, lo, e);
+    let q = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5), e), _mm512_mul_ps(t, p));
+    let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+    let phi = _mm512_mask_blend_ps(neg, _mm512_sub_ps(one, q), q);
+    fix_neg_inf(x, _mm512_mul_ps(x, phi))
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn relu16(x: __m512) -> __m512 {
+    // Second operand returned for NaN and for ±0 pairs, as in the reference.
+    _mm512_max_ps(_mm512_setzero_ps(), x)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn relu2_16(x: __m512) -> __m512 {
+    let r = relu16(x);
+    _mm512_mul_ps(r, r)
+}
+
+/// Mask of the first `n` lanes (`n <= 16`).
+#[inline]
+pub(crate) fn tail_mask(n: usize) -> __mmask16 {
+    ((1u32 << n) - 1) as __mmask16
+}
+
+macro_rules! map_inplace {
+    ($x:expr, |$v:ident| $body:expr) => {{
+        let x: &mut [f32] = $x;
+        let n = x.len();
+        let p = x.as_mut_ptr();
+        let mut i = 0;
+        while i < n {
+            let m = tail_mask((n - i).min(16));
+            // SAFETY: the mask covers only lanes below n.
+            let $v = unsafe { _mm512_maskz_loadu_ps(m, p.add(i)) };
+            let r = $body;
+            unsafe { _mm512_mask_storeu_ps(p.add(i), m, r) };
+            i += 16;
+        }
+    }};
+}
+
+macro_rules! zip_inplace {
+    ($a:expr, $b:expr, |$va:ident, $vb:ident| $body:expr) => {{
+        let a: &mut [f32] = $a;
+        let b: &[f32] = $b;
+        debug_assert_eq!(a.len(), b.len());
+        let n = a.len().min(b.len());
+        let pa = a.as_mut_ptr();
+        let pb = b.as_ptr();
+        let mut i = 0;
+        while i < n {
+            let m = tail_mask((n - i).min(16));
+            // SAFETY: the mask covers only lanes below n in both slices.
+            let ($va, $vb) =
+                unsafe { (_mm512_maskz_loadu_ps(m, pa.add(i)), _mm512_maskz_loadu_ps(m, pb.add(i))) };
+            let r = $body;
+            unsafe { _mm512_mask_storeu_ps(pa.add(i), m, r) };
+            i += 16;
+        }
+    }};
+}
+
+/// Unary op in place.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn unary(op: EltOp, x: &mut [f32]) {
+    match op {
+        EltOp::Silu => map_inplace!(x, |v| silu16(v)),
+        EltOp::GeluTanh => map_inplace!(x, |v| gelu_tanh16(v)),
+        EltOp::GeluErf => map_inplace!(x, |v| gelu_erf16(v)),
+        EltOp::QuickGelu => map_inplace!(x, |v| x_sigmoid16(v, QUICK_GELU_ALPHA)),
+        EltOp::Relu => map_inplace!(x, |v| relu16(v)),
+        EltOp::Relu2 => map_inplace!(x, |v| relu2_16(v)),
+        EltOp::Sigmoid => map_inplace!(x, |v| sigmoid16(v)),
+    }
+}
+
+/// `x *= c`.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn mul_const(x: &mut [f32], c: f32) {
+    let c = _mm512_set1_ps(c);
+    map_inplace!(x, |v| _mm512_mul_ps(v, c));
+}
+
+/// `a += b`.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `b.len() == a.len()`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn add_from(a: &mut [f32], b: &[f32]) {
+    zip_inplace!(a, b, |va, vb| _mm512_add_ps(va, vb));
+}
+
+/// `gate = silu(gate) · up`.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `up.len() == gate.len()`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
+    zip_inplace!(gate, up, |g, u| _mm512_mul_ps(silu16(g), u));
+}

@@ -1,0 +1,209 @@
+//! NEON element-wise kernels, 4 lanes, and the 4-lane vector math that
+//! norm, softmax and rope reuse. Tails go through a zero-padded stack buffer.
+
+use super::EltOp;
+use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
+use super::vconst::*;
+use std::arch::aarch64::*;
+
+/// `e^x`, 4 lanes (see `avx2::exp8` for the method). `fmin`/`fmax`
+/// propagate NaN, so the clamp keeps NaN inputs NaN.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) fn exp4(x: float32x4_t) -> float32x4_t {
+    let x = vmaxq_f32(vdupq_n_f32(EXP_LO), vminq_f32(vdupq_n_f32(EXP_HI), x));
+    let ni = vcvtnq_s32_f32(vmulq_f32(x, vdupq_n_f32(LOG2E)));
+    let n = vcvtq_f32_s32(ni);
+    let r = vfmsq_f32(x, n, vdupq_n_f32(LN2_HI));
+    let r = vfmsq_f32(r, n, vdupq_n_f32(LN2_LO));
+    let mut p = vdupq_n_f32(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = vfmaq_f32(vdupq_n_f32(c), p, r);
+    }
+    let r2 = vmulq_f32(r, r);
+    let y = vaddq_f32(vfmaq_f32(r, p, r2), vdupq_n_f32(1.0));
+    let n1 = vshrq_n_s32::<1>(ni);
+    let n2 = vsubq_s32(ni, n1);
+    let bias = vdupq_n_s32(127);
+    let s1 = vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(n1, bias)));
+    let s2 = vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(n2, bias)));
+    vmulq_f32(vmulq_f32(y, s1), s2)
+}
+
+/// Where `x = -∞`, returns `-0` instead of `v`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn fix_neg_inf(x: float32x4_t, v: float32x4_t) -> float32x4_t {
+    let m = vceqq_f32(x, vdupq_n_f32(f32::NEG_INFINITY));
+    vbslq_f32(m, vdupq_n_f32(-0.0), v)
+}
+
+/// `x / (1 + e^(-a·x))` with the `x = -∞` limit `-0`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn x_sigmoid4(x: float32x4_t, a: f32) -> float32x4_t {
+    let e = exp4(vmulq_f32(x, vdupq_n_f32(-a)));
+    fix_neg_inf(x, vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0), e)))
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) fn sigmoid4(x: float32x4_t) -> float32x4_t {
+    let e = exp4(vnegq_f32(x));
+    vdivq_f32(vdupq_n_f32(1.0), vaddq_f32(vdupq_n_f32(1.0), e))
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) fn silu4(x: float32x4_t) -> float32x4_t {
+    x_sigmoid4(x, 1.0)
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn gelu_tanh4(x: float32x4_t) -> float32x4_t {
+    let k = vmulq_f32(vmulq_f32(vdupq_n_f32(GELU_CUBIC), x), x);
+    // mul + add, not fma: the exp argument matches the reference bit for bit.
+    let u = vmulq_f32(vdupq_n_f32(SQRT_2_OVER_PI), vaddq_f32(x, vmulq_f32(k, x)));
+    let e = exp4(vmulq_f32(u, vdupq_n_f32(-2.0)));
+    fix_neg_inf(x, vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0), e)))
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn gelu_erf4(x: float32x4_t) -> float32x4_t {
+    let z = vminq_f32(
+        vdupq_n_f32(ERFC_Z_MAX),
+        vmulq_f32(vabsq_f32(x), vdupq_n_f32(FRAC_1_SQRT_2)),
+    );
+    let one = vdupq_n_f32(1.0);
+    let t = vdivq_f32(one, vfmaq_f32(one, z, vdupq_n_f32(0.5)));
+    let mut p = vdupq_n_f32(ERFC_POLY[0]);
+    for &c in &ERFC_POLY[1..] {
+        p = vfmaq_f32(vdupq_n_f32(c), p, t);
+    }
+    let hi = vmulq_f32(z, z);
+    // lo = z·z - hi exactly (fused), then e^(-hi-lo) ≈ e^(-hi)·(1 - lo).
+    let lo = vnegq_f32(vfmsq_f32(hi, z, z));
+    let e = exp4(vnegq_f32(hi));
+    let e = vfmsq_f32(e, e, lo);
+    let q = vmulq_f32(vmulq_f32(vdupq_n_f32(0.5), e), vmulq_f32(t, p));
+    let neg = vcltq_f32(x, vdupq_n_f32(0.0));
+    let phi = vbslq_f32(neg, q, vsubq_f32(one, q));
+    fix_neg_inf(x, vmulq_f32(x, phi))
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn relu4(x: float32x4_t) -> float32x4_t {
+    // A select rather than fmax: keeps -0 as -0, exactly as the reference.
+    let zero = vdupq_n_f32(0.0);
+    vbslq_f32(vcltq_f32(x, zero), zero, x)
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn relu2_4(x: float32x4_t) -> float32x4_t {
+    let r = relu4(x);
+    vmulq_f32(r, r)
+}
+
+macro_rules! map_inplace {
+    ($x:expr, |$v:ident| $body:expr) => {{
+        let x: &mut [f32] = $x;
+        let n = x.len();
+        let p = x.as_mut_ptr();
+        let mut i = 0;
+        while i + 4 <= n {
+            // SAFETY: i + 4 <= n.
+            let $v = unsafe { vld1q_f32(p.add(i)) };
+            let r = $body;
+            unsafe { vst1q_f32(p.add(i), r) };
+            i += 4;
+        }
+        if i < n {
+            let mut buf = [0f32; 4];
+            buf[..n - i].copy_from_slice(&x[i..]);
+            // SAFETY: buf holds 4 floats.
+            let $v = unsafe { vld1q_f32(buf.as_ptr()) };
+            let r = $body;
+            unsafe { vst1q_f32(buf.as_mut_ptr(), r) };
+            x[i..].copy_from_slice(&buf[..n - i]);
+        }
+    }};
+}
+
+macro_rules! zip_inplace {
+    ($a:expr, $b:expr, |$va:ident, $vb:ident| $body:expr) => {{
+        let a: &mut [f32] = $a;
+        let b: &[f32] = $b;
+        debug_assert_eq!(a.len(), b.len());
+        let n = a.len().min(b.len());
+        let pa = a.as_mut_ptr();
+        let pb = b.as_ptr();
+        let mut i = 0;
+        while i + 4 <= n {
+            // SAFETY: i + 4 <= n for both slices.
+            let ($va, $vb) = unsafe { (vld1q_f32(pa.add(i)), vld1q_f32(pb.add(i))) };
+            let r = $body;
+            unsafe { vst1q_f32(pa.add(i), r) };
+            i += 4;
+        }
+        if i < n {
+            let mut ba = [0f32; 4];
+            let mut bb = [0f32; 4];
+            ba[..n - i].copy_from_slice(&a[i..n]);
+            bb[..n - i].copy_from_slice(&b[i..n]);
+            // SAFETY: both buffers hold 4 floats.
+            let ($va, $vb) = unsafe { (vld1q_f32(ba.as_ptr()), vld1q_f32(bb.as_ptr())) };
+            let r = $body;
+            unsafe { vst1q_f32(ba.as_mut_ptr(), r) };
+            a[i..n].copy_from_slice(&ba[..n - i]);
+        }
+    }};
+}
+
+/// Unary op in place.
+///
+/// # Safety
+/// The CPU must support NEON (always true on aarch64).
+#[target_feature(enable = "neon")]
+pub unsafe fn unary(op: EltOp, x: &mut [f32]) {
+    match op {
+        EltOp::Silu => map_inplace!(x, |v| silu4(v)),
+        EltOp::GeluTanh => map_inplace!(x, |v| gelu_tanh4(v)),
+        EltOp::GeluErf => map_inplace!(x, |v| gelu_erf4(v)),
+        EltOp::QuickGelu => map_inplace!(x, |v| x_sigmoid4(v, QUICK_GELU_ALPHA)),
+        EltOp::Relu => map_inplace!(x, |v| relu4(v)),
+        EltOp::Relu2 => map_inplace!(x, |v| relu2_4(v)),
+        EltOp::Sigmoid => map_inplace!(x, |v| sigmoid4(v)),
+    }
+}
+
+/// `x *= c`.
+///
+/// # Safety
+/// The CPU must support NEON.
+#[target_feature(enable = "neon")]
+pub unsafe fn mul_const(x: &mut [f32], c: f32) {
+    let c = vdupq_n_f32(c);
+    map_inplace!(x, |v| vmulq_f32(v, c));
+}
+
+/// `a += b`.
+///
+/// # Safety
+/// The CPU must support NEON; `b.len() == a.len()`.
+#[target_feature(enable = "neon")]
+pub unsafe fn add_from(a: &mut [f32], b: &[f32]) {
+    zip_inplace!(a, b, |va, vb| vaddq_f32(va, vb));
+}
+
+/// `gate = silu(gate) · up`.
+///
+/// # Safety
+/// The CPU must support NEON; `up.len() == gate.len()`.
+#[target_feature(enable = "neon")]
+pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
+    zip_inplace!(gate, up, |g, u| vmulq_f32(silu4(g), u));
+}

@@ -1,0 +1,438 @@
+//! AVX2 + FMA + F16C quantized GEMV, and the AVX-VNNI W·A8 variant.
+//!
+//! W·A32: a 32-value block becomes four `__m256` of f32 (nibbles split with
+//! `and`/`srli`, MXFP4 codes looked up with `pshufb`, widened with
+//! `vpmovsxbd`), dotted with the four activation vectors, then scaled once:
+//! `acc = fma(d, Σ q·x, acc)`. W·A8: a block is one `__m256i` of int8 in
+//! value order; signed × signed products use the sign trick
+//! (`|w|` × `sign(x, w)`) so the u8 × i8 instructions apply —
+//! `vpmaddubsw` + `vpmaddwd` (AVX2) or `vpdpbusd` (AVX-VNNI) — and the i32
+//! lanes are converted and scaled by `d_w · d_x` once per block.
+
+use super::{A8Rows, Rows, drive};
+use crate::quant::blocks::{
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, F16Le, KVALUES_MXFP4, QK,
+    e8m0_to_f32_half,
+};
+use std::arch::x86_64::*;
+
+/// `GGML_FP16_TO_FP32` with F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fp16(h: F16Le) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
+        u16::from_le_bytes(h.0) as i32
+    )))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Splits 16 packed bytes into (low nibbles, high nibbles): values 0..16 and
+/// 16..32 of a block in order.
+///
+/// # Safety
+/// `qs` must point to 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(qs: *const u8) -> (__m128i, __m128i) {
+    // SAFETY: the caller guarantees 16 readable bytes.
+    let q = unsafe { _mm_loadu_si128(qs.cast()) };
+    let m = _mm_set1_epi8(0x0F);
+    (
+        _mm_and_si128(q, m),
+        _mm_and_si128(_mm_srli_epi16::<4>(q), m),
+    )
+}
+
+/// Σ q·x over one block, with the 32 int8 quants `lo` (values 0..16) and
+/// `hi` (16..32) widened to f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_i8_f32(lo: __m128i, hi: __m128i, x: &[__m256; 4]) -> __m256 {
+    let f = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    let mut s = _mm256_mul_ps(f(lo), x[0]);
+    s = _mm256_fmadd_ps(f(_mm_srli_si128::<8>(lo)), x[1], s);
+    s = _mm256_fmadd_ps(f(hi), x[2], s);
+    _mm256_fmadd_ps(f(_mm_srli_si128::<8>(hi)), x[3], s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mxfp4_table() -> __m128i {
+    // SAFETY: KVALUES_MXFP4 is 16 bytes.
+    unsafe { _mm_loadu_si128(KVALUES_MXFP4.as_ptr().cast()) }
+}
+
+/// Generates a W·A32 row-group kernel: `$body` maps (block `$b`, activation
+/// vectors `$x`, their lane sums `$xs`, accumulator `$acc`) to the new
+/// accumulator.
+macro_rules! a32_kernel {
+    ($name:ident, $B:ty, |$b:ident, $x:ident, $xs:ident, $acc:ident| $body:expr) => {
+        /// # Safety
+        /// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len() / 32` blocks.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name<const R: usize>(w: &[$B], x: &[f32], y: &mut [f32]) {
+            let nb = x.len() / QK;
+            debug_assert!(w.len() == R * nb && y.len() == R);
+            let mut accs = [_mm256_setzero_ps(); R];
+            for i in 0..nb {
+                let xp = x[QK * i..QK * i + QK].as_ptr();
+                // SAFETY: the slice above holds 32 floats.
+                let $x = unsafe {
+                    [
+                        _mm256_loadu_ps(xp),
+                        _mm256_loadu_ps(xp.add(8)),
+                        _mm256_loadu_ps(xp.add(16)),
+                        _mm256_loadu_ps(xp.add(24)),
+                    ]
+                };
+                #[allow(unused_variables)]
+                let $xs = _mm256_add_ps(_mm256_add_ps($x[0], $x[1]), _mm256_add_ps($x[2], $x[3]));
+                for (r, acc) in accs.iter_mut().enumerate() {
+                    // SAFETY: r < R and i < nb, so the index is in bounds (debug-asserted).
+                    let $b = unsafe { w.get_unchecked(r * nb + i) };
+                    let $acc = *acc;
+                    *acc = $body;
+                }
+            }
+            for (out, acc) in y.iter_mut().zip(accs) {
+                *out = hsum(acc);
+            }
+        }
+    };
+}
+
+a32_kernel!(a32_q4_0, BlockQ4_0, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let (lo, hi) = unsafe { nibbles(b.qs.as_ptr()) };
+    let eight = _mm_set1_epi8(8);
+    let s = dot_i8_f32(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight), &x);
+    _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d)), s, acc)
+});
+
+a32_kernel!(a32_q4_1, BlockQ4_1, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let (lo, hi) = unsafe { nibbles(b.qs.as_ptr()) };
+    let s = dot_i8_f32(lo, hi, &x);
+    // Σ (d q + m) x = d Σ q x + m Σ x; `xs` lanes sum to Σ x.
+    let acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d)), s, acc);
+    _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.m)), xs, acc)
+});
+
+a32_kernel!(a32_q8_0, BlockQ8_0, |b, x, xs, acc| {
+    // SAFETY: qs is 32 bytes.
+    let (lo, hi) = unsafe {
+        (
+            _mm_loadu_si128(b.qs.as_ptr().cast()),
+            _mm_loadu_si128(b.qs.as_ptr().add(16).cast()),
+        )
+    };
+    let s = dot_i8_f32(lo, hi, &x);
+    _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d)), s, acc)
+});
+
+a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let (lo, hi) = unsafe { nibbles(b.qs.as_ptr()) };
+    let t = mxfp4_table();
+    let s = dot_i8_f32(_mm_shuffle_epi8(t, lo), _mm_shuffle_epi8(t, hi), &x);
+    _mm256_fmadd_ps(_mm256_set1_ps(e8m0_to_f32_half(b.e)), s, acc)
+});
+
+/// W·A32 over the rows of `w`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `w` holds `y.len()` rows of
+/// `x.len() / block_size` blocks. Formats without an AVX2 kernel fall back to
+/// the scalar reference.
+pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
+    let nb = x.len() / QK;
+    // SAFETY (all arms): forwarded from the caller.
+    unsafe {
+        match w {
+            Rows::Q4_0(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q4_0::<1>, a32_q4_0::<2>, a32_q4_0::<4>],
+            ),
+            Rows::Q4_1(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q4_1::<1>, a32_q4_1::<2>, a32_q4_1::<4>],
+            ),
+            Rows::Q8_0(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q8_0::<1>, a32_q8_0::<2>, a32_q8_0::<4>],
+            ),
+            Rows::Mxfp4(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_mxfp4::<1>, a32_mxfp4::<2>, a32_mxfp4::<4>],
+            ),
+            other => super::scalar::gemv_a32(other, x, y),
+        }
+    }
+}
+
+/// Signed int8 dot of two 32-byte vectors, 8 i32 partial sums (AVX2).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sdot_avx2(w: __m256i, x: __m256i) -> __m256i {
+    let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+}
+
+/// Unsigned (0..=15) × signed int8 dot, 8 i32 partial sums (AVX2).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn udot_avx2(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+}
+
+/// Signed int8 dot with `vpdpbusd` (AVX-VNNI).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn sdot_vnni(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(
+        _mm256_setzero_si256(),
+        _mm256_sign_epi8(w, w),
+        _mm256_sign_epi8(x, w),
+    )
+}
+
+/// Unsigned × signed int8 dot with `vpdpbusd` (AVX-VNNI).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn udot_vnni(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
+}
+
+/// 32 nibbles of a block as one vector of bytes in value order.
+///
+/// # Safety
+/// `qs` must point to 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles256(qs: *const u8) -> __m256i {
+    // SAFETY: forwarded.
+    let (lo, hi) = unsafe { nibbles(qs) };
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Generates a signed-weight W·A8 kernel under `$feat` using `$dot`:
+/// `$decode` maps a weight block `$b` to (its int8 values in value order,
+/// its f32 scale).
+macro_rules! signed_kernel {
+    ($feat:literal, $dot:ident, $name:ident, $B:ty, |$b:ident| $decode:expr) => {
+        /// # Safety
+        /// Needs the target features above; `w` holds `y.len()` rows of `x.len()` blocks.
+        #[target_feature(enable = $feat)]
+        unsafe fn $name<const R: usize>(w: &[$B], x: &[BlockQ8_0], y: &mut [f32]) {
+            let nb = x.len();
+            debug_assert!(w.len() == R * nb && y.len() == R);
+            let mut accs = [_mm256_setzero_ps(); R];
+            for (i, xb) in x.iter().enumerate() {
+                // SAFETY: qs is 32 bytes.
+                let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().cast()) };
+                let dx = fp16(xb.d);
+                for (r, acc) in accs.iter_mut().enumerate() {
+                    // SAFETY: in bounds (debug-asserted above).
+                    let $b = unsafe { w.get_unchecked(r * nb + i) };
+                    let (wv, dw): (__m256i, f32) = $decode;
+                    let s = _mm256_cvtepi32_ps($dot(wv, xv));
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), s, *acc);
+                }
+            }
+            for (out, acc) in y.iter_mut().zip(accs) {
+                *out = hsum(acc);
+            }
+        }
+    };
+}
+
+/// Generates the Q4_1 × Q8_1 kernel under `$feat` using the unsigned dot
+/// `$dot`: nibbles are already unsigned, so no sign trick; the offset term
+/// `m · s_x` is accumulated in scalar.
+macro_rules! q4_1_kernel {
+    ($feat:literal, $dot:ident, $name:ident) => {
+        /// # Safety
+        /// Needs the target features above; `w` holds `y.len()` rows of `x.len()` blocks.
+        #[target_feature(enable = $feat)]
+        unsafe fn $name<const R: usize>(w: &[BlockQ4_1], x: &[BlockQ8_1], y: &mut [f32]) {
+            let nb = x.len();
+            debug_assert!(w.len() == R * nb && y.len() == R);
+            let mut accs = [_mm256_setzero_ps(); R];
+            let mut offs = [0.0f32; R];
+            for (i, xb) in x.iter().enumerate() {
+                // SAFETY: qs is 32 bytes.
+                let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().cast()) };
+                let (dx, sx) = (fp16(xb.d), fp16(xb.s));
+                for r in 0..R {
+                    // SAFETY: in bounds (debug-asserted above); qs is 16 bytes.
+                    let b = unsafe { w.get_unchecked(r * nb + i) };
+                    let q = unsafe { nibbles256(b.qs.as_ptr()) };
+                    let s = _mm256_cvtepi32_ps($dot(q, xv));
+                    accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, accs[r]);
+                    offs[r] += fp16(b.m) * sx;
+                }
+            }
+            for r in 0..R {
+                y[r] = hsum(accs[r]) + offs[r];
+            }
+        }
+    };
+}
+
+macro_rules! a8_family {
+    ($feat:literal, $sdot:ident, $udot:ident, $q4_0:ident, $q8_0:ident, $mxfp4:ident, $q4_1:ident) => {
+        signed_kernel!($feat, $sdot, $q4_0, BlockQ4_0, |b| {
+            // SAFETY: qs is 16 bytes.
+            let q = unsafe { nibbles256(b.qs.as_ptr()) };
+            (_mm256_sub_epi8(q, _mm256_set1_epi8(8)), fp16(b.d))
+        });
+        signed_kernel!($feat, $sdot, $q8_0, BlockQ8_0, |b| {
+            // SAFETY: qs is 32 bytes.
+            (
+                unsafe { _mm256_loadu_si256(b.qs.as_ptr().cast()) },
+                fp16(b.d),
+            )
+        });
+        signed_kernel!($feat, $sdot, $mxfp4, BlockMxfp4, |b| {
+            // SAFETY: qs is 16 bytes.
+            let q = unsafe { nibbles256(b.qs.as_ptr()) };
+            let t = _mm256_broadcastsi128_si256(mxfp4_table());
+            (_mm256_shuffle_epi8(t, q), e8m0_to_f32_half(b.e))
+        });
+        q4_1_kernel!($feat, $udot, $q4_1);
+    };
+}
+
+a8_family!(
+    "avx2,fma,f16c",
+    sdot_avx2,
+    udot_avx2,
+    a8_q4_0,
+    a8_q8_0,
+    a8_mxfp4,
+    a8_q4_1
+);
+a8_family!(
+    "avx2,fma,f16c,avxvnni",
+    sdot_vnni,
+    udot_vnni,
+    vnni_q4_0,
+    vnni_q8_0,
+    vnni_mxfp4,
+    vnni_q4_1
+);
+
+/// W·A8 with `vpmaddubsw` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; shapes as in `drive`. Formats
+/// without a kernel here fall back to the scalar reference.
+pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+    // SAFETY (all arms): forwarded from the caller.
+    unsafe {
+        match w {
+            A8Rows::Q4_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_0::<1>, a8_q4_0::<2>, a8_q4_0::<4>],
+            ),
+            A8Rows::Q8_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q8_0::<1>, a8_q8_0::<2>, a8_q8_0::<4>],
+            ),
+            A8Rows::Mxfp4(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_mxfp4::<1>, a8_mxfp4::<2>, a8_mxfp4::<4>],
+            ),
+            A8Rows::Q4_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
+            ),
+            other => super::scalar::gemv_a8(other, y),
+        }
+    }
+}
+
+/// W·A8 with `vpdpbusd` on 256-bit registers (AVX-VNNI).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-VNNI; shapes as in `drive`.
+pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+    // SAFETY (all arms): forwarded from the caller.
+    unsafe {
+        match w {
+            A8Rows::Q4_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_q4_0::<1>, vnni_q4_0::<2>, vnni_q4_0::<4>],
+            ),
+            A8Rows::Q8_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_q8_0::<1>, vnni_q8_0::<2>, vnni_q8_0::<4>],
+            ),
+            A8Rows::Mxfp4(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_mxfp4::<1>, vnni_mxfp4::<2>, vnni_mxfp4::<4>],
+            ),
+            A8Rows::Q4_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_q4_1::<1>, vnni_q4_1::<2>, vnni_q4_1::<4>],
+            ),
+            other => super::scalar::gemv_a8(other, y),
+        }
+    }
+}

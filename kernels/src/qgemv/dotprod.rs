@@ -1,0 +1,95 @@
+//! NEON + dot product (`sdot`, FEAT_DotProd) W·A8 quantized GEMV.
+//!
+//! Same kernels as the NEON W·A8 path (`neon::a8_family`), with the block dot
+//! product done by two `sdot` instructions (4 int8 products per i32 lane
+//! each). `vdotq_s32` is still unstable in Rust 1.95
+//! (`stdarch_neon_dotprod`), so `sdot` is emitted with `asm!` inside a
+//! `#[target_feature(enable = "dotprod")]` function.
+
+use super::neon::a8_family;
+use super::{A8Rows, drive};
+use crate::quant::blocks::{
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, e8m0_to_f32_half,
+};
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+/// `acc + Σ_{4 bytes} a·b` per i32 lane (`sdot v.4s, v.16b, v.16b`).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: register-only instruction, available under the dotprod feature.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// Block dot product of 32 int8 pairs: four i32 partial sums.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn dot32_sdot(wl: int8x16_t, wh: int8x16_t, xl: int8x16_t, xh: int8x16_t) -> int32x4_t {
+    sdot(sdot(vdupq_n_s32(0), wl, xl), wh, xh)
+}
+
+a8_family!(
+    "neon,dotprod",
+    dot32_sdot,
+    a8_q4_0,
+    a8_q8_0,
+    a8_mxfp4,
+    a8_q4_1
+);
+
+/// W·A8 with `sdot`.
+///
+/// # Safety
+/// The CPU must support FEAT_DotProd; shapes as in `drive`. Other formats
+/// fall back to scalar.
+pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+    // SAFETY (all arms): forwarded from the caller.
+    unsafe {
+        match w {
+            A8Rows::Q4_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_0::<1>, a8_q4_0::<2>, a8_q4_0::<4>],
+            ),
+            A8Rows::Q8_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q8_0::<1>, a8_q8_0::<2>, a8_q8_0::<4>],
+            ),
+            A8Rows::Mxfp4(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_mxfp4::<1>, a8_mxfp4::<2>, a8_mxfp4::<4>],
+            ),
+            A8Rows::Q4_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
+            ),
+            other => super::scalar::gemv_a8(other, y),
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! The K-quants Q4_K and Q6_K (256-value super-blocks with 6/8-bit
+//! sub-block scales) and their activation format Q8_K.
+//!
+//! The quantizers port ggml's reference path (`quantize_row_q4_K_ref`,
+//! `quantize_row_q6_K_ref`, `quantize_row_q8_K_ref` with their helpers
+//! `make_qkx2_quants`, `make_qx_quants`, `nearest_int`) faithfully: the same
+//! search grids, the same f32 expression order, no fused multiply-adds, so
+//! the bytes match llama.cpp's quantizer when it runs without an imatrix.
+
+// Index loops mirror the C reference line by line, which keeps the port
+// reviewable against ggml-quants.c.
+#![allow(clippy::needless_range_loop)]
+
+use super::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, F16Le, QK_K};
+
+/// ggml's `GROUP_MAX_EPS`: below this a group counts as all zero.
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// ggml's `nearest_int`: round half to even through the 1.5·2^23 trick
+/// (valid for |x| ≤ 4194303, which every caller guarantees).
+#[inline]
+pub(crate) fn nearest_int(fval: f32) -> i32 {
+    let val = fval + 12_582_912.0;
+    (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
+}
+
+/// `make_qkx2_quants`: asymmetric quantization of `x` to `0..=nmax` with a
+/// weighted least-squares search over `nstep + 1` candidate scales. Returns
+/// the scale; `the_min` receives the (positive) offset to subtract.
+#[allow(clippy::too_many_arguments)]
+fn make_qkx2_quants(
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32],
+    l_out: &mut [u8],
+    the_min: &mut f32,
+    laux: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> f32 {
+    let n = x.len();
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l_out[..n].fill(0);
+        *the_min = -min;
+        return 0.0;
+    }
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let l = nearest_int(iscale * (x[i] - min));
+        l_out[i] = l.clamp(0, nmax) as u8;
+        let mut diff = scale * l_out[i] as f32 + min - x[i];
+        diff = if use_mad { diff.abs() } else { diff * diff };
+        best_error += weights[i] * diff;
+    }
+    if nstep < 1 {
+        *the_min = -min;
+        return scale;
+    }
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            laux[i] = l as u8;
+            let w = weights[i];
+            let lf = l as f32;
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let mut diff = this_scale * laux[i] as f32 + this_min - x[i];
+                diff = if use_mad { diff.abs() } else { diff * diff };
+                cur_error += weights[i] * diff;
+            }
+            if cur_error < best_error {
+                l_out[..n].copy_from_slice(&laux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    scale
+}
+
+/// `make_qx_quants` with `qw == NULL`: symmetric quantization of `x` to
+/// `-nmax..nmax` (stored as `0..2 nmax`), searching 18 scales around
+/// `nmax / max` for the best weighted fit. Returns the scale.
+fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [i8], rmse_type: i32) -> f32 {
+    let n = x.len();
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &v in x {
+        let ax = v.abs();
+        if ax > amax {
+            amax = ax;
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l_out[..n].fill(0);
+        return 0.0;
+    }
+    let nmaxf = nmax as f32;
+    let mut iscale = -nmaxf / max;
+    if rmse_type == 0 {
+        for i in 0..n {
+            let l = nearest_int(iscale * x[i]);
+            l_out[i] = (nmax + l.clamp(-nmax, nmax - 1)) as i8;
+        }
+        return 1.0 / iscale;
+    }
+    let mut rmse_type = rmse_type;
+    let mut return_early = false;
+    if rmse_type < 0 {
+        rmse_type = -rmse_type;
+        return_early = true;
+    }
+    let weight = |v: f32| -> f32 {
+        match rmse_type {
+            1 => v * v,
+            2 => 1.0,
+            3 => v.abs(),
+            _ => v.abs().sqrt(),
+        }
+    };
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for i in 0..n {
+        let l = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
+        l_out[i] = (l + nmax) as i8;
+        let w = weight(x[i]);
+        let lf = l as f32;
+        sumlx += w * x[i] * lf;
+        suml2 += w * lf * lf;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    if return_early {
+        return if suml2 > 0.0 {
+            0.5 * (scale + 1.0 / iscale)
+        } else {
+            1.0 / iscale
+        };
+    }
+    let mut best = scale * sumlx;
+    for is in -9..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmaxf + 0.1 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for &v in x {
+            let l = nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+            let w = weight(v);
+            let lf = l as f32;
+            sumlx += w * v * lf;
+            suml2 += w * lf * lf;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for i in 0..n {
+                let l = nearest_int(iscale * x[i]);
+                l_out[i] = (nmax + l.clamp(-nmax, nmax - 1)) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (0..8).
+#[inline]
+pub fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// `quantize_row_q4_K_ref` for one super-block.
+pub fn quantize_q4_k(x: &[f32; QK_K]) -> BlockQ4K {
+    let mut l = [0u8; QK_K];
+    let mut laux = [0u8; 32];
+    let mut weights = [0f32; 32];
+    let mut mins = [0f32; QK_K / 32];
+    let mut scales = [0f32; QK_K / 32];
+    let mut max_scale = 0.0f32;
+    let mut max_min = 0.0f32;
+    for j in 0..QK_K / 32 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        scales[j] = make_qkx2_quants(
+            15,
+            xs,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            &mut mins[j],
+            &mut laux,
+            -1.0,
+            0.1,
+            20,
+            false,
+        );
+        if scales[j] > max_scale {
+            max_scale = scales[j];
+        }
+        if mins[j] > max_min {
+            max_min = mins[j];
+        }
+    }
+
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let mut sc = [0u8; 12];
+    for j in 0..QK_K / 32 {
+        // `uint8_t ls = nearest_int(..)` wraps, then MIN(63, ls).
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            sc[j] = ls;
+            sc[j + 4] = lm;
+        } else {
+            sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            sc[j - 4] |= (ls >> 4) << 6;
+            sc[j] |= (lm >> 4) << 6;
+        }
+    }
+    let d = F16Le::from_f32(max_scale / 63.0);
+    let dmin = F16Le::from_f32(max_min / 63.0);
+
+    for j in 0..QK_K / 32 {
+        let (s, m) = get_scale_min_k4(j, &sc);
+        let dd = d.to_f32() * s as f32;
+        if dd == 0.0 {
+            continue;
+        }
+        let dm = dmin.to_f32() * m as f32;
+        for ii in 0..32 {
+            let q = nearest_int((x[32 * j + ii] + dm) / dd);
+            l[32 * j + ii] = q.clamp(0, 15) as u8;
+        }
+    }
+
+    let mut qs = [0u8; QK_K / 2];
+    for (c, j) in (0..QK_K).step_by(64).enumerate() {
+        for i in 0..32 {
+            qs[32 * c + i] = l[j + i] | (l[j + i + 32] << 4);
+        }
+    }
+    BlockQ4K {
+        d,
+        dmin,
+        scales: sc,
+        qs,
+    }
+}
+
+/// `dequantize_row_q4_K` for one super-block.
+pub fn dequantize_q4_k(b: &BlockQ4K, y: &mut [f32; QK_K]) {
+    let d = b.d.to_f32();
+    let min = b.dmin.to_f32();
+    for c in 0..4 {
+        let (sc1, m1) = get_scale_min_k4(2 * c, &b.scales);
+        let (sc2, m2) = get_scale_min_k4(2 * c + 1, &b.scales);
+        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        let q = &b.qs[32 * c..32 * c + 32];
+        for l in 0..32 {
+            y[64 * c + l] = d1 * (q[l] & 0xF) as f32 - m1;
+            y[64 * c + 32 + l] = d2 * (q[l] >> 4) as f32 - m2;
+        }
+    }
+}
+
+/// `quantize_row_q6_K_ref` for one super-block.
+pub fn quantize_q6_k(x: &[f32; QK_K]) -> BlockQ6K {
+    let mut l = [0i8; QK_K];
+    let mut scales = [0f32; QK_K / 16];
+    let mut max_scale = 0.0f32;
+    let mut max_abs_scale = 0.0f32;
+    for ib in 0..QK_K / 16 {
+        let scale = make_qx_quants(
+            32,
+            &x[16 * ib..16 * ib + 16],
+            &mut l[16 * ib..16 * ib + 16],
+            1,
+        );
+        scales[ib] = scale;
+        if scale.abs() > max_abs_scale {
+            max_abs_scale = scale.abs();
+            max_scale = scale;
+        }
+    }
+
+    let mut out = BlockQ6K {
+        ql: [0; QK_K / 2],
+        qh: [0; QK_K / 4],
+        scales: [0; QK_K / 16],
+        d: F16Le::from_f32(0.0),
+    };
+    if max_abs_scale < GROUP_MAX_EPS {
+        return out;
+    }
+
+    let iscale = -128.0 / max_scale;
+    out.d = F16Le::from_f32(1.0 / iscale);
+    for ib in 0..QK_K / 16 {
+        out.scales[ib] = nearest_int(iscale * scales[ib]).min(127) as i8;
+    }
+    let d = out.d.to_f32();
+    for j in 0..QK_K / 16 {
+        let dd = d * out.scales[j] as f32;
+        if dd == 0.0 {
+            continue;
+        }
+        for ii in 0..16 {
+            let q = nearest_int(x[16 * j + ii] / dd).clamp(-32, 31);
+            l[16 * j + ii] = (q + 32) as i8;
+        }
+    }
+
+    for (c, j) in (0..QK_K).step_by(128).enumerate() {
+        let ql = &mut out.ql[64 * c..64 * c + 64];
+        let qh = &mut out.qh[32 * c..32 * c + 32];
+        for i in 0..32 {
+            let q = |o: usize| l[j + i + o] as u8;
+            ql[i] = (q(0) & 0xF) | ((q(64) & 0xF) << 4);
+            ql[i + 32] = (q(32) & 0xF) | ((q(96) & 0xF) << 4);
+            qh[i] = (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
+        }
+    }
+    out
+}
+
+/// The signed 6-bit value `j` (`q - 32`) of a Q6_K block.
+#[inline]
+pub(crate) fn q6_k_value(b: &BlockQ6K, j: usize) -> i8 {
+    let c = j / 128;
+    let r = j % 128;
+    let l = r % 32;
+    let part = r / 32; // 0..4: ql low (l), ql low (l+32), ql high (l), ql high (l+32)
+    let ql = b.ql[64 * c + l + 32 * (part & 1)];
+    let lo = if part < 2 { ql & 0xF } else { ql >> 4 };
+    let hi = (b.qh[32 * c + l] >> (2 * part)) & 3;
+    (lo | (hi << 4)) as i8 - 32
+}
+
+/// `dequantize_row_q6_K` for one super-block.
+pub fn dequantize_q6_k(b: &BlockQ6K, y: &mut [f32; QK_K]) {
+    let d = b.d.to_f32();
+    for (j, v) in y.iter_mut().enumerate() {
+        // Scale index: 16 values per scale, in value order.
+        let sc = b.scales[j / 16] as f32;
+        *v = d * sc * q6_k_value(b, j) as f32;
+    }
+}
+
+/// `quantize_row_q8_K_ref` for one super-block.
+pub fn quantize_q8_k(x: &[f32; QK_K]) -> BlockQ8K {
+    let mut out = BlockQ8K {
+        d: [0; 4],
+        qs: [0; QK_K],
+        bsums: [0; 32],
+    };
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        // The reference leaves bsums untouched here; zero is what a zeroed
+        // buffer holds and what the sums of zero quants are.
+        return out;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in out.qs.iter_mut().zip(x) {
+        *q = nearest_int(iscale * v).min(127) as i8;
+    }
+    for j in 0..QK_K / 16 {
+        let s: i32 = out.qs[16 * j..16 * j + 16].iter().map(|&q| q as i32).sum();
+        out.bsums[2 * j..2 * j + 2].copy_from_slice(&(s as i16).to_le_bytes());
+    }
+    out.d = (1.0 / iscale).to_le_bytes();
+    out
+}
+
+/// Dequantizes a Q8_K block (`d * q`).
+pub fn dequantize_q8_k(b: &BlockQ8K, y: &mut [f32; QK_K]) {
+    let d = b.d();
+    for (v, &q) in y.iter_mut().zip(&b.qs) {
+        *v = d * q as f32;
+    }
+}

@@ -1,0 +1,158 @@
+//! Tests on the real models (gated): set `TILETUNE_MODELS_DIR` to the folder
+//! `scripts/fetch-models` prints. Without it each test prints a note and passes
+//! without checking anything. The expected token ids come from Hugging Face
+//! `tokenizers` (see tests/fixtures/make_tokenizer_refs.py).
+
+use std::path::PathBuf;
+use tiletune_runtime::config::{Arch, ModelConfig};
+use tiletune_runtime::gguf::{GgmlType, GgufFile};
+use tiletune_runtime::tokenizer::{StreamDecoder, Tokenizer};
+
+const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const QWEN25: &str = "qwen2.5-coder-0.5b-instruct.gguf";
+
+fn model(name: &str) -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os("TILETUNE_MODELS_DIR") else {
+        eprintln!("skipped: TILETUNE_MODELS_DIR is not set (run scripts/fetch-models)");
+        return None;
+    };
+    let path = PathBuf::from(dir).join(name);
+    assert!(
+        path.exists(),
+        "{} is missing; run scripts/fetch-models",
+        path.display()
+    );
+    Some(path)
+}
+
+#[test]
+fn smollm2_config_and_tensors() {
+    let Some(path) = model(SMOLLM2) else { return };
+    let g = GgufFile::open(&path).unwrap();
+    let c = ModelConfig::from_gguf(&g).unwrap();
+    assert_eq!(c.arch, Arch::Llama);
+    assert_eq!(
+        (c.vocab, c.hidden, c.intermediate, c.n_layers),
+        (49152, 576, 1536, 30)
+    );
+    assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (9, 3, 64));
+    assert_eq!(c.rope_theta, 100_000.0);
+    assert!((c.rms_eps - 1e-5).abs() < 1e-9);
+    assert_eq!(c.max_pos, 8192);
+    assert!(c.tied_embeddings && !c.qkv_bias && !c.qk_norm);
+    assert_eq!((c.bos_id, c.eos_ids.as_slice()), (Some(1), &[2][..]));
+    assert_eq!(g.tensors().len(), 272);
+    let (info, data) = g.tensor_data("blk.0.attn_q.weight").unwrap();
+    assert_eq!(
+        (info.ggml_type, info.dims.as_slice()),
+        (GgmlType::Q4_1, &[576, 576][..])
+    );
+    assert_eq!(data.len(), 576 * 576 / 32 * 20);
+    assert_eq!(
+        g.tensor_info("token_embd.weight").unwrap().ggml_type,
+        GgmlType::Q8_0
+    );
+}
+
+#[test]
+fn qwen25_config_and_tensors() {
+    let Some(path) = model(QWEN25) else { return };
+    let g = GgufFile::open(&path).unwrap();
+    let c = ModelConfig::from_gguf(&g).unwrap();
+    assert_eq!(c.arch, Arch::Qwen2);
+    assert_eq!(
+        (c.vocab, c.hidden, c.intermediate, c.n_layers),
+        (151936, 896, 4864, 24)
+    );
+    assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (14, 2, 64));
+    assert_eq!(c.rope_theta, 1_000_000.0);
+    assert!(!c.tied_embeddings && c.qkv_bias && !c.qk_norm);
+    assert_eq!(c.eos_ids, [151645]);
+    let types: std::collections::HashSet<GgmlType> =
+        g.tensors().iter().map(|t| t.ggml_type).collect();
+    for t in [
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::F32,
+    ] {
+        assert!(types.contains(&t), "{t}");
+    }
+}
+
+fn check_tokenizer(name: &str) {
+    let Some(path) = model(name) else { return };
+    let g = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let refs: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/tokenizer_refs.json")).unwrap();
+    let m = &refs["models"][name];
+    assert_eq!(tok.vocab_size() as u64, m["vocab"].as_u64().unwrap());
+    assert_eq!(tok.pre_tokenizer().name(), m["pre"].as_str().unwrap());
+    for case in m["cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let got = tok.encode(text, false, true).unwrap();
+        assert_eq!(got, want, "{name}: {text:?}");
+        assert_eq!(tok.decode(&got, false), text);
+        // Streaming decode gives the same text without broken characters.
+        let mut d = StreamDecoder::new();
+        let mut s: String = got
+            .iter()
+            .map(|&id| tok.decode_stream(&mut d, id, false))
+            .collect();
+        s.push_str(&d.flush());
+        assert_eq!(s, text);
+    }
+}
+
+#[test]
+fn smollm2_tokenizer_matches_hf() {
+    check_tokenizer(SMOLLM2);
+}
+
+#[test]
+fn qwen25_tokenizer_matches_hf() {
+    check_tokenizer(QWEN25);
+}
+
+fn check_chat(name: &str) {
+    use tiletune_runtime::chat::{ChatTemplate, Message};
+    let Some(path) = model(name) else { return };
+    let g = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let t = ChatTemplate::from_gguf(&g, &tok).unwrap();
+    assert!(!t.is_fallback());
+    let refs: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/chat_refs.json")).unwrap();
+    for case in refs["models"][name].as_array().unwrap() {
+        let msgs: Vec<Message> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let add_gen = case["add_generation_prompt"].as_bool().unwrap();
+        assert_eq!(
+            t.render(&msgs, add_gen).unwrap(),
+            case["text"].as_str().unwrap(),
+            "{name}: {msgs:?}"
+        );
+    }
+}
+
+#[test]
+fn smollm2_chat_template_matches_jinja2() {
+    check_chat(SMOLLM2);
+}
+
+#[test]
+fn qwen25_chat_template_matches_jinja2() {
+    check_chat(QWEN25);
+}

@@ -1,0 +1,918 @@
+//! The rows of a selector table as Rust types, and the reads and writes on them.
+//! Every write is one `BEGIN IMMEDIATE` transaction: the write lock is taken up
+//! front, so concurrent writers wait on the busy timeout instead of failing
+//! with a lock-upgrade deadlock.
+
+use crate::db::{SelectorDb, sql_err};
+use crate::error::{Result, TableError};
+use crate::key::{Candidate, Problem, canonical_json};
+use rusqlite::types::Type;
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+
+/// Seconds since the Unix epoch, the unit of every `*_at` field.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// A SoC the table has rows for. `fingerprint` is the stable hash from the soc
+/// crate; `probe` is its full probe record, kept so a table explains itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SocRecord {
+    pub fingerprint: String,
+    pub name: String,
+    pub probe: Value,
+    pub first_seen: i64,
+}
+
+/// One tuning run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Campaign {
+    /// Globally unique (see [`Campaign::new_id`]) so tables from several devices merge without collisions.
+    pub id: String,
+    pub soc: String,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub tool_version: String,
+    /// The kernel crate's ABI version the measurements were taken with.
+    pub kernel_abi: u32,
+    pub commit: Option<String>,
+    pub strategy: String,
+    pub budget_s: Option<f64>,
+    /// Environment drift seen during the run (frequency changes, thermal throttling, …).
+    pub drift_flags: Value,
+}
+
+impl Campaign {
+    /// A campaign starting now with a fresh id.
+    pub fn new(
+        soc: impl Into<String>,
+        tool_version: impl Into<String>,
+        kernel_abi: u32,
+        strategy: impl Into<String>,
+    ) -> Self {
+        Campaign {
+            id: Self::new_id(),
+            soc: soc.into(),
+            started_at: now_unix(),
+            finished_at: None,
+            tool_version: tool_version.into(),
+            kernel_abi,
+            commit: None,
+            strategy: strategy.into(),
+            budget_s: None,
+            drift_flags: Value::Array(Vec::new()),
+        }
+    }
+
+    /// `c-<unix seconds hex>-<pid hex>-<64 random bits hex>`: unique across
+    /// processes and devices without coordination.
+    pub fn new_id() -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        // RandomState is seeded from the OS per process; mixing in time and
+        // pid keeps ids distinct even if two states collide.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        format!(
+            "c-{:x}-{:x}-{:016x}",
+            nanos / 1_000_000_000,
+            std::process::id(),
+            h.finish()
+        )
+    }
+}
+
+/// One timed (or rejected) candidate on one problem.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub campaign: String,
+    pub soc: String,
+    pub kernel_abi: u32,
+    pub problem: Problem,
+    pub candidate: Candidate,
+    /// `None` when the candidate failed validation and was never timed.
+    pub median_ns: Option<f64>,
+    /// The harness's statistics (median_ns, mad_ns, n, …) as it reports them.
+    pub stats: Value,
+    /// PMU counters, or the software fallback (flagged inside the JSON).
+    pub counters: Value,
+    /// False when the output disagreed with the scalar reference: never selectable.
+    pub valid: bool,
+    pub invalid_reason: Option<String>,
+    pub measured_at: i64,
+}
+
+/// The winner for one complete key: SoC × kernel ABI × problem × thread budget.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    pub soc: String,
+    pub kernel_abi: u32,
+    pub problem: Problem,
+    /// The most threads the caller may use; the winner may use fewer.
+    pub thread_budget: usize,
+    pub winner: Candidate,
+    pub median_ns: f64,
+    /// The analytic default's median on the same problem, when measured.
+    pub default_ns: Option<f64>,
+    /// `default_ns / median_ns`; computed by the table on every write, ignored on input.
+    pub speedup: Option<f64>,
+    pub campaign: Option<String>,
+    pub selected_at: i64,
+}
+
+impl Selection {
+    /// `default_ns / median_ns` when both are meaningful.
+    pub fn computed_speedup(&self) -> Option<f64> {
+        match self.default_ns {
+            Some(d) if d.is_finite() && d > 0.0 && self.median_ns > 0.0 => Some(d / self.median_ns),
+            _ => None,
+        }
+    }
+}
+
+/// A measured machine limit (from `bench roofline`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ceiling {
+    pub soc: String,
+    /// e.g. `mem_bw_triad`, `fma_peak_avx512`.
+    pub kind: String,
+    pub threads: usize,
+    pub value: f64,
+    /// e.g. `GB/s`, `GFLOP/s`.
+    pub unit: String,
+    pub campaign: Option<String>,
+    pub measured_at: i64,
+}
+
+/// A peer engine's (llama.cpp, MNN, …) result, kept for side-by-side comparisons.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerResult {
+    pub soc: String,
+    pub model: String,
+    pub engine: String,
+    pub engine_version: String,
+    /// e.g. `pp512`, `tg128`.
+    pub test: String,
+    pub threads: usize,
+    pub tokens_per_s: f64,
+    pub std: Option<f64>,
+    /// The engine's raw record.
+    pub json: Value,
+    pub measured_at: i64,
+}
+
+// ---- row mapping -----------------------------------------------------------
+
+fn conv_err(idx: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e))
+}
+
+fn json_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Value> {
+    let s: String = r.get(idx)?;
+    serde_json::from_str(&s).map_err(|e| conv_err(idx, e))
+}
+
+fn problem_cols(r: &Row<'_>, op: usize) -> rusqlite::Result<Problem> {
+    let dims: Vec<(String, usize)> =
+        serde_json::from_str(&r.get::<_, String>(op + 2)?).map_err(|e| conv_err(op + 2, e))?;
+    Problem::new(r.get::<_, String>(op)?, r.get::<_, String>(op + 1)?, dims)
+        .map_err(|e| conv_err(op, e))
+}
+
+fn candidate_cols(r: &Row<'_>, variant: usize) -> rusqlite::Result<Candidate> {
+    Candidate::new(
+        r.get::<_, String>(variant)?,
+        json_col(r, variant + 1)?,
+        r.get(variant + 2)?,
+    )
+    .map_err(|e| conv_err(variant, e))
+}
+
+fn dims_json(p: &Problem) -> String {
+    // Infallible for Vec<(String, usize)>; canonical form not needed here.
+    serde_json::to_string(p.dims()).unwrap_or_else(|_| "[]".to_string())
+}
+
+pub(crate) const SOC_COLS: &str = "fingerprint, name, probe, first_seen";
+pub(crate) fn soc_row(r: &Row<'_>) -> rusqlite::Result<SocRecord> {
+    Ok(SocRecord {
+        fingerprint: r.get(0)?,
+        name: r.get(1)?,
+        probe: json_col(r, 2)?,
+        first_seen: r.get(3)?,
+    })
+}
+
+pub(crate) const CAMPAIGN_COLS: &str = "id, soc, started_at, finished_at, tool_version, kernel_abi, \
+     git_commit, strategy, budget_s, drift_flags";
+pub(crate) fn campaign_row(r: &Row<'_>) -> rusqlite::Result<Campaign> {
+    Ok(Campaign {
+        id: r.get(0)?,
+        soc: r.get(1)?,
+        started_at: r.get(2)?,
+        finished_at: r.get(3)?,
+        tool_version: r.get(4)?,
+        kernel_abi: r.get(5)?,
+        commit: r.get(6)?,
+        strategy: r.get(7)?,
+        budget_s: r.get(8)?,
+        drift_flags: json_col(r, 9)?,
+    })
+}
+
+pub(crate) const MEAS_COLS: &str = "campaign, soc, kernel_abi, op, dtype, dims, variant, params, \
+     threads, median_ns, stats, counters, valid, invalid_reason, measured_at";
+pub(crate) fn measurement_row(r: &Row<'_>) -> rusqlite::Result<Measurement> {
+    Ok(Measurement {
+        campaign: r.get(0)?,
+        soc: r.get(1)?,
+        kernel_abi: r.get(2)?,
+        problem: problem_cols(r, 3)?,
+        candidate: candidate_cols(r, 6)?,
+        median_ns: r.get(9)?,
+        stats: json_col(r, 10)?,
+        counters: json_col(r, 11)?,
+        valid: r.get(12)?,
+        invalid_reason: r.get(13)?,
+        measured_at: r.get(14)?,
+    })
+}
+
+pub(crate) const SEL_COLS: &str = "soc, kernel_abi, op, dtype, dims, thread_budget, variant, params, \
+     threads, median_ns, default_ns, speedup, campaign, selected_at";
+pub(crate) fn selection_row(r: &Row<'_>) -> rusqlite::Result<Selection> {
+    Ok(Selection {
+        soc: r.get(0)?,
+        kernel_abi: r.get(1)?,
+        problem: problem_cols(r, 2)?,
+        thread_budget: r.get(5)?,
+        winner: candidate_cols(r, 6)?,
+        median_ns: r.get(9)?,
+        default_ns: r.get(10)?,
+        speedup: r.get(11)?,
+        campaign: r.get(12)?,
+        selected_at: r.get(13)?,
+    })
+}
+
+pub(crate) const CEIL_COLS: &str = "soc, kind, threads, value, unit, campaign, measured_at";
+pub(crate) fn ceiling_row(r: &Row<'_>) -> rusqlite::Result<Ceiling> {
+    Ok(Ceiling {
+        soc: r.get(0)?,
+        kind: r.get(1)?,
+        threads: r.get(2)?,
+        value: r.get(3)?,
+        unit: r.get(4)?,
+        campaign: r.get(5)?,
+        measured_at: r.get(6)?,
+    })
+}
+
+pub(crate) const PEER_COLS: &str = "soc, model, engine, engine_version, test, threads, tokens_per_s, \
+     std, json, measured_at";
+pub(crate) fn peer_row(r: &Row<'_>) -> rusqlite::Result<PeerResult> {
+    Ok(PeerResult {
+        soc: r.get(0)?,
+        model: r.get(1)?,
+        engine: r.get(2)?,
+        engine_version: r.get(3)?,
+        test: r.get(4)?,
+        threads: r.get(5)?,
+        tokens_per_s: r.get(6)?,
+        std: r.get(7)?,
+        json: json_col(r, 8)?,
+        measured_at: r.get(9)?,
+    })
+}
+
+// ---- low-level writes shared by the public API and import ----------------
+
+/// Insert helpers run inside a caller's transaction and return whether a row
+/// was added (false: an identical key was already present).
+pub(crate) mod insert {
+    use super::*;
+
+    pub fn soc_if_absent(c: &Connection, s: &SocRecord) -> rusqlite::Result<bool> {
+        let exists = c
+            .query_row(
+                "SELECT 1 FROM socs WHERE fingerprint = ?1",
+                [&s.fingerprint],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        if exists {
+            // Keep the existing name and probe; remember the earliest sighting.
+            c.execute(
+                "UPDATE socs SET first_seen = min(first_seen, ?2) WHERE fingerprint = ?1",
+                params![s.fingerprint, s.first_seen],
+            )?;
+            return Ok(false);
+        }
+        c.execute(
+            "INSERT INTO socs (fingerprint, name, probe, first_seen) VALUES (?1, ?2, ?3, ?4)",
+            params![
+                s.fingerprint,
+                s.name,
+                canonical_json(&s.probe),
+                s.first_seen
+            ],
+        )?;
+        Ok(true)
+    }
+
+    pub fn campaign(c: &Connection, k: &Campaign) -> rusqlite::Result<bool> {
+        let n = c.execute(
+            "INSERT OR IGNORE INTO campaigns (id, soc, started_at, finished_at, tool_version, kernel_abi,
+                 git_commit, strategy, budget_s, drift_flags)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                k.id,
+                k.soc,
+                k.started_at,
+                k.finished_at,
+                k.tool_version,
+                k.kernel_abi,
+                k.commit,
+                k.strategy,
+                k.budget_s,
+                canonical_json(&k.drift_flags)
+            ],
+        )?;
+        let added = n > 0;
+        if !added && k.finished_at.is_some() {
+            // A later export of the same campaign may know when it finished.
+            c.execute(
+                "UPDATE campaigns SET finished_at = ?2 WHERE id = ?1 AND finished_at IS NULL",
+                params![k.id, k.finished_at],
+            )?;
+        }
+        Ok(added)
+    }
+
+    pub fn measurement(c: &Connection, m: &Measurement, replace: bool) -> rusqlite::Result<bool> {
+        let verb = if replace {
+            "INSERT OR REPLACE"
+        } else {
+            "INSERT OR IGNORE"
+        };
+        let sql = format!(
+            "{verb} INTO measurements (problem_key, candidate_key, {MEAS_COLS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        );
+        let mut stmt = c.prepare_cached(&sql)?;
+        let n = stmt.execute(params![
+            m.problem.key(),
+            m.candidate.key(),
+            m.campaign,
+            m.soc,
+            m.kernel_abi,
+            m.problem.op(),
+            m.problem.dtype(),
+            dims_json(&m.problem),
+            m.candidate.variant(),
+            m.candidate.params_json(),
+            m.candidate.threads(),
+            m.median_ns,
+            canonical_json(&m.stats),
+            canonical_json(&m.counters),
+            m.valid,
+            m.invalid_reason,
+            m.measured_at,
+        ])?;
+        Ok(n > 0)
+    }
+
+    pub fn selection(c: &Connection, s: &Selection) -> rusqlite::Result<()> {
+        c.prepare_cached(&format!(
+            "INSERT OR REPLACE INTO selections (problem_key, candidate_key, {SEL_COLS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+        ))?
+        .execute(params![
+            s.problem.key(),
+            s.winner.key(),
+            s.soc,
+            s.kernel_abi,
+            s.problem.op(),
+            s.problem.dtype(),
+            dims_json(&s.problem),
+            s.thread_budget,
+            s.winner.variant(),
+            s.winner.params_json(),
+            s.winner.threads(),
+            s.median_ns,
+            s.default_ns,
+            s.computed_speedup(),
+            s.campaign,
+            s.selected_at,
+        ])?;
+        Ok(())
+    }
+
+    pub fn ceiling(c: &Connection, k: &Ceiling) -> rusqlite::Result<bool> {
+        let n = c.execute(
+            &format!(
+                "INSERT OR IGNORE INTO ceilings ({CEIL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+            ),
+            params![
+                k.soc,
+                k.kind,
+                k.threads,
+                k.value,
+                k.unit,
+                k.campaign,
+                k.measured_at
+            ],
+        )?;
+        Ok(n > 0)
+    }
+
+    pub fn peer(c: &Connection, p: &PeerResult) -> rusqlite::Result<bool> {
+        let n = c.execute(
+            &format!(
+                "INSERT OR IGNORE INTO peer_results ({PEER_COLS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            ),
+            params![
+                p.soc,
+                p.model,
+                p.engine,
+                p.engine_version,
+                p.test,
+                p.threads,
+                p.tokens_per_s,
+                p.std,
+                canonical_json(&p.json),
+                p.measured_at
+            ],
+        )?;
+        Ok(n > 0)
+    }
+}
+
+fn invalid(what: &'static str, value: impl Into<String>, reason: impl Into<String>) -> TableError {
+    TableError::InvalidKey {
+        what,
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+fn check_positive(what: &'static str, v: f64) -> Result<()> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(invalid(
+            what,
+            v.to_string(),
+            "must be a positive finite number",
+        ))
+    }
+}
+
+pub(crate) fn check_measurement(m: &Measurement) -> Result<()> {
+    match (m.valid, m.median_ns) {
+        (true, None) => Err(invalid(
+            "measurement",
+            format!("{} {}", m.problem, m.candidate),
+            "a valid measurement needs median_ns",
+        )),
+        (_, Some(ns)) => check_positive("median_ns", ns),
+        (false, None) => Ok(()),
+    }
+}
+
+pub(crate) fn check_selection(s: &Selection) -> Result<()> {
+    check_positive("median_ns", s.median_ns)?;
+    if let Some(d) = s.default_ns {
+        check_positive("default_ns", d)?;
+    }
+    if s.thread_budget == 0 {
+        return Err(invalid("thread budget", "0", "must be at least 1"));
+    }
+    if s.winner.threads() > s.thread_budget {
+        return Err(invalid(
+            "selection",
+            s.winner.key(),
+            format!(
+                "uses {} threads, more than its thread budget {}",
+                s.winner.threads(),
+                s.thread_budget
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn require(
+    c: &Connection,
+    path: &Path,
+    what: &'static str,
+    sql: &str,
+    key: &str,
+    hint: &'static str,
+) -> Result<()> {
+    let found = c
+        .query_row(sql, [key], |_| Ok(()))
+        .optional()
+        .map_err(|e| sql_err(path, "checking a reference", e))?;
+    match found {
+        Some(()) => Ok(()),
+        None => Err(TableError::Unknown {
+            path: path.to_path_buf(),
+            what,
+            key: key.to_string(),
+            hint,
+        }),
+    }
+}
+
+pub(crate) fn require_soc(c: &Connection, path: &Path, soc: &str) -> Result<()> {
+    require(
+        c,
+        path,
+        "soc",
+        "SELECT 1 FROM socs WHERE fingerprint = ?1",
+        soc,
+        "register it first with SelectorDb::register_soc",
+    )
+}
+
+pub(crate) fn require_campaign(c: &Connection, path: &Path, id: &str) -> Result<()> {
+    require(
+        c,
+        path,
+        "campaign",
+        "SELECT 1 FROM campaigns WHERE id = ?1",
+        id,
+        "start it first with SelectorDb::start_campaign",
+    )
+}
+
+impl SelectorDb {
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits.
+    pub(crate) fn write<T>(
+        &mut self,
+        context: &'static str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &Path) -> Result<T>,
+    ) -> Result<T> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_err(&path, context, e))?;
+        let out = f(&tx, &path)?;
+        tx.commit().map_err(|e| sql_err(&path, context, e))?;
+        Ok(out)
+    }
+
+    pub(crate) fn err(
+        &self,
+        context: &'static str,
+    ) -> impl Fn(rusqlite::Error) -> TableError + use<> {
+        let path = self.path.clone();
+        move |e| sql_err(&path, context, e)
+    }
+
+    fn query_vec<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let e = self.err("reading rows");
+        let mut stmt = self.conn.prepare_cached(sql).map_err(&e)?;
+        stmt.query_map(params, f)
+            .and_then(|rows| rows.collect())
+            .map_err(&e)
+    }
+
+    // ---- socs ---------------------------------------------------------------
+
+    /// Records a SoC (or refreshes its name and probe record, keeping `first_seen`).
+    pub fn register_soc(&mut self, soc: &SocRecord) -> Result<()> {
+        let e = self.err("registering a soc");
+        self.write("registering a soc", |tx, _path| {
+            tx.execute(
+                "INSERT INTO socs (fingerprint, name, probe, first_seen) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(fingerprint) DO UPDATE SET name = excluded.name, probe = excluded.probe",
+                params![soc.fingerprint, soc.name, canonical_json(&soc.probe), soc.first_seen],
+            )
+            .map_err(&e)?;
+            Ok(())
+        })
+    }
+
+    /// Every SoC in the table, by fingerprint.
+    pub fn socs(&self) -> Result<Vec<SocRecord>> {
+        self.query_vec(
+            &format!("SELECT {SOC_COLS} FROM socs ORDER BY fingerprint"),
+            [],
+            soc_row,
+        )
+    }
+
+    /// One SoC by fingerprint.
+    pub fn soc(&self, fingerprint: &str) -> Result<Option<SocRecord>> {
+        Ok(self
+            .query_vec(
+                &format!("SELECT {SOC_COLS} FROM socs WHERE fingerprint = ?1"),
+                [fingerprint],
+                soc_row,
+            )?
+            .pop())
+    }
+
+    // ---- campaigns ------------------------------------------------------------
+
+    /// Records the start of a campaign; its SoC must be registered.
+    pub fn start_campaign(&mut self, c: &Campaign) -> Result<()> {
+        let e = self.err("starting a campaign");
+        self.write("starting a campaign", |tx, path| {
+            require_soc(tx, path, &c.soc)?;
+            if !insert::campaign(tx, c).map_err(&e)? {
+                return Err(invalid(
+                    "campaign id",
+                    c.id.clone(),
+                    "already exists; use Campaign::new_id for a fresh one",
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    /// Marks a campaign finished (with its final drift flags).
+    pub fn finish_campaign(
+        &mut self,
+        id: &str,
+        finished_at: i64,
+        drift_flags: &Value,
+    ) -> Result<()> {
+        let e = self.err("finishing a campaign");
+        self.write("finishing a campaign", |tx, path| {
+            require_campaign(tx, path, id)?;
+            tx.execute(
+                "UPDATE campaigns SET finished_at = ?2, drift_flags = ?3 WHERE id = ?1",
+                params![id, finished_at, canonical_json(drift_flags)],
+            )
+            .map_err(&e)?;
+            Ok(())
+        })
+    }
+
+    /// One campaign by id.
+    pub fn campaign(&self, id: &str) -> Result<Option<Campaign>> {
+        Ok(self
+            .query_vec(
+                &format!("SELECT {CAMPAIGN_COLS} FROM campaigns WHERE id = ?1"),
+                [id],
+                campaign_row,
+            )?
+            .pop())
+    }
+
+    /// Campaigns of one SoC (or all), oldest first.
+    pub fn campaigns(&self, soc: Option<&str>) -> Result<Vec<Campaign>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CAMPAIGN_COLS} FROM campaigns WHERE ?1 IS NULL OR soc = ?1
+                 ORDER BY started_at, id"
+            ),
+            [soc],
+            campaign_row,
+        )
+    }
+
+    /// The most recent unfinished campaign with this SoC, kernel ABI and
+    /// strategy: what a restarted tuner continues.
+    pub fn unfinished_campaign(
+        &self,
+        soc: &str,
+        kernel_abi: u32,
+        strategy: &str,
+    ) -> Result<Option<Campaign>> {
+        Ok(self
+            .query_vec(
+                &format!(
+                    "SELECT {CAMPAIGN_COLS} FROM campaigns
+                     WHERE soc = ?1 AND kernel_abi = ?2 AND strategy = ?3 AND finished_at IS NULL
+                     ORDER BY started_at DESC, id DESC LIMIT 1"
+                ),
+                params![soc, kernel_abi, strategy],
+                campaign_row,
+            )?
+            .pop())
+    }
+
+    // ---- measurements ---------------------------------------------------------
+
+    /// Stores one measurement in its own transaction. Returns false (and
+    /// changes nothing) when the complete key (soc, kernel_abi, problem,
+    /// candidate) is already measured: a resumed campaign never duplicates.
+    pub fn insert_measurement(&mut self, m: &Measurement) -> Result<bool> {
+        Ok(self.insert_measurements(std::slice::from_ref(m))? == 1)
+    }
+
+    /// Stores several measurements in one transaction; returns how many were new.
+    pub fn insert_measurements(&mut self, ms: &[Measurement]) -> Result<usize> {
+        ms.iter().try_for_each(check_measurement)?;
+        let e = self.err("storing measurements");
+        self.write("storing measurements", |tx, path| {
+            let mut added = 0;
+            for m in ms {
+                require_campaign(tx, path, &m.campaign)?;
+                require_soc(tx, path, &m.soc)?;
+                added += insert::measurement(tx, m, false).map_err(&e)? as usize;
+            }
+            Ok(added)
+        })
+    }
+
+    /// Overwrites the measurement with the same complete key (a deliberate re-measure).
+    pub fn replace_measurement(&mut self, m: &Measurement) -> Result<()> {
+        check_measurement(m)?;
+        let e = self.err("replacing a measurement");
+        self.write("replacing a measurement", |tx, path| {
+            require_campaign(tx, path, &m.campaign)?;
+            require_soc(tx, path, &m.soc)?;
+            insert::measurement(tx, m, true).map_err(&e)?;
+            Ok(())
+        })
+    }
+
+    /// The stored measurement for a complete key, if any: the tuner skips
+    /// candidates for which this returns `Some`.
+    pub fn measured(
+        &self,
+        soc: &str,
+        kernel_abi: u32,
+        problem: &Problem,
+        candidate: &Candidate,
+    ) -> Result<Option<Measurement>> {
+        Ok(self
+            .query_vec(
+                &format!(
+                    "SELECT {MEAS_COLS} FROM measurements
+                     WHERE soc = ?1 AND kernel_abi = ?2 AND problem_key = ?3 AND candidate_key = ?4"
+                ),
+                params![soc, kernel_abi, problem.key(), candidate.key()],
+                measurement_row,
+            )?
+            .pop())
+    }
+
+    /// Every measurement of one problem on one SoC and kernel ABI, fastest valid first.
+    pub fn measurements(
+        &self,
+        soc: &str,
+        kernel_abi: u32,
+        problem: &Problem,
+    ) -> Result<Vec<Measurement>> {
+        self.query_vec(
+            &format!(
+                "SELECT {MEAS_COLS} FROM measurements
+                 WHERE soc = ?1 AND kernel_abi = ?2 AND problem_key = ?3
+                 ORDER BY valid DESC, median_ns IS NULL, median_ns, candidate_key"
+            ),
+            params![soc, kernel_abi, problem.key()],
+            measurement_row,
+        )
+    }
+
+    /// Every measurement taken in one campaign.
+    pub fn campaign_measurements(&self, campaign: &str) -> Result<Vec<Measurement>> {
+        self.query_vec(
+            &format!("SELECT {MEAS_COLS} FROM measurements WHERE campaign = ?1 ORDER BY id"),
+            [campaign],
+            measurement_row,
+        )
+    }
+
+    /// How many measurements the table holds for one SoC (or all).
+    pub fn count_measurements(&self, soc: Option<&str>) -> Result<usize> {
+        self.conn
+            .query_row(
+                "SELECT count(*) FROM measurements WHERE ?1 IS NULL OR soc = ?1",
+                [soc],
+                |r| r.get(0),
+            )
+            .map_err(self.err("counting measurements"))
+    }
+
+    // ---- selections -----------------------------------------------------------
+
+    /// Stores the winner for its complete key, replacing any previous one.
+    /// Refuses a winner whose stored measurement is marked invalid.
+    pub fn put_selection(&mut self, s: &Selection) -> Result<()> {
+        check_selection(s)?;
+        let e = self.err("storing a selection");
+        self.write("storing a selection", |tx, path| {
+            require_soc(tx, path, &s.soc)?;
+            if let Some(c) = &s.campaign {
+                require_campaign(tx, path, c)?;
+            }
+            let reason: Option<Option<String>> = tx
+                .query_row(
+                    "SELECT invalid_reason FROM measurements
+                     WHERE soc = ?1 AND kernel_abi = ?2 AND problem_key = ?3 AND candidate_key = ?4
+                       AND valid = 0",
+                    params![s.soc, s.kernel_abi, s.problem.key(), s.winner.key()],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(&e)?;
+            if let Some(reason) = reason {
+                return Err(invalid(
+                    "selection",
+                    s.winner.key(),
+                    format!(
+                        "this candidate failed validation on {} ({}) and can never be selected",
+                        s.problem,
+                        reason.unwrap_or_else(|| "no reason recorded".to_string())
+                    ),
+                ));
+            }
+            insert::selection(tx, s).map_err(&e)
+        })
+    }
+
+    /// Every selection for one SoC (or all), ordered for display.
+    pub fn selections(&self, soc: Option<&str>) -> Result<Vec<Selection>> {
+        self.query_vec(
+            &format!(
+                "SELECT {SEL_COLS} FROM selections WHERE ?1 IS NULL OR soc = ?1
+                 ORDER BY soc, kernel_abi, op, dtype, problem_key, thread_budget"
+            ),
+            [soc],
+            selection_row,
+        )
+    }
+
+    // ---- ceilings and peers ---------------------------------------------------
+
+    /// Stores a machine ceiling; false if that exact (soc, kind, threads, time) exists.
+    pub fn put_ceiling(&mut self, c: &Ceiling) -> Result<bool> {
+        let e = self.err("storing a ceiling");
+        self.write("storing a ceiling", |tx, path| {
+            require_soc(tx, path, &c.soc)?;
+            insert::ceiling(tx, c).map_err(&e)
+        })
+    }
+
+    /// Ceilings of one SoC (or all), newest first.
+    pub fn ceilings(&self, soc: Option<&str>) -> Result<Vec<Ceiling>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CEIL_COLS} FROM ceilings WHERE ?1 IS NULL OR soc = ?1
+                 ORDER BY soc, kind, threads, measured_at DESC"
+            ),
+            [soc],
+            ceiling_row,
+        )
+    }
+
+    /// The newest ceiling of a kind at a thread count.
+    pub fn latest_ceiling(&self, soc: &str, kind: &str, threads: usize) -> Result<Option<Ceiling>> {
+        Ok(self
+            .query_vec(
+                &format!(
+                    "SELECT {CEIL_COLS} FROM ceilings WHERE soc = ?1 AND kind = ?2 AND threads = ?3
+                     ORDER BY measured_at DESC LIMIT 1"
+                ),
+                params![soc, kind, threads],
+                ceiling_row,
+            )?
+            .pop())
+    }
+
+    /// Stores a peer engine's result; false if that exact row exists.
+    pub fn put_peer_result(&mut self, p: &PeerResult) -> Result<bool> {
+        let e = self.err("storing a peer result");
+        self.write("storing a peer result", |tx, path| {
+            require_soc(tx, path, &p.soc)?;
+            insert::peer(tx, p).map_err(&e)
+        })
+    }
+
+    /// Peer results of one SoC (or all).
+    pub fn peer_results(&self, soc: Option<&str>) -> Result<Vec<PeerResult>> {
+        self.query_vec(
+            &format!(
+                "SELECT {PEER_COLS} FROM peer_results WHERE ?1 IS NULL OR soc = ?1
+                 ORDER BY soc, model, engine, test, threads, measured_at"
+            ),
+            [soc],
+            peer_row,
+        )
+    }
+}

@@ -1,0 +1,177 @@
+//! JSON export → import round trips, imports are idempotent, and merging
+//! tables from several devices keeps SoCs apart and the faster selection.
+
+mod common;
+use common::*;
+use serde_json::json;
+use tiletune_tables::{
+    Ceiling, Lookup, PeerResult, SelectorDb, TableError, read_any, read_export, write_export,
+};
+
+fn device_db(path: &std::path::Path, fp: &str, ns: f64) -> SelectorDb {
+    let mut db = SelectorDb::open(path).unwrap();
+    let c = setup(&mut db, fp);
+    for (i, p) in [gemv(4864, 896), gemv(896, 896)].iter().enumerate() {
+        for (j, v) in ["avx2", "avx512"].iter().enumerate() {
+            let m = meas(&c, fp, p, &cand(v, 8, 2), ns + (i * 10 + j) as f64);
+            db.insert_measurement(&m).unwrap();
+        }
+        db.put_selection(&sel(
+            fp,
+            Some(&c),
+            p,
+            &cand("avx2", 8, 2),
+            ns + (i * 10) as f64,
+        ))
+        .unwrap();
+    }
+    db.put_ceiling(&Ceiling {
+        soc: fp.into(),
+        kind: "fma_peak_avx512".into(),
+        threads: 2,
+        value: 400.0,
+        unit: "GFLOP/s".into(),
+        campaign: Some(c.clone()),
+        measured_at: 1_700_000_300,
+    })
+    .unwrap();
+    db.put_peer_result(&PeerResult {
+        soc: fp.into(),
+        model: "qwen2.5-0.5b-q4_0".into(),
+        engine: "llama.cpp".into(),
+        engine_version: "b5000".into(),
+        test: "tg128".into(),
+        threads: 2,
+        tokens_per_s: 40.0,
+        std: Some(0.5),
+        json: json!({"avg_ts": 40.0}),
+        measured_at: 1_700_000_400,
+    })
+    .unwrap();
+    db
+}
+
+#[test]
+fn export_import_round_trip_is_idempotent() {
+    let dir = tmp();
+    let src = device_db(&dir.path().join("a.db"), "socA", 1000.0);
+    let export = src.export_soc("socA").unwrap();
+    assert_eq!(export.measurements.len(), 4);
+    assert_eq!(export.selections.len(), 2);
+    let file = dir.path().join("socA.json");
+    write_export(&file, &export).unwrap();
+    let read = read_export(&file).unwrap();
+    assert_eq!(read, export);
+
+    let mut dst = SelectorDb::open(dir.path().join("b.db")).unwrap();
+    let st = dst.import(&read).unwrap();
+    assert_eq!(
+        (
+            st.socs_added,
+            st.campaigns_added,
+            st.measurements_added,
+            st.selections_added
+        ),
+        (1, 1, 4, 2)
+    );
+    assert_eq!((st.ceilings_added, st.peer_results_added), (1, 1));
+    assert_eq!(dst.export_soc("socA").unwrap(), export);
+    // Importing again changes nothing.
+    let again = dst.import(&read).unwrap();
+    assert_eq!(again.changed(), 0, "{again:?}");
+    assert_eq!(again.selections_kept, 2);
+    assert_eq!(dst.export_soc("socA").unwrap(), export);
+    // A table file reads as the same exports.
+    drop(src);
+    assert_eq!(
+        read_any(&dir.path().join("a.db")).unwrap(),
+        vec![export.clone()]
+    );
+    assert_eq!(read_any(&file).unwrap(), vec![export]);
+}
+
+#[test]
+fn merge_keeps_socs_apart() {
+    let dir = tmp();
+    let a = device_db(&dir.path().join("a.db"), "socA", 1000.0);
+    let b = device_db(&dir.path().join("b.db"), "socB", 50.0);
+    let mut merged = SelectorDb::open(dir.path().join("m.db")).unwrap();
+    merged.merge_from(&a).unwrap();
+    merged.merge_from(&b).unwrap();
+    assert_eq!(merged.socs().unwrap().len(), 2);
+    assert_eq!(
+        merged.export_soc("socA").unwrap(),
+        a.export_soc("socA").unwrap()
+    );
+    assert_eq!(
+        merged.export_soc("socB").unwrap(),
+        b.export_soc("socB").unwrap()
+    );
+    // socB's much faster rows never answer for socA.
+    match merged.lookup("socA", ABI, 2, &gemv(4864, 896)).unwrap() {
+        Lookup::Exact(s) => assert_eq!((s.soc.as_str(), s.median_ns), ("socA", 1000.0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(merged.count_measurements(Some("socA")).unwrap(), 4);
+    assert_eq!(merged.count_measurements(Some("socB")).unwrap(), 4);
+    // Merging the same sources again adds nothing.
+    assert_eq!(merged.merge_from(&a).unwrap().changed(), 0);
+}
+
+#[test]
+fn merge_conflict_keeps_the_faster_selection() {
+    let dir = tmp();
+    let slow = device_db(&dir.path().join("slow.db"), "socA", 1000.0);
+    let fast = device_db(&dir.path().join("fast.db"), "socA", 800.0);
+    let mut m = SelectorDb::open(dir.path().join("m.db")).unwrap();
+    m.merge_from(&slow).unwrap();
+    let st = m.merge_from(&fast).unwrap();
+    assert_eq!((st.selections_replaced, st.selections_kept), (2, 0));
+    // Merging the slow one again keeps the fast winners.
+    let st = m.merge_from(&slow).unwrap();
+    assert_eq!((st.selections_replaced, st.selections_kept), (0, 2));
+    let medians: Vec<f64> = m
+        .selections(Some("socA"))
+        .unwrap()
+        .iter()
+        .map(|s| s.median_ns)
+        .collect();
+    assert_eq!(medians, [800.0, 810.0]); // ordered by problem key
+    // Both campaigns are kept; measurements keep the first one seen per key.
+    assert_eq!(m.campaigns(Some("socA")).unwrap().len(), 2);
+    assert_eq!(m.count_measurements(None).unwrap(), 4);
+}
+
+#[test]
+fn exports_that_mix_socs_or_formats_are_refused() {
+    let dir = tmp();
+    let a = device_db(&dir.path().join("a.db"), "socA", 1000.0);
+    let mut bad = a.export_soc("socA").unwrap();
+    bad.selections[0].soc = "socB".into();
+    let mut dst = SelectorDb::open(dir.path().join("b.db")).unwrap();
+    let err = dst.import(&bad).unwrap_err();
+    assert!(err.to_string().contains("exactly one soc"), "{err}");
+    assert!(
+        dst.socs().unwrap().is_empty(),
+        "a refused import wrote rows"
+    );
+
+    let mut newer = a.export_soc("socA").unwrap();
+    newer.version = 99;
+    assert!(matches!(
+        dst.import(&newer),
+        Err(TableError::BadExport { .. })
+    ));
+
+    let file = dir.path().join("x.json");
+    std::fs::write(&file, br#"{"format":"something-else"}"#).unwrap();
+    let err = read_export(&file).unwrap_err();
+    assert!(
+        err.to_string().contains(&file.display().to_string()),
+        "{err}"
+    );
+    assert!(matches!(
+        a.export_soc("nope"),
+        Err(TableError::Unknown { .. })
+    ));
+}

@@ -1,0 +1,515 @@
+//! A campaign: for each problem, enumerate candidates, validate each against
+//! the scalar reference before timing it, search, and record the winner.
+//!
+//! The campaign talks to the kernels through [`KernelProblem`], to the clock
+//! through [`Measure`] and to the database through [`Store`], so the
+//! orchestration (resume, validation, budget, selection) is tested here with
+//! fakes, including a deliberately wrong and deliberately fast candidate.
+
+use crate::strategy::{self, Coords, Evaluator, FULL_FIDELITY, Strategy};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+use tiletune_tables::{Candidate, Problem};
+
+/// Coordinates of a candidate for neighbourhood search: variant, each
+/// param, threads.
+pub fn coords(c: &Candidate) -> Coords {
+    let mut v = vec![("variant".to_string(), c.variant().to_string())];
+    if let serde_json::Value::Object(m) = c.params() {
+        for (k, val) in m {
+            v.push((k.clone(), val.to_string()));
+        }
+    } else {
+        v.push(("params".into(), c.params().to_string()));
+    }
+    v.push(("threads".into(), c.threads().to_string()));
+    v
+}
+
+/// A kernel problem instantiated with concrete inputs, ready to be validated
+/// and timed. One implementation per kernel family lives in `families/`.
+pub trait KernelProblem {
+    fn spec(&self) -> &Problem;
+    /// The search space; entry [`KernelProblem::default_index`] is the
+    /// analytic default.
+    fn candidates(&self) -> &[Candidate];
+    fn default_index(&self) -> usize;
+    /// Runs candidate `i` once on the problem's inputs and returns its error
+    /// against the scalar reference (max scale-aware relative error), or an
+    /// error message if the kernel refused the candidate.
+    fn validate(&mut self, i: usize) -> Result<f32, String>;
+    /// The dtype's tolerance for [`KernelProblem::validate`].
+    fn tolerance(&self) -> f32;
+    /// One run of candidate `i`: what gets timed.
+    fn run(&mut self, i: usize);
+    /// Bytes moved and flops done by one run, for GB/s and GFLOP/s.
+    fn work(&self) -> Work;
+}
+
+/// Work done by one run of a problem.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Work {
+    pub bytes: u64,
+    pub flops: u64,
+}
+
+/// Statistics of one measurement, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub median_s: f64,
+    pub mad_s: f64,
+    pub samples: usize,
+    /// Counters and derived metrics read around the timed region (or the
+    /// software fallback), as JSON.
+    pub counters: serde_json::Value,
+}
+
+/// Times a closure. `fidelity` scales the measurement effort.
+pub trait Measure {
+    fn measure(&mut self, fidelity: u32, run: &mut dyn FnMut()) -> Stats;
+}
+
+/// A measurement as the store records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasurementRecord {
+    pub problem: Problem,
+    pub candidate: Candidate,
+    pub fidelity: u32,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Outcome {
+    Valid(Stats),
+    Invalid { reason: String },
+}
+
+/// The winner of one problem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    pub problem: Problem,
+    pub winner: Candidate,
+    pub median_s: f64,
+    pub default: Candidate,
+    pub default_s: f64,
+    /// Budget of threads the selection is for (the largest count searched).
+    pub thread_budget: usize,
+}
+
+impl Selection {
+    pub fn speedup(&self) -> f64 {
+        self.default_s / self.median_s
+    }
+}
+
+/// Where measurements and selections go. Implemented over the SQLite table by
+/// the binary; the tests use an in-memory fake.
+pub trait Store {
+    /// A measurement already taken for this problem and candidate at this
+    /// fidelity or higher (so a resumed campaign skips it).
+    fn existing(
+        &mut self,
+        problem: &Problem,
+        candidate: &Candidate,
+        fidelity: u32,
+    ) -> Option<Outcome>;
+    /// Commits one measurement at once: a killed campaign loses at most the
+    /// measurement in flight.
+    fn record(&mut self, m: &MeasurementRecord) -> Result<(), String>;
+    fn select(&mut self, s: &Selection) -> Result<(), String>;
+}
+
+/// Settings of one campaign.
+#[derive(Debug, Clone)]
+pub struct CampaignConfig {
+    pub strategy: Strategy,
+    /// Wall-clock budget for the whole campaign; the best so far is kept.
+    pub budget: Option<Duration>,
+}
+
+/// What happened to one problem.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProblemReport {
+    pub problem: Problem,
+    pub selection: Option<Selection>,
+    pub evaluations: usize,
+    pub invalid: usize,
+    pub stopped_by_budget: bool,
+    /// Why no selection was made, if none was.
+    pub note: Option<String>,
+}
+
+/// Observes progress (the binary draws a progress bar).
+pub trait Progress {
+    fn problem_started(
+        &mut self,
+        _index: usize,
+        _total: usize,
+        _problem: &Problem,
+        _candidates: usize,
+    ) {
+    }
+    fn evaluated(&mut self, _candidate: &Candidate, _best_s: Option<f64>) {}
+    fn problem_done(&mut self, _report: &ProblemReport) {}
+}
+
+impl Progress for () {}
+
+/// Runs a campaign over already-instantiated problems.
+pub fn run_campaign(
+    problems: &mut [Box<dyn KernelProblem + '_>],
+    cfg: &CampaignConfig,
+    measure: &mut dyn Measure,
+    store: &mut dyn Store,
+    progress: &mut dyn Progress,
+) -> Vec<ProblemReport> {
+    let deadline = cfg.budget.map(|b| Instant::now() + b);
+    let total = problems.len();
+    let mut reports = Vec::new();
+    for (pi, problem) in problems.iter_mut().enumerate() {
+        let spec = problem.spec().clone();
+        let coords: Vec<Coords> = problem.candidates().iter().map(coords).collect();
+        progress.problem_started(pi, total, &spec, coords.len());
+        let default = problem.default_index();
+        let mut ev = CampaignEvaluator {
+            problem: problem.as_mut(),
+            measure: &mut *measure,
+            store: &mut *store,
+            deadline,
+            progress: &mut *progress,
+            best: None,
+            invalid: 0,
+            store_error: None,
+        };
+        let result = strategy::search(cfg.strategy, &coords, default, &mut ev);
+        // The default is always measured at full fidelity, even past the
+        // budget, so every selection carries an honest speedup.
+        let default_s = ev.full(default);
+        let best_s = result.best.and_then(|b| ev.full(b));
+        let invalid = ev.invalid;
+        let mut note = ev.store_error.take();
+        let selection = match (result.best, best_s, default_s) {
+            (Some(b), Some(bs), Some(ds)) => {
+                let cands = problem.candidates();
+                let thread_budget = cands.iter().map(|c| c.threads()).max().unwrap_or(1);
+                // The default is a valid candidate too: never select something
+                // slower than it.
+                let (winner, median_s) = if ds <= bs { (default, ds) } else { (b, bs) };
+                Some(Selection {
+                    problem: spec.clone(),
+                    winner: cands[winner].clone(),
+                    median_s,
+                    default: cands[default].clone(),
+                    default_s: ds,
+                    thread_budget,
+                })
+            }
+            (None, _, _) => {
+                note.get_or_insert_with(|| "no valid candidate".into());
+                None
+            }
+            _ => {
+                note.get_or_insert_with(|| {
+                    "the default candidate is invalid on this problem".into()
+                });
+                None
+            }
+        };
+        if let Some(s) = &selection
+            && let Err(e) = store.select(s)
+        {
+            note = Some(format!("could not store the selection: {e}"));
+        }
+        let report = ProblemReport {
+            problem: spec,
+            selection,
+            evaluations: result.evaluations.len(),
+            invalid,
+            stopped_by_budget: result.stopped_by_budget,
+            note,
+        };
+        progress.problem_done(&report);
+        reports.push(report);
+    }
+    reports
+}
+
+struct CampaignEvaluator<'a> {
+    problem: &'a mut dyn KernelProblem,
+    measure: &'a mut dyn Measure,
+    store: &'a mut dyn Store,
+    deadline: Option<Instant>,
+    progress: &'a mut dyn Progress,
+    best: Option<f64>,
+    invalid: usize,
+    store_error: Option<String>,
+}
+
+impl CampaignEvaluator<'_> {
+    fn full(&mut self, i: usize) -> Option<f64> {
+        self.eval(i, FULL_FIDELITY)
+    }
+}
+
+impl Evaluator for CampaignEvaluator<'_> {
+    fn eval(&mut self, i: usize, fidelity: u32) -> Option<f64> {
+        let spec = self.problem.spec().clone();
+        let cand = self.problem.candidates()[i].clone();
+        let outcome = match self.store.existing(&spec, &cand, fidelity) {
+            Some(o) => o,
+            None => {
+                // Validate before timing: a candidate that disagrees with the
+                // reference is recorded as invalid and never timed.
+                let tol = self.problem.tolerance();
+                let outcome = match self.problem.validate(i) {
+                    Err(reason) => Outcome::Invalid { reason },
+                    // NaN error counts as a mismatch.
+                    Ok(err) if err.is_nan() || err > tol => Outcome::Invalid {
+                        reason: format!("max relative error {err:.3e} exceeds tolerance {tol:.1e}"),
+                    },
+                    Ok(_) => {
+                        let problem = &mut *self.problem;
+                        let stats = self.measure.measure(fidelity, &mut || problem.run(i));
+                        if stats.median_s.is_finite() && stats.median_s > 0.0 {
+                            Outcome::Valid(stats)
+                        } else {
+                            Outcome::Invalid {
+                                reason: format!("could not be measured: {}", stats.counters),
+                            }
+                        }
+                    }
+                };
+                let rec = MeasurementRecord {
+                    problem: spec,
+                    candidate: cand.clone(),
+                    fidelity,
+                    outcome: outcome.clone(),
+                };
+                if let Err(e) = self.store.record(&rec) {
+                    self.store_error
+                        .get_or_insert(format!("could not store a measurement: {e}"));
+                }
+                outcome
+            }
+        };
+        let secs = match outcome {
+            Outcome::Valid(s) => Some(s.median_s),
+            Outcome::Invalid { .. } => {
+                self.invalid += 1;
+                None
+            }
+        };
+        if let Some(s) = secs {
+            self.best = Some(self.best.map_or(s, |b: f64| b.min(s)));
+        }
+        self.progress.evaluated(&cand, self.best);
+        secs
+    }
+
+    fn budget_left(&self) -> bool {
+        self.deadline.is_none_or(|d| Instant::now() < d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A fake problem: candidate times are fixed; candidate "wrong" is the
+    /// fastest but its output is wrong.
+    struct Fake {
+        spec: Problem,
+        cands: Vec<Candidate>,
+        times: Vec<f64>,
+        wrong: Vec<bool>,
+        last: usize,
+        runs: usize,
+    }
+
+    fn fake(n: usize) -> Fake {
+        let mut cands = Vec::new();
+        let mut times = Vec::new();
+        let mut wrong = Vec::new();
+        for i in 0..n {
+            cands.push(Candidate::new("scalar", serde_json::json!({ "rows": i }), 1).unwrap());
+            times.push(10.0 - i as f64 * 0.5);
+            wrong.push(false);
+        }
+        cands.push(Candidate::new("wrong_fast", serde_json::json!({ "rows": 0 }), 1).unwrap());
+        times.push(0.001);
+        wrong.push(true);
+        Fake {
+            spec: Problem::new("gemv", "f32", [("n", 8), ("k", 8)]).unwrap(),
+            cands,
+            times,
+            wrong,
+            last: 0,
+            runs: 0,
+        }
+    }
+
+    impl KernelProblem for Fake {
+        fn spec(&self) -> &Problem {
+            &self.spec
+        }
+        fn candidates(&self) -> &[Candidate] {
+            &self.cands
+        }
+        fn default_index(&self) -> usize {
+            0
+        }
+        fn validate(&mut self, i: usize) -> Result<f32, String> {
+            Ok(if self.wrong[i] { 0.5 } else { 0.0 })
+        }
+        fn tolerance(&self) -> f32 {
+            1e-5
+        }
+        fn run(&mut self, i: usize) {
+            self.last = i;
+            self.runs += 1;
+        }
+        fn work(&self) -> Work {
+            Work::default()
+        }
+    }
+
+    /// Reports the fake's scripted time for whichever candidate ran.
+    struct FakeMeasure<'a>(
+        &'a std::cell::RefCell<Vec<f64>>,
+        std::rc::Rc<std::cell::Cell<usize>>,
+    );
+    impl Measure for FakeMeasure<'_> {
+        fn measure(&mut self, _f: u32, run: &mut dyn FnMut()) -> Stats {
+            run();
+            Stats {
+                median_s: self.0.borrow()[self.1.get()],
+                mad_s: 0.0,
+                samples: 1,
+                counters: serde_json::Value::Null,
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct MemStore {
+        m: HashMap<(String, String), (u32, Outcome)>,
+        records: usize,
+        selections: Vec<Selection>,
+    }
+    impl Store for MemStore {
+        fn existing(&mut self, p: &Problem, c: &Candidate, f: u32) -> Option<Outcome> {
+            self.m
+                .get(&(p.to_string(), c.key()))
+                .filter(|(fid, o)| *fid >= f || matches!(o, Outcome::Invalid { .. }))
+                .map(|(_, o)| o.clone())
+        }
+        fn record(&mut self, r: &MeasurementRecord) -> Result<(), String> {
+            self.records += 1;
+            self.m.insert(
+                (r.problem.to_string(), r.candidate.key()),
+                (r.fidelity, r.outcome.clone()),
+            );
+            Ok(())
+        }
+        fn select(&mut self, s: &Selection) -> Result<(), String> {
+            self.selections.push(s.clone());
+            Ok(())
+        }
+    }
+
+    /// Wraps a Fake so the measure sees which candidate ran.
+    struct Tracked {
+        inner: Fake,
+        current: std::rc::Rc<std::cell::Cell<usize>>,
+    }
+    impl KernelProblem for Tracked {
+        fn spec(&self) -> &Problem {
+            self.inner.spec()
+        }
+        fn candidates(&self) -> &[Candidate] {
+            self.inner.candidates()
+        }
+        fn default_index(&self) -> usize {
+            0
+        }
+        fn validate(&mut self, i: usize) -> Result<f32, String> {
+            self.inner.validate(i)
+        }
+        fn tolerance(&self) -> f32 {
+            self.inner.tolerance()
+        }
+        fn run(&mut self, i: usize) {
+            self.current.set(i);
+            self.inner.run(i)
+        }
+        fn work(&self) -> Work {
+            Work::default()
+        }
+    }
+
+    fn run(strategy: Strategy, store: &mut MemStore) -> (Vec<ProblemReport>, usize) {
+        let f = fake(6);
+        let times = std::cell::RefCell::new(f.times.clone());
+        let cur = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
+            inner: f,
+            current: cur.clone(),
+        })];
+        let mut m = FakeMeasure(&times, cur);
+        let cfg = CampaignConfig {
+            strategy,
+            budget: None,
+        };
+        let r = run_campaign(&mut problems, &cfg, &mut m, store, &mut ());
+        (r, store.records)
+    }
+
+    #[test]
+    fn wrong_fast_candidate_is_never_selected_nor_timed() {
+        for s in [
+            Strategy::Exhaustive,
+            Strategy::Halving { eta: 2 },
+            Strategy::Descent,
+        ] {
+            let mut store = MemStore::default();
+            let (r, _) = run(s, &mut store);
+            let sel = r[0].selection.as_ref().expect("a selection");
+            assert_ne!(sel.winner.variant(), "wrong_fast", "{s:?}");
+            let wrong = store
+                .m
+                .iter()
+                .find(|((_, k), _)| k.starts_with("wrong_fast/"))
+                .map(|(_, (_, o))| o.clone());
+            if let Some(o) = wrong {
+                assert!(matches!(o, Outcome::Invalid { .. }), "{s:?}: {o:?}");
+            }
+        }
+        let mut store = MemStore::default();
+        let (r, _) = run(Strategy::Exhaustive, &mut store);
+        assert_eq!(r[0].invalid, 1);
+        let sel = r[0].selection.as_ref().unwrap();
+        assert_eq!(sel.winner.params()["rows"], 5);
+        assert!((sel.speedup() - 10.0 / 7.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn resumed_campaign_measures_nothing_twice() {
+        let mut store = MemStore::default();
+        let (_, first) = run(Strategy::Exhaustive, &mut store);
+        assert!(first > 0);
+        let (r, total) = run(Strategy::Exhaustive, &mut store);
+        assert_eq!(total, first, "a rerun must take no new measurements");
+        assert!(r[0].selection.is_some());
+        assert_eq!(store.selections.len(), 2);
+        assert_eq!(store.selections[0], store.selections[1]);
+    }
+
+    #[test]
+    fn candidate_coords_cover_every_param() {
+        let c = Candidate::new("avx512", serde_json::json!({"rows": 4, "kc": 256}), 2).unwrap();
+        assert_eq!(c.key(), r#"avx512/t2/{"kc":256,"rows":4}"#);
+        assert_eq!(coords(&c).len(), 4);
+    }
+}

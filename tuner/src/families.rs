@@ -1,0 +1,445 @@
+//! Kernel families as the tuner sees them: a [`KernelProblem`] per family,
+//! instantiated with seeded random inputs, the scalar reference's output, and
+//! the search space (ISA variants × the family's parameter candidates ×
+//! thread counts).
+//!
+//! GEMV problems rotate through enough copies of the weights to exceed the
+//! last-level cache, so a decode-shaped kernel is timed streaming its weights
+//! from memory, as it does in a real model, not from a warm cache.
+
+use crate::TunerError;
+use crate::campaign::{KernelProblem, Work};
+use half::f16;
+use tiletune_kernels::gemm::{self, GemmConfig, GemmParams, GemmShape};
+use tiletune_kernels::gemv::{self, GemvConfig, GemvParams, GemvShape};
+use tiletune_kernels::testing::{Rng, max_rel_err};
+use tiletune_kernels::{CpuCaps, Isa, Tunable};
+use tiletune_tables::{Candidate, Problem};
+
+/// The dtypes each op can be tuned for.
+pub fn supported_dtypes(op: &str) -> &'static [&'static str] {
+    match op {
+        "gemv" | "gemm" => &["f32", "f16"],
+        _ => &[],
+    }
+}
+
+/// What the tuner needs to know about the machine to build a problem.
+#[derive(Debug, Clone, Copy)]
+pub struct Machine {
+    pub caps: CpuCaps,
+    /// Thread counts to search (e.g. `[1, 2]`, or one cluster's sizes).
+    pub max_threads: usize,
+    /// Seed for the random inputs.
+    pub seed: u64,
+}
+
+/// Builds the problem for `spec` on this machine.
+pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>, TunerError> {
+    let unsupported = || TunerError::UnsupportedDtype {
+        op: spec.op().to_string(),
+        dtype: spec.dtype().to_string(),
+        supported: supported_dtypes(spec.op()).join(", "),
+    };
+    let dim = |n: &str| {
+        spec.dim(n).ok_or_else(|| TunerError::BadShape {
+            op: spec.op().to_string(),
+            shape: spec.to_string(),
+            expected: n.to_string(),
+        })
+    };
+    match (spec.op(), spec.dtype()) {
+        ("gemv", "f32") => Ok(Box::new(GemvProblem::<f32>::new(
+            spec.clone(),
+            GemvShape {
+                n: dim("n")?,
+                k: dim("k")?,
+            },
+            m,
+        ))),
+        ("gemv", "f16") => Ok(Box::new(GemvProblem::<f16>::new(
+            spec.clone(),
+            GemvShape {
+                n: dim("n")?,
+                k: dim("k")?,
+            },
+            m,
+        ))),
+        ("gemm", "f32") => Ok(Box::new(GemmProblem::<f32>::new(
+            spec.clone(),
+            GemmShape {
+                m: dim("m")?,
+                n: dim("n")?,
+                k: dim("k")?,
+            },
+            m,
+        ))),
+        ("gemm", "f16") => Ok(Box::new(GemmProblem::<f16>::new(
+            spec.clone(),
+            GemmShape {
+                m: dim("m")?,
+                n: dim("n")?,
+                k: dim("k")?,
+            },
+            m,
+        ))),
+        ("gemv" | "gemm", _) => Err(unsupported()),
+        _ => Err(TunerError::UnknownOp(spec.op().to_string())),
+    }
+}
+
+/// Thread counts to search: 1..=max.
+fn thread_counts(max: usize) -> Vec<usize> {
+    (1..=max.max(1)).collect()
+}
+
+/// A weight element the f32-activation kernels take.
+pub trait WeightElem: Copy + Send + Sync + 'static {
+    fn from_f32(x: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+impl WeightElem for f32 {
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+impl WeightElem for f16 {
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+
+/// Enough copies of a `bytes`-sized buffer to exceed the LLC twice over.
+fn cold_copies(bytes: usize, caps: &CpuCaps) -> usize {
+    (2 * caps.l3.max(caps.l2))
+        .div_ceil(bytes.max(1))
+        .clamp(1, 64)
+}
+
+struct GemvProblem<W: WeightElem> {
+    spec: Problem,
+    shape: GemvShape,
+    /// Rotated weight copies (cold-cache timing).
+    w: Vec<Vec<W>>,
+    next: usize,
+    x: Vec<f32>,
+    y: Vec<f32>,
+    reference: Vec<f32>,
+    cands: Vec<Candidate>,
+    cfgs: Vec<GemvConfig>,
+    default: usize,
+}
+
+impl<W: WeightElem> GemvProblem<W>
+where
+    GemvProblem<W>: GemvCall,
+{
+    fn new(spec: Problem, shape: GemvShape, m: &Machine) -> Self {
+        let mut rng = Rng::new(m.seed);
+        let w0: Vec<W> = (0..shape.n * shape.k)
+            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
+            .collect();
+        let x = rng.vec_f32(shape.k);
+        let reference = reference_gemv(&w0, &x, shape);
+        let copies = cold_copies(w0.len() * size_of::<W>(), &m.caps);
+        let w = vec![w0; copies];
+        let default_cfg = GemvConfig {
+            isa: Some(gemv::resolve_isa(None).unwrap_or(Isa::Scalar)),
+            params: GemvParams::default_for(&shape, &m.caps),
+            threads: m.max_threads.max(1),
+        };
+        let mut cfgs = vec![default_cfg];
+        for &isa in gemv::variants().iter().filter(|i| i.is_available()) {
+            for params in GemvParams::candidates(&shape, &m.caps) {
+                for threads in thread_counts(m.max_threads) {
+                    let c = GemvConfig {
+                        isa: Some(isa),
+                        params,
+                        threads,
+                    };
+                    if !cfgs.contains(&c) {
+                        cfgs.push(c);
+                    }
+                }
+            }
+        }
+        let cands = cfgs
+            .iter()
+            .map(|c| candidate(c.isa, &c.params, c.threads))
+            .collect();
+        GemvProblem {
+            spec,
+            shape,
+            w,
+            next: 0,
+            x,
+            y: vec![0.0; shape.n],
+            reference,
+            cands,
+            cfgs,
+            default: 0,
+        }
+    }
+}
+
+/// Plain f64-accumulated reference, independent of the kernels under test.
+fn reference_gemv<W: WeightElem>(w: &[W], x: &[f32], s: GemvShape) -> Vec<f32> {
+    (0..s.n)
+        .map(|r| {
+            w[r * s.k..(r + 1) * s.k]
+                .iter()
+                .zip(x)
+                .map(|(&a, &b)| a.to_f32() as f64 * b as f64)
+                .sum::<f64>() as f32
+        })
+        .collect()
+}
+
+fn candidate<P: serde::Serialize>(isa: Option<Isa>, params: &P, threads: usize) -> Candidate {
+    let params = serde_json::to_value(params).expect("params structs serialize to JSON objects");
+    Candidate::new(isa.unwrap_or(Isa::Scalar).name(), params, threads)
+        .expect("ISA names and thread counts >= 1 are valid candidate keys")
+}
+
+/// Dispatch to the right typed entry point.
+trait GemvCall {
+    fn call(&mut self, copy: usize, cfg: &GemvConfig) -> tiletune_kernels::Result<()>;
+}
+impl GemvCall for GemvProblem<f32> {
+    fn call(&mut self, copy: usize, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
+        gemv::gemv_f32(
+            &self.w[copy],
+            &self.x,
+            None,
+            &mut self.y,
+            self.shape,
+            false,
+            cfg,
+        )
+    }
+}
+impl GemvCall for GemvProblem<f16> {
+    fn call(&mut self, copy: usize, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
+        gemv::gemv_f16_f32(
+            &self.w[copy],
+            &self.x,
+            None,
+            &mut self.y,
+            self.shape,
+            false,
+            cfg,
+        )
+    }
+}
+
+impl<W: WeightElem> KernelProblem for GemvProblem<W>
+where
+    GemvProblem<W>: GemvCall,
+{
+    fn spec(&self) -> &Problem {
+        &self.spec
+    }
+    fn candidates(&self) -> &[Candidate] {
+        &self.cands
+    }
+    fn default_index(&self) -> usize {
+        self.default
+    }
+    fn validate(&mut self, i: usize) -> Result<f32, String> {
+        let cfg = self.cfgs[i];
+        self.y.fill(f32::NAN);
+        self.call(0, &cfg).map_err(|e| e.to_string())?;
+        Ok(max_rel_err(&self.y, &self.reference) / (self.shape.k.max(1) as f32).sqrt())
+    }
+    fn tolerance(&self) -> f32 {
+        // f32 accumulation error grows like sqrt(k)·eps; the error above is
+        // already divided by sqrt(k). f16 weights are widened exactly, so the
+        // same bound holds.
+        1e-5
+    }
+    fn run(&mut self, i: usize) {
+        let cfg = self.cfgs[i];
+        self.next = (self.next + 1) % self.w.len();
+        // Validation already proved this candidate runs on this shape.
+        let _ = self.call(self.next, &cfg);
+    }
+    fn work(&self) -> Work {
+        let (n, k) = (self.shape.n as u64, self.shape.k as u64);
+        Work {
+            bytes: n * k * size_of::<W>() as u64 + 4 * (n + k),
+            flops: 2 * n * k,
+        }
+    }
+}
+
+struct GemmProblem<W: WeightElem> {
+    spec: Problem,
+    shape: GemmShape,
+    a: Vec<f32>,
+    w: Vec<W>,
+    c: Vec<f32>,
+    reference: Vec<f32>,
+    cands: Vec<Candidate>,
+    cfgs: Vec<GemmConfig>,
+}
+
+impl<W: WeightElem> GemmProblem<W> {
+    fn new(spec: Problem, shape: GemmShape, m: &Machine) -> Self {
+        let mut rng = Rng::new(m.seed);
+        let a = rng.vec_f32(shape.m * shape.k);
+        let w: Vec<W> = (0..shape.n * shape.k)
+            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
+            .collect();
+        let mut reference = vec![0.0f32; shape.m * shape.n];
+        for i in 0..shape.m {
+            let row = &a[i * shape.k..(i + 1) * shape.k];
+            let r = reference_gemv(
+                &w,
+                row,
+                GemvShape {
+                    n: shape.n,
+                    k: shape.k,
+                },
+            );
+            reference[i * shape.n..(i + 1) * shape.n].copy_from_slice(&r);
+        }
+        let mut default_cfg = GemmConfig::new(&shape, &m.caps, m.max_threads.max(1));
+        default_cfg.isa = Some(gemm::resolve_isa("gemm", None).unwrap_or(Isa::Scalar));
+        let mut cfgs = vec![default_cfg];
+        for params in GemmParams::candidates(&shape, &m.caps) {
+            for threads in thread_counts(m.max_threads) {
+                let c = GemmConfig {
+                    isa: default_cfg.isa,
+                    params,
+                    threads,
+                };
+                if !cfgs.contains(&c) {
+                    cfgs.push(c);
+                }
+            }
+        }
+        let cands = cfgs
+            .iter()
+            .map(|c| candidate(c.isa, &c.params, c.threads))
+            .collect();
+        GemmProblem {
+            spec,
+            shape,
+            a,
+            w,
+            c: vec![0.0; shape.m * shape.n],
+            reference,
+            cands,
+            cfgs,
+        }
+    }
+}
+
+trait GemmCall {
+    fn call(&mut self, cfg: &GemmConfig) -> tiletune_kernels::Result<()>;
+}
+impl GemmCall for GemmProblem<f32> {
+    fn call(&mut self, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
+        gemm::gemm_f32(&self.a, &self.w, None, &mut self.c, self.shape, false, cfg)
+    }
+}
+impl GemmCall for GemmProblem<f16> {
+    fn call(&mut self, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
+        gemm::gemm_f16w_f32(&self.a, &self.w, None, &mut self.c, self.shape, false, cfg)
+    }
+}
+
+impl<W: WeightElem> KernelProblem for GemmProblem<W>
+where
+    GemmProblem<W>: GemmCall,
+{
+    fn spec(&self) -> &Problem {
+        &self.spec
+    }
+    fn candidates(&self) -> &[Candidate] {
+        &self.cands
+    }
+    fn default_index(&self) -> usize {
+        0
+    }
+    fn validate(&mut self, i: usize) -> Result<f32, String> {
+        let cfg = self.cfgs[i];
+        self.c.fill(f32::NAN);
+        self.call(&cfg).map_err(|e| e.to_string())?;
+        Ok(max_rel_err(&self.c, &self.reference) / (self.shape.k.max(1) as f32).sqrt())
+    }
+    fn tolerance(&self) -> f32 {
+        1e-5
+    }
+    fn run(&mut self, i: usize) {
+        let cfg = self.cfgs[i];
+        let _ = self.call(&cfg);
+    }
+    fn work(&self) -> Work {
+        let (m, n, k) = (
+            self.shape.m as u64,
+            self.shape.n as u64,
+            self.shape.k as u64,
+        );
+        Work {
+            bytes: n * k * size_of::<W>() as u64 + 4 * (m * k + m * n),
+            flops: 2 * m * n * k,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> Machine {
+        Machine {
+            caps: CpuCaps {
+                l1d: 32 << 10,
+                l2: 256 << 10,
+                l3: 1 << 20,
+                cores: 2,
+            },
+            max_threads: 2,
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn every_offered_candidate_validates() {
+        for spec in [
+            Problem::new("gemv", "f32", [("n", 37), ("k", 70)]).unwrap(),
+            Problem::new("gemv", "f16", [("n", 16), ("k", 33)]).unwrap(),
+            Problem::new("gemm", "f32", [("m", 5), ("n", 19), ("k", 23)]).unwrap(),
+            Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
+        ] {
+            let mut p = instantiate(&spec, &machine()).unwrap();
+            assert!(!p.candidates().is_empty());
+            let tol = p.tolerance();
+            for i in 0..p.candidates().len() {
+                let err = p.validate(i).unwrap();
+                assert!(err <= tol, "{spec}: {:?}: err {err}", p.candidates()[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_dtype_and_op_are_clear_errors() {
+        let e = instantiate(
+            &Problem::new("gemv", "q9_9", [("n", 4), ("k", 4)]).unwrap(),
+            &machine(),
+        );
+        assert!(matches!(e, Err(TunerError::UnsupportedDtype { .. })));
+        let e = instantiate(
+            &Problem::new("conv", "f32", [("n", 4)]).unwrap(),
+            &machine(),
+        );
+        assert!(matches!(e, Err(TunerError::UnknownOp(_))));
+    }
+}

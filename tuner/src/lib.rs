@@ -1,0 +1,49 @@
+//! The tuner: which candidates to time for which problems, in what order,
+//! and which one wins.
+//!
+//! - [`suite`] says where problems come from (built-in suites, one problem
+//!   from the command line);
+//! - [`strategy`] searches a candidate list without knowing what it measures;
+//! - [`campaign`] validates every candidate against the scalar reference
+//!   before timing it, records each measurement as it is taken (so a killed
+//!   campaign resumes without losing or repeating work), and writes winners.
+//!
+//! The tuner never parses models and never opens SQLite itself: the store it
+//! writes to is a trait the binary implements over `tiletune-tables`.
+
+pub mod adapters;
+pub mod campaign;
+pub mod families;
+pub mod strategy;
+pub mod suite;
+
+pub use campaign::{KernelProblem, Measure, Selection, Stats, Store};
+pub use strategy::Strategy;
+pub use tiletune_tables::{Candidate, Problem};
+
+/// What can go wrong when setting up a campaign.
+#[derive(Debug, thiserror::Error)]
+pub enum TunerError {
+    #[error("unknown op `{0}`; tunable ops are gemv and gemm")]
+    UnknownOp(String),
+    #[error(
+        "`{shape}` is not a shape for {op}: expected {expected} with positive sizes, e.g. --shape 4864x896"
+    )]
+    BadShape {
+        op: String,
+        shape: String,
+        expected: String,
+    },
+    #[error("unknown suite `{0}`; built-in suites are llm-decode and llm-prefill")]
+    UnknownSuite(String),
+    #[error("no {op} kernel for dtype `{dtype}`; supported: {supported}")]
+    UnsupportedDtype {
+        op: String,
+        dtype: String,
+        supported: String,
+    },
+    #[error(transparent)]
+    Kernel(#[from] tiletune_kernels::KernelError),
+    #[error(transparent)]
+    Key(#[from] tiletune_tables::TableError),
+}
