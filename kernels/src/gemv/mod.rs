@@ -95,9 +95,11 @@ impl GemvParams {
 
 /// DRAM latency the default prefetch distance must cover (ns): a typical
 /// loaded-latency figure for both server and phone memory systems.
-const MEM_LATENCY_NS: usize = 90;
-/// Bandwidth one core can pull from DRAM (bytes per ns = GB/s).
-const CORE_BANDWIDTH_GBPS: usize = 16;
+const MEM_LATENCY_NS: usize = 100;
+/// Bandwidth one core can pull from DRAM (bytes per ns = GB/s): ~20-30 on
+/// current server and big phone cores; the prefetch distance only has to be
+/// long enough, so err high.
+const CORE_BANDWIDTH_GBPS: usize = 24;
 
 impl Tunable for GemvParams {
     type Shape = GemvShape;
@@ -106,8 +108,9 @@ impl Tunable for GemvParams {
     /// - `nr`, `unroll`: see [`GemvParams::DEFAULT_NR`]; `nr` is lowered for
     ///   tiny `n` so that the 1-row tail path is not the only one used.
     /// - `prefetch`: the bytes that must be in flight to hide memory latency
-    ///   (latency × per-core bandwidth ≈ 90 ns × 16 GB/s ≈ 1.4 KiB) are spread
-    ///   over the `nr` concurrent row streams, rounded up to a cache line.
+    ///   (latency × per-core bandwidth ≈ 100 ns × 24 GB/s = 2.4 KB) are spread
+    ///   over the `nr` concurrent row streams, rounded up to a cache line
+    ///   (640 bytes for `nr = 4`).
     ///   When the whole `W` fits in half of L2 it is likely cache-resident
     ///   (small layers called repeatedly), so no prefetch is issued.
     /// - `kc`: `x` should stay in L1 while `W` streams through it, so it may

@@ -123,15 +123,19 @@ fn default_params_full_edge_sweep() {
 }
 
 /// Every runnable variant × every candidate the enumerator offers × threads
-/// 1, 2, 3, over shapes in which every edge n and every edge k occurs (a
-/// permutation pairing them) plus the large shape; the bias/accumulate path
+/// 1, 2, 3, over shapes in which every edge n and every edge k occurs
+/// (twice) plus the large shape; the bias/accumulate path
 /// rotates with the shape.
 #[test]
 fn every_candidate_every_thread_count() {
+    // Two different pairings (5 and 3 are coprime with 14, so each is a
+    // permutation): every n meets two k values.
     let mut shapes: Vec<GemvShape> = (0..EDGE.len())
-        .map(|i| GemvShape {
-            n: EDGE[i],
-            k: EDGE[(i * 5 + 3) % EDGE.len()],
+        .flat_map(|i| {
+            [(i * 5 + 3), (i * 3 + 8)].map(|j| GemvShape {
+                n: EDGE[i],
+                k: EDGE[j % EDGE.len()],
+            })
         })
         .collect();
     shapes.push(LARGE);
