@@ -12,8 +12,6 @@ use std::process::ExitCode;
 use tiletune_bench::Environment;
 use tiletune_bench::roofline::{Ceilings, FmaIsa, Progress, RooflineConfig, measure_ceilings};
 
-/// The SoC fingerprint recorded until `tiletune probe` provides one here.
-const SOC_FINGERPRINT_UNPROBED: &str = "unprobed";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -51,6 +49,13 @@ pub struct RooflineArgs {
     /// Do not pin worker threads to CPUs.
     #[arg(long)]
     pub no_pin: bool,
+    /// Selector table the ceilings are stored in (the tuner and reports read
+    /// them from there) [default: $TILETUNE_DB, else the XDG data directory].
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Print only; store nothing.
+    #[arg(long)]
+    pub no_store: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -110,7 +115,8 @@ fn config(a: &RooflineArgs, env: &Environment) -> anyhow::Result<RooflineConfig>
 }
 
 fn roofline(g: &Global, a: RooflineArgs) -> anyhow::Result<ExitCode> {
-    let env = Environment::capture(SOC_FINGERPRINT_UNPROBED, env!("CARGO_PKG_VERSION"), None);
+    let soc = tiletune_soc::probe().context("probing this SoC")?;
+    let env = Environment::capture(&soc.fingerprint, env!("CARGO_PKG_VERSION"), None);
     for w in env.warnings() {
         eprintln!("warning: {w}");
     }
@@ -138,6 +144,14 @@ fn roofline(g: &Global, a: RooflineArgs) -> anyhow::Result<ExitCode> {
         b.finish_and_clear();
     }
 
+    // Quick runs are smoke tests, not measurements: never stored.
+    if !a.no_store && !a.quick {
+        let path = a.db.clone().unwrap_or_else(tiletune_tables::default_db_path);
+        store_ceilings(&path, &soc, &ceilings)
+            .with_context(|| format!("storing the ceilings in {}", path.display()))?;
+        eprintln!("ceilings stored in {}", path.display());
+    }
+
     let mut out = std::io::stdout().lock();
     if g.json {
         let record = RooflineRecord {
@@ -150,6 +164,47 @@ fn roofline(g: &Global, a: RooflineArgs) -> anyhow::Result<ExitCode> {
         print_table(&mut out, &ceilings, a.quick)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One row per (kind, threads): `mem_bw_copy`, `mem_bw_triad` in GB/s and
+/// `fma_peak_<isa>` in GFLOP/s.
+fn store_ceilings(
+    path: &std::path::Path,
+    soc: &tiletune_soc::SocInfo,
+    c: &Ceilings,
+) -> anyhow::Result<()> {
+    use tiletune_tables::{Ceiling, OpenOptions, SelectorDb, SocRecord, now_unix};
+    let mut db = SelectorDb::open_with(
+        path,
+        OpenOptions {
+            create: true,
+            ..OpenOptions::default()
+        },
+    )?;
+    db.register_soc(&SocRecord {
+        fingerprint: soc.fingerprint.clone(),
+        name: soc.name.clone(),
+        probe: serde_json::to_value(soc)?,
+        first_seen: now_unix(),
+    })?;
+    let row = |kind: String, threads: usize, value: f64, unit: &str| Ceiling {
+        soc: soc.fingerprint.clone(),
+        kind,
+        threads,
+        value,
+        unit: unit.to_string(),
+        campaign: None,
+        measured_at: now_unix(),
+    };
+    for b in c.bandwidth.iter().filter(|b| b.validated) {
+        db.put_ceiling(&row("mem_bw_copy".into(), b.threads, b.copy_gbs, "GB/s"))?;
+        db.put_ceiling(&row("mem_bw_triad".into(), b.threads, b.triad_gbs, "GB/s"))?;
+    }
+    for f in &c.fma {
+        let kind = format!("fma_peak_{}", f.isa.name().replace('+', "_"));
+        db.put_ceiling(&row(kind, f.threads, f.gflops, "GFLOP/s"))?;
+    }
+    Ok(())
 }
 
 fn mib(b: u64) -> f64 {

@@ -18,8 +18,13 @@ use tiletune_tuner::{Candidate, KernelProblem, Strategy, suite};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A built-in suite of small-LLM shapes: llm-decode (GEMV) or llm-prefill (GEMM).
-    #[arg(long, conflicts_with_all = ["op", "shape"])]
+    #[arg(long, conflicts_with_all = ["op", "shape", "model"])]
     pub suite: Option<String>,
+    /// Every kernel problem this GGUF model runs (decode GEMV and prefill
+    /// GEMM buckets); problems whose weight dtype has no tunable kernel yet
+    /// are listed and skipped.
+    #[arg(long, value_name = "GGUF", conflicts_with_all = ["op", "shape"])]
+    pub model: Option<PathBuf>,
     /// Weight dtypes the suite is tuned for, comma-separated.
     #[arg(long, default_value = "f32", value_delimiter = ',')]
     pub dtypes: Vec<String>,
@@ -81,6 +86,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let problems: Vec<Problem> = match (&args.suite, &args.op) {
+        _ if args.model.is_some() => {
+            let path = args.model.as_ref().expect("checked");
+            let g = tiletune_runtime::GgufFile::open(path)?;
+            tiletune_runtime::problems::kernel_problems(&g)?
+        }
         (Some(name), _) => {
             let dts: Vec<&str> = args.dtypes.iter().map(String::as_str).collect();
             suite::suite(name, &dts)?
@@ -144,8 +154,25 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     };
 
     let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
+    let mut skipped: Vec<(Problem, String)> = Vec::new();
     for p in &problems {
-        instances.push(families::instantiate(p, &machine)?);
+        match families::instantiate(p, &machine) {
+            Ok(i) => instances.push(i),
+            // A model may hold weights no family tunes yet: say so, go on.
+            Err(e @ tiletune_tuner::TunerError::UnsupportedDtype { .. }) if args.model.is_some() => {
+                skipped.push((p.clone(), e.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !skipped.is_empty() {
+        eprintln!("skipping {} problem(s) with no tunable kernel yet:", skipped.len());
+        for (p, why) in &skipped {
+            eprintln!("  {p}: {why}");
+        }
+    }
+    if instances.is_empty() {
+        bail!("nothing to tune: none of the {} problem(s) has a tunable kernel yet", problems.len());
     }
 
     let started = Instant::now();
