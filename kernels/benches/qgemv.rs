@@ -10,7 +10,13 @@ use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::testing::Rng;
 
 /// (n, k) decode shapes: Qwen2.5-0.5B (896, 4864) and 7–8B (4096, 14336).
-const SHAPES: [(usize, usize); 5] = [(896, 896), (4864, 896), (896, 4864), (4096, 4096), (14336, 4096)];
+const SHAPES: [(usize, usize); 5] = [
+    (896, 896),
+    (4864, 896),
+    (896, 4864),
+    (4096, 4096),
+    (14336, 4096),
+];
 
 /// Bytes of weights touched between two visits of the same buffer: more
 /// than any LLC this is run on, so every call streams from DRAM.
@@ -18,7 +24,12 @@ const COLD_BYTES: usize = 128 << 20;
 
 pub fn benches(c: &mut Criterion) {
     let mut rng = Rng::new(0xBE7C);
-    for format in [QuantFormat::Q4_0, QuantFormat::Q8_0, QuantFormat::Mxfp4, QuantFormat::Q4_1] {
+    for format in [
+        QuantFormat::Q4_0,
+        QuantFormat::Q8_0,
+        QuantFormat::Mxfp4,
+        QuantFormat::Q4_1,
+    ] {
         let mut group = c.benchmark_group(format!("qgemv_{}", format.name()));
         group.sample_size(20);
         for (n, k) in SHAPES {
@@ -34,7 +45,10 @@ pub fn benches(c: &mut Criterion) {
             for mode in [QMode::A32, QMode::A8] {
                 for threads in [1, 2] {
                     let g = QGemv::new(format, mode).threads(threads);
-                    let id = BenchmarkId::new(format!("{}_{}_t{threads}", mode.name(), g.isa), format!("{n}x{k}"));
+                    let id = BenchmarkId::new(
+                        format!("{}_{}_t{threads}", mode.name(), g.isa),
+                        format!("{n}x{k}"),
+                    );
                     let mut i = 0;
                     group.bench_function(id, |b| {
                         b.iter(|| {
@@ -53,4 +67,14 @@ pub fn benches(c: &mut Criterion) {
         }
         group.finish();
     }
+}
+
+/// Standalone entry, so the file also builds as its own auto-discovered
+/// bench target (`cargo bench --bench qgemv` runs it under libtest, which
+/// ignores it; the kernel bench binary calls [`benches`] instead).
+#[allow(dead_code)]
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    benches(&mut c);
+    c.final_summary();
 }

@@ -11,9 +11,10 @@
 
 use super::{A8Rows, Rows, drive};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, F16Le, KVALUES_MXFP4, QK,
-    e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le,
+    KVALUES_MXFP4, QK, e8m0_to_f32_half,
 };
+use crate::quant::kquants::get_scale_min_k4;
 use std::arch::x86_64::*;
 
 /// `GGML_FP16_TO_FP32` with F16C.
@@ -346,6 +347,119 @@ a8_family!(
     vnni_q4_1
 );
 
+/// Q4_K × Q8_K: per 64-value chunk, one 32-byte load gives two sub-blocks
+/// (low / high nibbles); each sub-block's unsigned dot is scaled by its
+/// 6-bit scale in i32, the super-block sum by `d · d_x` in f32, and the
+/// mins term `dmin · d_x · Σ m_j · bsum_j` is accumulated in scalar.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len()` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a8_q4_k<const R: usize>(w: &[BlockQ4K], x: &[BlockQ8K], y: &mut [f32]) {
+    let nb = x.len();
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let mut offs = [0.0f32; R];
+    let m4 = _mm256_set1_epi8(0x0F);
+    for (i, xb) in x.iter().enumerate() {
+        let dx = xb.d();
+        for r in 0..R {
+            // SAFETY: in bounds (debug-asserted above).
+            let b = unsafe { w.get_unchecked(r * nb + i) };
+            let mut sumi = _mm256_setzero_si256();
+            let mut summ = 0i32;
+            for c in 0..4 {
+                let (sc0, m0) = get_scale_min_k4(2 * c, &b.scales);
+                let (sc1, m1) = get_scale_min_k4(2 * c + 1, &b.scales);
+                // SAFETY: qs has 128 bytes and x.qs 256; offsets stay inside.
+                let (q, xl, xh) = unsafe {
+                    (
+                        _mm256_loadu_si256(b.qs.as_ptr().add(32 * c).cast()),
+                        _mm256_loadu_si256(xb.qs.as_ptr().add(64 * c).cast()),
+                        _mm256_loadu_si256(xb.qs.as_ptr().add(64 * c + 32).cast()),
+                    )
+                };
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                let pl = _mm256_mullo_epi32(udot_avx2(lo, xl), _mm256_set1_epi32(sc0 as i32));
+                let ph = _mm256_mullo_epi32(udot_avx2(hi, xh), _mm256_set1_epi32(sc1 as i32));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+                summ += m0 as i32 * (xb.bsum(4 * c) as i32 + xb.bsum(4 * c + 1) as i32);
+                summ += m1 as i32 * (xb.bsum(4 * c + 2) as i32 + xb.bsum(4 * c + 3) as i32);
+            }
+            let s = _mm256_cvtepi32_ps(sumi);
+            accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, accs[r]);
+            offs[r] -= (fp16(b.dmin) * dx) * summ as f32;
+        }
+    }
+    for r in 0..R {
+        y[r] = hsum(accs[r]) + offs[r];
+    }
+}
+
+/// Q6_K × Q8_K: each 32-value group is rebuilt from `ql` nibbles and two
+/// `qh` bits, re-centred to `q − 32`, dotted with the sign trick; its two
+/// 16-value halves carry their own scales (lanes 0..4 and 4..8 of the dot).
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len()` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a8_q6_k<const R: usize>(w: &[BlockQ6K], x: &[BlockQ8K], y: &mut [f32]) {
+    let nb = x.len();
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let k32 = _mm256_set1_epi8(32);
+    for (i, xb) in x.iter().enumerate() {
+        let dx = xb.d();
+        for (r, acc) in accs.iter_mut().enumerate() {
+            // SAFETY: in bounds (debug-asserted above).
+            let b = unsafe { w.get_unchecked(r * nb + i) };
+            let mut sumi = _mm256_setzero_si256();
+            for c in 0..2 {
+                // SAFETY: ql has 128 bytes, qh 64; offsets stay inside.
+                let (ql0, ql1, qh) = unsafe {
+                    (
+                        _mm256_loadu_si256(b.ql.as_ptr().add(64 * c).cast()),
+                        _mm256_loadu_si256(b.ql.as_ptr().add(64 * c + 32).cast()),
+                        _mm256_loadu_si256(b.qh.as_ptr().add(32 * c).cast()),
+                    )
+                };
+                let high = |sh: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2));
+                let parts = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), high(qh)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), high(_mm256_srli_epi16::<2>(qh))),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                        high(_mm256_srli_epi16::<4>(qh)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        high(_mm256_srli_epi16::<6>(qh)),
+                    ),
+                ];
+                for (p, q) in parts.into_iter().enumerate() {
+                    let g = 128 * c + 32 * p;
+                    // SAFETY: g + 32 <= 256.
+                    let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().add(g).cast()) };
+                    let d = sdot_avx2(_mm256_sub_epi8(q, k32), xv);
+                    let sc = _mm256_set_m128i(
+                        _mm_set1_epi32(b.scales[g / 16 + 1] as i32),
+                        _mm_set1_epi32(b.scales[g / 16] as i32),
+                    );
+                    sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d, sc));
+                }
+            }
+            let s = _mm256_cvtepi32_ps(sumi);
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, *acc);
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = hsum(acc);
+    }
+}
+
 /// W·A8 with `vpmaddubsw` (AVX2).
 ///
 /// # Safety
@@ -386,6 +500,22 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 y,
                 rpb,
                 [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
+            ),
+            A8Rows::Q4K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_k::<1>, a8_q4_k::<2>, a8_q4_k::<4>],
+            ),
+            A8Rows::Q6K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
             ),
             other => super::scalar::gemv_a8(other, y),
         }

@@ -6,10 +6,11 @@
 //! (`stdarch_neon_dotprod`), so `sdot` is emitted with `asm!` inside a
 //! `#[target_feature(enable = "dotprod")]` function.
 
-use super::neon::a8_family;
+use super::neon::{a8_family, kq_family};
 use super::{A8Rows, drive};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
+    e8m0_to_f32_half,
 };
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -47,6 +48,15 @@ a8_family!(
     a8_mxfp4,
     a8_q4_1
 );
+
+/// Dot product of 16 int8 pairs: one `sdot`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn dot16_sdot(w: int8x16_t, x: int8x16_t) -> int32x4_t {
+    sdot(vdupq_n_s32(0), w, x)
+}
+
+kq_family!("neon,dotprod", dot32_sdot, dot16_sdot, a8_q4_k, a8_q6_k);
 
 /// W·A8 with `sdot`.
 ///
@@ -88,6 +98,22 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 y,
                 rpb,
                 [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
+            ),
+            A8Rows::Q4K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_k::<1>, a8_q4_k::<2>, a8_q4_k::<4>],
+            ),
+            A8Rows::Q6K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
             ),
             other => super::scalar::gemv_a8(other, y),
         }

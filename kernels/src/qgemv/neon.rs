@@ -10,8 +10,8 @@
 
 use super::{A8Rows, Rows, drive};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, F16Le, KVALUES_MXFP4, QK,
-    e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le,
+    KVALUES_MXFP4, QK, e8m0_to_f32_half,
 };
 use std::arch::aarch64::*;
 
@@ -283,6 +283,132 @@ pub(super) use a8_family;
 
 a8_family!("neon", dot32_smull, a8_q4_0, a8_q8_0, a8_mxfp4, a8_q4_1);
 
+/// Dot product of 16 int8 pairs with `smull`/`smlal2`/`saddlp`: four i32
+/// partial sums.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn dot16_smull(w: int8x16_t, x: int8x16_t) -> int32x4_t {
+    vpaddlq_s16(vmlal_high_s8(
+        vmull_s8(vget_low_s8(w), vget_low_s8(x)),
+        w,
+        x,
+    ))
+}
+
+/// The K-quant W·A8 kernels (Q4_K, Q6_K × Q8_K) of one dot-product flavour:
+/// `$dot32` sums 32 int8 pairs given as two halves, `$dot16` sums 16.
+/// Q4_K: each sub-block's unsigned nibble dot is scaled by its 6-bit scale
+/// in i32; the mins term `dmin · d_x · Σ m_j · bsum_j` is scalar. Q6_K:
+/// each 16-value group is rebuilt from `ql`/`qh`, re-centred to `q − 32`
+/// and scaled by its signed 8-bit scale in i32.
+macro_rules! kq_family {
+    ($feat:literal, $dot32:path, $dot16:path, $q4_k:ident, $q6_k:ident) => {
+        /// # Safety
+        /// Needs the target features above; `w` holds `y.len()` rows of `x.len()` super-blocks.
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4_k<const R: usize>(w: &[BlockQ4K], x: &[BlockQ8K], y: &mut [f32]) {
+            use $crate::quant::kquants::get_scale_min_k4;
+            let nb = x.len();
+            debug_assert!(w.len() == R * nb && y.len() == R);
+            let mut accs = [vdupq_n_f32(0.0); R];
+            let mut offs = [0.0f32; R];
+            let m4 = vdupq_n_u8(0x0F);
+            for (i, xb) in x.iter().enumerate() {
+                let dx = xb.d();
+                let xp = xb.qs.as_ptr();
+                for r in 0..R {
+                    // SAFETY: in bounds (debug-asserted above).
+                    let b = unsafe { w.get_unchecked(r * nb + i) };
+                    let mut sumi = vdupq_n_s32(0);
+                    let mut summ = 0i32;
+                    for c in 0..4 {
+                        let (sc0, m0) = get_scale_min_k4(2 * c, &b.scales);
+                        let (sc1, m1) = get_scale_min_k4(2 * c + 1, &b.scales);
+                        // SAFETY: qs has 128 bytes and x.qs 256; offsets stay inside.
+                        let (q0, q1, x0, x1, x2, x3) = unsafe {
+                            (
+                                vld1q_u8(b.qs.as_ptr().add(32 * c)),
+                                vld1q_u8(b.qs.as_ptr().add(32 * c + 16)),
+                                vld1q_s8(xp.add(64 * c)),
+                                vld1q_s8(xp.add(64 * c + 16)),
+                                vld1q_s8(xp.add(64 * c + 32)),
+                                vld1q_s8(xp.add(64 * c + 48)),
+                            )
+                        };
+                        let s = |v: uint8x16_t| vreinterpretq_s8_u8(v);
+                        let lo = $dot32(s(vandq_u8(q0, m4)), s(vandq_u8(q1, m4)), x0, x1);
+                        let hi = $dot32(s(vshrq_n_u8::<4>(q0)), s(vshrq_n_u8::<4>(q1)), x2, x3);
+                        sumi = vmlaq_n_s32(sumi, lo, sc0 as i32);
+                        sumi = vmlaq_n_s32(sumi, hi, sc1 as i32);
+                        summ += m0 as i32 * (xb.bsum(4 * c) as i32 + xb.bsum(4 * c + 1) as i32);
+                        summ += m1 as i32 * (xb.bsum(4 * c + 2) as i32 + xb.bsum(4 * c + 3) as i32);
+                    }
+                    accs[r] = vfmaq_n_f32(accs[r], vcvtq_f32_s32(sumi), b.d.to_f32() * dx);
+                    offs[r] -= (b.dmin.to_f32() * dx) * summ as f32;
+                }
+            }
+            for r in 0..R {
+                y[r] = vaddvq_f32(accs[r]) + offs[r];
+            }
+        }
+
+        /// # Safety
+        /// Needs the target features above; `w` holds `y.len()` rows of `x.len()` super-blocks.
+        #[target_feature(enable = $feat)]
+        unsafe fn $q6_k<const R: usize>(w: &[BlockQ6K], x: &[BlockQ8K], y: &mut [f32]) {
+            let nb = x.len();
+            debug_assert!(w.len() == R * nb && y.len() == R);
+            let mut accs = [vdupq_n_f32(0.0); R];
+            let m4 = vdupq_n_u8(0x0F);
+            let m2 = vdupq_n_u8(3);
+            let k32 = vdupq_n_s8(32);
+            for (i, xb) in x.iter().enumerate() {
+                let dx = xb.d();
+                let xp = xb.qs.as_ptr();
+                for (r, acc) in accs.iter_mut().enumerate() {
+                    // SAFETY: in bounds (debug-asserted above).
+                    let b = unsafe { w.get_unchecked(r * nb + i) };
+                    let mut sumi = vdupq_n_s32(0);
+                    for c in 0..2 {
+                        for h in 0..2 {
+                            // SAFETY: ql has 128 bytes, qh 64; offsets stay inside.
+                            let (ql0, ql1, qh) = unsafe {
+                                (
+                                    vld1q_u8(b.ql.as_ptr().add(64 * c + 16 * h)),
+                                    vld1q_u8(b.ql.as_ptr().add(64 * c + 32 + 16 * h)),
+                                    vld1q_u8(b.qh.as_ptr().add(32 * c + 16 * h)),
+                                )
+                            };
+                            let lows = [
+                                vandq_u8(ql0, m4),
+                                vandq_u8(ql1, m4),
+                                vshrq_n_u8::<4>(ql0),
+                                vshrq_n_u8::<4>(ql1),
+                            ];
+                            for (p, lo) in lows.into_iter().enumerate() {
+                                let hb = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-2 * p as i8)), m2);
+                                let q = vorrq_u8(lo, vshlq_n_u8::<4>(hb));
+                                let q = vsubq_s8(vreinterpretq_s8_u8(q), k32);
+                                let g = 128 * c + 32 * p + 16 * h;
+                                // SAFETY: g + 16 <= 256.
+                                let xv = unsafe { vld1q_s8(xp.add(g)) };
+                                sumi = vmlaq_n_s32(sumi, $dot16(q, xv), b.scales[g / 16] as i32);
+                            }
+                        }
+                    }
+                    *acc = vfmaq_n_f32(*acc, vcvtq_f32_s32(sumi), b.d.to_f32() * dx);
+                }
+            }
+            for (out, acc) in y.iter_mut().zip(accs) {
+                *out = vaddvq_f32(acc);
+            }
+        }
+    };
+}
+pub(super) use kq_family;
+
+kq_family!("neon", dot32_smull, dot16_smull, a8_q4_k, a8_q6_k);
+
 /// W·A8 with `smull`/`sadalp` (baseline NEON).
 ///
 /// # Safety
@@ -322,6 +448,22 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 y,
                 rpb,
                 [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
+            ),
+            A8Rows::Q4K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_k::<1>, a8_q4_k::<2>, a8_q4_k::<4>],
+            ),
+            A8Rows::Q6K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
             ),
             other => super::scalar::gemv_a8(other, y),
         }
