@@ -12,7 +12,7 @@
 use super::{A8Rows, Rows, drive};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le,
-    KVALUES_MXFP4, QK, e8m0_to_f32_half,
+    KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
 use crate::quant::kquants::get_scale_min_k4;
 use std::arch::x86_64::*;
@@ -147,6 +147,111 @@ a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
     _mm256_fmadd_ps(_mm256_set1_ps(e8m0_to_f32_half(b.e)), s, acc)
 });
 
+/// Q4_K W·A32: per 32-value sub-block, the nibbles (low half of a 32-byte
+/// run for even sub-blocks, high half for odd) are widened and dotted with
+/// `x`; `acc += d·sc · Σ q·x − dmin·m · Σ x`.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
+    let nb = x.len() / QK_K;
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let m4 = _mm_set1_epi8(0x0F);
+    for i in 0..nb {
+        for j in 0..QK_K / 32 {
+            let xp = x[QK_K * i + 32 * j..QK_K * i + 32 * j + 32].as_ptr();
+            // SAFETY: the slice above holds 32 floats.
+            let xv = unsafe {
+                [
+                    _mm256_loadu_ps(xp),
+                    _mm256_loadu_ps(xp.add(8)),
+                    _mm256_loadu_ps(xp.add(16)),
+                    _mm256_loadu_ps(xp.add(24)),
+                ]
+            };
+            let xs = _mm256_add_ps(_mm256_add_ps(xv[0], xv[1]), _mm256_add_ps(xv[2], xv[3]));
+            for (r, acc) in accs.iter_mut().enumerate() {
+                // SAFETY: in bounds (debug-asserted above).
+                let b = unsafe { w.get_unchecked(r * nb + i) };
+                let (sc, m) = get_scale_min_k4(j, &b.scales);
+                let qp = b.qs[32 * (j / 2)..32 * (j / 2) + 32].as_ptr();
+                // SAFETY: the slice above holds 32 bytes.
+                let (qa, qb) = unsafe {
+                    (
+                        _mm_loadu_si128(qp.cast()),
+                        _mm_loadu_si128(qp.add(16).cast()),
+                    )
+                };
+                let (qa, qb) = if j % 2 == 0 {
+                    (_mm_and_si128(qa, m4), _mm_and_si128(qb, m4))
+                } else {
+                    (
+                        _mm_and_si128(_mm_srli_epi16::<4>(qa), m4),
+                        _mm_and_si128(_mm_srli_epi16::<4>(qb), m4),
+                    )
+                };
+                let s = dot_i8_f32(qa, qb, &xv);
+                let a = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * sc as f32), s, *acc);
+                *acc = _mm256_fnmadd_ps(_mm256_set1_ps(fp16(b.dmin) * m as f32), xs, a);
+            }
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = hsum(acc);
+    }
+}
+
+/// Q6_K W·A32: per 16-value group, the 6-bit values are rebuilt from
+/// `ql`/`qh`, re-centred, widened and dotted; `acc += d·sc · Σ q·x`.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
+    let nb = x.len() / QK_K;
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let m4 = _mm_set1_epi8(0x0F);
+    let m2 = _mm_set1_epi8(3);
+    let k32 = _mm_set1_epi8(32);
+    for i in 0..nb {
+        for g in 0..QK_K / 16 {
+            let (c, p, h) = (g / 8, (g % 8) / 2, g % 2);
+            let xp = x[QK_K * i + 16 * g..QK_K * i + 16 * g + 16].as_ptr();
+            // SAFETY: the slice above holds 16 floats.
+            let (x0, x1) = unsafe { (_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8))) };
+            for (r, acc) in accs.iter_mut().enumerate() {
+                // SAFETY: in bounds (debug-asserted above).
+                let b = unsafe { w.get_unchecked(r * nb + i) };
+                let lo_at = 64 * c + 32 * (p & 1) + 16 * h;
+                let hi_at = 32 * c + 16 * h;
+                // SAFETY: ql has 128 bytes and qh 64; both 16-byte runs are inside.
+                let (ql, qh) = unsafe {
+                    (
+                        _mm_loadu_si128(b.ql[lo_at..lo_at + 16].as_ptr().cast()),
+                        _mm_loadu_si128(b.qh[hi_at..hi_at + 16].as_ptr().cast()),
+                    )
+                };
+                let lo = if p < 2 {
+                    _mm_and_si128(ql, m4)
+                } else {
+                    _mm_and_si128(_mm_srli_epi16::<4>(ql), m4)
+                };
+                let hb = _mm_and_si128(_mm_srl_epi16(qh, _mm_cvtsi32_si128(2 * p as i32)), m2);
+                let q = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16::<4>(hb)), k32);
+                let f = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                let s = _mm256_fmadd_ps(f(_mm_srli_si128::<8>(q)), x1, _mm256_mul_ps(f(q), x0));
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * b.scales[g] as f32), s, *acc);
+            }
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = hsum(acc);
+    }
+}
+
 /// W·A32 over the rows of `w`.
 ///
 /// # Safety
@@ -189,6 +294,22 @@ pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
                 y,
                 rpb,
                 [a32_mxfp4::<1>, a32_mxfp4::<2>, a32_mxfp4::<4>],
+            ),
+            Rows::Q4K(w) => drive(
+                w,
+                x,
+                x.len() / QK_K,
+                y,
+                rpb,
+                [a32_q4_k::<1>, a32_q4_k::<2>, a32_q4_k::<4>],
+            ),
+            Rows::Q6K(w) => drive(
+                w,
+                x,
+                x.len() / QK_K,
+                y,
+                rpb,
+                [a32_q6_k::<1>, a32_q6_k::<2>, a32_q6_k::<4>],
             ),
             other => super::scalar::gemv_a32(other, x, y),
         }

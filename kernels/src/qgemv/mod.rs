@@ -91,6 +91,7 @@ pub fn variants(format: QuantFormat, mode: QMode) -> &'static [Isa] {
             Isa::Neon,
             Isa::NeonDotprod,
         ],
+        (F::Q4K | F::Q6K, QMode::A32) => &[Isa::Scalar, Isa::Avx2, Isa::Neon],
         (F::Q4K | F::Q6K, QMode::A8) => &[Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod],
         _ => &[Isa::Scalar],
     }

@@ -11,13 +11,28 @@
 use super::{A8Rows, Rows, drive};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le,
-    KVALUES_MXFP4, QK, e8m0_to_f32_half,
+    KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
 use std::arch::aarch64::*;
 
+/// `GGML_FP16_TO_FP32` with one `fcvt s, h` (base ARMv8 FP; the
+/// `float16x4_t` intrinsics are still unstable in Rust 1.95, and the
+/// software conversion costs ~10 instructions per block).
 #[inline]
 pub(super) fn fp16(h: F16Le) -> f32 {
-    h.to_f32()
+    let out: f32;
+    // SAFETY: register-only instructions of the base aarch64 ISA.
+    unsafe {
+        std::arch::asm!(
+            "fmov {t:s}, {b:w}",
+            "fcvt {o:s}, {t:h}",
+            b = in(reg) u16::from_le_bytes(h.0) as u32,
+            t = out(vreg) _,
+            o = out(vreg) out,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    out
 }
 
 /// The 16 packed bytes of a 4-bit block as (values 0..16, values 16..32).
@@ -126,6 +141,103 @@ a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
     vfmaq_n_f32(acc, s, e8m0_to_f32_half(b.e))
 });
 
+/// Q4_K W·A32: per 32-value sub-block, the nibbles (low half of a 32-byte
+/// run for even sub-blocks, high for odd) are widened and dotted with `x`;
+/// `acc += d·sc · Σ q·x − dmin·m · Σ x`.
+///
+/// # Safety
+/// `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
+#[target_feature(enable = "neon")]
+unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
+    use crate::quant::kquants::get_scale_min_k4;
+    let nb = x.len() / QK_K;
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [vdupq_n_f32(0.0); R];
+    let m4 = vdupq_n_u8(0x0F);
+    for i in 0..nb {
+        for j in 0..QK_K / 32 {
+            let xp = x[QK_K * i + 32 * j..QK_K * i + 32 * j + 32].as_ptr();
+            // SAFETY: the slice above holds 32 floats.
+            let xv: [float32x4_t; 8] = std::array::from_fn(|t| unsafe { vld1q_f32(xp.add(4 * t)) });
+            let xs = {
+                let a = vaddq_f32(vaddq_f32(xv[0], xv[1]), vaddq_f32(xv[2], xv[3]));
+                let b = vaddq_f32(vaddq_f32(xv[4], xv[5]), vaddq_f32(xv[6], xv[7]));
+                vaddq_f32(a, b)
+            };
+            for (r, acc) in accs.iter_mut().enumerate() {
+                // SAFETY: in bounds (debug-asserted above).
+                let b = unsafe { w.get_unchecked(r * nb + i) };
+                let (sc, m) = get_scale_min_k4(j, &b.scales);
+                let qp = b.qs[32 * (j / 2)..32 * (j / 2) + 32].as_ptr();
+                // SAFETY: the slice above holds 32 bytes.
+                let (qa, qb) = unsafe { (vld1q_u8(qp), vld1q_u8(qp.add(16))) };
+                let (qa, qb) = if j % 2 == 0 {
+                    (vandq_u8(qa, m4), vandq_u8(qb, m4))
+                } else {
+                    (vshrq_n_u8::<4>(qa), vshrq_n_u8::<4>(qb))
+                };
+                let s = vaddq_f32(
+                    dot16(vreinterpretq_s8_u8(qa), &xv[0..4]),
+                    dot16(vreinterpretq_s8_u8(qb), &xv[4..8]),
+                );
+                let a = vfmaq_n_f32(*acc, s, fp16(b.d) * sc as f32);
+                *acc = vfmsq_n_f32(a, xs, fp16(b.dmin) * m as f32);
+            }
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = vaddvq_f32(acc);
+    }
+}
+
+/// Q6_K W·A32: per 16-value group, the 6-bit values are rebuilt from
+/// `ql`/`qh`, re-centred, widened and dotted; `acc += d·sc · Σ q·x`.
+///
+/// # Safety
+/// `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
+#[target_feature(enable = "neon")]
+unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
+    let nb = x.len() / QK_K;
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [vdupq_n_f32(0.0); R];
+    let m4 = vdupq_n_u8(0x0F);
+    let m2 = vdupq_n_u8(3);
+    let k32 = vdupq_n_s8(32);
+    for i in 0..nb {
+        for g in 0..QK_K / 16 {
+            let (c, p, h) = (g / 8, (g % 8) / 2, g % 2);
+            let xp = x[QK_K * i + 16 * g..QK_K * i + 16 * g + 16].as_ptr();
+            // SAFETY: the slice above holds 16 floats.
+            let xv: [float32x4_t; 4] = std::array::from_fn(|t| unsafe { vld1q_f32(xp.add(4 * t)) });
+            for (r, acc) in accs.iter_mut().enumerate() {
+                // SAFETY: in bounds (debug-asserted above).
+                let b = unsafe { w.get_unchecked(r * nb + i) };
+                let lo_at = 64 * c + 32 * (p & 1) + 16 * h;
+                let hi_at = 32 * c + 16 * h;
+                // SAFETY: ql has 128 bytes and qh 64; both 16-byte runs are inside.
+                let (ql, qh) = unsafe {
+                    (
+                        vld1q_u8(b.ql[lo_at..lo_at + 16].as_ptr()),
+                        vld1q_u8(b.qh[hi_at..hi_at + 16].as_ptr()),
+                    )
+                };
+                let lo = if p < 2 {
+                    vandq_u8(ql, m4)
+                } else {
+                    vshrq_n_u8::<4>(ql)
+                };
+                let hb = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-2 * p as i8)), m2);
+                let q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<4>(hb))), k32);
+                let s = dot16(q, &xv);
+                *acc = vfmaq_n_f32(*acc, s, fp16(b.d) * b.scales[g] as f32);
+            }
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = vaddvq_f32(acc);
+    }
+}
+
 /// W·A32 over the rows of `w`.
 ///
 /// # Safety
@@ -168,6 +280,22 @@ pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
                 rpb,
                 [a32_mxfp4::<1>, a32_mxfp4::<2>, a32_mxfp4::<4>],
             ),
+            Rows::Q4K(w) => drive(
+                w,
+                x,
+                x.len() / QK_K,
+                y,
+                rpb,
+                [a32_q4_k::<1>, a32_q4_k::<2>, a32_q4_k::<4>],
+            ),
+            Rows::Q6K(w) => drive(
+                w,
+                x,
+                x.len() / QK_K,
+                y,
+                rpb,
+                [a32_q6_k::<1>, a32_q6_k::<2>, a32_q6_k::<4>],
+            ),
             other => super::scalar::gemv_a32(other, x, y),
         }
     }
@@ -196,7 +324,7 @@ impl ActSum for BlockQ8_0 {
 impl ActSum for BlockQ8_1 {
     #[inline(always)]
     fn sum(&self) -> f32 {
-        self.s.to_f32()
+        fp16(self.s)
     }
 }
 
@@ -218,7 +346,7 @@ macro_rules! a8_kernel {
                 // SAFETY: qs is 32 bytes.
                 let (xl, xh) =
                     unsafe { (vld1q_s8(xb.qs.as_ptr()), vld1q_s8(xb.qs.as_ptr().add(16))) };
-                let (dx, sx) = (xb.d.to_f32(), xb.sum());
+                let (dx, sx) = ($crate::qgemv::neon::fp16(xb.d), xb.sum());
                 for r in 0..R {
                     // SAFETY: r < R and i < nb (debug-asserted above).
                     let $b = unsafe { w.get_unchecked(r * nb + i) };
@@ -343,8 +471,12 @@ macro_rules! kq_family {
                         summ += m0 as i32 * (xb.bsum(4 * c) as i32 + xb.bsum(4 * c + 1) as i32);
                         summ += m1 as i32 * (xb.bsum(4 * c + 2) as i32 + xb.bsum(4 * c + 3) as i32);
                     }
-                    accs[r] = vfmaq_n_f32(accs[r], vcvtq_f32_s32(sumi), b.d.to_f32() * dx);
-                    offs[r] -= (b.dmin.to_f32() * dx) * summ as f32;
+                    accs[r] = vfmaq_n_f32(
+                        accs[r],
+                        vcvtq_f32_s32(sumi),
+                        $crate::qgemv::neon::fp16(b.d) * dx,
+                    );
+                    offs[r] -= ($crate::qgemv::neon::fp16(b.dmin) * dx) * summ as f32;
                 }
             }
             for r in 0..R {
@@ -396,7 +528,11 @@ macro_rules! kq_family {
                             }
                         }
                     }
-                    *acc = vfmaq_n_f32(*acc, vcvtq_f32_s32(sumi), b.d.to_f32() * dx);
+                    *acc = vfmaq_n_f32(
+                        *acc,
+                        vcvtq_f32_s32(sumi),
+                        $crate::qgemv::neon::fp16(b.d) * dx,
+                    );
                 }
             }
             for (out, acc) in y.iter_mut().zip(accs) {
@@ -466,6 +602,23 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
             ),
             other => super::scalar::gemv_a8(other, y),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp16_asm_matches_half_for_every_bit_pattern() {
+        for bits in 0..=u16::MAX {
+            let h = F16Le(bits.to_le_bytes());
+            let (got, want) = (fp16(h), h.to_f32());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{bits:#06x}"
+            );
         }
     }
 }
