@@ -250,8 +250,8 @@ fn bad_inputs_are_errors() {
         Err(KernelError::InvalidThreads { .. })
     ));
     assert!(matches!(
-        QGemv::new(QuantFormat::Q5_0, QMode::A32)
-            .isa(Isa::Avx2)
+        QGemv::new(QuantFormat::Q5_0, QMode::A8)
+            .isa(Isa::Avx512)
             .run(&w, &x, &mut y),
         Err(KernelError::NoVariant { .. })
     ));

@@ -11,8 +11,8 @@
 
 use super::{A8Rows, Rows, drive};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le,
-    KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
 use crate::quant::kquants::get_scale_min_k4;
 use std::arch::x86_64::*;
@@ -147,6 +147,32 @@ a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
     _mm256_fmadd_ps(_mm256_set1_ps(e8m0_to_f32_half(b.e)), s, acc)
 });
 
+a32_kernel!(a32_q5_0, BlockQ5_0, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let q = _mm256_sub_epi8(
+        unsafe { q5_values(b.qs.as_ptr(), b.qh) },
+        _mm256_set1_epi8(16),
+    );
+    let s = dot_i8_f32(
+        _mm256_castsi256_si128(q),
+        _mm256_extracti128_si256::<1>(q),
+        &x,
+    );
+    _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d)), s, acc)
+});
+
+a32_kernel!(a32_q5_1, BlockQ5_1, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let q = unsafe { q5_values(b.qs.as_ptr(), b.qh) };
+    let s = dot_i8_f32(
+        _mm256_castsi256_si128(q),
+        _mm256_extracti128_si256::<1>(q),
+        &x,
+    );
+    let acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d)), s, acc);
+    _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.m)), xs, acc)
+});
+
 /// Q4_K W·A32: per 32-value sub-block, the nibbles (low half of a 32-byte
 /// run for even sub-blocks, high half for odd) are widened and dotted with
 /// `x`; `acc += d·sc · Σ q·x − dmin·m · Σ x`.
@@ -256,8 +282,7 @@ unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `w` holds `y.len()` rows of
-/// `x.len() / block_size` blocks. Formats without an AVX2 kernel fall back to
-/// the scalar reference.
+/// `x.len() / block_size` blocks.
 pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
     let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
@@ -311,7 +336,22 @@ pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
                 rpb,
                 [a32_q6_k::<1>, a32_q6_k::<2>, a32_q6_k::<4>],
             ),
-            other => super::scalar::gemv_a32(other, x, y),
+            Rows::Q5_0(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q5_0::<1>, a32_q5_0::<2>, a32_q5_0::<4>],
+            ),
+            Rows::Q5_1(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q5_1::<1>, a32_q5_1::<2>, a32_q5_1::<4>],
+            ),
         }
     }
 }
@@ -392,15 +432,16 @@ macro_rules! signed_kernel {
     };
 }
 
-/// Generates the Q4_1 × Q8_1 kernel under `$feat` using the unsigned dot
-/// `$dot`: nibbles are already unsigned, so no sign trick; the offset term
+/// Generates an offset-format × Q8_1 kernel under `$feat` using the
+/// unsigned dot `$dot`: `$decode` maps a weight block `$b` to its unsigned
+/// quants in value order (no sign trick needed); the offset term
 /// `m · s_x` is accumulated in scalar.
-macro_rules! q4_1_kernel {
-    ($feat:literal, $dot:ident, $name:ident) => {
+macro_rules! offset_kernel {
+    ($feat:literal, $dot:ident, $name:ident, $B:ty, |$b:ident| $decode:expr) => {
         /// # Safety
         /// Needs the target features above; `w` holds `y.len()` rows of `x.len()` blocks.
         #[target_feature(enable = $feat)]
-        unsafe fn $name<const R: usize>(w: &[BlockQ4_1], x: &[BlockQ8_1], y: &mut [f32]) {
+        unsafe fn $name<const R: usize>(w: &[$B], x: &[BlockQ8_1], y: &mut [f32]) {
             let nb = x.len();
             debug_assert!(w.len() == R * nb && y.len() == R);
             let mut accs = [_mm256_setzero_ps(); R];
@@ -410,12 +451,12 @@ macro_rules! q4_1_kernel {
                 let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().cast()) };
                 let (dx, sx) = (fp16(xb.d), fp16(xb.s));
                 for r in 0..R {
-                    // SAFETY: in bounds (debug-asserted above); qs is 16 bytes.
-                    let b = unsafe { w.get_unchecked(r * nb + i) };
-                    let q = unsafe { nibbles256(b.qs.as_ptr()) };
+                    // SAFETY: in bounds (debug-asserted above).
+                    let $b = unsafe { w.get_unchecked(r * nb + i) };
+                    let q: __m256i = $decode;
                     let s = _mm256_cvtepi32_ps($dot(q, xv));
-                    accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, accs[r]);
-                    offs[r] += fp16(b.m) * sx;
+                    accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16($b.d) * dx), s, accs[r]);
+                    offs[r] += fp16($b.m) * sx;
                 }
             }
             for r in 0..R {
@@ -425,8 +466,41 @@ macro_rules! q4_1_kernel {
     };
 }
 
+/// The 32 fifth bits of a Q5 block (`qh`, bit j = value j) as bytes
+/// `0x10` / `0x00` in value order (llama.cpp's `bytes_from_bits_32`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_high_bits(qh: [u8; 4]) -> __m256i {
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(i32::from_le_bytes(qh)), shuf);
+    let set = _mm256_cmpeq_epi8(
+        _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)),
+        _mm256_set1_epi64x(-1),
+    );
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// Unsigned 5-bit quants (0..32) of a Q5 block in value order.
+///
+/// # Safety
+/// `qs` must point to 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_values(qs: *const u8, qh: [u8; 4]) -> __m256i {
+    // SAFETY: forwarded.
+    _mm256_or_si256(unsafe { nibbles256(qs) }, q5_high_bits(qh))
+}
+
 macro_rules! a8_family {
-    ($feat:literal, $sdot:ident, $udot:ident, $q4_0:ident, $q8_0:ident, $mxfp4:ident, $q4_1:ident) => {
+    (
+        $feat:literal, $sdot:ident, $udot:ident, $q4_0:ident, $q8_0:ident, $mxfp4:ident, $q4_1:ident,
+        $q5_0:ident, $q5_1:ident
+    ) => {
         signed_kernel!($feat, $sdot, $q4_0, BlockQ4_0, |b| {
             // SAFETY: qs is 16 bytes.
             let q = unsafe { nibbles256(b.qs.as_ptr()) };
@@ -445,7 +519,19 @@ macro_rules! a8_family {
             let t = _mm256_broadcastsi128_si256(mxfp4_table());
             (_mm256_shuffle_epi8(t, q), e8m0_to_f32_half(b.e))
         });
-        q4_1_kernel!($feat, $udot, $q4_1);
+        offset_kernel!($feat, $udot, $q4_1, BlockQ4_1, |b| {
+            // SAFETY: qs is 16 bytes.
+            unsafe { nibbles256(b.qs.as_ptr()) }
+        });
+        signed_kernel!($feat, $sdot, $q5_0, BlockQ5_0, |b| {
+            // SAFETY: qs is 16 bytes.
+            let q = unsafe { q5_values(b.qs.as_ptr(), b.qh) };
+            (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), fp16(b.d))
+        });
+        offset_kernel!($feat, $udot, $q5_1, BlockQ5_1, |b| {
+            // SAFETY: qs is 16 bytes.
+            unsafe { q5_values(b.qs.as_ptr(), b.qh) }
+        });
     };
 }
 
@@ -456,7 +542,9 @@ a8_family!(
     a8_q4_0,
     a8_q8_0,
     a8_mxfp4,
-    a8_q4_1
+    a8_q4_1,
+    a8_q5_0,
+    a8_q5_1
 );
 a8_family!(
     "avx2,fma,f16c,avxvnni",
@@ -465,7 +553,9 @@ a8_family!(
     vnni_q4_0,
     vnni_q8_0,
     vnni_mxfp4,
-    vnni_q4_1
+    vnni_q4_1,
+    vnni_q5_0,
+    vnni_q5_1
 );
 
 /// Q4_K × Q8_K: per 64-value chunk, one 32-byte load gives two sub-blocks
@@ -584,8 +674,7 @@ unsafe fn a8_q6_k<const R: usize>(w: &[BlockQ6K], x: &[BlockQ8K], y: &mut [f32])
 /// W·A8 with `vpmaddubsw` (AVX2).
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C; shapes as in `drive`. Formats
-/// without a kernel here fall back to the scalar reference.
+/// The CPU must support AVX2, FMA and F16C; shapes as in `drive`.
 pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
@@ -638,7 +727,22 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 rpb,
                 [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
             ),
-            other => super::scalar::gemv_a8(other, y),
+            A8Rows::Q5_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_0::<1>, a8_q5_0::<2>, a8_q5_0::<4>],
+            ),
+            A8Rows::Q5_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_1::<1>, a8_q5_1::<2>, a8_q5_1::<4>],
+            ),
         }
     }
 }
@@ -682,6 +786,22 @@ pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 y,
                 rpb,
                 [vnni_q4_1::<1>, vnni_q4_1::<2>, vnni_q4_1::<4>],
+            ),
+            A8Rows::Q5_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_q5_0::<1>, vnni_q5_0::<2>, vnni_q5_0::<4>],
+            ),
+            A8Rows::Q5_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_q5_1::<1>, vnni_q5_1::<2>, vnni_q5_1::<4>],
             ),
             other => super::scalar::gemv_a8(other, y),
         }

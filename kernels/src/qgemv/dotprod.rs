@@ -9,8 +9,8 @@
 use super::neon::{a8_family, kq_family};
 use super::{A8Rows, drive};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
-    e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    BlockQ8_1, BlockQ8K, e8m0_to_f32_half,
 };
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -46,7 +46,9 @@ a8_family!(
     a8_q4_0,
     a8_q8_0,
     a8_mxfp4,
-    a8_q4_1
+    a8_q4_1,
+    a8_q5_0,
+    a8_q5_1
 );
 
 /// Dot product of 16 int8 pairs: one `sdot`.
@@ -61,8 +63,7 @@ kq_family!("neon,dotprod", dot32_sdot, dot16_sdot, a8_q4_k, a8_q6_k);
 /// W·A8 with `sdot`.
 ///
 /// # Safety
-/// The CPU must support FEAT_DotProd; shapes as in `drive`. Other formats
-/// fall back to scalar.
+/// The CPU must support FEAT_DotProd; shapes as in `drive`.
 pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
@@ -115,7 +116,22 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 rpb,
                 [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
             ),
-            other => super::scalar::gemv_a8(other, y),
+            A8Rows::Q5_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_0::<1>, a8_q5_0::<2>, a8_q5_0::<4>],
+            ),
+            A8Rows::Q5_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_1::<1>, a8_q5_1::<2>, a8_q5_1::<4>],
+            ),
         }
     }
 }

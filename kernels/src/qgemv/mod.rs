@@ -82,6 +82,7 @@ pub fn variants(format: QuantFormat, mode: QMode) -> &'static [Isa] {
         (F::Q4_0 | F::Q4_1 | F::Q8_0 | F::Mxfp4, QMode::A32) => {
             &[Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon]
         }
+        (F::Q5_0 | F::Q5_1 | F::Q4K | F::Q6K, QMode::A32) => &[Isa::Scalar, Isa::Avx2, Isa::Neon],
         (F::Q4_0 | F::Q8_0 | F::Mxfp4 | F::Q4_1, QMode::A8) => &[
             Isa::Scalar,
             Isa::Avx2,
@@ -91,9 +92,14 @@ pub fn variants(format: QuantFormat, mode: QMode) -> &'static [Isa] {
             Isa::Neon,
             Isa::NeonDotprod,
         ],
-        (F::Q4K | F::Q6K, QMode::A32) => &[Isa::Scalar, Isa::Avx2, Isa::Neon],
+        (F::Q5_0 | F::Q5_1, QMode::A8) => &[
+            Isa::Scalar,
+            Isa::Avx2,
+            Isa::AvxVnni,
+            Isa::Neon,
+            Isa::NeonDotprod,
+        ],
         (F::Q4K | F::Q6K, QMode::A8) => &[Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod],
-        _ => &[Isa::Scalar],
     }
 }
 

@@ -10,8 +10,8 @@
 
 use super::{A8Rows, Rows, drive};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le,
-    KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
 use std::arch::aarch64::*;
 
@@ -52,6 +52,39 @@ pub(super) unsafe fn nibbles(qs: *const u8) -> (uint8x16_t, uint8x16_t) {
 pub(super) fn mxfp4_table() -> int8x16_t {
     // SAFETY: KVALUES_MXFP4 is 16 bytes.
     unsafe { vld1q_s8(KVALUES_MXFP4.as_ptr()) }
+}
+
+/// The fifth bits of a Q5 block (`qh`, bit j = value j) as bytes `0x10` /
+/// `0x00`: (values 0..16, values 16..32).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn q5_high_bits(qh: [u8; 4]) -> (uint8x16_t, uint8x16_t) {
+    const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // SAFETY: BITS is 16 bytes.
+    let bits = unsafe { vld1q_u8(BITS.as_ptr()) };
+    let lo = vcombine_u8(vdup_n_u8(qh[0]), vdup_n_u8(qh[1]));
+    let hi = vcombine_u8(vdup_n_u8(qh[2]), vdup_n_u8(qh[3]));
+    let b4 = vdupq_n_u8(0x10);
+    (
+        vandq_u8(vtstq_u8(lo, bits), b4),
+        vandq_u8(vtstq_u8(hi, bits), b4),
+    )
+}
+
+/// Unsigned 5-bit quants of a Q5 block: (values 0..16, values 16..32).
+///
+/// # Safety
+/// `qs` must point to 16 readable bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q5_values(qs: *const u8, qh: [u8; 4]) -> (int8x16_t, int8x16_t) {
+    // SAFETY: forwarded.
+    let (lo, hi) = unsafe { nibbles(qs) };
+    let (hl, hh) = q5_high_bits(qh);
+    (
+        vreinterpretq_s8_u8(vorrq_u8(lo, hl)),
+        vreinterpretq_s8_u8(vorrq_u8(hi, hh)),
+    )
 }
 
 /// Σ q·x over 16 int8 quants and 16 activations.
@@ -139,6 +172,24 @@ a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
         dot16(vqtbl1q_s8(t, hi), &x[4..8]),
     );
     vfmaq_n_f32(acc, s, e8m0_to_f32_half(b.e))
+});
+
+a32_kernel!(a32_q5_0, BlockQ5_0, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let (lo, hi) = unsafe { q5_values(b.qs.as_ptr(), b.qh) };
+    let k16 = vdupq_n_s8(16);
+    let s = vaddq_f32(
+        dot16(vsubq_s8(lo, k16), &x[0..4]),
+        dot16(vsubq_s8(hi, k16), &x[4..8]),
+    );
+    vfmaq_n_f32(acc, s, fp16(b.d))
+});
+
+a32_kernel!(a32_q5_1, BlockQ5_1, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let (lo, hi) = unsafe { q5_values(b.qs.as_ptr(), b.qh) };
+    let s = vaddq_f32(dot16(lo, &x[0..4]), dot16(hi, &x[4..8]));
+    vfmaq_n_f32(vfmaq_n_f32(acc, s, fp16(b.d)), xs, fp16(b.m))
 });
 
 /// Q4_K W·A32: per 32-value sub-block, the nibbles (low half of a 32-byte
@@ -242,7 +293,7 @@ unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
 ///
 /// # Safety
 /// `w` holds `y.len()` rows of `x.len() / block_size` blocks (NEON is
-/// baseline on aarch64). Other formats fall back to scalar.
+/// baseline on aarch64).
 pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
     let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
@@ -296,7 +347,22 @@ pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
                 rpb,
                 [a32_q6_k::<1>, a32_q6_k::<2>, a32_q6_k::<4>],
             ),
-            other => super::scalar::gemv_a32(other, x, y),
+            Rows::Q5_0(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q5_0::<1>, a32_q5_0::<2>, a32_q5_0::<4>],
+            ),
+            Rows::Q5_1(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q5_1::<1>, a32_q5_1::<2>, a32_q5_1::<4>],
+            ),
         }
     }
 }
@@ -367,7 +433,10 @@ pub(super) use a8_kernel;
 /// The four W·A8 kernels (Q4_0, Q8_0, MXFP4 × Q8_0; Q4_1 × Q8_1) of one
 /// dot-product flavour.
 macro_rules! a8_family {
-    ($feat:literal, $dot:path, $q4_0:ident, $q8_0:ident, $mxfp4:ident, $q4_1:ident) => {
+    (
+        $feat:literal, $dot:path, $q4_0:ident, $q8_0:ident, $mxfp4:ident, $q4_1:ident, $q5_0:ident,
+        $q5_1:ident
+    ) => {
         $crate::qgemv::neon::a8_kernel!($feat, $dot, $q4_0, BlockQ4_0, BlockQ8_0, |b| {
             // SAFETY: qs is 16 bytes.
             let (lo, hi) = unsafe { $crate::qgemv::neon::nibbles(b.qs.as_ptr()) };
@@ -405,11 +474,41 @@ macro_rules! a8_family {
                 $crate::qgemv::neon::fp16(b.m),
             )
         });
+        $crate::qgemv::neon::a8_kernel!($feat, $dot, $q5_0, BlockQ5_0, BlockQ8_0, |b| {
+            // SAFETY: qs is 16 bytes.
+            let (lo, hi) = unsafe { $crate::qgemv::neon::q5_values(b.qs.as_ptr(), b.qh) };
+            let k16 = vdupq_n_s8(16);
+            (
+                vsubq_s8(lo, k16),
+                vsubq_s8(hi, k16),
+                $crate::qgemv::neon::fp16(b.d),
+                0.0,
+            )
+        });
+        $crate::qgemv::neon::a8_kernel!($feat, $dot, $q5_1, BlockQ5_1, BlockQ8_1, |b| {
+            // SAFETY: qs is 16 bytes.
+            let (lo, hi) = unsafe { $crate::qgemv::neon::q5_values(b.qs.as_ptr(), b.qh) };
+            (
+                lo,
+                hi,
+                $crate::qgemv::neon::fp16(b.d),
+                $crate::qgemv::neon::fp16(b.m),
+            )
+        });
     };
 }
 pub(super) use a8_family;
 
-a8_family!("neon", dot32_smull, a8_q4_0, a8_q8_0, a8_mxfp4, a8_q4_1);
+a8_family!(
+    "neon",
+    dot32_smull,
+    a8_q4_0,
+    a8_q8_0,
+    a8_mxfp4,
+    a8_q4_1,
+    a8_q5_0,
+    a8_q5_1
+);
 
 /// Dot product of 16 int8 pairs with `smull`/`smlal2`/`saddlp`: four i32
 /// partial sums.
@@ -548,7 +647,7 @@ kq_family!("neon", dot32_smull, dot16_smull, a8_q4_k, a8_q6_k);
 /// W·A8 with `smull`/`sadalp` (baseline NEON).
 ///
 /// # Safety
-/// Shapes as in `drive`. Other formats fall back to scalar.
+/// Shapes as in `drive`.
 pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
@@ -601,7 +700,22 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 rpb,
                 [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
             ),
-            other => super::scalar::gemv_a8(other, y),
+            A8Rows::Q5_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_0::<1>, a8_q5_0::<2>, a8_q5_0::<4>],
+            ),
+            A8Rows::Q5_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_1::<1>, a8_q5_1::<2>, a8_q5_1::<4>],
+            ),
         }
     }
 }
