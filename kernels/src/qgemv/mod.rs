@@ -14,6 +14,21 @@
 //! (`crate::pool`), and runs the variant over groups of
 //! [`QGemvParams::rows_per_block`] rows that share each load of `x`.
 //! `scalar.rs` is the reference every variant is tested against.
+//!
+//! Variants ([`variants`] is the source of truth; [`QGemv::new`] picks the
+//! best one the CPU runs):
+//!
+//! | weights | W·A32 | W·A8 (activations) |
+//! |---|---|---|
+//! | Q4_0, Q8_0, MXFP4 | scalar, avx2, avx512, neon | scalar, avx2, avx_vnni, avx512, avx512_vnni, neon, neon_dotprod (Q8_0) |
+//! | Q4_1 | scalar, avx2, avx512, neon | same (Q8_1) |
+//! | Q5_0, Q5_1 | scalar, avx2, neon | scalar, avx2, avx_vnni, neon, neon_dotprod (Q8_0 / Q8_1) |
+//! | Q4_K, Q6_K | scalar, avx2, neon | scalar, avx2, neon, neon_dotprod (Q8_K) |
+//!
+//! An AVX-512 machine runs the avx2 kernels where no avx512 one exists.
+//! `neon_i8mm` is not offered: `smmla` computes a 2×2 tile, so with one
+//! activation column half of its products would be wasted; it pays off in
+//! GEMM, not GEMV.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
