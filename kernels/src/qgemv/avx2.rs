@@ -807,3 +807,62 @@ pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
         }
     }
 }
+
+/// W·A8 over 4-row interleaved Q4_0 groups (see `repack.rs`): per block, two
+/// 32-byte loads hold chunks 0,1 and 2,3 of all four rows; the activation
+/// 4-byte group of each chunk is broadcast with `vpermd`, so i32 lane r
+/// (and r + 4) of every dot belongs to row r.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len() / 4` groups of `x.len()` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn gemv_a8_q4_0x4(
+    w: &[super::repack::BlockQ4_0x4],
+    x: &[BlockQ8_0],
+    y: &mut [f32],
+) {
+    let nb = x.len();
+    debug_assert!(w.len() * 4 == y.len() * nb);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let k8 = _mm256_set1_epi8(8);
+    let idx = |a: i32| _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1);
+    let (i01, i23, i45, i67) = (idx(0), idx(2), idx(4), idx(6));
+    for (g, yg) in y.chunks_exact_mut(4).enumerate() {
+        let mut acc = _mm_setzero_ps();
+        for (b, xb) in x.iter().enumerate() {
+            let gb = &w[g * nb + b];
+            // SAFETY: qs is 64 bytes, x.qs 32.
+            let (w0, w1, xv) = unsafe {
+                (
+                    _mm256_loadu_si256(gb.qs.as_ptr().cast()),
+                    _mm256_loadu_si256(gb.qs.as_ptr().add(32).cast()),
+                    _mm256_loadu_si256(xb.qs.as_ptr().cast()),
+                )
+            };
+            let lo = |v: __m256i| _mm256_sub_epi8(_mm256_and_si256(v, m4), k8);
+            let hi =
+                |v: __m256i| _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), k8);
+            let s = _mm256_add_epi32(
+                _mm256_add_epi32(
+                    sdot_avx2(lo(w0), _mm256_permutevar8x32_epi32(xv, i01)),
+                    sdot_avx2(lo(w1), _mm256_permutevar8x32_epi32(xv, i23)),
+                ),
+                _mm256_add_epi32(
+                    sdot_avx2(hi(w0), _mm256_permutevar8x32_epi32(xv, i45)),
+                    sdot_avx2(hi(w1), _mm256_permutevar8x32_epi32(xv, i67)),
+                ),
+            );
+            let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+            let dx = fp16(xb.d);
+            let d = _mm_setr_ps(
+                fp16(gb.d[0]) * dx,
+                fp16(gb.d[1]) * dx,
+                fp16(gb.d[2]) * dx,
+                fp16(gb.d[3]) * dx,
+            );
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc);
+        }
+        // SAFETY: yg holds 4 floats.
+        unsafe { _mm_storeu_ps(yg.as_mut_ptr(), acc) };
+    }
+}

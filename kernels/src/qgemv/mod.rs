@@ -26,6 +26,8 @@
 //! | Q4_K, Q6_K | scalar, avx2, neon | scalar, avx2, neon, neon_dotprod (Q8_K) |
 //!
 //! An AVX-512 machine runs the avx2 kernels where no avx512 one exists.
+//! [`repack`] holds Q4_0 repacked into 4-row interleaved blocks with its own
+//! W·A8 kernels (scalar, avx2, neon_dotprod).
 //! `neon_i8mm` is not offered: `smmla` computes a 2×2 tile, so with one
 //! activation column half of its products would be wasted; it pays off in
 //! GEMM, not GEMV.
@@ -38,6 +40,7 @@ mod avx512;
 mod dotprod;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+pub mod repack;
 pub mod scalar;
 
 use crate::error::check_len;
