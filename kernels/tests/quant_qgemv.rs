@@ -9,8 +9,8 @@
 //! exact), so per row `|got − want| ≤ 1e-5 · Σ|w·x| + 1e-6`.
 
 use tiletune_kernels::qgemv::{
-    QGemv, QGemvParams, QMode, ROWS_PER_BLOCK, activation_format, quantize_activations, scalar,
-    variants,
+    QGemv, QGemvParams, QGemvShape, QMode, ROWS_PER_BLOCK, activation_format, quantize_activations,
+    scalar, variants,
 };
 use tiletune_kernels::quant::{self, F16Le, QuantFormat};
 use tiletune_kernels::testing::{Rng, edge_sizes};
@@ -21,7 +21,7 @@ use tiletune_kernels::{Isa, KernelError};
 /// the sign trick's edge.
 fn weights(rng: &mut Rng, format: QuantFormat, n: usize, k: usize) -> Vec<u8> {
     let mut w = quant::quantize(format, &rng.vec_f32(n * k)).unwrap();
-    if format == QuantFormat::Q8_0 {
+    if format == QuantFormat::Q8_0 && k > 0 {
         for row in w.chunks_mut(format.row_bytes(k)) {
             row[2] = 0x80;
         }
@@ -97,6 +97,8 @@ fn shapes(format: QuantFormat) -> Vec<(usize, usize)> {
     }
     let long = if bs == 32 { 1024 } else { 8 * 256 };
     v.push((67, long));
+    // k = 0: every output is an empty sum.
+    v.push((5, 0));
     v
 }
 
@@ -250,8 +252,8 @@ fn bad_inputs_are_errors() {
         Err(KernelError::InvalidThreads { .. })
     ));
     assert!(matches!(
-        QGemv::new(QuantFormat::Q5_0, QMode::A32)
-            .isa(Isa::Avx2)
+        QGemv::new(QuantFormat::Q5_0, QMode::A8)
+            .isa(Isa::Avx512)
             .run(&w, &x, &mut y),
         Err(KernelError::NoVariant { .. })
     ));
@@ -275,4 +277,31 @@ fn bad_inputs_are_errors() {
         Err(KernelError::ShapeMismatch { .. })
     ));
     a8.run_prequantized(&w, &[0u8; 68], k, &mut y).unwrap();
+}
+
+#[test]
+fn params_candidates_are_valid_and_contain_the_default() {
+    use tiletune_kernels::{CpuCaps, Tunable};
+    let cpu = CpuCaps::default();
+    for format in FORMATS {
+        for mode in [QMode::A32, QMode::A8] {
+            for (n, k) in [
+                (1, 4096),
+                (3, 896),
+                (4864, 896),
+                (14336, 4096),
+                (4096, 65536),
+            ] {
+                let shape = QGemvShape { format, mode, n, k };
+                let d = QGemvParams::default_for(&shape, &cpu);
+                let c = QGemvParams::candidates(&shape, &cpu);
+                assert!(
+                    c.contains(&d),
+                    "{format} {n}x{k}: default {d:?} not a candidate"
+                );
+                assert!(c.iter().all(|p| p.validate().is_ok()));
+                assert!(d.rows_per_block <= n.max(1));
+            }
+        }
+    }
 }

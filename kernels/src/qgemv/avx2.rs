@@ -11,9 +11,10 @@
 
 use super::{A8Rows, Rows, drive};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, F16Le, KVALUES_MXFP4, QK,
-    e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
+use crate::quant::kquants::get_scale_min_k4;
 use std::arch::x86_64::*;
 
 /// `GGML_FP16_TO_FP32` with F16C.
@@ -146,12 +147,142 @@ a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
     _mm256_fmadd_ps(_mm256_set1_ps(e8m0_to_f32_half(b.e)), s, acc)
 });
 
+a32_kernel!(a32_q5_0, BlockQ5_0, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let q = _mm256_sub_epi8(
+        unsafe { q5_values(b.qs.as_ptr(), b.qh) },
+        _mm256_set1_epi8(16),
+    );
+    let s = dot_i8_f32(
+        _mm256_castsi256_si128(q),
+        _mm256_extracti128_si256::<1>(q),
+        &x,
+    );
+    _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d)), s, acc)
+});
+
+a32_kernel!(a32_q5_1, BlockQ5_1, |b, x, xs, acc| {
+    // SAFETY: qs is 16 bytes.
+    let q = unsafe { q5_values(b.qs.as_ptr(), b.qh) };
+    let s = dot_i8_f32(
+        _mm256_castsi256_si128(q),
+        _mm256_extracti128_si256::<1>(q),
+        &x,
+    );
+    let acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d)), s, acc);
+    _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.m)), xs, acc)
+});
+
+/// Q4_K W·A32: per 32-value sub-block, the nibbles (low half of a 32-byte
+/// run for even sub-blocks, high half for odd) are widened and dotted with
+/// `x`; `acc += d·sc · Σ q·x − dmin·m · Σ x`.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
+    let nb = x.len() / QK_K;
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let m4 = _mm_set1_epi8(0x0F);
+    for i in 0..nb {
+        for j in 0..QK_K / 32 {
+            let xp = x[QK_K * i + 32 * j..QK_K * i + 32 * j + 32].as_ptr();
+            // SAFETY: the slice above holds 32 floats.
+            let xv = unsafe {
+                [
+                    _mm256_loadu_ps(xp),
+                    _mm256_loadu_ps(xp.add(8)),
+                    _mm256_loadu_ps(xp.add(16)),
+                    _mm256_loadu_ps(xp.add(24)),
+                ]
+            };
+            let xs = _mm256_add_ps(_mm256_add_ps(xv[0], xv[1]), _mm256_add_ps(xv[2], xv[3]));
+            for (r, acc) in accs.iter_mut().enumerate() {
+                // SAFETY: in bounds (debug-asserted above).
+                let b = unsafe { w.get_unchecked(r * nb + i) };
+                let (sc, m) = get_scale_min_k4(j, &b.scales);
+                let qp = b.qs[32 * (j / 2)..32 * (j / 2) + 32].as_ptr();
+                // SAFETY: the slice above holds 32 bytes.
+                let (qa, qb) = unsafe {
+                    (
+                        _mm_loadu_si128(qp.cast()),
+                        _mm_loadu_si128(qp.add(16).cast()),
+                    )
+                };
+                let (qa, qb) = if j % 2 == 0 {
+                    (_mm_and_si128(qa, m4), _mm_and_si128(qb, m4))
+                } else {
+                    (
+                        _mm_and_si128(_mm_srli_epi16::<4>(qa), m4),
+                        _mm_and_si128(_mm_srli_epi16::<4>(qb), m4),
+                    )
+                };
+                let s = dot_i8_f32(qa, qb, &xv);
+                let a = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * sc as f32), s, *acc);
+                *acc = _mm256_fnmadd_ps(_mm256_set1_ps(fp16(b.dmin) * m as f32), xs, a);
+            }
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = hsum(acc);
+    }
+}
+
+/// Q6_K W·A32: per 16-value group, the 6-bit values are rebuilt from
+/// `ql`/`qh`, re-centred, widened and dotted; `acc += d·sc · Σ q·x`.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
+    let nb = x.len() / QK_K;
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let m4 = _mm_set1_epi8(0x0F);
+    let m2 = _mm_set1_epi8(3);
+    let k32 = _mm_set1_epi8(32);
+    for i in 0..nb {
+        for g in 0..QK_K / 16 {
+            let (c, p, h) = (g / 8, (g % 8) / 2, g % 2);
+            let xp = x[QK_K * i + 16 * g..QK_K * i + 16 * g + 16].as_ptr();
+            // SAFETY: the slice above holds 16 floats.
+            let (x0, x1) = unsafe { (_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8))) };
+            for (r, acc) in accs.iter_mut().enumerate() {
+                // SAFETY: in bounds (debug-asserted above).
+                let b = unsafe { w.get_unchecked(r * nb + i) };
+                let lo_at = 64 * c + 32 * (p & 1) + 16 * h;
+                let hi_at = 32 * c + 16 * h;
+                // SAFETY: ql has 128 bytes and qh 64; both 16-byte runs are inside.
+                let (ql, qh) = unsafe {
+                    (
+                        _mm_loadu_si128(b.ql[lo_at..lo_at + 16].as_ptr().cast()),
+                        _mm_loadu_si128(b.qh[hi_at..hi_at + 16].as_ptr().cast()),
+                    )
+                };
+                let lo = if p < 2 {
+                    _mm_and_si128(ql, m4)
+                } else {
+                    _mm_and_si128(_mm_srli_epi16::<4>(ql), m4)
+                };
+                let hb = _mm_and_si128(_mm_srl_epi16(qh, _mm_cvtsi32_si128(2 * p as i32)), m2);
+                let q = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16::<4>(hb)), k32);
+                let f = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                let s = _mm256_fmadd_ps(f(_mm_srli_si128::<8>(q)), x1, _mm256_mul_ps(f(q), x0));
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * b.scales[g] as f32), s, *acc);
+            }
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = hsum(acc);
+    }
+}
+
 /// W·A32 over the rows of `w`.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `w` holds `y.len()` rows of
-/// `x.len() / block_size` blocks. Formats without an AVX2 kernel fall back to
-/// the scalar reference.
+/// `x.len() / block_size` blocks.
 pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
     let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
@@ -189,7 +320,38 @@ pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
                 rpb,
                 [a32_mxfp4::<1>, a32_mxfp4::<2>, a32_mxfp4::<4>],
             ),
-            other => super::scalar::gemv_a32(other, x, y),
+            Rows::Q4K(w) => drive(
+                w,
+                x,
+                x.len() / QK_K,
+                y,
+                rpb,
+                [a32_q4_k::<1>, a32_q4_k::<2>, a32_q4_k::<4>],
+            ),
+            Rows::Q6K(w) => drive(
+                w,
+                x,
+                x.len() / QK_K,
+                y,
+                rpb,
+                [a32_q6_k::<1>, a32_q6_k::<2>, a32_q6_k::<4>],
+            ),
+            Rows::Q5_0(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q5_0::<1>, a32_q5_0::<2>, a32_q5_0::<4>],
+            ),
+            Rows::Q5_1(w) => drive(
+                w,
+                x,
+                nb,
+                y,
+                rpb,
+                [a32_q5_1::<1>, a32_q5_1::<2>, a32_q5_1::<4>],
+            ),
         }
     }
 }
@@ -270,15 +432,16 @@ macro_rules! signed_kernel {
     };
 }
 
-/// Generates the Q4_1 × Q8_1 kernel under `$feat` using the unsigned dot
-/// `$dot`: nibbles are already unsigned, so no sign trick; the offset term
+/// Generates an offset-format × Q8_1 kernel under `$feat` using the
+/// unsigned dot `$dot`: `$decode` maps a weight block `$b` to its unsigned
+/// quants in value order (no sign trick needed); the offset term
 /// `m · s_x` is accumulated in scalar.
-macro_rules! q4_1_kernel {
-    ($feat:literal, $dot:ident, $name:ident) => {
+macro_rules! offset_kernel {
+    ($feat:literal, $dot:ident, $name:ident, $B:ty, |$b:ident| $decode:expr) => {
         /// # Safety
         /// Needs the target features above; `w` holds `y.len()` rows of `x.len()` blocks.
         #[target_feature(enable = $feat)]
-        unsafe fn $name<const R: usize>(w: &[BlockQ4_1], x: &[BlockQ8_1], y: &mut [f32]) {
+        unsafe fn $name<const R: usize>(w: &[$B], x: &[BlockQ8_1], y: &mut [f32]) {
             let nb = x.len();
             debug_assert!(w.len() == R * nb && y.len() == R);
             let mut accs = [_mm256_setzero_ps(); R];
@@ -288,12 +451,12 @@ macro_rules! q4_1_kernel {
                 let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().cast()) };
                 let (dx, sx) = (fp16(xb.d), fp16(xb.s));
                 for r in 0..R {
-                    // SAFETY: in bounds (debug-asserted above); qs is 16 bytes.
-                    let b = unsafe { w.get_unchecked(r * nb + i) };
-                    let q = unsafe { nibbles256(b.qs.as_ptr()) };
+                    // SAFETY: in bounds (debug-asserted above).
+                    let $b = unsafe { w.get_unchecked(r * nb + i) };
+                    let q: __m256i = $decode;
                     let s = _mm256_cvtepi32_ps($dot(q, xv));
-                    accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, accs[r]);
-                    offs[r] += fp16(b.m) * sx;
+                    accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16($b.d) * dx), s, accs[r]);
+                    offs[r] += fp16($b.m) * sx;
                 }
             }
             for r in 0..R {
@@ -303,8 +466,41 @@ macro_rules! q4_1_kernel {
     };
 }
 
+/// The 32 fifth bits of a Q5 block (`qh`, bit j = value j) as bytes
+/// `0x10` / `0x00` in value order (llama.cpp's `bytes_from_bits_32`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_high_bits(qh: [u8; 4]) -> __m256i {
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(i32::from_le_bytes(qh)), shuf);
+    let set = _mm256_cmpeq_epi8(
+        _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)),
+        _mm256_set1_epi64x(-1),
+    );
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// Unsigned 5-bit quants (0..32) of a Q5 block in value order.
+///
+/// # Safety
+/// `qs` must point to 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_values(qs: *const u8, qh: [u8; 4]) -> __m256i {
+    // SAFETY: forwarded.
+    _mm256_or_si256(unsafe { nibbles256(qs) }, q5_high_bits(qh))
+}
+
 macro_rules! a8_family {
-    ($feat:literal, $sdot:ident, $udot:ident, $q4_0:ident, $q8_0:ident, $mxfp4:ident, $q4_1:ident) => {
+    (
+        $feat:literal, $sdot:ident, $udot:ident, $q4_0:ident, $q8_0:ident, $mxfp4:ident, $q4_1:ident,
+        $q5_0:ident, $q5_1:ident
+    ) => {
         signed_kernel!($feat, $sdot, $q4_0, BlockQ4_0, |b| {
             // SAFETY: qs is 16 bytes.
             let q = unsafe { nibbles256(b.qs.as_ptr()) };
@@ -323,7 +519,19 @@ macro_rules! a8_family {
             let t = _mm256_broadcastsi128_si256(mxfp4_table());
             (_mm256_shuffle_epi8(t, q), e8m0_to_f32_half(b.e))
         });
-        q4_1_kernel!($feat, $udot, $q4_1);
+        offset_kernel!($feat, $udot, $q4_1, BlockQ4_1, |b| {
+            // SAFETY: qs is 16 bytes.
+            unsafe { nibbles256(b.qs.as_ptr()) }
+        });
+        signed_kernel!($feat, $sdot, $q5_0, BlockQ5_0, |b| {
+            // SAFETY: qs is 16 bytes.
+            let q = unsafe { q5_values(b.qs.as_ptr(), b.qh) };
+            (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), fp16(b.d))
+        });
+        offset_kernel!($feat, $udot, $q5_1, BlockQ5_1, |b| {
+            // SAFETY: qs is 16 bytes.
+            unsafe { q5_values(b.qs.as_ptr(), b.qh) }
+        });
     };
 }
 
@@ -334,7 +542,9 @@ a8_family!(
     a8_q4_0,
     a8_q8_0,
     a8_mxfp4,
-    a8_q4_1
+    a8_q4_1,
+    a8_q5_0,
+    a8_q5_1
 );
 a8_family!(
     "avx2,fma,f16c,avxvnni",
@@ -343,14 +553,128 @@ a8_family!(
     vnni_q4_0,
     vnni_q8_0,
     vnni_mxfp4,
-    vnni_q4_1
+    vnni_q4_1,
+    vnni_q5_0,
+    vnni_q5_1
 );
+
+/// Q4_K × Q8_K: per 64-value chunk, one 32-byte load gives two sub-blocks
+/// (low / high nibbles); each sub-block's unsigned dot is scaled by its
+/// 6-bit scale in i32, the super-block sum by `d · d_x` in f32, and the
+/// mins term `dmin · d_x · Σ m_j · bsum_j` is accumulated in scalar.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len()` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a8_q4_k<const R: usize>(w: &[BlockQ4K], x: &[BlockQ8K], y: &mut [f32]) {
+    let nb = x.len();
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let mut offs = [0.0f32; R];
+    let m4 = _mm256_set1_epi8(0x0F);
+    for (i, xb) in x.iter().enumerate() {
+        let dx = xb.d();
+        for r in 0..R {
+            // SAFETY: in bounds (debug-asserted above).
+            let b = unsafe { w.get_unchecked(r * nb + i) };
+            let mut sumi = _mm256_setzero_si256();
+            let mut summ = 0i32;
+            for c in 0..4 {
+                let (sc0, m0) = get_scale_min_k4(2 * c, &b.scales);
+                let (sc1, m1) = get_scale_min_k4(2 * c + 1, &b.scales);
+                // SAFETY: qs has 128 bytes and x.qs 256; offsets stay inside.
+                let (q, xl, xh) = unsafe {
+                    (
+                        _mm256_loadu_si256(b.qs.as_ptr().add(32 * c).cast()),
+                        _mm256_loadu_si256(xb.qs.as_ptr().add(64 * c).cast()),
+                        _mm256_loadu_si256(xb.qs.as_ptr().add(64 * c + 32).cast()),
+                    )
+                };
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                let pl = _mm256_mullo_epi32(udot_avx2(lo, xl), _mm256_set1_epi32(sc0 as i32));
+                let ph = _mm256_mullo_epi32(udot_avx2(hi, xh), _mm256_set1_epi32(sc1 as i32));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+                summ += m0 as i32 * (xb.bsum(4 * c) as i32 + xb.bsum(4 * c + 1) as i32);
+                summ += m1 as i32 * (xb.bsum(4 * c + 2) as i32 + xb.bsum(4 * c + 3) as i32);
+            }
+            let s = _mm256_cvtepi32_ps(sumi);
+            accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, accs[r]);
+            offs[r] -= (fp16(b.dmin) * dx) * summ as f32;
+        }
+    }
+    for r in 0..R {
+        y[r] = hsum(accs[r]) + offs[r];
+    }
+}
+
+/// Q6_K × Q8_K: each 32-value group is rebuilt from `ql` nibbles and two
+/// `qh` bits, re-centred to `q − 32`, dotted with the sign trick; its two
+/// 16-value halves carry their own scales (lanes 0..4 and 4..8 of the dot).
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len()` super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn a8_q6_k<const R: usize>(w: &[BlockQ6K], x: &[BlockQ8K], y: &mut [f32]) {
+    let nb = x.len();
+    debug_assert!(w.len() == R * nb && y.len() == R);
+    let mut accs = [_mm256_setzero_ps(); R];
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let k32 = _mm256_set1_epi8(32);
+    for (i, xb) in x.iter().enumerate() {
+        let dx = xb.d();
+        for (r, acc) in accs.iter_mut().enumerate() {
+            // SAFETY: in bounds (debug-asserted above).
+            let b = unsafe { w.get_unchecked(r * nb + i) };
+            let mut sumi = _mm256_setzero_si256();
+            for c in 0..2 {
+                // SAFETY: ql has 128 bytes, qh 64; offsets stay inside.
+                let (ql0, ql1, qh) = unsafe {
+                    (
+                        _mm256_loadu_si256(b.ql.as_ptr().add(64 * c).cast()),
+                        _mm256_loadu_si256(b.ql.as_ptr().add(64 * c + 32).cast()),
+                        _mm256_loadu_si256(b.qh.as_ptr().add(32 * c).cast()),
+                    )
+                };
+                let high = |sh: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2));
+                let parts = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), high(qh)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), high(_mm256_srli_epi16::<2>(qh))),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                        high(_mm256_srli_epi16::<4>(qh)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        high(_mm256_srli_epi16::<6>(qh)),
+                    ),
+                ];
+                for (p, q) in parts.into_iter().enumerate() {
+                    let g = 128 * c + 32 * p;
+                    // SAFETY: g + 32 <= 256.
+                    let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().add(g).cast()) };
+                    let d = sdot_avx2(_mm256_sub_epi8(q, k32), xv);
+                    let sc = _mm256_set_m128i(
+                        _mm_set1_epi32(b.scales[g / 16 + 1] as i32),
+                        _mm_set1_epi32(b.scales[g / 16] as i32),
+                    );
+                    sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d, sc));
+                }
+            }
+            let s = _mm256_cvtepi32_ps(sumi);
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, *acc);
+        }
+    }
+    for (out, acc) in y.iter_mut().zip(accs) {
+        *out = hsum(acc);
+    }
+}
 
 /// W·A8 with `vpmaddubsw` (AVX2).
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C; shapes as in `drive`. Formats
-/// without a kernel here fall back to the scalar reference.
+/// The CPU must support AVX2, FMA and F16C; shapes as in `drive`.
 pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
@@ -387,7 +711,38 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 rpb,
                 [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
             ),
-            other => super::scalar::gemv_a8(other, y),
+            A8Rows::Q4K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q4_k::<1>, a8_q4_k::<2>, a8_q4_k::<4>],
+            ),
+            A8Rows::Q6K(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
+            ),
+            A8Rows::Q5_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_0::<1>, a8_q5_0::<2>, a8_q5_0::<4>],
+            ),
+            A8Rows::Q5_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [a8_q5_1::<1>, a8_q5_1::<2>, a8_q5_1::<4>],
+            ),
         }
     }
 }
@@ -432,7 +787,82 @@ pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
                 rpb,
                 [vnni_q4_1::<1>, vnni_q4_1::<2>, vnni_q4_1::<4>],
             ),
+            A8Rows::Q5_0(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_q5_0::<1>, vnni_q5_0::<2>, vnni_q5_0::<4>],
+            ),
+            A8Rows::Q5_1(w, x) => drive(
+                w,
+                x,
+                x.len(),
+                y,
+                rpb,
+                [vnni_q5_1::<1>, vnni_q5_1::<2>, vnni_q5_1::<4>],
+            ),
             other => super::scalar::gemv_a8(other, y),
         }
+    }
+}
+
+/// W·A8 over 4-row interleaved Q4_0 groups (see `repack.rs`): per block, two
+/// 32-byte loads hold chunks 0,1 and 2,3 of all four rows; the activation
+/// 4-byte group of each chunk is broadcast with `vpermd`, so i32 lane r
+/// (and r + 4) of every dot belongs to row r.
+///
+/// # Safety
+/// Needs AVX2, FMA and F16C; `w` holds `y.len() / 4` groups of `x.len()` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn gemv_a8_q4_0x4(
+    w: &[super::repack::BlockQ4_0x4],
+    x: &[BlockQ8_0],
+    y: &mut [f32],
+) {
+    let nb = x.len();
+    debug_assert!(w.len() * 4 == y.len() * nb);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let k8 = _mm256_set1_epi8(8);
+    let idx = |a: i32| _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1);
+    let (i01, i23, i45, i67) = (idx(0), idx(2), idx(4), idx(6));
+    for (g, yg) in y.chunks_exact_mut(4).enumerate() {
+        let mut acc = _mm_setzero_ps();
+        for (b, xb) in x.iter().enumerate() {
+            let gb = &w[g * nb + b];
+            // SAFETY: qs is 64 bytes, x.qs 32.
+            let (w0, w1, xv) = unsafe {
+                (
+                    _mm256_loadu_si256(gb.qs.as_ptr().cast()),
+                    _mm256_loadu_si256(gb.qs.as_ptr().add(32).cast()),
+                    _mm256_loadu_si256(xb.qs.as_ptr().cast()),
+                )
+            };
+            let lo = |v: __m256i| _mm256_sub_epi8(_mm256_and_si256(v, m4), k8);
+            let hi =
+                |v: __m256i| _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), k8);
+            let s = _mm256_add_epi32(
+                _mm256_add_epi32(
+                    sdot_avx2(lo(w0), _mm256_permutevar8x32_epi32(xv, i01)),
+                    sdot_avx2(lo(w1), _mm256_permutevar8x32_epi32(xv, i23)),
+                ),
+                _mm256_add_epi32(
+                    sdot_avx2(hi(w0), _mm256_permutevar8x32_epi32(xv, i45)),
+                    sdot_avx2(hi(w1), _mm256_permutevar8x32_epi32(xv, i67)),
+                ),
+            );
+            let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+            let dx = fp16(xb.d);
+            let d = _mm_setr_ps(
+                fp16(gb.d[0]) * dx,
+                fp16(gb.d[1]) * dx,
+                fp16(gb.d[2]) * dx,
+                fp16(gb.d[3]) * dx,
+            );
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc);
+        }
+        // SAFETY: yg holds 4 floats.
+        unsafe { _mm_storeu_ps(yg.as_mut_ptr(), acc) };
     }
 }

@@ -14,6 +14,23 @@
 //! (`crate::pool`), and runs the variant over groups of
 //! [`QGemvParams::rows_per_block`] rows that share each load of `x`.
 //! `scalar.rs` is the reference every variant is tested against.
+//!
+//! Variants ([`variants`] is the source of truth; [`QGemv::new`] picks the
+//! best one the CPU runs):
+//!
+//! | weights | W·A32 | W·A8 (activations) |
+//! |---|---|---|
+//! | Q4_0, Q8_0, MXFP4 | scalar, avx2, avx512, neon | scalar, avx2, avx_vnni, avx512, avx512_vnni, neon, neon_dotprod (Q8_0) |
+//! | Q4_1 | scalar, avx2, avx512, neon | same (Q8_1) |
+//! | Q5_0, Q5_1 | scalar, avx2, neon | scalar, avx2, avx_vnni, neon, neon_dotprod (Q8_0 / Q8_1) |
+//! | Q4_K, Q6_K | scalar, avx2, neon | scalar, avx2, neon, neon_dotprod (Q8_K) |
+//!
+//! An AVX-512 machine runs the avx2 kernels where no avx512 one exists.
+//! [`repack`] holds Q4_0 repacked into 4-row interleaved blocks with its own
+//! W·A8 kernels (scalar, avx2, neon_dotprod).
+//! `neon_i8mm` is not offered: `smmla` computes a 2×2 tile, so with one
+//! activation column half of its products would be wasted; it pays off in
+//! GEMM, not GEMV.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -23,6 +40,7 @@ mod avx512;
 mod dotprod;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+pub mod repack;
 pub mod scalar;
 
 use crate::error::check_len;
@@ -82,6 +100,7 @@ pub fn variants(format: QuantFormat, mode: QMode) -> &'static [Isa] {
         (F::Q4_0 | F::Q4_1 | F::Q8_0 | F::Mxfp4, QMode::A32) => {
             &[Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon]
         }
+        (F::Q5_0 | F::Q5_1 | F::Q4K | F::Q6K, QMode::A32) => &[Isa::Scalar, Isa::Avx2, Isa::Neon],
         (F::Q4_0 | F::Q8_0 | F::Mxfp4 | F::Q4_1, QMode::A8) => &[
             Isa::Scalar,
             Isa::Avx2,
@@ -91,7 +110,14 @@ pub fn variants(format: QuantFormat, mode: QMode) -> &'static [Isa] {
             Isa::Neon,
             Isa::NeonDotprod,
         ],
-        _ => &[Isa::Scalar],
+        (F::Q5_0 | F::Q5_1, QMode::A8) => &[
+            Isa::Scalar,
+            Isa::Avx2,
+            Isa::AvxVnni,
+            Isa::Neon,
+            Isa::NeonDotprod,
+        ],
+        (F::Q4K | F::Q6K, QMode::A8) => &[Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod],
     }
 }
 
