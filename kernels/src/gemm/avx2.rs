@@ -33,7 +33,6 @@ macro_rules! packed_kernels {
         unsafe fn $name(
             kc: usize,
             a: *const f32,
-            lda: usize,
             b: *const f32,
             c: *mut f32,
             ldc: usize,
@@ -43,7 +42,7 @@ macro_rules! packed_kernels {
             const MR: usize = $mr;
             const NV: usize = $nv;
             const NR: usize = NV * 8;
-            // SAFETY: all reads stay within the mr × kc A rows and the
+            // SAFETY: all reads stay within the kc × mr A panel and the
             // kc × nr panel; writes within the m_eff × n_eff C tile.
             unsafe {
                 let mut acc = [[_mm256_setzero_ps(); NV]; MR];
@@ -55,12 +54,12 @@ macro_rules! packed_kernels {
                         *v = _mm256_loadu_ps(bp.add(8 * j));
                     }
                     for (i, row) in acc.iter_mut().enumerate() {
-                        let av = _mm256_set1_ps(*ap.add(i * lda));
+                        let av = _mm256_set1_ps(*ap.add(i));
                         for (acc, &bv) in row.iter_mut().zip(&bv) {
                             *acc = _mm256_fmadd_ps(av, bv, *acc);
                         }
                     }
-                    ap = ap.add(1);
+                    ap = ap.add(MR);
                     bp = bp.add(NR);
                 }
                 if m_eff == MR && n_eff == NR {

@@ -10,12 +10,12 @@
 //! Two code paths, chosen by [`GemmParams::pack`]:
 //! - **packed** (BLIS): for each `nc`-column block and `kc`-slice of k, the
 //!   `W` block is transposed once into `nr`-wide panels (zero-padded) held in
-//!   a thread-local workspace; then for each `mc`-row block of A the
-//!   register-blocked `mr × nr` micro-kernel broadcasts A elements (read in
-//!   place, A rows are already contiguous along k) against vector loads of the
-//!   packed panel and FMAs into `mr × nr/lanes` accumulators. The packed panel
-//!   (`kc × nr`) stays in L1 while every A micro-panel of the block streams
-//!   past it from L2.
+//!   a thread-local workspace; then each `mc × kc` block of A is packed into
+//!   `mr`-row micro-panels (A transposed, zero-padded) and the
+//!   register-blocked `mr × nr` micro-kernel broadcasts A elements against
+//!   vector loads of the packed W panel, FMAing into `mr × nr/lanes`
+//!   accumulators. A W panel (`kc × nr`) stays in L1 while every A
+//!   micro-panel of the block streams past it from L2.
 //! - **direct** (`pack = false`): no packing at all; an `mr × nr` kernel
 //!   computes `mr × nr` dot products along k reading A and W rows in place
 //!   (vectors along k, one horizontal sum per output). Best when m is small
@@ -467,13 +467,12 @@ impl WElem for f16 {
 }
 
 /// Packed micro-kernel: `C[0..m_eff, 0..n_eff] += A[mr × kc] · P[kc × nr]`
-/// where A row `i` starts at `a + i·lda` (all `mr` rows readable for `kc`),
-/// P is one packed panel (`kc` rows of `nr` contiguous f32) and C rows are
-/// `ldc` apart.
+/// where A is one packed micro-panel (`kc` groups of `mr` contiguous f32, A
+/// transposed), P is one packed W panel (`kc` rows of `nr` contiguous f32)
+/// and C rows are `ldc` apart.
 pub(crate) type PackedFn = unsafe fn(
     kc: usize,
     a: *const f32,
-    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -739,14 +738,15 @@ impl<W: WElem> Job<'_, W> {
         let mc = round_up(mc, mr);
         let kc = kc.min(k.max(1));
         let nc = self.nc.min(round_up(cols.len(), nr));
-        // Workspace: packed W block (nc × kc), an edge A block (mr × kc), a
+        // Workspace: packed W block (nc × kc), packed A block (mc × kc), a
         // widened W row (kc). Grown once per call, outside the loops.
-        let need = nc * kc + mr * kc + kc;
+        let mcr = round_up(mc.min(rows.len()), mr);
+        let need = nc * kc + mcr * kc + kc;
         if ws.len() < need {
             ws.resize(need, 0.0);
         }
         let (bp, rest) = ws.split_at_mut(nc * kc);
-        let (a_edge, row_tmp) = rest.split_at_mut(mr * kc);
+        let (ap, row_tmp) = rest.split_at_mut(mcr * kc);
         for jc in cols.clone().step_by(nc) {
             let je = (jc + nc).min(cols.end);
             let nb = je - jc;
@@ -760,37 +760,44 @@ impl<W: WElem> Job<'_, W> {
                 self.pack_w(jc, nb, pc, kb, nr, &mut bp[..n_panels * nr * kb], row_tmp);
                 for ic in rows.clone().step_by(mc) {
                     let ie = (ic + mc).min(rows.end);
-                    // A rows of a full micro-panel are read in place; a
-                    // ragged last micro-panel is copied into a zero-padded
-                    // buffer once per block so the kernel never reads past m.
-                    let full_end = ic + round_down(ie - ic, mr);
-                    let tail = ie - full_end;
-                    if tail > 0 {
-                        a_edge.fill(0.0);
-                        for i in 0..tail {
-                            let src = &self.a[(full_end + i) * k + pc..][..kb];
-                            a_edge[i * kb..(i + 1) * kb].copy_from_slice(src);
-                        }
-                    }
+                    let a_panels = &mut ap[..round_up(ie - ic, mr) * kb];
+                    self.pack_a(ic, ie, pc, kb, mr, a_panels);
                     for (panel, jr) in (jc..je).step_by(nr).enumerate() {
                         let ne = nr.min(je - jr);
                         let b = bp[panel * nr * kb..].as_ptr();
-                        for ir in (ic..ie).step_by(mr) {
+                        for (a_panel, ir) in (ic..ie).step_by(mr).enumerate() {
                             let me = mr.min(ie - ir);
-                            let (ap, lda) = if me == mr {
-                                // SAFETY: rows ir..ir+mr < m, cols pc..pc+kb < k.
-                                (unsafe { self.a.as_ptr().add(ir * k + pc) }, k)
-                            } else {
-                                (a_edge.as_ptr(), kb)
-                            };
-                            // SAFETY: A: mr rows of kb readable; b: a full
-                            // kb × nr panel; C tile me × ne in bounds and owned.
-                            unsafe { f(kb, ap, lda, b, self.c.0.add(ir * n + jr), n, me, ne) };
+                            let a = a_panels[a_panel * mr * kb..].as_ptr();
+                            // SAFETY: a: a full kb × mr packed panel; b: a
+                            // full kb × nr panel; C tile me × ne in bounds
+                            // and owned by this worker.
+                            unsafe { f(kb, a, b, self.c.0.add(ir * n + jr), n, me, ne) };
                         }
                     }
                     if pc + kb == k {
                         self.finish_block(ic..ie, jc..je);
                     }
+                }
+            }
+        }
+    }
+
+    /// Packs A[i0..i1, p0..p0+kb] into micro-panels of `mr` rows, each `kb`
+    /// groups of `mr` values (A transposed), zero-padding rows past `i1`.
+    /// Packing makes the kernel's A stream contiguous: rows of A read in
+    /// place are `k` apart, which for power-of-two k maps all `mr` rows to
+    /// the same L1 set.
+    fn pack_a(&self, i0: usize, i1: usize, p0: usize, kb: usize, mr: usize, dst: &mut [f32]) {
+        let k = self.k;
+        for (panel, chunk) in dst.chunks_exact_mut(mr * kb).enumerate() {
+            for ii in 0..mr {
+                let i = i0 + panel * mr + ii;
+                let lane = chunk[ii..].iter_mut().step_by(mr);
+                if i < i1 {
+                    let src = &self.a[i * k + p0..][..kb];
+                    lane.zip(src).for_each(|(d, s)| *d = *s);
+                } else {
+                    lane.for_each(|d| *d = 0.0);
                 }
             }
         }

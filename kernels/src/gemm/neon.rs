@@ -36,7 +36,6 @@ macro_rules! packed_kernels {
         unsafe fn $name(
             kc: usize,
             a: *const f32,
-            lda: usize,
             b: *const f32,
             c: *mut f32,
             ldc: usize,
@@ -46,7 +45,7 @@ macro_rules! packed_kernels {
             const MR: usize = $mr;
             const NV: usize = $nv;
             const NR: usize = NV * 4;
-            // SAFETY: all reads stay within the mr × kc A rows and the
+            // SAFETY: all reads stay within the kc × mr A panel and the
             // kc × nr panel; writes within the m_eff × n_eff C tile.
             unsafe {
                 let mut acc = [[vdupq_n_f32(0.0); NV]; MR];
@@ -58,12 +57,12 @@ macro_rules! packed_kernels {
                         *v = vld1q_f32(bp.add(4 * j));
                     }
                     for (i, row) in acc.iter_mut().enumerate() {
-                        let av = *ap.add(i * lda);
+                        let av = *ap.add(i);
                         for (acc, &bv) in row.iter_mut().zip(&bv) {
                             *acc = vfmaq_n_f32(*acc, bv, av);
                         }
                     }
-                    ap = ap.add(1);
+                    ap = ap.add(MR);
                     bp = bp.add(NR);
                 }
                 if m_eff == MR && n_eff == NR {
