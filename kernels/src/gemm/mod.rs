@@ -198,9 +198,10 @@ impl GemmParams {
         }
     }
 
-    /// Analytic default for a given variant: direct kernels for m below 8
-    /// (packing W would cost about as much as the product), otherwise the
-    /// packed kernel whose rows waste the least of m, preferring taller tiles.
+    /// Analytic default for a given variant: direct kernels for m ≤ 16
+    /// (packing a W block costs about as much as multiplying it by a
+    /// handful of rows; quick runs at 16×4864×896 agree), otherwise the
+    /// packed kernel whose rows waste the least of m, in table order.
     pub fn default_for_isa(shape: &GemmShape, cpu: &CpuCaps, isa: Isa) -> Self {
         let packed = microkernels(isa);
         let direct = direct_kernels(isa);
@@ -209,18 +210,17 @@ impl GemmParams {
             return Self::blocking(shape, cpu, 4, 4, true);
         }
         let m = shape.m.max(1);
-        if m < 8 && !direct.is_empty() {
-            // The widest tile whose rows are all used.
+        let waste = |mr: usize| round_up(m, mr) - m;
+        if m <= 16 && !direct.is_empty() {
+            // No wasted rows first, then the most accumulators, then taller.
             let &(mr, nr) = direct
                 .iter()
-                .filter(|&&(mr, _)| mr <= m)
-                .max_by_key(|&&(mr, nr)| (mr * nr, mr))
-                .unwrap_or(&direct[0]);
+                .min_by_key(|&&(mr, nr)| (waste(mr), usize::MAX - mr * nr, usize::MAX - mr))
+                .expect("non-empty");
             return Self::blocking(shape, cpu, mr, nr, false);
         }
         // Table order is the preference order; pick the first whose padding of
         // m (rows computed but discarded) is under an eighth, else the least.
-        let waste = |mr: usize| round_up(m, mr) - m;
         let &(mr, nr) = packed
             .iter()
             .find(|&&(mr, _)| waste(mr) * 8 <= m)
