@@ -407,7 +407,14 @@ pub(crate) trait WElem: Copy + Send + Sync + 'static {
     fn widen<'a>(isa: Isa, src: &'a [Self], tmp: &'a mut [f32]) -> &'a [f32];
     /// The direct kernel `(mr, nr)` of `isa` for this weight type.
     fn direct(isa: Isa, mr: usize, nr: usize) -> Option<DirectFn<Self>>;
+    /// `isa`'s routine packing 8 whole W rows into 8 panel columns, if any.
+    fn pack8(isa: Isa) -> Option<Pack8Fn<Self>>;
 }
+
+/// Packs 8 W rows (`ldw` apart, `kb` long) into 8 adjacent columns of a
+/// packed panel whose rows are `nr` apart.
+pub(crate) type Pack8Fn<W> =
+    unsafe fn(w: *const W, ldw: usize, kb: usize, dst: *mut f32, nr: usize);
 
 impl WElem for f32 {
     #[inline]
@@ -426,6 +433,13 @@ impl WElem for f32 {
             Isa::Avx512 => avx512::direct_f32(mr, nr),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => neon::direct_f32(mr, nr),
+            _ => None,
+        }
+    }
+    fn pack8(isa: Isa) -> Option<Pack8Fn<f32>> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 => Some(avx2::pack8_f32 as Pack8Fn<f32>),
             _ => None,
         }
     }
@@ -461,6 +475,13 @@ impl WElem for f16 {
             Isa::Avx512 => avx512::direct_f16(mr, nr),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => neon::direct_f16(mr, nr),
+            _ => None,
+        }
+    }
+    fn pack8(isa: Isa) -> Option<Pack8Fn<f16>> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 => Some(avx2::pack8_f16 as Pack8Fn<f16>),
             _ => None,
         }
     }
@@ -819,8 +840,22 @@ impl<W: WElem> Job<'_, W> {
         row_tmp: &mut [f32],
     ) {
         let k = self.k;
+        let pack8 = W::pack8(self.isa).filter(|_| nr.is_multiple_of(8));
         for (panel, chunk) in dst.chunks_exact_mut(nr * kb).enumerate() {
-            for jj in 0..nr {
+            let mut jj = 0;
+            if let Some(pack8) = pack8 {
+                // Whole groups of 8 valid rows go through the SIMD transpose.
+                while jj + 8 <= nr && panel * nr + jj + 8 <= nb {
+                    let src = &self.w[(j0 + panel * nr + jj) * k + p0..];
+                    debug_assert!(src.len() >= 7 * k + kb);
+                    // SAFETY: rows j0+j..j0+j+8 < n hold kb values from p0;
+                    // the panel chunk holds kb rows of nr ≥ jj + 8 values;
+                    // the variant was checked to be available.
+                    unsafe { pack8(src.as_ptr(), k, kb, chunk[jj..].as_mut_ptr(), nr) };
+                    jj += 8;
+                }
+            }
+            for jj in jj..nr {
                 let j = panel * nr + jj;
                 let lane = chunk[jj..].iter_mut().step_by(nr);
                 if j < nb {
