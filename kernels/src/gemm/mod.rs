@@ -184,9 +184,12 @@ impl GemmParams {
         let kc0 = round_down((cpu.l1d / 2) / (nr * f), 16).clamp(64, 1024);
         let k = shape.k.max(1);
         let kc = k.div_ceil(k.div_ceil(kc0));
-        let mc0 = round_down((cpu.l2 / 2) / (kc * f), mr).max(mr);
+        // Clamped to the documented ranges (tiny k would otherwise ask for
+        // blocks of millions of rows).
+        let mc0 = round_down((cpu.l2 / 2) / (kc * f), mr).clamp(mr, round_down(65536, mr));
         let mc = mc0.min(round_up(shape.m.max(1), mr));
-        let nc0 = round_down((cpu.l3 / (2 * cpu.cores.max(1))) / (kc * f), nr).max(nr);
+        let nc0 = round_down((cpu.l3 / (2 * cpu.cores.max(1))) / (kc * f), nr)
+            .clamp(nr, round_down(1 << 20, nr));
         let nc = nc0.min(round_up(shape.n.max(1), nr));
         GemmParams {
             mr,

@@ -226,31 +226,40 @@ fn default_config_runs_best_variant() {
 
 #[test]
 fn tunable_candidates_are_valid_and_contain_default() {
-    let cpu = CpuCaps::default();
-    for shape in [
-        GemmShape::new(1, 896, 896),
-        GemmShape::new(16, 4864, 896),
-        GemmShape::new(512, 896, 4864),
-        GemmShape::new(1024, 1024, 1024),
-    ] {
-        for isa in GEMM_ISAS.iter().copied().filter(|i| i.is_available()) {
-            let d = GemmParams::default_for_isa(&shape, &cpu, isa);
-            let c = GemmParams::candidates_for_isa(&shape, &cpu, isa);
-            assert!(c.contains(&d), "{isa} {shape:?}");
-            for p in &c {
-                p.validate_for("test", isa).unwrap();
+    let big = CpuCaps {
+        l1d: 1 << 20,
+        l2: 64 << 20,
+        l3: 1 << 30,
+        cores: 1,
+    };
+    for cpu in [CpuCaps::default(), big] {
+        for shape in [
+            GemmShape::new(1, 896, 896),
+            GemmShape::new(16, 4864, 896),
+            GemmShape::new(512, 896, 4864),
+            GemmShape::new(1024, 1024, 1024),
+            // Degenerate depth with huge m and n: blocks must stay in range.
+            GemmShape::new(1 << 22, 1 << 22, 1),
+        ] {
+            for isa in GEMM_ISAS.iter().copied().filter(|i| i.is_available()) {
+                let d = GemmParams::default_for_isa(&shape, &cpu, isa);
+                let c = GemmParams::candidates_for_isa(&shape, &cpu, isa);
+                assert!(c.contains(&d), "{isa} {shape:?}");
+                for p in &c {
+                    p.validate_for("test", isa).unwrap();
+                }
+                if isa != Isa::Scalar {
+                    assert!(
+                        (10..=80).contains(&c.len()),
+                        "{isa}: {} candidates",
+                        c.len()
+                    );
+                    d.validate().unwrap();
+                }
             }
-            if isa != Isa::Scalar {
-                assert!(
-                    (10..=80).contains(&c.len()),
-                    "{isa}: {} candidates",
-                    c.len()
-                );
-                d.validate().unwrap();
-            }
+            let d = GemmParams::default_for(&shape, &cpu);
+            assert!(GemmParams::candidates(&shape, &cpu).contains(&d));
         }
-        let d = GemmParams::default_for(&shape, &cpu);
-        assert!(GemmParams::candidates(&shape, &cpu).contains(&d));
     }
 }
 

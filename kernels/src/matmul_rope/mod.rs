@@ -13,7 +13,7 @@
 //! heads; when the last k-slice of a block is done, an epilogue rotates that
 //! block's heads while they are still in L1/L2, instead of a second pass over
 //! the whole output. So every ISA variant of this family is the matching
-//! GEMM variant (same micro-kernel tables, same [`GemmParams`]) plus the
+//! GEMM variant (same micro-kernel tables, same [`GemmParams`](crate::gemm::GemmParams)) plus the
 //! rotation, which is written in plain Rust over contiguous slices (the
 //! compiler vectorizes it; it costs O(m·n) next to the O(m·n·k) product, so
 //! there are no per-ISA files here). cos/sin for the call's positions are
