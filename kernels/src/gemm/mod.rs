@@ -410,13 +410,14 @@ pub(crate) trait WElem: Copy + Send + Sync + 'static {
     fn widen<'a>(isa: Isa, src: &'a [Self], tmp: &'a mut [f32]) -> &'a [f32];
     /// The direct kernel `(mr, nr)` of `isa` for this weight type.
     fn direct(isa: Isa, mr: usize, nr: usize) -> Option<DirectFn<Self>>;
-    /// `isa`'s routine packing 8 whole W rows into 8 panel columns, if any.
-    fn pack8(isa: Isa) -> Option<Pack8Fn<Self>>;
+    /// `isa`'s SIMD routine packing `g` whole W rows into `g` panel columns,
+    /// as `(g, routine)`, if it has one.
+    fn pack_rows(isa: Isa) -> Option<(usize, PackRowsFn<Self>)>;
 }
 
-/// Packs 8 W rows (`ldw` apart, `kb` long) into 8 adjacent columns of a
-/// packed panel whose rows are `nr` apart.
-pub(crate) type Pack8Fn<W> =
+/// Packs `g` W rows (`ldw` apart, `kb` long) into `g` adjacent columns of a
+/// packed panel whose rows are `nr` apart (`g` fixed per routine).
+pub(crate) type PackRowsFn<W> =
     unsafe fn(w: *const W, ldw: usize, kb: usize, dst: *mut f32, nr: usize);
 
 impl WElem for f32 {
@@ -439,10 +440,12 @@ impl WElem for f32 {
             _ => None,
         }
     }
-    fn pack8(isa: Isa) -> Option<Pack8Fn<f32>> {
+    fn pack_rows(isa: Isa) -> Option<(usize, PackRowsFn<f32>)> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512 => Some(avx2::pack8_f32 as Pack8Fn<f32>),
+            Isa::Avx2 | Isa::Avx512 => Some((8, avx2::pack8_f32 as PackRowsFn<f32>)),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => Some((4, neon::pack4_f32 as PackRowsFn<f32>)),
             _ => None,
         }
     }
@@ -481,10 +484,12 @@ impl WElem for f16 {
             _ => None,
         }
     }
-    fn pack8(isa: Isa) -> Option<Pack8Fn<f16>> {
+    fn pack_rows(isa: Isa) -> Option<(usize, PackRowsFn<f16>)> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512 => Some(avx2::pack8_f16 as Pack8Fn<f16>),
+            Isa::Avx2 | Isa::Avx512 => Some((8, avx2::pack8_f16 as PackRowsFn<f16>)),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => Some((4, neon::pack4_f16 as PackRowsFn<f16>)),
             _ => None,
         }
     }
@@ -843,19 +848,19 @@ impl<W: WElem> Job<'_, W> {
         row_tmp: &mut [f32],
     ) {
         let k = self.k;
-        let pack8 = W::pack8(self.isa).filter(|_| nr.is_multiple_of(8));
+        let simd = W::pack_rows(self.isa).filter(|&(g, _)| nr.is_multiple_of(g));
         for (panel, chunk) in dst.chunks_exact_mut(nr * kb).enumerate() {
             let mut jj = 0;
-            if let Some(pack8) = pack8 {
-                // Whole groups of 8 valid rows go through the SIMD transpose.
-                while jj + 8 <= nr && panel * nr + jj + 8 <= nb {
+            if let Some((g, pack)) = simd {
+                // Whole groups of g valid rows go through the SIMD transpose.
+                while jj + g <= nr && panel * nr + jj + g <= nb {
                     let src = &self.w[(j0 + panel * nr + jj) * k + p0..];
-                    debug_assert!(src.len() >= 7 * k + kb);
-                    // SAFETY: rows j0+j..j0+j+8 < n hold kb values from p0;
-                    // the panel chunk holds kb rows of nr ≥ jj + 8 values;
+                    debug_assert!(src.len() >= (g - 1) * k + kb);
+                    // SAFETY: rows j0+j..j0+j+g < n hold kb values from p0;
+                    // the panel chunk holds kb rows of nr ≥ jj + g values;
                     // the variant was checked to be available.
-                    unsafe { pack8(src.as_ptr(), k, kb, chunk[jj..].as_mut_ptr(), nr) };
-                    jj += 8;
+                    unsafe { pack(src.as_ptr(), k, kb, chunk[jj..].as_mut_ptr(), nr) };
+                    jj += g;
                 }
             }
             for jj in jj..nr {
