@@ -1,12 +1,14 @@
 //! f32 GEMM throughput (reported as FLOP/s, 2·m·n·k per call) on LLM shapes
 //! and 1024³, at 1 and 2 threads, side by side with the `gemm` crate on the
-//! same inputs. Also W16A32 on the LLM shapes.
+//! same inputs. Also W16A32 on the LLM shapes, and the fused Matmul+RoPE
+//! next to the plain GEMM of the same shape (the epilogue's cost).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use half::f16;
 use std::hint::black_box;
 use tiletune_kernels::CpuCaps;
 use tiletune_kernels::gemm::{GemmConfig, GemmShape, gemm_f16w_f32, gemm_f32};
+use tiletune_kernels::matmul_rope::{Positions, RopeLayout, RopeSpec, matmul_rope_f32};
 use tiletune_kernels::testing::Rng;
 
 /// Cache sizes of cpu0 from sysfs (the kernel crate reads no files; the
@@ -133,4 +135,38 @@ fn bench_gemm(cr: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_gemm);
+/// Qwen2.5-0.5B-like q projection (14 heads × 64, k = 896) with RoPE fused,
+/// against the bare GEMM.
+fn bench_matmul_rope(cr: &mut Criterion) {
+    let caps = cpu_caps();
+    let rope = RopeSpec {
+        head_dim: 64,
+        rotary_dim: 64,
+        theta: 1_000_000.0,
+        layout: RopeLayout::RotateHalf,
+    };
+    let mut g = cr.benchmark_group("matmul_rope_f32");
+    g.sample_size(10);
+    for m in [16, 128] {
+        let s = GemmShape::new(m, 14 * 64, 896);
+        let mut rng = Rng::new(3);
+        let x = rng.vec_f32(s.m * s.k);
+        let w = rng.vec_f32(s.n * s.k);
+        let mut out = vec![0.0f32; s.m * s.n];
+        let cfg = GemmConfig::new(&s, &caps, 1);
+        g.throughput(Throughput::Elements((2 * s.m * s.n * s.k) as u64));
+        let id = format!("{}x{}x{}/t1", s.m, s.n, s.k);
+        g.bench_function(BenchmarkId::new("fused", &id), |b| {
+            b.iter(|| {
+                let pos = Positions::Offset(100);
+                matmul_rope_f32(black_box(&x), &w, None, &mut out, s, &rope, pos, &cfg).unwrap()
+            })
+        });
+        g.bench_function(BenchmarkId::new("gemm_only", &id), |b| {
+            b.iter(|| gemm_f32(black_box(&x), &w, None, &mut out, s, false, &cfg).unwrap())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_gemm, bench_matmul_rope);

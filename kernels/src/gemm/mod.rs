@@ -110,6 +110,16 @@ impl GemmConfig {
             threads,
         }
     }
+
+    /// A forced variant with its own analytic default tiles (params chosen
+    /// for another variant's kernel table are refused with `InvalidParams`).
+    pub fn for_isa(shape: &GemmShape, cpu: &CpuCaps, isa: Isa, threads: usize) -> Self {
+        GemmConfig {
+            isa: Some(isa),
+            params: GemmParams::default_for_isa(shape, cpu, isa),
+            threads,
+        }
+    }
 }
 
 const OP: &str = "gemm";

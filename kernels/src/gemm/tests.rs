@@ -222,6 +222,11 @@ fn default_config_runs_best_variant() {
     gemm_f32(&a, &w, None, &mut got, shape, false, &cfg).unwrap();
     scalar::gemm_ref(&a, &w, None, &mut want, 9, 20, 30, false);
     assert_close(&got, &want, tol(30), tol(30), "default config");
+    for isa in GEMM_ISAS.iter().copied().filter(|i| i.is_available()) {
+        let cfg = GemmConfig::for_isa(&shape, &CpuCaps::default(), isa, 1);
+        gemm_f32(&a, &w, None, &mut got, shape, false, &cfg).unwrap();
+        assert_close(&got, &want, tol(30), tol(30), isa.name());
+    }
 }
 
 #[test]
