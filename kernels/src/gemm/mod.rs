@@ -9,8 +9,9 @@
 //!
 //! Two code paths, chosen by [`GemmParams::pack`]:
 //! - **packed** (BLIS): for each `nc`-column block and `kc`-slice of k, the
-//!   `W` block is transposed once into `nr`-wide panels (zero-padded) held in
-//!   a thread-local workspace; then each `mc × kc` block of A is packed into
+//!   `W` block is transposed once into `nr`-wide panels (zero-padded; 8×8
+//!   in-register transposes on x86, 4×4 on NEON) held in a thread-local
+//!   workspace; then each `mc × kc` block of A is packed into
 //!   `mr`-row micro-panels (A transposed, zero-padded) and the
 //!   register-blocked `mr × nr` micro-kernel broadcasts A elements against
 //!   vector loads of the packed W panel, FMAing into `mr × nr/lanes`
