@@ -9,13 +9,14 @@
 //!
 //! Two code paths, chosen by [`GemmParams::pack`]:
 //! - **packed** (BLIS): for each `nc`-column block and `kc`-slice of k, the
-//!   `W` block is transposed once into `nr`-wide panels (zero-padded) held in
-//!   a thread-local workspace; then for each `mc`-row block of A the
-//!   register-blocked `mr × nr` micro-kernel broadcasts A elements (read in
-//!   place, A rows are already contiguous along k) against vector loads of the
-//!   packed panel and FMAs into `mr × nr/lanes` accumulators. The packed panel
-//!   (`kc × nr`) stays in L1 while every A micro-panel of the block streams
-//!   past it from L2.
+//!   `W` block is transposed once into `nr`-wide panels (zero-padded; 8×8
+//!   in-register transposes on x86, 4×4 on NEON) held in a thread-local
+//!   workspace; then each `mc × kc` block of A is packed into
+//!   `mr`-row micro-panels (A transposed, zero-padded) and the
+//!   register-blocked `mr × nr` micro-kernel broadcasts A elements against
+//!   vector loads of the packed W panel, FMAing into `mr × nr/lanes`
+//!   accumulators. A W panel (`kc × nr`) stays in L1 while every A
+//!   micro-panel of the block streams past it from L2.
 //! - **direct** (`pack = false`): no packing at all; an `mr × nr` kernel
 //!   computes `mr × nr` dot products along k reading A and W rows in place
 //!   (vectors along k, one horizontal sum per output). Best when m is small
@@ -110,6 +111,16 @@ impl GemmConfig {
             threads,
         }
     }
+
+    /// A forced variant with its own analytic default tiles (params chosen
+    /// for another variant's kernel table are refused with `InvalidParams`).
+    pub fn for_isa(shape: &GemmShape, cpu: &CpuCaps, isa: Isa, threads: usize) -> Self {
+        GemmConfig {
+            isa: Some(isa),
+            params: GemmParams::default_for_isa(shape, cpu, isa),
+            threads,
+        }
+    }
 }
 
 const OP: &str = "gemm";
@@ -184,9 +195,12 @@ impl GemmParams {
         let kc0 = round_down((cpu.l1d / 2) / (nr * f), 16).clamp(64, 1024);
         let k = shape.k.max(1);
         let kc = k.div_ceil(k.div_ceil(kc0));
-        let mc0 = round_down((cpu.l2 / 2) / (kc * f), mr).max(mr);
+        // Clamped to the documented ranges (tiny k would otherwise ask for
+        // blocks of millions of rows).
+        let mc0 = round_down((cpu.l2 / 2) / (kc * f), mr).clamp(mr, round_down(65536, mr));
         let mc = mc0.min(round_up(shape.m.max(1), mr));
-        let nc0 = round_down((cpu.l3 / (2 * cpu.cores.max(1))) / (kc * f), nr).max(nr);
+        let nc0 = round_down((cpu.l3 / (2 * cpu.cores.max(1))) / (kc * f), nr)
+            .clamp(nr, round_down(1 << 20, nr));
         let nc = nc0.min(round_up(shape.n.max(1), nr));
         GemmParams {
             mr,
@@ -198,9 +212,10 @@ impl GemmParams {
         }
     }
 
-    /// Analytic default for a given variant: direct kernels for m below 8
-    /// (packing W would cost about as much as the product), otherwise the
-    /// packed kernel whose rows waste the least of m, preferring taller tiles.
+    /// Analytic default for a given variant: direct kernels for m ≤ 16
+    /// (packing a W block costs about as much as multiplying it by a
+    /// handful of rows; quick runs at 16×4864×896 agree), otherwise the
+    /// packed kernel whose rows waste the least of m, in table order.
     pub fn default_for_isa(shape: &GemmShape, cpu: &CpuCaps, isa: Isa) -> Self {
         let packed = microkernels(isa);
         let direct = direct_kernels(isa);
@@ -209,18 +224,17 @@ impl GemmParams {
             return Self::blocking(shape, cpu, 4, 4, true);
         }
         let m = shape.m.max(1);
-        if m < 8 && !direct.is_empty() {
-            // The widest tile whose rows are all used.
+        let waste = |mr: usize| round_up(m, mr) - m;
+        if m <= 16 && !direct.is_empty() {
+            // No wasted rows first, then the most accumulators, then taller.
             let &(mr, nr) = direct
                 .iter()
-                .filter(|&&(mr, _)| mr <= m)
-                .max_by_key(|&&(mr, nr)| (mr * nr, mr))
-                .unwrap_or(&direct[0]);
+                .min_by_key(|&&(mr, nr)| (waste(mr), usize::MAX - mr * nr, usize::MAX - mr))
+                .expect("non-empty");
             return Self::blocking(shape, cpu, mr, nr, false);
         }
         // Table order is the preference order; pick the first whose padding of
         // m (rows computed but discarded) is under an eighth, else the least.
-        let waste = |mr: usize| round_up(m, mr) - m;
         let &(mr, nr) = packed
             .iter()
             .find(|&&(mr, _)| waste(mr) * 8 <= m)
@@ -407,7 +421,15 @@ pub(crate) trait WElem: Copy + Send + Sync + 'static {
     fn widen<'a>(isa: Isa, src: &'a [Self], tmp: &'a mut [f32]) -> &'a [f32];
     /// The direct kernel `(mr, nr)` of `isa` for this weight type.
     fn direct(isa: Isa, mr: usize, nr: usize) -> Option<DirectFn<Self>>;
+    /// `isa`'s SIMD routine packing `g` whole W rows into `g` panel columns,
+    /// as `(g, routine)`, if it has one.
+    fn pack_rows(isa: Isa) -> Option<(usize, PackRowsFn<Self>)>;
 }
+
+/// Packs `g` W rows (`ldw` apart, `kb` long) into `g` adjacent columns of a
+/// packed panel whose rows are `nr` apart (`g` fixed per routine).
+pub(crate) type PackRowsFn<W> =
+    unsafe fn(w: *const W, ldw: usize, kb: usize, dst: *mut f32, nr: usize);
 
 impl WElem for f32 {
     #[inline]
@@ -426,6 +448,15 @@ impl WElem for f32 {
             Isa::Avx512 => avx512::direct_f32(mr, nr),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => neon::direct_f32(mr, nr),
+            _ => None,
+        }
+    }
+    fn pack_rows(isa: Isa) -> Option<(usize, PackRowsFn<f32>)> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 => Some((8, avx2::pack8_f32 as PackRowsFn<f32>)),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => Some((4, neon::pack4_f32 as PackRowsFn<f32>)),
             _ => None,
         }
     }
@@ -464,16 +495,24 @@ impl WElem for f16 {
             _ => None,
         }
     }
+    fn pack_rows(isa: Isa) -> Option<(usize, PackRowsFn<f16>)> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 => Some((8, avx2::pack8_f16 as PackRowsFn<f16>)),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => Some((4, neon::pack4_f16 as PackRowsFn<f16>)),
+            _ => None,
+        }
+    }
 }
 
 /// Packed micro-kernel: `C[0..m_eff, 0..n_eff] += A[mr × kc] · P[kc × nr]`
-/// where A row `i` starts at `a + i·lda` (all `mr` rows readable for `kc`),
-/// P is one packed panel (`kc` rows of `nr` contiguous f32) and C rows are
-/// `ldc` apart.
+/// where A is one packed micro-panel (`kc` groups of `mr` contiguous f32, A
+/// transposed), P is one packed W panel (`kc` rows of `nr` contiguous f32)
+/// and C rows are `ldc` apart.
 pub(crate) type PackedFn = unsafe fn(
     kc: usize,
     a: *const f32,
-    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -739,14 +778,15 @@ impl<W: WElem> Job<'_, W> {
         let mc = round_up(mc, mr);
         let kc = kc.min(k.max(1));
         let nc = self.nc.min(round_up(cols.len(), nr));
-        // Workspace: packed W block (nc × kc), an edge A block (mr × kc), a
+        // Workspace: packed W block (nc × kc), packed A block (mc × kc), a
         // widened W row (kc). Grown once per call, outside the loops.
-        let need = nc * kc + mr * kc + kc;
+        let mcr = round_up(mc.min(rows.len()), mr);
+        let need = nc * kc + mcr * kc + kc;
         if ws.len() < need {
             ws.resize(need, 0.0);
         }
         let (bp, rest) = ws.split_at_mut(nc * kc);
-        let (a_edge, row_tmp) = rest.split_at_mut(mr * kc);
+        let (ap, row_tmp) = rest.split_at_mut(mcr * kc);
         for jc in cols.clone().step_by(nc) {
             let je = (jc + nc).min(cols.end);
             let nb = je - jc;
@@ -760,37 +800,44 @@ impl<W: WElem> Job<'_, W> {
                 self.pack_w(jc, nb, pc, kb, nr, &mut bp[..n_panels * nr * kb], row_tmp);
                 for ic in rows.clone().step_by(mc) {
                     let ie = (ic + mc).min(rows.end);
-                    // A rows of a full micro-panel are read in place; a
-                    // ragged last micro-panel is copied into a zero-padded
-                    // buffer once per block so the kernel never reads past m.
-                    let full_end = ic + round_down(ie - ic, mr);
-                    let tail = ie - full_end;
-                    if tail > 0 {
-                        a_edge.fill(0.0);
-                        for i in 0..tail {
-                            let src = &self.a[(full_end + i) * k + pc..][..kb];
-                            a_edge[i * kb..(i + 1) * kb].copy_from_slice(src);
-                        }
-                    }
+                    let a_panels = &mut ap[..round_up(ie - ic, mr) * kb];
+                    self.pack_a(ic, ie, pc, kb, mr, a_panels);
                     for (panel, jr) in (jc..je).step_by(nr).enumerate() {
                         let ne = nr.min(je - jr);
                         let b = bp[panel * nr * kb..].as_ptr();
-                        for ir in (ic..ie).step_by(mr) {
+                        for (a_panel, ir) in (ic..ie).step_by(mr).enumerate() {
                             let me = mr.min(ie - ir);
-                            let (ap, lda) = if me == mr {
-                                // SAFETY: rows ir..ir+mr < m, cols pc..pc+kb < k.
-                                (unsafe { self.a.as_ptr().add(ir * k + pc) }, k)
-                            } else {
-                                (a_edge.as_ptr(), kb)
-                            };
-                            // SAFETY: A: mr rows of kb readable; b: a full
-                            // kb × nr panel; C tile me × ne in bounds and owned.
-                            unsafe { f(kb, ap, lda, b, self.c.0.add(ir * n + jr), n, me, ne) };
+                            let a = a_panels[a_panel * mr * kb..].as_ptr();
+                            // SAFETY: a: a full kb × mr packed panel; b: a
+                            // full kb × nr panel; C tile me × ne in bounds
+                            // and owned by this worker.
+                            unsafe { f(kb, a, b, self.c.0.add(ir * n + jr), n, me, ne) };
                         }
                     }
                     if pc + kb == k {
                         self.finish_block(ic..ie, jc..je);
                     }
+                }
+            }
+        }
+    }
+
+    /// Packs A[i0..i1, p0..p0+kb] into micro-panels of `mr` rows, each `kb`
+    /// groups of `mr` values (A transposed), zero-padding rows past `i1`.
+    /// Packing makes the kernel's A stream contiguous: rows of A read in
+    /// place are `k` apart, which for power-of-two k maps all `mr` rows to
+    /// the same L1 set.
+    fn pack_a(&self, i0: usize, i1: usize, p0: usize, kb: usize, mr: usize, dst: &mut [f32]) {
+        let k = self.k;
+        for (panel, chunk) in dst.chunks_exact_mut(mr * kb).enumerate() {
+            for ii in 0..mr {
+                let i = i0 + panel * mr + ii;
+                let lane = chunk[ii..].iter_mut().step_by(mr);
+                if i < i1 {
+                    let src = &self.a[i * k + p0..][..kb];
+                    lane.zip(src).for_each(|(d, s)| *d = *s);
+                } else {
+                    lane.for_each(|d| *d = 0.0);
                 }
             }
         }
@@ -812,8 +859,22 @@ impl<W: WElem> Job<'_, W> {
         row_tmp: &mut [f32],
     ) {
         let k = self.k;
+        let simd = W::pack_rows(self.isa).filter(|&(g, _)| nr.is_multiple_of(g));
         for (panel, chunk) in dst.chunks_exact_mut(nr * kb).enumerate() {
-            for jj in 0..nr {
+            let mut jj = 0;
+            if let Some((g, pack)) = simd {
+                // Whole groups of g valid rows go through the SIMD transpose.
+                while jj + g <= nr && panel * nr + jj + g <= nb {
+                    let src = &self.w[(j0 + panel * nr + jj) * k + p0..];
+                    debug_assert!(src.len() >= (g - 1) * k + kb);
+                    // SAFETY: rows j0+j..j0+j+g < n hold kb values from p0;
+                    // the panel chunk holds kb rows of nr ≥ jj + g values;
+                    // the variant was checked to be available.
+                    unsafe { pack(src.as_ptr(), k, kb, chunk[jj..].as_mut_ptr(), nr) };
+                    jj += g;
+                }
+            }
+            for jj in jj..nr {
                 let j = panel * nr + jj;
                 let lane = chunk[jj..].iter_mut().step_by(nr);
                 if j < nb {

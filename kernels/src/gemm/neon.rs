@@ -1,9 +1,9 @@
 //! NEON GEMM micro-kernels (4 f32 lanes, 32 q registers).
 //!
-//! Packed kernels `mr × nr` keep `mr · nr/4` accumulators plus `nr/4` W
-//! vectors in registers (≤ 28 of 32) and multiply by A elements with
-//! `fmla v.4s, v.4s, v.s[0]` (`vfmaq_n_f32`): per k step, `nr/4` vector
-//! loads of the packed panel, `mr` scalar loads of A, `mr · nr/4` FMAs.
+//! Packed kernels `mr × nr` (mr a multiple of 4) keep `mr · nr/4`
+//! accumulators, `nr/4` W vectors and `mr/4` A vectors in registers (≤ 31
+//! of 32) and multiply by A lanes with `fmla v.4s, v.4s, v.s[i]`: per k
+//! step, `nr/4 + mr/4` vector loads and `mr · nr/4` FMAs.
 //! Direct kernels keep `mr · nr` accumulators of dot products along k.
 //! f16 weights are widened with `fcvtl` (baseline ARMv8 FP, no FEAT_FP16
 //! needed) through `asm!`, because the `float16x4_t` intrinsics are unstable.
@@ -36,7 +36,6 @@ macro_rules! packed_kernels {
         unsafe fn $name(
             kc: usize,
             a: *const f32,
-            lda: usize,
             b: *const f32,
             c: *mut f32,
             ldc: usize,
@@ -46,7 +45,8 @@ macro_rules! packed_kernels {
             const MR: usize = $mr;
             const NV: usize = $nv;
             const NR: usize = NV * 4;
-            // SAFETY: all reads stay within the mr × kc A rows and the
+            const _: () = assert!(MR % 4 == 0, "NEON packed kernels load A by whole vectors");
+            // SAFETY: all reads stay within the kc × mr A panel and the
             // kc × nr panel; writes within the m_eff × n_eff C tile.
             unsafe {
                 let mut acc = [[vdupq_n_f32(0.0); NV]; MR];
@@ -57,13 +57,19 @@ macro_rules! packed_kernels {
                     for (j, v) in bv.iter_mut().enumerate() {
                         *v = vld1q_f32(bp.add(4 * j));
                     }
+                    // A as whole vectors (the packed panel holds MR
+                    // contiguous values per k step), used lane by lane:
+                    // scalar A operands would each take a whole register.
+                    let mut av = [vdupq_n_f32(0.0); MR / 4];
+                    for (q, v) in av.iter_mut().enumerate() {
+                        *v = vld1q_f32(ap.add(4 * q));
+                    }
                     for (i, row) in acc.iter_mut().enumerate() {
-                        let av = *ap.add(i * lda);
                         for (acc, &bv) in row.iter_mut().zip(&bv) {
-                            *acc = vfmaq_n_f32(*acc, bv, av);
+                            *acc = fma_lane(*acc, bv, av[i / 4], i % 4);
                         }
                     }
-                    ap = ap.add(1);
+                    ap = ap.add(MR);
                     bp = bp.add(NR);
                 }
                 if m_eff == MR && n_eff == NR {
@@ -95,10 +101,25 @@ macro_rules! packed_kernels {
 
 packed_kernels! {
     (k8x12, 8, 3),
-    (k6x16, 6, 4),
     (k12x8, 12, 2),
-    (k4x16, 4, 4),
     (k8x8, 8, 2),
+    (k4x16, 4, 4),
+    (k4x24, 4, 6),
+}
+
+/// `acc + b · a[lane]` (`fmla v.4s, v.4s, v.s[lane]`); `lane` is a constant
+/// after the kernels' loops unroll, so the match folds away.
+#[inline(always)]
+fn fma_lane(acc: float32x4_t, b: float32x4_t, a: float32x4_t, lane: usize) -> float32x4_t {
+    // SAFETY: register-only NEON ops, baseline on aarch64.
+    unsafe {
+        match lane {
+            0 => vfmaq_laneq_f32::<0>(acc, b, a),
+            1 => vfmaq_laneq_f32::<1>(acc, b, a),
+            2 => vfmaq_laneq_f32::<2>(acc, b, a),
+            _ => vfmaq_laneq_f32::<3>(acc, b, a),
+        }
+    }
 }
 
 /// Loads 4 weights as f32.
@@ -270,4 +291,67 @@ pub(super) unsafe fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
     for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
         *d = s.to_f32();
     }
+}
+
+/// Packs 4 W rows (row `j` at `w + j·ldw`, `kb` long) into 4 adjacent
+/// columns of a packed panel with row stride `nr`: `dst[p·nr + j] = W[j][p]`,
+/// 4×4 blocks at a time with an in-register transpose (`trn1`/`trn2` on 32-
+/// then 64-bit lanes).
+#[inline(always)]
+unsafe fn pack4_body<W: Load4>(w: *const W, ldw: usize, kb: usize, dst: *mut f32, nr: usize) {
+    // SAFETY: 4 rows of kb readable; kb rows of 4 writable at stride nr.
+    unsafe {
+        let kv = kb / 4 * 4;
+        let mut p = 0;
+        while p < kv {
+            let r0 = W::load4(w.add(p));
+            let r1 = W::load4(w.add(ldw + p));
+            let r2 = W::load4(w.add(2 * ldw + p));
+            let r3 = W::load4(w.add(3 * ldw + p));
+            let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+            let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+            let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+            let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+            vst1q_f32(dst.add(p * nr), vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
+            vst1q_f32(
+                dst.add((p + 1) * nr),
+                vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)),
+            );
+            vst1q_f32(
+                dst.add((p + 2) * nr),
+                vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)),
+            );
+            vst1q_f32(
+                dst.add((p + 3) * nr),
+                vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)),
+            );
+            p += 4;
+        }
+        for p in kv..kb {
+            for j in 0..4 {
+                *dst.add(p * nr + j) = (*w.add(j * ldw + p)).widen();
+            }
+        }
+    }
+}
+
+/// [`pack4_body`] for f32 weights.
+///
+/// # Safety
+/// 4 rows of `kb` readable at `w` (stride `ldw`), `kb` rows of 4 writable at
+/// `dst` (stride `nr`).
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn pack4_f32(w: *const f32, ldw: usize, kb: usize, dst: *mut f32, nr: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { pack4_body(w, ldw, kb, dst, nr) }
+}
+
+/// [`pack4_body`] for f16 weights (widened with `fcvtl` on load).
+///
+/// # Safety
+/// As [`pack4_f32`].
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn pack4_f16(w: *const f16, ldw: usize, kb: usize, dst: *mut f32, nr: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { pack4_body(w, ldw, kb, dst, nr) }
 }
