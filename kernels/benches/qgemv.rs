@@ -68,13 +68,3 @@ pub fn benches(c: &mut Criterion) {
         group.finish();
     }
 }
-
-/// Standalone entry, so the file also builds as its own auto-discovered
-/// bench target (`cargo bench --bench qgemv` runs it under libtest, which
-/// ignores it; the kernel bench binary calls [`benches`] instead).
-#[allow(dead_code)]
-fn main() {
-    let mut c = Criterion::default().configure_from_args();
-    benches(&mut c);
-    c.final_summary();
-}
