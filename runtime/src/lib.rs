@@ -10,6 +10,7 @@ pub mod chat;
 pub mod config;
 pub mod error;
 pub mod gguf;
+pub mod models;
 pub mod safetensors;
 pub mod sampling;
 pub mod tokenizer;
