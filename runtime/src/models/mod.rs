@@ -1,6 +1,6 @@
 //! Reference (plain scalar f32) decoder for Llama, Qwen2 and Qwen3, laid out
 //! like candle-transformers' `qwen3.rs`: `RotaryEmbedding`, `Mlp`,
-//! `Attention`, `DecoderLayer`, `Model`, each built from a [`ModelConfig`] and
+//! `Attention`, `DecoderLayer`, `Model`, each built from a [`crate::config::ModelConfig`] and
 //! a [`WeightSource`]. Simple loops, no SIMD, no threads: it is the
 //! correctness reference the tuned execution plan is checked against, and it
 //! is meant to be switched to the kernel crate's operators piece by piece.
