@@ -157,16 +157,14 @@ fn qwen25_chat_template_matches_jinja2() {
     check_chat(QWEN25);
 }
 
-/// The reference decoder on the real SmolLM2 GGUF against an independent numpy
-/// forward (tests/fixtures/make_smollm2_refs.py): logits of the prompt's last
-/// position and the greedy continuation.
-#[test]
-fn smollm2_reference_forward_matches_numpy() {
+/// The reference decoder on a real GGUF against an independent numpy forward
+/// (tests/fixtures/make_{smollm2,qwen25}_refs.py): argmax at every prompt
+/// position, the largest logits of the last one, and the greedy continuation.
+fn check_reference_forward(name: &str, refs: &str) {
     use tiletune_runtime::models::Model;
     use tiletune_runtime::sampling::{Sampler, SamplerConfig};
-    let Some(path) = model(SMOLLM2) else { return };
-    let refs: serde_json::Value =
-        serde_json::from_str(include_str!("fixtures/smollm2_refs.json")).unwrap();
+    let Some(path) = model(name) else { return };
+    let refs: serde_json::Value = serde_json::from_str(refs).unwrap();
     let ids = |k: &str| -> Vec<u32> {
         refs[k]
             .as_array()
@@ -208,6 +206,7 @@ fn smollm2_reference_forward_matches_numpy() {
     let scale = top_vals[0].abs().max(1.0);
     for (&id, &want) in top_ids.iter().zip(&top_vals) {
         let err = (last[id as usize] - want).abs();
+        // f32 through every layer vs numpy: 2e-3 of the largest logit.
         assert!(
             err <= 2e-3 * scale,
             "token {id}: {} vs {want}",
@@ -227,4 +226,14 @@ fn smollm2_reference_forward_matches_numpy() {
         tok.decode(&generated, false),
         refs["greedy_text"].as_str().unwrap()
     );
+}
+
+#[test]
+fn smollm2_reference_forward_matches_numpy() {
+    check_reference_forward(SMOLLM2, include_str!("fixtures/smollm2_refs.json"));
+}
+
+#[test]
+fn qwen25_reference_forward_matches_numpy() {
+    check_reference_forward(QWEN25, include_str!("fixtures/qwen25_refs.json"));
 }

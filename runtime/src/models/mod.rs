@@ -113,7 +113,7 @@ impl WeightSource for GgufFile {
             path: self.path().to_path_buf(),
             tensor: name.clone(),
             what: format!(
-                "type {} is not read by the reference model (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0)",
+                "type {} is not read by the reference model (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_K, q6_K)",
                 info.ggml_type
             ),
         })?;
