@@ -12,6 +12,7 @@
 //! - [`chat`]: the model's Jinja chat template (minijinja), ChatML fallback.
 //! - [`models`]: plain scalar f32 reference decoder for Llama, Qwen2, Qwen3.
 //! - [`sampling`]: greedy/temperature/top-k/top-p/min-p/repetition penalty, stop criteria.
+//! - [`generate`]: the prefill + sample loop with streaming text.
 //!
 //! Architecture invariant: `runtime` never depends on `tuner`, `pmu`,
 //! `bench-harness` or `reports`; all its errors are [`LoadError`]s.
@@ -19,6 +20,7 @@
 pub mod chat;
 pub mod config;
 pub mod error;
+pub mod generate;
 pub mod gguf;
 pub mod models;
 pub mod safetensors;

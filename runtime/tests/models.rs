@@ -271,3 +271,105 @@ fn tiny_qwen3_matches_numpy_reference() {
     assert!(max_abs_diff(&stepped, &want) <= 1e-4 * largest.max(1.0));
     let _ = SafetensorsFile::open(&dir.join("model.safetensors")).unwrap();
 }
+
+/// A byte-level tokenizer with no merges: id = byte, plus two control tokens.
+fn byte_tokenizer() -> tiletune_runtime::tokenizer::Tokenizer {
+    use tiletune_runtime::tokenizer::{BpeParts, PreTokenizer, TokenKind, Tokenizer};
+    // GPT-2's byte → char map, rebuilt here so the test does not depend on internals.
+    let mut tokens = Vec::new();
+    let mut n = 0;
+    for b in 0..=255u32 {
+        let printable = matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
+        let c = if printable {
+            char::from_u32(b).unwrap()
+        } else {
+            n += 1;
+            char::from_u32(255 + n).unwrap()
+        };
+        tokens.push(c.to_string());
+    }
+    let mut kinds = vec![TokenKind::Normal; 256];
+    tokens.extend(["<|im_start|>".to_string(), "<|im_end|>".to_string()]);
+    kinds.extend([TokenKind::Control, TokenKind::Control]);
+    Tokenizer::from_parts(BpeParts {
+        tokens,
+        kinds,
+        merges: vec![],
+        pre: PreTokenizer::from_gguf_name("gpt2").unwrap(),
+        bos: None,
+        eos: Some(257),
+        eog: vec![],
+        add_bos: false,
+        add_eos: false,
+        ignore_merges: false,
+        add_prefix_space: false,
+    })
+    .unwrap()
+}
+
+#[test]
+fn generate_streams_and_stops() {
+    use tiletune_runtime::generate::generate;
+    use tiletune_runtime::sampling::{Sampler, SamplerConfig, StopCriteria, StopReason};
+    let tok = byte_tokenizer();
+    let mut cfg = tiny(Arch::Qwen3);
+    cfg.vocab = tok.vocab_size();
+    let model = Model::new(&cfg, &to_safetensors(&random_weights(&cfg, 3))).unwrap();
+    let prompt = tok.encode("hi <|im_start|>", false, true).unwrap();
+    assert_eq!(prompt.len(), 4);
+
+    // Budget stop: 6 tokens, streamed text equals the returned text.
+    let mut streamed = String::new();
+    let mut sampler = Sampler::new(SamplerConfig::greedy()).unwrap();
+    let mut stop = StopCriteria::new(tok.eog_ids(), vec![], 6);
+    let mut cache = model.new_cache();
+    let g = generate(
+        &model,
+        &tok,
+        &mut cache,
+        &prompt,
+        &mut sampler,
+        &mut stop,
+        |s| streamed.push_str(s),
+    )
+    .unwrap();
+    assert_eq!(g.stop, StopReason::MaxTokens);
+    assert_eq!(g.tokens.len(), 6);
+    assert_eq!(streamed, g.text);
+    assert_eq!(g.text, tok.decode(&g.tokens, true));
+    // The cache holds the prompt and every fed-back token (the last is sampled, not fed).
+    assert_eq!(cache.len(cfg.n_kv_heads * cfg.head_dim), prompt.len() + 5);
+    // Same result as the plain prefill + argmax loop.
+    let mut c2 = model.new_cache();
+    let mut logits = model.forward(&prompt, &mut c2).unwrap();
+    let mut want = Vec::new();
+    for _ in 0..6 {
+        let row = &logits[logits.len() - cfg.vocab..];
+        let id = row
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+            .unwrap()
+            .0 as u32;
+        want.push(id);
+        logits = model.forward(&[id], &mut c2).unwrap();
+    }
+    assert_eq!(g.tokens, want);
+
+    // EOG stop: make the first greedy token an end-of-generation id.
+    let mut stop = StopCriteria::new(vec![want[0]], vec![], 6);
+    let g = generate(
+        &model,
+        &tok,
+        &mut model.new_cache(),
+        &prompt,
+        &mut sampler,
+        &mut stop,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(
+        (g.stop, g.tokens.len(), g.text.as_str()),
+        (StopReason::Eog, 1, "")
+    );
+}
