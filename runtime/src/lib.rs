@@ -1,7 +1,18 @@
 //! tiletune's inference runtime: reads models (GGUF over a memory map,
 //! safetensors folders), builds their configuration, tokenizer and chat
-//! template, and samples tokens. The model forward pass and the execution
-//! plan built from the selector table come on top of this foundation.
+//! template, runs a reference decoder and samples tokens. The execution plan
+//! built from the selector table, and the tuned kernels it dispatches to, come
+//! on top of this foundation.
+//!
+//! Module map, in the order a model is loaded:
+//! - [`gguf`]: GGUF v2/v3 reader (bounds-checked, fuzzed) and a small writer.
+//! - [`safetensors`]: safetensors files, sharded HF folders ([`safetensors::HfModelDir`]).
+//! - [`config`]: [`config::ModelConfig`] from GGUF metadata or `config.json`, one helper.
+//! - [`tokenizer`]: byte-level BPE from GGUF or `tokenizer.json`, streaming decode.
+//! - [`chat`]: the model's Jinja chat template (minijinja), ChatML fallback.
+//! - [`models`]: plain scalar f32 reference decoder for Llama, Qwen2, Qwen3.
+//! - [`sampling`]: greedy/temperature/top-k/top-p/min-p/repetition penalty, stop criteria.
+//! - [`generate`]: the prefill + sample loop with streaming text.
 //!
 //! Architecture invariant: `runtime` never depends on `tuner`, `pmu`,
 //! `bench-harness` or `reports`; all its errors are [`LoadError`]s.
@@ -9,7 +20,9 @@
 pub mod chat;
 pub mod config;
 pub mod error;
+pub mod generate;
 pub mod gguf;
+pub mod models;
 pub mod problems;
 pub mod safetensors;
 pub mod sampling;

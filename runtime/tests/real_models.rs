@@ -156,3 +156,84 @@ fn smollm2_chat_template_matches_jinja2() {
 fn qwen25_chat_template_matches_jinja2() {
     check_chat(QWEN25);
 }
+
+/// The reference decoder on a real GGUF against an independent numpy forward
+/// (tests/fixtures/make_{smollm2,qwen25}_refs.py): argmax at every prompt
+/// position, the largest logits of the last one, and the greedy continuation.
+fn check_reference_forward(name: &str, refs: &str) {
+    use tiletune_runtime::models::Model;
+    use tiletune_runtime::sampling::{Sampler, SamplerConfig};
+    let Some(path) = model(name) else { return };
+    let refs: serde_json::Value = serde_json::from_str(refs).unwrap();
+    let ids = |k: &str| -> Vec<u32> {
+        refs[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let g = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(&g).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let prompt = tok
+        .encode(refs["prompt"].as_str().unwrap(), false, true)
+        .unwrap();
+    assert_eq!(prompt, ids("token_ids"));
+    let model = Model::new(&cfg, &g).unwrap();
+    let mut cache = model.new_cache();
+    let logits = model.forward(&prompt, &mut cache).unwrap();
+    let v = cfg.vocab;
+    let argmax: Vec<u32> = logits
+        .chunks_exact(v)
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .unwrap()
+                .0 as u32
+        })
+        .collect();
+    assert_eq!(argmax, ids("argmax_per_position"));
+    let last = &logits[(prompt.len() - 1) * v..];
+    let top_ids = ids("last_top_ids");
+    let top_vals: Vec<f32> = refs["last_top_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    let scale = top_vals[0].abs().max(1.0);
+    for (&id, &want) in top_ids.iter().zip(&top_vals) {
+        let err = (last[id as usize] - want).abs();
+        // f32 through every layer vs numpy: 2e-3 of the largest logit.
+        assert!(
+            err <= 2e-3 * scale,
+            "token {id}: {} vs {want}",
+            last[id as usize]
+        );
+    }
+    let mut sampler = Sampler::new(SamplerConfig::greedy()).unwrap();
+    let mut next = sampler.sample(last, &prompt).unwrap();
+    let mut generated = vec![next];
+    while generated.len() < ids("greedy_ids").len() {
+        let l = model.forward(&[next], &mut cache).unwrap();
+        next = sampler.sample(&l, &[]).unwrap();
+        generated.push(next);
+    }
+    assert_eq!(generated, ids("greedy_ids"));
+    assert_eq!(
+        tok.decode(&generated, false),
+        refs["greedy_text"].as_str().unwrap()
+    );
+}
+
+#[test]
+fn smollm2_reference_forward_matches_numpy() {
+    check_reference_forward(SMOLLM2, include_str!("fixtures/smollm2_refs.json"));
+}
+
+#[test]
+fn qwen25_reference_forward_matches_numpy() {
+    check_reference_forward(QWEN25, include_str!("fixtures/qwen25_refs.json"));
+}

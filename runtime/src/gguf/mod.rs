@@ -484,6 +484,9 @@ impl GgufFile {
     }
 
     /// A tensor's info and its bytes (already checked to lie inside the file).
+    /// For a file from [`GgufFile::open`] the slice starts at a multiple of
+    /// [`GgufFile::alignment`] from the page-aligned map, so it may be viewed
+    /// as f32/f16 blocks; in-memory images give no alignment guarantee.
     pub fn tensor_data(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
         let info = self
             .tensor_info(name)
