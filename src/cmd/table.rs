@@ -46,10 +46,11 @@ pub enum TableCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct ShowArgs {
-    /// Only this SoC (its fingerprint, as `tiletune probe` prints it).
+    /// Only this SoC (its fingerprint, as `tiletune probe` prints it)
+    /// [default: this machine's SoC].
     #[arg(long, value_name = "FINGERPRINT", conflicts_with = "all")]
     pub soc: Option<String>,
-    /// Every SoC in the table (the default until the current SoC is known here).
+    /// Every SoC in the table.
     #[arg(long)]
     pub all: bool,
     /// Run `PRAGMA integrity_check` first.
@@ -97,7 +98,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 ..OpenOptions::default()
             };
             let db = SelectorDb::open_with(&db_path, opts)?;
-            let soc = if a.all { None } else { a.soc.as_deref() };
+            // Default to this machine: a table merged from several devices
+            // otherwise shows winners that do not apply here.
+            let here = if a.all || a.soc.is_some() {
+                None
+            } else {
+                tiletune_soc::probe().ok().map(|s| s.fingerprint)
+            };
+            let soc = if a.all {
+                None
+            } else {
+                a.soc.as_deref().or(here.as_deref())
+            };
             let sels = db.selections(soc)?;
             if g.json {
                 serde_json::to_writer_pretty(&mut out, &sels)?;

@@ -1,0 +1,237 @@
+//! End-to-end checks of `tiletune tune` and `tiletune table` through the real
+//! binary: a campaign fills the selector table, a campaign killed with
+//! SIGKILL resumes without losing or duplicating rows, and bad input gives a
+//! clear error.
+//!
+//! These spawn the built binary, which qemu-user cannot do from inside an
+//! emulated test process, so under qemu they report a skip.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn under_qemu() -> bool {
+    std::env::var_os("QEMU_CPU").is_some()
+}
+
+fn tiletune(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tiletune"))
+        .args(args)
+        .output()
+        .expect("the tiletune binary runs")
+}
+
+fn selections(db: &Path) -> Vec<serde_json::Value> {
+    let out = tiletune(&[
+        "--json",
+        "table",
+        "show",
+        "--all",
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("table show --json prints JSON")
+}
+
+fn measurement_count(db: &Path) -> usize {
+    measurement_keys(db).len()
+}
+
+/// `problem|candidate` of every stored measurement.
+fn measurement_keys(db: &Path) -> Vec<String> {
+    let file = db.with_extension("export.json");
+    let out = tiletune(&[
+        "table",
+        "export",
+        "--db",
+        db.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    v["measurements"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| format!("{}|{}", m["problem"], m["candidate"]))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn tune_fills_the_table_and_show_displays_it() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sel.db");
+    let out = tiletune(&[
+        "tune",
+        "--op",
+        "gemv",
+        "--dtype",
+        "f32",
+        "--shape",
+        "37x70",
+        "--quick",
+        "--strategy",
+        "halving",
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("gemv/f32/n=37,k=70"), "{text}");
+    let sels = selections(&db);
+    assert_eq!(sels.len(), 1, "{sels:?}");
+    assert_eq!(sels[0]["problem"]["op"], "gemv");
+    let speedup = sels[0]["speedup"].as_f64().unwrap();
+    assert!(
+        speedup >= 1.0,
+        "the default is a candidate, so the winner is never slower: {speedup}"
+    );
+}
+
+#[test]
+fn killed_campaign_resumes_without_loss_or_duplicates() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sel.db");
+    let args = [
+        "tune",
+        "--suite",
+        "llm-decode",
+        "--quick",
+        "--strategy",
+        "descent",
+        "--threads",
+        "1",
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tiletune"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let it commit some measurements, then SIGKILL it mid-campaign.
+    let mut before = 0;
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(50));
+        if db.exists() {
+            before = measurement_count(&db);
+            if before >= 5 {
+                break;
+            }
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_at = measurement_count(&db);
+    assert!(
+        killed_at >= before && killed_at > 0,
+        "{killed_at} measurements before the kill"
+    );
+
+    let out = tiletune(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("resuming campaign"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = measurement_count(&db);
+    assert!(after >= killed_at, "nothing lost: {after} < {killed_at}");
+    // Measurements are keyed by (SoC, ABI, problem, candidate): whatever the
+    // interruption, no candidate is stored twice. (A rerun may still add a
+    // few: descent confirms its winner at full fidelity, and that longer
+    // measurement replaces the shorter one it was chosen by.)
+    let out = tiletune(&args);
+    assert!(out.status.success());
+    let keys = measurement_keys(&db);
+    let mut unique = keys.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), keys.len(), "duplicated measurements");
+    assert!(keys.len() >= after);
+    let problems = 13; // llm-decode: distinct linear shapes of the three suite models
+    assert_eq!(selections(&db).len(), problems);
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sel.db");
+    let d = db.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec![
+                "tune", "--op", "conv", "--dtype", "f32", "--shape", "4x4", "--db", d,
+            ],
+            "unknown op",
+        ),
+        (
+            vec![
+                "tune", "--op", "gemv", "--dtype", "f32", "--shape", "4x", "--db", d,
+            ],
+            "not a shape",
+        ),
+        (
+            vec![
+                "tune", "--op", "gemv", "--dtype", "q9", "--shape", "4x4", "--db", d,
+            ],
+            "no gemv kernel for dtype",
+        ),
+        (vec!["tune", "--suite", "nope", "--db", d], "unknown suite"),
+        (vec!["tune", "--db", d], "say what to tune"),
+    ] {
+        let out = tiletune(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // A corrupt table is refused and left as it was.
+    std::fs::write(
+        &db,
+        b"definitely not sqlite, just bytes ....................",
+    )
+    .unwrap();
+    let before = std::fs::read(&db).unwrap();
+    let out = tiletune(&[
+        "tune", "--op", "gemv", "--dtype", "f32", "--shape", "8x8", "--quick", "--db", d,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(d),
+        "the error names the file"
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+}
