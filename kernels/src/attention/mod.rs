@@ -19,11 +19,14 @@
 //! once each row's final max and sum are known, a second pass recomputes
 //! every score to normalize it, so the keys are read twice.
 //!
-//! Threads split the `q_rows × n_q_heads` (row, head) pairs; with
-//! `kv_block > 0` each pair's keys are also split into blocks of `kv_block`
-//! positions computed independently, and the partial `(max, sum, acc)`
-//! states are merged at the end (split-K "flash decoding"), which keeps all
-//! cores busy in decode when there are fewer heads than threads.
+//! The unit of work is one query row's group of heads that share a KV
+//! head: each page's keys and values are read once for the whole group and
+//! stay in L1 while its heads use them. Threads split the
+//! `q_rows × n_kv_heads` units; with `kv_block > 0` each unit's keys are
+//! also split into blocks of `kv_block` positions computed independently,
+//! and the partial `(max, sum, acc)` states are merged at the end (split-K
+//! "flash decoding"), which keeps all cores busy in decode when there are
+//! fewer KV heads than threads.
 //!
 //! Variants: scalar (f32 dot products and axpys, the reference the SIMD
 //! variants are held to), AVX2, AVX-512 and NEON, each for f32, f16 and
@@ -145,12 +148,13 @@ impl Tunable for AttnParams {
     type Shape = AttnShape;
 
     /// One thread for small problems, else one per core. KV split only when
-    /// the (row, head) pairs cannot give each thread 4 of them and the
+    /// the units (row × KV head) cannot give each thread 4 of them and the
     /// context is long: then blocks of ≥ 256 positions, rounded to 64,
     /// enough for about 4 tasks per thread. (K/V of one head over a block,
     /// 256 × 128 × 2 B × 2 = 128 KiB in f16, stays within L2.)
     fn default_for(shape: &AttnShape, cpu: &CpuCaps) -> Self {
         let pairs = shape.q_rows * shape.n_q_heads;
+        let units = shape.q_rows * shape.n_kv_heads;
         let work = 2 * pairs * shape.kv_len * shape.head_dim;
         let threads = if work < PAR_MIN_FLOPS {
             1
@@ -158,8 +162,8 @@ impl Tunable for AttnParams {
             cpu.cores.clamp(1, 256)
         };
         let mut kv_block = 0;
-        if threads > 1 && pairs < 4 * threads && shape.kv_len >= 2 * MIN_DEFAULT_BLOCK {
-            let blocks = (4 * threads).div_ceil(pairs.max(1));
+        if threads > 1 && units < 4 * threads && shape.kv_len >= 2 * MIN_DEFAULT_BLOCK {
+            let blocks = (4 * threads).div_ceil(units.max(1));
             kv_block = shape
                 .kv_len
                 .div_ceil(blocks)
@@ -309,57 +313,75 @@ impl<T: PageElem> Ctx<'_, T> {
         &pool[base..base + n * self.row]
     }
 
-    /// `(row, head)` of pair `u` (pairs are ordered as `out`).
-    #[inline]
-    fn pair(&self, u: usize) -> (usize, usize) {
-        (u / self.n_q_heads, u % self.n_q_heads)
-    }
-
     fn q_of(&self, i: usize, h: usize) -> &[f32] {
         let o = (i * self.n_q_heads + h) * self.hd;
         &self.q[o..o + self.hd]
     }
 
-    /// Online softmax of one query over KV positions `t0..t1`: leaves the
-    /// unnormalized `Σ e^(s - m) v` in `acc` and returns `(m, l)`.
-    fn attend(
+    /// Online softmax of the `group` query heads of row `i` that share KV
+    /// head `kvh`, over KV positions `t0..t1`. Each page's keys and values
+    /// are read once for the whole group (they stay in L1 between heads).
+    /// Leaves head `j`'s unnormalized `Σ e^(s - m) v` in `accs[j·hd..]` and
+    /// its `(m, l)` in `ml[2j..2j + 2]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_group(
         &self,
-        q: &[f32],
+        i: usize,
         kvh: usize,
         t0: usize,
         t1: usize,
         scratch: &mut [f32],
-        acc: &mut [f32],
-    ) -> (f32, f32) {
-        acc.fill(0.0);
-        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        accs: &mut [f32],
+        ml: &mut [f32],
+    ) {
+        let hd = self.hd;
+        accs.fill(0.0);
+        for st in ml.chunks_exact_mut(2) {
+            st[0] = f32::NEG_INFINITY;
+            st[1] = 0.0;
+        }
         let mut t = t0;
         while t < t1 {
             let (page, off) = (t / self.ps, t % self.ps);
             let n = (self.ps - off).min(t1 - t);
-            let s = &mut scratch[..n];
-            // SAFETY: the ISA was resolved by the entry point; `rows` returns
-            // exactly n rows of head_dim values, q and acc hold head_dim.
-            unsafe { (self.ops.scores)(q, self.rows(self.k, page, kvh, off, n), self.scale, s) };
-            let cmax = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            if cmax > m {
-                // e^(m_old - m_new) < 1; 0 on the first page (m_old = -∞).
-                let c = (m - cmax).exp();
-                l *= c;
-                if c != 1.0 {
-                    acc.iter_mut().for_each(|a| *a *= c);
+            let (kr, vr) = (
+                self.rows(self.k, page, kvh, off, n),
+                self.rows(self.v, page, kvh, off, n),
+            );
+            for (j, (acc, st)) in accs
+                .chunks_exact_mut(hd)
+                .zip(ml.chunks_exact_mut(2))
+                .enumerate()
+            {
+                let q = self.q_of(i, kvh * self.group + j);
+                let s = &mut scratch[..n];
+                // SAFETY: the ISA was resolved by the entry point; `rows`
+                // returns exactly n rows of head_dim values, q and acc hold
+                // head_dim.
+                unsafe { (self.ops.scores)(q, kr, self.scale, s) };
+                let (mut m, mut l) = (st[0], st[1]);
+                let cmax = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                if cmax > m {
+                    // e^(m_old - m_new) < 1; 0 on the first page (m_old = -∞),
+                    // where acc is still all zero.
+                    let c = (m - cmax).exp();
+                    l *= c;
+                    if m != f32::NEG_INFINITY {
+                        acc.iter_mut().for_each(|a| *a *= c);
+                    }
+                    m = cmax;
                 }
-                m = cmax;
+                for x in s.iter_mut() {
+                    *x = (*x - m).exp();
+                    l += *x;
+                }
+                // SAFETY: as above.
+                unsafe { (self.ops.accum)(acc, s, vr) };
+                st[0] = m;
+                st[1] = l;
             }
-            for x in s.iter_mut() {
-                *x = (*x - m).exp();
-                l += *x;
-            }
-            // SAFETY: as above.
-            unsafe { (self.ops.accum)(acc, s, self.rows(self.v, page, kvh, off, n)) };
             t += n;
         }
-        (m, l)
     }
 
     /// Probabilities of one query row over all `kv_len` positions (zeros
@@ -454,33 +476,40 @@ fn run<T: PageElem>(
     } else {
         kv_len.div_ceil(params.kv_block)
     };
+    // A unit is one row's group of query heads sharing a KV head; its
+    // heads are adjacent in `out`, so a unit owns `group · hd` outputs.
+    let g = ctx.group;
+    let units = query.q_rows * ctx.n_kv;
     if blocks <= 1 {
-        par_units(pairs, threads, out, hd, &mut stats, 2, |r, out, st| {
-            let mut scratch = vec![0.0f32; ctx.ps];
-            for (j, u) in r.enumerate() {
-                let (i, h) = ctx.pair(u);
-                let acc = &mut out[j * hd..(j + 1) * hd];
-                let (m, l) = ctx.attend(
-                    ctx.q_of(i, h),
-                    h / ctx.group,
-                    0,
-                    ctx.pos0 + i + 1,
-                    &mut scratch,
-                    acc,
-                );
-                let inv = 1.0 / l;
-                acc.iter_mut().for_each(|a| *a *= inv);
-                st[2 * j] = m;
-                st[2 * j + 1] = l;
-            }
-        });
-    } else {
-        // Split-K: partial states [pairs][blocks][m, l, acc[hd]], then a merge.
-        let kb = params.kv_block;
-        let w = hd + 2;
-        let mut part = vec![0.0f32; pairs * blocks * w];
         par_units(
-            pairs * blocks,
+            units,
+            threads,
+            out,
+            g * hd,
+            &mut stats,
+            2 * g,
+            |r, out, st| {
+                let mut scratch = vec![0.0f32; ctx.ps];
+                for (j, u) in r.enumerate() {
+                    let (i, kvh) = (u / ctx.n_kv, u % ctx.n_kv);
+                    let accs = &mut out[j * g * hd..(j + 1) * g * hd];
+                    let ml = &mut st[j * 2 * g..(j + 1) * 2 * g];
+                    ctx.attend_group(i, kvh, 0, ctx.pos0 + i + 1, &mut scratch, accs, ml);
+                    for (acc, st) in accs.chunks_exact_mut(hd).zip(ml.chunks_exact(2)) {
+                        let inv = 1.0 / st[1];
+                        acc.iter_mut().for_each(|a| *a *= inv);
+                    }
+                }
+            },
+        );
+    } else {
+        // Split-K: partial states per (unit, block) laid out as
+        // [m, l per head][acc per head], then a merge per (row, head).
+        let kb = params.kv_block;
+        let w = g * (hd + 2);
+        let mut part = vec![0.0f32; units * blocks * w];
+        par_units(
+            units * blocks,
             threads,
             &mut part,
             w,
@@ -490,36 +519,40 @@ fn run<T: PageElem>(
                 let mut scratch = vec![0.0f32; ctx.ps];
                 for (j, task) in r.enumerate() {
                     let (u, b) = (task / blocks, task % blocks);
-                    let (i, h) = ctx.pair(u);
+                    let (i, kvh) = (u / ctx.n_kv, u % ctx.n_kv);
                     let vis = ctx.pos0 + i + 1;
                     let (t0, t1) = ((b * kb).min(vis), ((b + 1) * kb).min(vis));
-                    let p = &mut part[j * w..(j + 1) * w];
-                    let (ml, acc) = p.split_at_mut(2);
-                    let (m, l) =
-                        ctx.attend(ctx.q_of(i, h), h / ctx.group, t0, t1, &mut scratch, acc);
-                    ml[0] = m;
-                    ml[1] = l;
+                    let (ml, accs) = part[j * w..(j + 1) * w].split_at_mut(2 * g);
+                    ctx.attend_group(i, kvh, t0, t1, &mut scratch, accs, ml);
                 }
             },
         );
         let part = &part;
         par_units(pairs, threads, out, hd, &mut stats, 2, |r, out, st| {
-            for (j, u) in r.enumerate() {
-                let ps = &part[u * blocks * w..(u + 1) * blocks * w];
-                let m = ps
-                    .chunks_exact(w)
-                    .fold(f32::NEG_INFINITY, |a, p| a.max(p[0]));
+            for (j, pair) in r.enumerate() {
+                let (u, gj) = (pair / g, pair % g);
+                let state = |b: usize| {
+                    let base = (u * blocks + b) * w;
+                    let acc = base + 2 * g + gj * hd;
+                    (
+                        part[base + 2 * gj],
+                        part[base + 2 * gj + 1],
+                        &part[acc..acc + hd],
+                    )
+                };
+                let m = (0..blocks).fold(f32::NEG_INFINITY, |a, b| a.max(state(b).0));
                 let acc = &mut out[j * hd..(j + 1) * hd];
                 acc.fill(0.0);
                 let mut l = 0.0f32;
-                for p in ps.chunks_exact(w) {
+                for b in 0..blocks {
+                    let (mb, lb, ab) = state(b);
                     // Empty blocks (past the causal limit) have l = 0.
-                    if p[1] == 0.0 {
+                    if lb == 0.0 {
                         continue;
                     }
-                    let c = (p[0] - m).exp();
-                    l += p[1] * c;
-                    for (a, &x) in acc.iter_mut().zip(&p[2..]) {
+                    let c = (mb - m).exp();
+                    l += lb * c;
+                    for (a, &x) in acc.iter_mut().zip(ab) {
                         *a += c * x;
                     }
                 }

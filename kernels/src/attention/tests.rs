@@ -275,6 +275,41 @@ fn large_page_sizes() {
     }
 }
 
+/// A late page whose score beats everything before by ~200 (so the
+/// rescale factor `e^(m_old - m_new)` underflows to 0): the output must be
+/// that token's value, the earlier accumulator fully discarded.
+#[test]
+fn max_jump_between_pages() {
+    let mut rng = Rng::new(48);
+    let (hd, ps, kv_len, hot) = (32, 8, 40, 35);
+    let mut c = PagedKvCache::new(1, 1, hd, ps, KvDtype::F32, 5).unwrap();
+    c.shuffle_free(&mut rng);
+    let seq = c.alloc_sequence();
+    let q = rng.vec_f32(hd);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let qq: f32 = q.iter().map(|x| x * x).sum();
+    let mut k: Vec<f32> = rng.vec_f32(kv_len * hd).iter().map(|x| x * 0.01).collect();
+    for (d, &qd) in q.iter().enumerate() {
+        k[hot * hd + d] = qd * 200.0 / (scale * qq);
+    }
+    let v = rng.vec_f32(kv_len * hd);
+    c.append_batch(seq, 0, &k, &v).unwrap();
+    let query = AttnQuery::new(1, 1, kv_len - 1, hd);
+    for isa in available_isas() {
+        for p in params() {
+            let mut out = vec![0.0; hd];
+            paged_attention_with(&c, seq, 0, &query, &q, &mut out, None, isa, &p).unwrap();
+            assert_close(
+                &out,
+                &v[hot * hd..(hot + 1) * hd],
+                1e-6,
+                1e-6,
+                &format!("{isa} {p:?}"),
+            );
+        }
+    }
+}
+
 #[test]
 fn zero_rows_is_a_no_op() {
     let mut rng = Rng::new(45);
