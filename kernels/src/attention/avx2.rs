@@ -4,7 +4,7 @@
 //! a 32-wide slice of the accumulator in registers across all rows of the
 //! page, so it is loaded and stored once per page.
 
-use crate::eltwise::avx2::hsum8;
+use crate::eltwise::avx2::{exp8, hsum8};
 use crate::quant::{BlockQ8_0, QK};
 use half::f16;
 use std::arch::x86_64::*;
@@ -40,34 +40,88 @@ impl Lane8 for f16 {
     }
 }
 
+/// Dot products of `q` with the `R` rows of `hd` values at `k`: the `R`
+/// rows share each load of `q` and run `R` independent FMA chains.
+///
+/// # Safety
+/// AVX2 + FMA + F16C; `k` valid for `R · hd` reads, `q.len() == hd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_rows<T: Lane8, const R: usize>(q: &[f32], k: *const T) -> [f32; R] {
+    let hd = q.len();
+    let main = hd / 8 * 8;
+    let qp = q.as_ptr();
+    let mut a = [_mm256_setzero_ps(); R];
+    let mut i = 0;
+    let mut dots = [0.0f32; R];
+    // SAFETY: lanes below `main` <= hd in q and in each row.
+    unsafe {
+        while i < main {
+            let qv = _mm256_loadu_ps(qp.add(i));
+            for (r, ar) in a.iter_mut().enumerate() {
+                *ar = _mm256_fmadd_ps(qv, T::load8(k.add(r * hd + i)), *ar);
+            }
+            i += 8;
+        }
+        for (r, d) in dots.iter_mut().enumerate() {
+            *d = hsum8(a[r]);
+            for (j, &qj) in q.iter().enumerate().skip(main) {
+                *d += qj * (*k.add(r * hd + j)).f32();
+            }
+        }
+    }
+    dots
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn scores_dense<T: Lane8>(q: &[f32], k: &[T], scale: f32, out: &mut [f32]) {
     let hd = q.len();
     debug_assert_eq!(k.len(), out.len() * hd);
-    let qp = q.as_ptr();
-    for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
-        let kp = kr.as_ptr();
-        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut i = 0;
-        // SAFETY: every access is below hd in q and in the row kr.
-        unsafe {
-            while i + 16 <= hd {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), T::load8(kp.add(i)), a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), T::load8(kp.add(i + 8)), a1);
-                i += 16;
+    let kp = k.as_ptr();
+    let mut t = 0;
+    // SAFETY: rows t..t + 4 (or t) lie within k.
+    unsafe {
+        while t + 4 <= out.len() {
+            let d = dot_rows::<T, 4>(q, kp.add(t * hd));
+            for (o, x) in out[t..t + 4].iter_mut().zip(d) {
+                *o = x * scale;
             }
-            if i + 8 <= hd {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), T::load8(kp.add(i)), a0);
-                i += 8;
-            }
+            t += 4;
         }
-        let mut dot = hsum8(_mm256_add_ps(a0, a1));
-        for j in i..hd {
-            dot += q[j] * kr[j].f32();
+        while t < out.len() {
+            out[t] = dot_rows::<T, 1>(q, kp.add(t * hd))[0] * scale;
+            t += 1;
         }
-        *s = dot * scale;
     }
+}
+
+/// `s[j] = e^(s[j] - m)` (vector `exp8`); returns the sum.
+///
+/// # Safety
+/// AVX2 + FMA + F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn exp_sum(s: &mut [f32], m: f32) -> f32 {
+    let n = s.len();
+    let p = s.as_mut_ptr();
+    let mv = _mm256_set1_ps(m);
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    // SAFETY: i + 8 <= n.
+    unsafe {
+        while i + 8 <= n {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv));
+            _mm256_storeu_ps(p.add(i), e);
+            acc = _mm256_add_ps(acc, e);
+            i += 8;
+        }
+    }
+    let mut sum = hsum8(acc);
+    for x in &mut s[i..] {
+        *x = (*x - m).exp();
+        sum += *x;
+    }
+    sum
 }
 
 #[inline]

@@ -4,7 +4,7 @@
 //! structure as the AVX2 file: one key row at a time for scores, a 64-wide
 //! accumulator slice held in registers across the page for the value axpy.
 
-use crate::eltwise::avx512::tail_mask;
+use crate::eltwise::avx512::{exp16, tail_mask};
 use crate::quant::{BlockQ8_0, QK};
 use half::f16;
 use std::arch::x86_64::*;
@@ -42,39 +42,84 @@ impl Lane16 for f16 {
     }
 }
 
+/// Dot products of `q` with the `R` rows of `hd` values at `k`: the `R`
+/// rows share each load of `q` and run `R` independent FMA chains; the
+/// head-dim tail is a masked load.
+///
+/// # Safety
+/// AVX-512 F/BW/VL + FMA + F16C; `k` valid for `R · hd` reads, `q.len() == hd`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn dot_rows<T: Lane16, const R: usize>(q: &[f32], k: *const T) -> [f32; R] {
+    let hd = q.len();
+    let qp = q.as_ptr();
+    let mut a = [_mm512_setzero_ps(); R];
+    let mut i = 0;
+    // SAFETY: full loads stay below hd; the tail load is masked to it.
+    unsafe {
+        while i + 16 <= hd {
+            let qv = _mm512_loadu_ps(qp.add(i));
+            for (r, ar) in a.iter_mut().enumerate() {
+                *ar = _mm512_fmadd_ps(qv, T::load16(k.add(r * hd + i)), *ar);
+            }
+            i += 16;
+        }
+        if i < hd {
+            let m = tail_mask(hd - i);
+            let qv = _mm512_maskz_loadu_ps(m, qp.add(i));
+            for (r, ar) in a.iter_mut().enumerate() {
+                *ar = _mm512_fmadd_ps(qv, T::load_mask(m, k.add(r * hd + i)), *ar);
+            }
+        }
+    }
+    a.map(|v| _mm512_reduce_add_ps(v))
+}
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
 fn scores_dense<T: Lane16>(q: &[f32], k: &[T], scale: f32, out: &mut [f32]) {
     let hd = q.len();
     debug_assert_eq!(k.len(), out.len() * hd);
-    let qp = q.as_ptr();
-    for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
-        let kp = kr.as_ptr();
-        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-        let mut i = 0;
-        // SAFETY: full loads stay below hd; the tail load is masked to it.
-        unsafe {
-            while i + 32 <= hd {
-                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(i)), T::load16(kp.add(i)), a0);
-                a1 = _mm512_fmadd_ps(
-                    _mm512_loadu_ps(qp.add(i + 16)),
-                    T::load16(kp.add(i + 16)),
-                    a1,
-                );
-                i += 32;
+    let kp = k.as_ptr();
+    let mut t = 0;
+    // SAFETY: rows t..t + 4 (or t) lie within k.
+    unsafe {
+        while t + 4 <= out.len() {
+            let d = dot_rows::<T, 4>(q, kp.add(t * hd));
+            for (o, x) in out[t..t + 4].iter_mut().zip(d) {
+                *o = x * scale;
             }
-            while i < hd {
-                let m = tail_mask((hd - i).min(16));
-                a0 = _mm512_fmadd_ps(
-                    _mm512_maskz_loadu_ps(m, qp.add(i)),
-                    T::load_mask(m, kp.add(i)),
-                    a0,
-                );
-                i += 16;
-            }
+            t += 4;
         }
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * scale;
+        while t < out.len() {
+            out[t] = dot_rows::<T, 1>(q, kp.add(t * hd))[0] * scale;
+            t += 1;
+        }
     }
+}
+
+/// `s[j] = e^(s[j] - m)` (vector `exp16`, masked tail); returns the sum.
+///
+/// # Safety
+/// AVX-512 F/BW/VL + FMA + F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+pub unsafe fn exp_sum(s: &mut [f32], m: f32) -> f32 {
+    let n = s.len();
+    let p = s.as_mut_ptr();
+    let mv = _mm512_set1_ps(m);
+    let mut acc = _mm512_setzero_ps();
+    let mut i = 0;
+    // SAFETY: the mask covers only lanes below n.
+    unsafe {
+        while i < n {
+            let mk = tail_mask((n - i).min(16));
+            let e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, p.add(i)), mv));
+            _mm512_mask_storeu_ps(p.add(i), mk, e);
+            acc = _mm512_mask_add_ps(acc, mk, acc, e);
+            i += 16;
+        }
+    }
+    _mm512_reduce_add_ps(acc)
 }
 
 #[inline]

@@ -234,11 +234,18 @@ type ScoresFn<T> = unsafe fn(q: &[f32], k: &[T], scale: f32, out: &mut [f32]);
 /// As [`ScoresFn`], with `acc.len()` values per row.
 type AccumFn<T> = unsafe fn(acc: &mut [f32], p: &[f32], v: &[T]);
 
+/// `s[j] = e^(s[j] - m)` in place; returns `Σ s[j]`.
+///
+/// # Safety
+/// The variant's ISA is available.
+type ExpSumFn = unsafe fn(s: &mut [f32], m: f32) -> f32;
+
 /// One variant's row kernels for one page dtype.
 #[derive(Clone, Copy)]
 struct Ops<T> {
     scores: ScoresFn<T>,
     accum: AccumFn<T>,
+    exp_sum: ExpSumFn,
 }
 
 /// A page element type and its kernels per ISA.
@@ -256,20 +263,24 @@ macro_rules! page_elem {
                     Isa::Avx2 => Ops {
                         scores: avx2::$scores,
                         accum: avx2::$accum,
+                        exp_sum: avx2::exp_sum,
                     },
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => Ops {
                         scores: avx512::$scores,
                         accum: avx512::$accum,
+                        exp_sum: avx512::exp_sum,
                     },
                     #[cfg(target_arch = "aarch64")]
                     Isa::Neon => Ops {
                         scores: neon::$scores,
                         accum: neon::$accum,
+                        exp_sum: neon::exp_sum,
                     },
                     _ => Ops {
                         scores: scalar::$scores,
                         accum: scalar::$accum,
+                        exp_sum: scalar::exp_sum,
                     },
                 }
             }
@@ -371,12 +382,11 @@ impl<T: PageElem> Ctx<'_, T> {
                     }
                     m = cmax;
                 }
-                for x in s.iter_mut() {
-                    *x = (*x - m).exp();
-                    l += *x;
-                }
                 // SAFETY: as above.
-                unsafe { (self.ops.accum)(acc, s, vr) };
+                unsafe {
+                    l += (self.ops.exp_sum)(s, m);
+                    (self.ops.accum)(acc, s, vr);
+                }
                 st[0] = m;
                 st[1] = l;
             }

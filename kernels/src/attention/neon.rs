@@ -4,6 +4,7 @@
 //! (four accumulators), a 16-wide accumulator slice held in registers across
 //! the page for the value axpy.
 
+use crate::eltwise::neon::exp4;
 use crate::quant::{BlockQ8_0, QK};
 use half::f16;
 use std::arch::aarch64::*;
@@ -39,36 +40,88 @@ impl Lane4 for f16 {
     }
 }
 
+/// Dot products of `q` with the `R` rows of `hd` values at `k`: the `R`
+/// rows share each load of `q` and run `R` independent FMA chains.
+///
+/// # Safety
+/// NEON; `k` valid for `R · hd` reads, `q.len() == hd`.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn dot_rows<T: Lane4, const R: usize>(q: &[f32], k: *const T) -> [f32; R] {
+    let hd = q.len();
+    let main = hd / 4 * 4;
+    let qp = q.as_ptr();
+    let mut a = [vdupq_n_f32(0.0); R];
+    let mut i = 0;
+    let mut dots = [0.0f32; R];
+    // SAFETY: lanes below `main` <= hd in q and in each row.
+    unsafe {
+        while i < main {
+            let qv = vld1q_f32(qp.add(i));
+            for (r, ar) in a.iter_mut().enumerate() {
+                *ar = vfmaq_f32(*ar, qv, T::load4(k.add(r * hd + i)));
+            }
+            i += 4;
+        }
+        for (r, d) in dots.iter_mut().enumerate() {
+            *d = vaddvq_f32(a[r]);
+            for (j, &qj) in q.iter().enumerate().skip(main) {
+                *d += qj * (*k.add(r * hd + j)).f32();
+            }
+        }
+    }
+    dots
+}
+
 #[inline]
 #[target_feature(enable = "neon")]
 fn scores_dense<T: Lane4>(q: &[f32], k: &[T], scale: f32, out: &mut [f32]) {
     let hd = q.len();
     debug_assert_eq!(k.len(), out.len() * hd);
-    let qp = q.as_ptr();
-    for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
-        let kp = kr.as_ptr();
-        let mut a = [vdupq_n_f32(0.0); 4];
-        let mut i = 0;
-        // SAFETY: every access is below hd in q and in the row kr.
-        unsafe {
-            while i + 16 <= hd {
-                for (u, au) in a.iter_mut().enumerate() {
-                    let o = i + 4 * u;
-                    *au = vfmaq_f32(*au, vld1q_f32(qp.add(o)), T::load4(kp.add(o)));
-                }
-                i += 16;
+    let kp = k.as_ptr();
+    let mut t = 0;
+    // SAFETY: rows t..t + 4 (or t) lie within k.
+    unsafe {
+        while t + 4 <= out.len() {
+            let d = dot_rows::<T, 4>(q, kp.add(t * hd));
+            for (o, x) in out[t..t + 4].iter_mut().zip(d) {
+                *o = x * scale;
             }
-            while i + 4 <= hd {
-                a[0] = vfmaq_f32(a[0], vld1q_f32(qp.add(i)), T::load4(kp.add(i)));
-                i += 4;
-            }
+            t += 4;
         }
-        let mut dot = vaddvq_f32(vaddq_f32(vaddq_f32(a[0], a[1]), vaddq_f32(a[2], a[3])));
-        for j in i..hd {
-            dot += q[j] * kr[j].f32();
+        while t < out.len() {
+            out[t] = dot_rows::<T, 1>(q, kp.add(t * hd))[0] * scale;
+            t += 1;
         }
-        *s = dot * scale;
     }
+}
+
+/// `s[j] = e^(s[j] - m)` (vector `exp4`); returns the sum.
+///
+/// # Safety
+/// NEON.
+#[target_feature(enable = "neon")]
+pub unsafe fn exp_sum(s: &mut [f32], m: f32) -> f32 {
+    let n = s.len();
+    let p = s.as_mut_ptr();
+    let mv = vdupq_n_f32(m);
+    let mut acc = vdupq_n_f32(0.0);
+    let mut i = 0;
+    // SAFETY: i + 4 <= n.
+    unsafe {
+        while i + 4 <= n {
+            let e = exp4(vsubq_f32(vld1q_f32(p.add(i)), mv));
+            vst1q_f32(p.add(i), e);
+            acc = vaddq_f32(acc, e);
+            i += 4;
+        }
+    }
+    let mut sum = vaddvq_f32(acc);
+    for x in &mut s[i..] {
+        *x = (*x - m).exp();
+        sum += *x;
+    }
+    sum
 }
 
 #[inline]

@@ -39,6 +39,16 @@ pub fn scores_q8(q: &[f32], k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
     }
 }
 
+/// `s[j] = e^(s[j] - m)` in place (std `exp`); returns the sum.
+pub fn exp_sum(s: &mut [f32], m: f32) -> f32 {
+    let mut sum = 0.0;
+    for x in s.iter_mut() {
+        *x = (*x - m).exp();
+        sum += *x;
+    }
+    sum
+}
+
 /// `acc += Σ_t p[t] · v_t`, f32 rows.
 pub fn accum_f32(acc: &mut [f32], p: &[f32], v: &[f32]) {
     let hd = acc.len();
