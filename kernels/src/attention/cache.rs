@@ -19,9 +19,32 @@
 //! layer already holds.
 
 use super::KvDtype;
-use crate::quant::{BlockQ8_0, QK, legacy};
+use crate::quant::{BlockQ8_0, QK, RawBlock, legacy};
 use crate::{KernelError, Result};
 use half::f16;
+
+/// Page sizes (tokens) worth sweeping when tuning a cache layout.
+pub const PAGE_SIZES: [usize; 4] = [16, 32, 64, 128];
+
+/// The analytic default page size: the largest of [`PAGE_SIZES`] whose K
+/// page plus V page of one head fill at most half of L1D, so they stay in
+/// L1 while the group of query heads sharing that KV head walks them (e.g.
+/// 48 KiB L1D, head_dim 128: f32 → 16, f16 → 32, Q8_0 → 64). Smaller pages
+/// waste less on each sequence's partial last page; larger pages mean
+/// fewer online-softmax rescale steps.
+pub fn default_page_size(head_dim: usize, dtype: KvDtype, cpu: &crate::CpuCaps) -> usize {
+    let per_token = 2 * match dtype {
+        KvDtype::F32 => 4 * head_dim,
+        KvDtype::F16 => 2 * head_dim,
+        KvDtype::Q8_0 => head_dim.div_ceil(QK) * BlockQ8_0::BYTES,
+    };
+    let fit = cpu.l1d / 2 / per_token.max(1);
+    PAGE_SIZES
+        .iter()
+        .copied()
+        .rfind(|&p| p <= fit)
+        .unwrap_or(PAGE_SIZES[0])
+}
 
 /// A sequence handle returned by [`PagedKvCache::alloc_sequence`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -45,7 +45,7 @@ mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
-pub use cache::{PagedKvCache, SeqId};
+pub use cache::{PAGE_SIZES, PagedKvCache, SeqId, default_page_size};
 pub use scalar::dense_reference;
 
 use crate::eltwise::{best_isa, resolve_isa};

@@ -474,6 +474,19 @@ fn bad_call_shapes_are_errors() {
 }
 
 #[test]
+fn default_page_sizes() {
+    let cpu = CpuCaps {
+        l1d: 48 << 10,
+        ..CpuCaps::default()
+    };
+    assert_eq!(default_page_size(128, KvDtype::F32, &cpu), 16);
+    assert_eq!(default_page_size(128, KvDtype::F16, &cpu), 32);
+    assert_eq!(default_page_size(128, KvDtype::Q8_0, &cpu), 64);
+    assert_eq!(default_page_size(64, KvDtype::Q8_0, &cpu), 128);
+    assert_eq!(default_page_size(4096, KvDtype::F32, &cpu), 16);
+}
+
+#[test]
 fn params_default_candidates_validate() {
     let cpu = CpuCaps {
         cores: 4,
