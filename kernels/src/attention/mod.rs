@@ -403,11 +403,12 @@ impl<T: PageElem> Ctx<'_, T> {
             let (page, off) = (t / self.ps, t % self.ps);
             let n = (self.ps - off).min(vis - t);
             let s = &mut out[t..t + n];
-            // SAFETY: as in `attend`.
-            unsafe { (self.ops.scores)(q, self.rows(self.k, page, kvh, off, n), self.scale, s) };
-            for x in s.iter_mut() {
-                *x = (*x - m).exp() * inv;
+            // SAFETY: as in `attend_group`.
+            unsafe {
+                (self.ops.scores)(q, self.rows(self.k, page, kvh, off, n), self.scale, s);
+                (self.ops.exp_sum)(s, m);
             }
+            s.iter_mut().for_each(|x| *x *= inv);
             t += n;
         }
         out[vis..].fill(0.0);
@@ -446,6 +447,7 @@ fn par_units<A: Send, B: Send, F>(
     });
 }
 
+/// The body of [`paged_attention_with`] for one page dtype, after every check.
 #[allow(clippy::too_many_arguments)]
 fn run<T: PageElem>(
     cache: &PagedKvCache,
