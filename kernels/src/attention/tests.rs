@@ -316,6 +316,19 @@ fn zero_rows_is_a_no_op() {
     let f = fixture(&mut rng, KvDtype::F32, 1, 32, 16, 5);
     let q = AttnQuery::new(2, 0, 5, 32);
     paged_attention(&f.cache, f.seq, LAYER, &q, &[], &mut [], Some(&mut [])).unwrap();
+    // An empty sequence: no rows is fine, one row has no key to see.
+    let mut c = PagedKvCache::new(1, 1, 32, 16, KvDtype::Q8_0, 1).unwrap();
+    let s = c.alloc_sequence();
+    let q0 = AttnQuery::new(1, 0, 0, 32);
+    paged_attention(&c, s, 0, &q0, &[], &mut [], None).unwrap();
+    let q1 = AttnQuery::new(1, 1, 0, 32);
+    let mut out = vec![0.0; 32];
+    assert!(paged_attention(&c, s, 0, &q1, &[0.0; 32], &mut out, None).is_err());
+    c.append(s, 0, &[0.5; 32], &[0.25; 32]).unwrap();
+    paged_attention(&c, s, 0, &q1, &[1.0; 32], &mut out, None).unwrap();
+    // One visible key: the output is its dequantized value, 127 · f16(0.25 / 127).
+    let d = crate::quant::F16Le::from_f32(0.25 / 127.0).to_f32();
+    assert_eq!(out, vec![127.0 * d; 32]);
 }
 
 #[test]
