@@ -10,6 +10,7 @@
 //! This crate does no I/O, times nothing and knows nothing about SQLite: it is
 //! the thing that gets measured, not the thing that measures.
 
+pub mod attention;
 pub mod eltwise;
 pub mod error;
 pub mod gemm;

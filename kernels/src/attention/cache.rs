@@ -1,0 +1,393 @@
+//! The paged KV cache: fixed-size pages in one preallocated pool shared by
+//! every sequence, and a page table per sequence (vLLM's block table).
+//!
+//! # Layout
+//!
+//! For each layer the K pool and the V pool are each
+//! `[max_pages][n_kv_heads][page_size][row]`, where `row` is one token's
+//! head vector in the page dtype: `head_dim` f32 or f16 values, or
+//! `head_dim / 32` Q8_0 blocks. So within a page the keys of one head are
+//! contiguous (`page_size` rows back to back), which is what the attention
+//! kernels stream through. Page index `p` means the same slot in every
+//! layer's pool: a sequence owns a page for all layers at once, and its page
+//! table lists its pages in position order (token `t` lives in page
+//! `table[t / page_size]`, slot `t % page_size`). The pages a sequence gets
+//! are whatever the free list hands out, so they are in no particular order.
+//!
+//! Each layer of a sequence keeps its own length, because a forward pass
+//! appends layer by layer; [`PagedKvCache::len`] is the number of tokens every
+//! layer already holds.
+
+use super::KvDtype;
+use crate::quant::{BlockQ8_0, QK, RawBlock, legacy};
+use crate::{KernelError, Result};
+use half::f16;
+
+/// Page sizes (tokens) worth sweeping when tuning a cache layout.
+pub const PAGE_SIZES: [usize; 4] = [16, 32, 64, 128];
+
+/// The analytic default page size: the largest of [`PAGE_SIZES`] whose K
+/// page plus V page of one head fill at most half of L1D, so they stay in
+/// L1 while the group of query heads sharing that KV head walks them (e.g.
+/// 48 KiB L1D, head_dim 128: f32 → 16, f16 → 32, Q8_0 → 64). Smaller pages
+/// waste less on each sequence's partial last page; larger pages mean
+/// fewer online-softmax rescale steps.
+pub fn default_page_size(head_dim: usize, dtype: KvDtype, cpu: &crate::CpuCaps) -> usize {
+    let per_token = 2 * match dtype {
+        KvDtype::F32 => 4 * head_dim,
+        KvDtype::F16 => 2 * head_dim,
+        KvDtype::Q8_0 => head_dim.div_ceil(QK) * BlockQ8_0::BYTES,
+    };
+    let fit = cpu.l1d / 2 / per_token.max(1);
+    PAGE_SIZES
+        .iter()
+        .copied()
+        .rfind(|&p| p <= fit)
+        .unwrap_or(PAGE_SIZES[0])
+}
+
+/// A sequence handle returned by [`PagedKvCache::alloc_sequence`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub u32);
+
+/// The storage of one pool (all layers), in the page dtype.
+#[derive(Debug, Clone)]
+pub(crate) enum Store {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Q8(Vec<BlockQ8_0>),
+}
+
+#[derive(Debug, Clone)]
+struct Seq {
+    pages: Vec<u32>,
+    /// Tokens stored per layer.
+    lens: Vec<usize>,
+}
+
+/// A paged KV cache; see the module docs for the layout.
+#[derive(Debug, Clone)]
+pub struct PagedKvCache {
+    n_layers: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    page_size: usize,
+    dtype: KvDtype,
+    max_pages: usize,
+    pub(crate) k: Store,
+    pub(crate) v: Store,
+    /// Free pages, used as a stack.
+    free: Vec<u32>,
+    seqs: Vec<Option<Seq>>,
+}
+
+const OP: &str = "paged_kv_cache";
+
+fn invalid(reason: String) -> KernelError {
+    KernelError::InvalidShape { op: OP, reason }
+}
+
+impl PagedKvCache {
+    /// Builds a cache of `max_pages` pages of `page_size` tokens, all layers
+    /// and heads, allocated up front.
+    ///
+    /// Errors if a dimension is zero, if `max_pages` does not fit a `u32`, if
+    /// the pool size overflows, or if `dtype` is Q8_0 and `head_dim` is not a
+    /// multiple of 32.
+    pub fn new(
+        n_layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        page_size: usize,
+        dtype: KvDtype,
+        max_pages: usize,
+    ) -> Result<Self> {
+        if n_layers == 0 || n_kv_heads == 0 || head_dim == 0 || page_size == 0 || max_pages == 0 {
+            return Err(invalid(format!(
+                "n_layers = {n_layers}, n_kv_heads = {n_kv_heads}, head_dim = {head_dim}, \
+                 page_size = {page_size}, max_pages = {max_pages}: all must be at least 1"
+            )));
+        }
+        if dtype == KvDtype::Q8_0 && !head_dim.is_multiple_of(QK) {
+            return Err(invalid(format!(
+                "a Q8_0 KV cache needs head_dim to be a multiple of {QK}, got {head_dim}; \
+                 use an f16 or f32 cache for this model"
+            )));
+        }
+        if max_pages > u32::MAX as usize {
+            return Err(invalid(format!(
+                "max_pages = {max_pages} does not fit a u32 page index; use fewer, larger pages"
+            )));
+        }
+        let row = dtype.row_elems(head_dim);
+        let total = [n_layers, max_pages, n_kv_heads, page_size, row]
+            .iter()
+            .try_fold(1usize, |a, &b| a.checked_mul(b))
+            .ok_or_else(|| invalid("the pool size overflows usize; use fewer pages".into()))?;
+        let store = || match dtype {
+            KvDtype::F32 => Store::F32(vec![0.0; total]),
+            KvDtype::F16 => Store::F16(vec![f16::ZERO; total]),
+            KvDtype::Q8_0 => Store::Q8(vec![BlockQ8_0::default(); total]),
+        };
+        Ok(PagedKvCache {
+            n_layers,
+            n_kv_heads,
+            head_dim,
+            page_size,
+            dtype,
+            max_pages,
+            k: store(),
+            v: store(),
+            free: (0..max_pages as u32).rev().collect(),
+            seqs: Vec::new(),
+        })
+    }
+
+    pub fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+    pub fn n_kv_heads(&self) -> usize {
+        self.n_kv_heads
+    }
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+    pub fn dtype(&self) -> KvDtype {
+        self.dtype
+    }
+    pub fn max_pages(&self) -> usize {
+        self.max_pages
+    }
+    /// Pages not owned by any sequence.
+    pub fn free_pages(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Elements of the page dtype per token row (one head).
+    pub(crate) fn row_elems(&self) -> usize {
+        self.dtype.row_elems(self.head_dim)
+    }
+
+    /// Elements of one layer's pool.
+    pub(crate) fn layer_elems(&self) -> usize {
+        self.max_pages * self.n_kv_heads * self.page_size * self.row_elems()
+    }
+
+    /// Registers a new, empty sequence (no pages yet).
+    pub fn alloc_sequence(&mut self) -> SeqId {
+        let seq = Seq {
+            pages: Vec::new(),
+            lens: vec![0; self.n_layers],
+        };
+        if let Some(i) = self.seqs.iter().position(Option::is_none) {
+            self.seqs[i] = Some(seq);
+            SeqId(i as u32)
+        } else {
+            self.seqs.push(Some(seq));
+            SeqId(self.seqs.len() as u32 - 1)
+        }
+    }
+
+    fn seq(&self, seq: SeqId) -> Result<&Seq> {
+        self.seqs
+            .get(seq.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| unknown(seq))
+    }
+
+    /// Empties a sequence and returns its pages to the pool; the id stays valid.
+    pub fn reset(&mut self, seq: SeqId) -> Result<()> {
+        let s = self
+            .seqs
+            .get_mut(seq.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| unknown(seq))?;
+        // Reversed so that a sequence allocated next reuses them in order.
+        self.free.extend(s.pages.drain(..).rev());
+        s.lens.fill(0);
+        Ok(())
+    }
+
+    /// Frees a sequence's pages and its id.
+    pub fn free_sequence(&mut self, seq: SeqId) -> Result<()> {
+        self.reset(seq)?;
+        self.seqs[seq.0 as usize] = None;
+        Ok(())
+    }
+
+    /// Tokens stored in every layer of `seq` (the position the next token
+    /// of a forward pass will take).
+    pub fn len(&self, seq: SeqId) -> Result<usize> {
+        Ok(self.seq(seq)?.lens.iter().copied().min().unwrap_or(0))
+    }
+
+    /// Whether `seq` holds no token in some layer.
+    pub fn is_empty(&self, seq: SeqId) -> Result<bool> {
+        Ok(self.len(seq)? == 0)
+    }
+
+    /// Tokens stored in one layer of `seq`.
+    pub fn layer_len(&self, seq: SeqId, layer: usize) -> Result<usize> {
+        self.check_layer(layer)?;
+        Ok(self.seq(seq)?.lens[layer])
+    }
+
+    /// The page table of `seq`: its pages in position order.
+    pub fn page_table(&self, seq: SeqId) -> Result<&[u32]> {
+        Ok(&self.seq(seq)?.pages)
+    }
+
+    fn check_layer(&self, layer: usize) -> Result<()> {
+        if layer < self.n_layers {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "layer {layer} does not exist; the cache has {} layers",
+                self.n_layers
+            )))
+        }
+    }
+
+    /// Appends one token's keys and values (`[n_kv_heads * head_dim]` each)
+    /// to `layer` of `seq`, taking a new page when needed.
+    pub fn append(&mut self, seq: SeqId, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        self.append_batch(seq, layer, k, v)
+    }
+
+    /// Appends `n` tokens (prefill): `k` and `v` are `[n, n_kv_heads * head_dim]`.
+    /// Either every token is stored or, on error, nothing changes.
+    pub fn append_batch(&mut self, seq: SeqId, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        self.check_layer(layer)?;
+        let tok = self.n_kv_heads * self.head_dim;
+        if !k.len().is_multiple_of(tok) {
+            return Err(invalid(format!(
+                "k has {} values, not a whole number of tokens of n_kv_heads × head_dim = {tok}",
+                k.len()
+            )));
+        }
+        crate::error::check_len(OP, "v", v.len(), k.len())?;
+        let n = k.len() / tok;
+        let ps = self.page_size;
+        let s = self.seq(seq)?;
+        let start = s.lens[layer];
+        let end = start
+            .checked_add(n)
+            .ok_or_else(|| invalid("sequence length overflows".into()))?;
+        let need = end.div_ceil(ps).saturating_sub(s.pages.len());
+        if need > self.free.len() {
+            return Err(invalid(format!(
+                "the page pool is exhausted: {need} more pages needed, {} free of {}; \
+                 free or reset a sequence, or build the cache with more pages",
+                self.free.len(),
+                self.max_pages
+            )));
+        }
+        let new_pages = self.free.split_off(self.free.len() - need);
+        let s = self.seqs[seq.0 as usize].as_mut().expect("checked above");
+        s.pages.extend(new_pages.into_iter().rev());
+        s.lens[layer] = end;
+        let (nkv, hd, row) = (self.n_kv_heads, self.head_dim, self.row_elems());
+        let layer_off = layer * self.layer_elems();
+        // Disjoint field borrows: the page table is read while the pools are written.
+        let pages = &self.seqs[seq.0 as usize]
+            .as_ref()
+            .expect("checked above")
+            .pages;
+        for t in 0..n {
+            let pos = start + t;
+            let page = pages[pos / ps] as usize;
+            for h in 0..nkv {
+                let dst = layer_off + ((page * nkv + h) * ps + pos % ps) * row;
+                let src = t * tok + h * hd;
+                write_row(&mut self.k, dst, &k[src..src + hd]);
+                write_row(&mut self.v, dst, &v[src..src + hd]);
+            }
+        }
+        Ok(())
+    }
+
+    /// The keys and values of `layer` of `seq` as dense f32
+    /// `[len, n_kv_heads, head_dim]` (dequantized): what the attention
+    /// kernels effectively see. For inspection and tests; allocates.
+    pub fn gather(&self, seq: SeqId, layer: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        let len = self.layer_len(seq, layer)?;
+        let pages = &self.seq(seq)?.pages;
+        let (nkv, hd, ps, row) = (
+            self.n_kv_heads,
+            self.head_dim,
+            self.page_size,
+            self.row_elems(),
+        );
+        let layer_off = layer * self.layer_elems();
+        let mut k = vec![0.0; len * nkv * hd];
+        let mut v = vec![0.0; len * nkv * hd];
+        for pos in 0..len {
+            let page = pages[pos / ps] as usize;
+            for h in 0..nkv {
+                let src = layer_off + ((page * nkv + h) * ps + pos % ps) * row;
+                let dst = (pos * nkv + h) * hd;
+                read_row(&self.k, src, &mut k[dst..dst + hd]);
+                read_row(&self.v, src, &mut v[dst..dst + hd]);
+            }
+        }
+        Ok((k, v))
+    }
+
+    /// Shuffles the free list so tests get page tables in random order.
+    #[cfg(test)]
+    pub(crate) fn shuffle_free(&mut self, rng: &mut crate::testing::Rng) {
+        for i in (1..self.free.len()).rev() {
+            let j = rng.below(i + 1);
+            self.free.swap(i, j);
+        }
+    }
+}
+
+fn unknown(seq: SeqId) -> KernelError {
+    invalid(format!(
+        "sequence {} is not allocated; call alloc_sequence first",
+        seq.0
+    ))
+}
+
+/// Stores one head row at element offset `dst` (Q8_0: llama.cpp's
+/// `quantize_row_q8_0_ref`, 32 values per block).
+fn write_row(store: &mut Store, dst: usize, x: &[f32]) {
+    match store {
+        Store::F32(s) => s[dst..dst + x.len()].copy_from_slice(x),
+        Store::F16(s) => {
+            for (d, &v) in s[dst..dst + x.len()].iter_mut().zip(x) {
+                *d = f16::from_f32(v);
+            }
+        }
+        Store::Q8(s) => {
+            for (b, c) in s[dst..dst + x.len() / QK]
+                .iter_mut()
+                .zip(x.chunks_exact(QK))
+            {
+                *b = legacy::quantize_q8_0(c.try_into().expect("chunks of QK"));
+            }
+        }
+    }
+}
+
+fn read_row(store: &Store, src: usize, y: &mut [f32]) {
+    let n = y.len();
+    match store {
+        Store::F32(s) => y.copy_from_slice(&s[src..src + y.len()]),
+        Store::F16(s) => {
+            for (d, v) in y.iter_mut().zip(&s[src..src + n]) {
+                *d = v.to_f32();
+            }
+        }
+        Store::Q8(s) => {
+            let n = y.len() / QK;
+            for (b, c) in s[src..src + n].iter().zip(y.chunks_exact_mut(QK)) {
+                legacy::dequantize_q8_0(b, c.try_into().expect("chunks of QK"));
+            }
+        }
+    }
+}

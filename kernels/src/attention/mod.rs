@@ -1,0 +1,745 @@
+//! Paged attention for LLM inference: causal, grouped-query attention of a
+//! block of query rows against a [`PagedKvCache`], for decode (one row) and
+//! prefill (many rows).
+//!
+//! The softmax is online (FlashAttention-style): the kernel walks the
+//! visible keys page by page, keeps a running max `m`, a running sum `l`
+//! and an unnormalized output accumulator, and rescales both by `e^(m_old -
+//! m_new)` whenever a page raises the max; the full score row is never
+//! materialized. Only a page's scores (`page_size` floats) live at a time.
+//!
+//! Shapes: `q` and `out` are `[q_rows, n_q_heads, head_dim]` (token-major, as
+//! a QKV projection writes them); query head `h` reads KV head
+//! `h / (n_q_heads / n_kv_heads)` (GQA; MHA when the ratio is 1). Query row
+//! `i` sits at position `pos0 + i` and sees KV positions `0..=pos0 + i`.
+//! Scores are `q·k · scale`, `scale = 1/√head_dim` unless overridden.
+//!
+//! Optional attention probabilities (`[n_q_heads, q_rows, kv_len]`, zero at
+//! masked positions; the output token-pruning methods read) are **slower**:
+//! once each row's final max and sum are known, a second pass recomputes
+//! every score to normalize it, so the keys are read twice.
+//!
+//! The unit of work is one query row's group of heads that share a KV
+//! head: each page's keys and values are read once for the whole group and
+//! stay in L1 while its heads use them. Threads split the
+//! `q_rows × n_kv_heads` units; with `kv_block > 0` each unit's keys are
+//! also split into blocks of `kv_block` positions computed independently,
+//! and the partial `(max, sum, acc)` states are merged at the end (split-K
+//! "flash decoding"), which keeps all cores busy in decode when there are
+//! fewer KV heads than threads.
+//!
+//! Variants: scalar (f32 dot products and axpys, the reference the SIMD
+//! variants are held to), AVX2, AVX-512 and NEON, each for f32, f16 and
+//! Q8_0 pages (f16 widened and Q8_0 dequantized in registers: `Σ q·(d·qs)`
+//! is computed as `d · Σ q·qs` per 32-block). [`dense_reference`] is the
+//! independent oracle the tests compare everything with: plain f64
+//! attention over contiguous K/V.
+
+mod cache;
+pub mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+
+pub use cache::{PAGE_SIZES, PagedKvCache, SeqId, default_page_size};
+pub use scalar::dense_reference;
+
+use crate::eltwise::{best_isa, resolve_isa};
+use crate::error::check_len;
+use crate::pool::{pool, split_range};
+use crate::quant::{BlockQ8_0, QK};
+use crate::tune::{CpuCaps, Tunable};
+use crate::{Isa, KernelError, Result};
+use cache::Store;
+use half::f16;
+use serde::{Deserialize, Serialize};
+
+/// The dtype KV pages are stored in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KvDtype {
+    F32,
+    F16,
+    /// llama.cpp's Q8_0: per 32 values an f16 scale and 32 int8
+    /// (`head_dim` must be a multiple of 32).
+    Q8_0,
+}
+
+impl KvDtype {
+    pub const ALL: [KvDtype; 3] = [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Storage elements per head row of `head_dim` values.
+    pub(crate) fn row_elems(self, head_dim: usize) -> usize {
+        match self {
+            KvDtype::Q8_0 => head_dim / QK,
+            _ => head_dim,
+        }
+    }
+}
+
+/// Problem shape of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnShape {
+    pub n_q_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub q_rows: usize,
+    pub kv_len: usize,
+}
+
+/// The query block of one call: `q_rows` rows of `n_q_heads` heads, the
+/// first at position `pos0`, and the score scale.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnQuery {
+    pub n_q_heads: usize,
+    pub q_rows: usize,
+    pub pos0: usize,
+    pub scale: f32,
+}
+
+impl AttnQuery {
+    /// A query block with the usual scale `1/√head_dim`.
+    pub fn new(n_q_heads: usize, q_rows: usize, pos0: usize, head_dim: usize) -> Self {
+        AttnQuery {
+            n_q_heads,
+            q_rows,
+            pos0,
+            scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
+        }
+    }
+
+    /// The same block with another score scale.
+    pub fn with_scale(self, scale: f32) -> Self {
+        AttnQuery { scale, ..self }
+    }
+}
+
+/// Tunable parameters.
+///
+/// - `threads` (`1..=256`): workers over (row, head) pairs and KV blocks.
+/// - `kv_block`: `0` for no KV split, else the KV positions per split-K
+///   block (`16..=1<<20`); blocks need not align with pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttnParams {
+    pub threads: usize,
+    pub kv_block: usize,
+}
+
+/// Below this many multiply-adds (`2 · pairs · kv · head_dim`) one thread wins.
+const PAR_MIN_FLOPS: usize = 1 << 20;
+/// Smallest split-K block the default picks: shorter blocks spend more on
+/// the merge than they save.
+const MIN_DEFAULT_BLOCK: usize = 256;
+const MIN_KV_BLOCK: usize = 16;
+const MAX_KV_BLOCK: usize = 1 << 20;
+
+impl Tunable for AttnParams {
+    type Shape = AttnShape;
+
+    /// One thread for small problems, else one per core. KV split only when
+    /// the units (row × KV head) cannot give each thread 4 of them and the
+    /// context is long: then blocks of ≥ 256 positions, rounded to 64,
+    /// enough for about 4 tasks per thread. (K/V of one head over a block,
+    /// 256 × 128 × 2 B × 2 = 128 KiB in f16, stays within L2.)
+    fn default_for(shape: &AttnShape, cpu: &CpuCaps) -> Self {
+        let pairs = shape.q_rows * shape.n_q_heads;
+        let units = shape.q_rows * shape.n_kv_heads;
+        let work = 2 * pairs * shape.kv_len * shape.head_dim;
+        let threads = if work < PAR_MIN_FLOPS {
+            1
+        } else {
+            cpu.cores.clamp(1, 256)
+        };
+        let mut kv_block = 0;
+        if threads > 1 && units < 4 * threads && shape.kv_len >= 2 * MIN_DEFAULT_BLOCK {
+            let blocks = (4 * threads).div_ceil(units.max(1));
+            kv_block = shape
+                .kv_len
+                .div_ceil(blocks)
+                .next_multiple_of(64)
+                .clamp(MIN_DEFAULT_BLOCK, MAX_KV_BLOCK);
+        }
+        AttnParams { threads, kv_block }
+    }
+
+    fn candidates(shape: &AttnShape, cpu: &CpuCaps) -> Vec<Self> {
+        let mut v = vec![Self::default_for(shape, cpu)];
+        let mut threads = vec![1];
+        let mut t = 2;
+        while t < cpu.cores {
+            threads.push(t);
+            t *= 2;
+        }
+        if cpu.cores > 1 {
+            threads.push(cpu.cores.min(256));
+        }
+        for &threads in &threads {
+            for kv_block in [0, 256, 512, 1024, 2048, 4096] {
+                if kv_block != 0 && kv_block >= shape.kv_len {
+                    continue;
+                }
+                let p = AttnParams { threads, kv_block };
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+            }
+        }
+        v
+    }
+
+    fn validate(&self) -> Result<()> {
+        crate::pool::check_threads("paged_attention", self.threads)?;
+        if self.threads > 256 {
+            return Err(KernelError::InvalidParams {
+                op: "paged_attention",
+                reason: format!("threads = {} exceeds 256", self.threads),
+            });
+        }
+        if self.kv_block != 0 && !(MIN_KV_BLOCK..=MAX_KV_BLOCK).contains(&self.kv_block) {
+            return Err(KernelError::InvalidParams {
+                op: "paged_attention",
+                reason: format!(
+                    "kv_block = {} must be 0 (no split) or in {MIN_KV_BLOCK}..={MAX_KV_BLOCK}",
+                    self.kv_block
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The ISA variants this family implements.
+pub const ISAS: [Isa; 4] = crate::eltwise::ISAS;
+
+/// Scores of `q` against `n = out.len()` consecutive key rows, times `scale`.
+///
+/// # Safety
+/// The variant's ISA is available; `k` holds exactly `out.len()` rows of
+/// `q.len()` values in the page dtype.
+type ScoresFn<T> = unsafe fn(q: &[f32], k: &[T], scale: f32, out: &mut [f32]);
+/// `acc += Σ_t p[t] · v_t` over `p.len()` consecutive value rows.
+///
+/// # Safety
+/// As [`ScoresFn`], with `acc.len()` values per row.
+type AccumFn<T> = unsafe fn(acc: &mut [f32], p: &[f32], v: &[T]);
+
+/// `s[j] = e^(s[j] - m)` in place; returns `Σ s[j]`.
+///
+/// # Safety
+/// The variant's ISA is available.
+type ExpSumFn = unsafe fn(s: &mut [f32], m: f32) -> f32;
+
+/// One variant's row kernels for one page dtype.
+#[derive(Clone, Copy)]
+struct Ops<T> {
+    scores: ScoresFn<T>,
+    accum: AccumFn<T>,
+    exp_sum: ExpSumFn,
+}
+
+/// A page element type and its kernels per ISA.
+trait PageElem: Copy + Send + Sync + 'static {
+    fn ops(isa: Isa) -> Ops<Self>;
+    fn pool(store: &Store) -> &[Self];
+}
+
+macro_rules! page_elem {
+    ($t:ty, $store:ident, $scores:ident, $accum:ident) => {
+        impl PageElem for $t {
+            fn ops(isa: Isa) -> Ops<Self> {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => Ops {
+                        scores: avx2::$scores,
+                        accum: avx2::$accum,
+                        exp_sum: avx2::exp_sum,
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 => Ops {
+                        scores: avx512::$scores,
+                        accum: avx512::$accum,
+                        exp_sum: avx512::exp_sum,
+                    },
+                    #[cfg(target_arch = "aarch64")]
+                    Isa::Neon => Ops {
+                        scores: neon::$scores,
+                        accum: neon::$accum,
+                        exp_sum: neon::exp_sum,
+                    },
+                    _ => Ops {
+                        scores: scalar::$scores,
+                        accum: scalar::$accum,
+                        exp_sum: scalar::exp_sum,
+                    },
+                }
+            }
+            fn pool(store: &Store) -> &[Self] {
+                match store {
+                    Store::$store(v) => v,
+                    _ => unreachable!("the dtype selects the store"),
+                }
+            }
+        }
+    };
+}
+
+page_elem!(f32, F32, scores_f32, accum_f32);
+page_elem!(f16, F16, scores_f16, accum_f16);
+page_elem!(BlockQ8_0, Q8, scores_q8, accum_q8);
+
+/// Everything the per-pair loop needs, borrowed from the cache and the call.
+struct Ctx<'a, T> {
+    k: &'a [T],
+    v: &'a [T],
+    pages: &'a [u32],
+    ops: Ops<T>,
+    n_kv: usize,
+    ps: usize,
+    row: usize,
+    hd: usize,
+    group: usize,
+    n_q_heads: usize,
+    q_rows: usize,
+    pos0: usize,
+    scale: f32,
+    q: &'a [f32],
+}
+
+impl<T: PageElem> Ctx<'_, T> {
+    /// Rows `off..off + n` of KV head `kvh` in logical page `page`.
+    #[inline]
+    fn rows<'b>(&self, pool: &'b [T], page: usize, kvh: usize, off: usize, n: usize) -> &'b [T] {
+        let base = ((self.pages[page] as usize * self.n_kv + kvh) * self.ps + off) * self.row;
+        &pool[base..base + n * self.row]
+    }
+
+    fn q_of(&self, i: usize, h: usize) -> &[f32] {
+        let o = (i * self.n_q_heads + h) * self.hd;
+        &self.q[o..o + self.hd]
+    }
+
+    /// Online softmax of the `group` query heads of row `i` that share KV
+    /// head `kvh`, over KV positions `t0..t1`. Each page's keys and values
+    /// are read once for the whole group (they stay in L1 between heads).
+    /// Leaves head `j`'s unnormalized `Σ e^(s - m) v` in `accs[j·hd..]` and
+    /// its `(m, l)` in `ml[2j..2j + 2]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_group(
+        &self,
+        i: usize,
+        kvh: usize,
+        t0: usize,
+        t1: usize,
+        scratch: &mut [f32],
+        accs: &mut [f32],
+        ml: &mut [f32],
+    ) {
+        let hd = self.hd;
+        accs.fill(0.0);
+        for st in ml.chunks_exact_mut(2) {
+            st[0] = f32::NEG_INFINITY;
+            st[1] = 0.0;
+        }
+        let mut t = t0;
+        while t < t1 {
+            let (page, off) = (t / self.ps, t % self.ps);
+            let n = (self.ps - off).min(t1 - t);
+            let (kr, vr) = (
+                self.rows(self.k, page, kvh, off, n),
+                self.rows(self.v, page, kvh, off, n),
+            );
+            for (j, (acc, st)) in accs
+                .chunks_exact_mut(hd)
+                .zip(ml.chunks_exact_mut(2))
+                .enumerate()
+            {
+                let q = self.q_of(i, kvh * self.group + j);
+                let s = &mut scratch[..n];
+                // SAFETY: the ISA was resolved by the entry point; `rows`
+                // returns exactly n rows of head_dim values, q and acc hold
+                // head_dim.
+                unsafe { (self.ops.scores)(q, kr, self.scale, s) };
+                let (mut m, mut l) = (st[0], st[1]);
+                let cmax = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                if cmax > m {
+                    // e^(m_old - m_new) < 1; 0 on the first page (m_old = -∞),
+                    // where acc is still all zero.
+                    let c = (m - cmax).exp();
+                    l *= c;
+                    if m != f32::NEG_INFINITY {
+                        acc.iter_mut().for_each(|a| *a *= c);
+                    }
+                    m = cmax;
+                }
+                // SAFETY: as above.
+                unsafe {
+                    l += (self.ops.exp_sum)(s, m);
+                    (self.ops.accum)(acc, s, vr);
+                }
+                st[0] = m;
+                st[1] = l;
+            }
+            t += n;
+        }
+    }
+
+    /// Probabilities of one query row over all `kv_len` positions (zeros
+    /// after the visible ones), given its final max and sum.
+    fn probs_row(&self, q: &[f32], kvh: usize, vis: usize, m: f32, l: f32, out: &mut [f32]) {
+        let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
+        let mut t = 0;
+        while t < vis {
+            let (page, off) = (t / self.ps, t % self.ps);
+            let n = (self.ps - off).min(vis - t);
+            let s = &mut out[t..t + n];
+            // SAFETY: as in `attend_group`.
+            unsafe {
+                (self.ops.scores)(q, self.rows(self.k, page, kvh, off, n), self.scale, s);
+                (self.ops.exp_sum)(s, m);
+            }
+            s.iter_mut().for_each(|x| *x *= inv);
+            t += n;
+        }
+        out[vis..].fill(0.0);
+    }
+}
+
+/// Runs `f(units, a_block, b_block)` over `0..n` units split into
+/// `threads` contiguous ranges, with `a` and `b` split to match (`a_w` and
+/// `b_w` elements per unit), on exactly `threads` workers (inline for 1).
+fn par_units<A: Send, B: Send, F>(
+    n: usize,
+    threads: usize,
+    a: &mut [A],
+    a_w: usize,
+    b: &mut [B],
+    b_w: usize,
+    f: F,
+) where
+    F: Fn(std::ops::Range<usize>, &mut [A], &mut [B]) + Sync,
+{
+    if threads <= 1 || n <= 1 {
+        f(0..n, a, b);
+        return;
+    }
+    let ranges = split_range(n, threads, 1);
+    pool(threads).scope(|s| {
+        let (mut a, mut b) = (a, b);
+        for r in ranges {
+            let (ha, ta) = std::mem::take(&mut a).split_at_mut(r.len() * a_w);
+            let (hb, tb) = std::mem::take(&mut b).split_at_mut(r.len() * b_w);
+            a = ta;
+            b = tb;
+            let f = &f;
+            s.spawn(move |_| f(r, ha, hb));
+        }
+    });
+}
+
+/// The body of [`paged_attention_with`] for one page dtype, after every check.
+#[allow(clippy::too_many_arguments)]
+fn run<T: PageElem>(
+    cache: &PagedKvCache,
+    pages: &[u32],
+    layer: usize,
+    query: &AttnQuery,
+    kv_len: usize,
+    q: &[f32],
+    out: &mut [f32],
+    probs: Option<&mut [f32]>,
+    isa: Isa,
+    params: &AttnParams,
+) {
+    let le = cache.layer_elems();
+    let ctx = Ctx {
+        k: &T::pool(&cache.k)[layer * le..(layer + 1) * le],
+        v: &T::pool(&cache.v)[layer * le..(layer + 1) * le],
+        pages,
+        ops: T::ops(isa),
+        n_kv: cache.n_kv_heads(),
+        ps: cache.page_size(),
+        row: cache.row_elems(),
+        hd: cache.head_dim(),
+        group: query.n_q_heads / cache.n_kv_heads(),
+        n_q_heads: query.n_q_heads,
+        q_rows: query.q_rows,
+        pos0: query.pos0,
+        scale: query.scale,
+        q,
+    };
+    let hd = ctx.hd;
+    let pairs = query.q_rows * query.n_q_heads;
+    let threads = params.threads;
+    // (m, l) per pair, for the probabilities pass.
+    let mut stats = vec![0.0f32; 2 * pairs];
+    let blocks = if params.kv_block == 0 {
+        1
+    } else {
+        kv_len.div_ceil(params.kv_block)
+    };
+    // A unit is one row's group of query heads sharing a KV head; its
+    // heads are adjacent in `out`, so a unit owns `group · hd` outputs.
+    let g = ctx.group;
+    let units = query.q_rows * ctx.n_kv;
+    if blocks <= 1 {
+        par_units(
+            units,
+            threads,
+            out,
+            g * hd,
+            &mut stats,
+            2 * g,
+            |r, out, st| {
+                let mut scratch = vec![0.0f32; ctx.ps];
+                for (j, u) in r.enumerate() {
+                    let (i, kvh) = (u / ctx.n_kv, u % ctx.n_kv);
+                    let accs = &mut out[j * g * hd..(j + 1) * g * hd];
+                    let ml = &mut st[j * 2 * g..(j + 1) * 2 * g];
+                    ctx.attend_group(i, kvh, 0, ctx.pos0 + i + 1, &mut scratch, accs, ml);
+                    for (acc, st) in accs.chunks_exact_mut(hd).zip(ml.chunks_exact(2)) {
+                        let inv = 1.0 / st[1];
+                        acc.iter_mut().for_each(|a| *a *= inv);
+                    }
+                }
+            },
+        );
+    } else {
+        // Split-K: partial states per (unit, block) laid out as
+        // [m, l per head][acc per head], then a merge per (row, head).
+        let kb = params.kv_block;
+        let w = g * (hd + 2);
+        let mut part = vec![0.0f32; units * blocks * w];
+        par_units(
+            units * blocks,
+            threads,
+            &mut part,
+            w,
+            &mut [] as &mut [u8],
+            0,
+            |r, part, _| {
+                let mut scratch = vec![0.0f32; ctx.ps];
+                for (j, task) in r.enumerate() {
+                    let (u, b) = (task / blocks, task % blocks);
+                    let (i, kvh) = (u / ctx.n_kv, u % ctx.n_kv);
+                    let vis = ctx.pos0 + i + 1;
+                    let (t0, t1) = ((b * kb).min(vis), ((b + 1) * kb).min(vis));
+                    let (ml, accs) = part[j * w..(j + 1) * w].split_at_mut(2 * g);
+                    ctx.attend_group(i, kvh, t0, t1, &mut scratch, accs, ml);
+                }
+            },
+        );
+        let part = &part;
+        par_units(pairs, threads, out, hd, &mut stats, 2, |r, out, st| {
+            for (j, pair) in r.enumerate() {
+                let (u, gj) = (pair / g, pair % g);
+                let state = |b: usize| {
+                    let base = (u * blocks + b) * w;
+                    let acc = base + 2 * g + gj * hd;
+                    (
+                        part[base + 2 * gj],
+                        part[base + 2 * gj + 1],
+                        &part[acc..acc + hd],
+                    )
+                };
+                let m = (0..blocks).fold(f32::NEG_INFINITY, |a, b| a.max(state(b).0));
+                let acc = &mut out[j * hd..(j + 1) * hd];
+                acc.fill(0.0);
+                let mut l = 0.0f32;
+                for b in 0..blocks {
+                    let (mb, lb, ab) = state(b);
+                    // Empty blocks (past the causal limit) have l = 0.
+                    if lb == 0.0 {
+                        continue;
+                    }
+                    let c = (mb - m).exp();
+                    l += lb * c;
+                    for (a, &x) in acc.iter_mut().zip(ab) {
+                        *a += c * x;
+                    }
+                }
+                let inv = 1.0 / l;
+                acc.iter_mut().for_each(|a| *a *= inv);
+                st[2 * j] = m;
+                st[2 * j + 1] = l;
+            }
+        });
+    }
+    if let Some(probs) = probs {
+        // Rows of probs are ordered (head, row); stats are ordered (row, head).
+        let stats = &stats;
+        par_units(
+            pairs,
+            threads,
+            probs,
+            kv_len,
+            &mut [] as &mut [u8],
+            0,
+            |r, pr, _| {
+                for (j, u) in r.enumerate() {
+                    let (h, i) = (u / ctx.q_rows, u % ctx.q_rows);
+                    let s = 2 * (i * ctx.n_q_heads + h);
+                    let row = &mut pr[j * kv_len..(j + 1) * kv_len];
+                    ctx.probs_row(
+                        ctx.q_of(i, h),
+                        h / ctx.group,
+                        ctx.pos0 + i + 1,
+                        stats[s],
+                        stats[s + 1],
+                        row,
+                    );
+                }
+            },
+        );
+    }
+}
+
+const OP: &str = "paged_attention";
+
+/// Checks the shape of a call against the cache and returns `kv_len`.
+fn check(
+    cache: &PagedKvCache,
+    seq: SeqId,
+    layer: usize,
+    query: &AttnQuery,
+    q: &[f32],
+    out: &[f32],
+    probs: Option<&[f32]>,
+) -> Result<usize> {
+    let kv_len = cache.layer_len(seq, layer)?;
+    check_shape(
+        &AttnShape {
+            n_q_heads: query.n_q_heads,
+            n_kv_heads: cache.n_kv_heads(),
+            head_dim: cache.head_dim(),
+            q_rows: query.q_rows,
+            kv_len,
+        },
+        query.pos0,
+        q.len(),
+        out.len(),
+        probs.map(<[f32]>::len),
+    )?;
+    Ok(kv_len)
+}
+
+/// The shape rules shared by the paged kernel and [`dense_reference`].
+pub(crate) fn check_shape(
+    s: &AttnShape,
+    pos0: usize,
+    q_len: usize,
+    out_len: usize,
+    probs_len: Option<usize>,
+) -> Result<()> {
+    let bad = |reason: String| Err(KernelError::InvalidShape { op: OP, reason });
+    if s.n_q_heads == 0 || s.n_kv_heads == 0 || s.head_dim == 0 {
+        return bad(format!(
+            "n_q_heads = {}, n_kv_heads = {}, head_dim = {}: all must be at least 1",
+            s.n_q_heads, s.n_kv_heads, s.head_dim
+        ));
+    }
+    if !s.n_q_heads.is_multiple_of(s.n_kv_heads) {
+        return bad(format!(
+            "n_q_heads = {} is not a multiple of n_kv_heads = {}; GQA needs whole groups",
+            s.n_q_heads, s.n_kv_heads
+        ));
+    }
+    if pos0.checked_add(s.q_rows).is_none_or(|e| e > s.kv_len) {
+        return bad(format!(
+            "pos0 + q_rows = {pos0} + {} exceeds kv_len = {}; append the query tokens' keys and values first",
+            s.q_rows, s.kv_len
+        ));
+    }
+    let too_big = || KernelError::InvalidShape {
+        op: OP,
+        reason: "the buffer sizes overflow usize".into(),
+    };
+    let qn = s
+        .q_rows
+        .checked_mul(s.n_q_heads)
+        .and_then(|x| x.checked_mul(s.head_dim))
+        .ok_or_else(too_big)?;
+    check_len(OP, "q", q_len, qn)?;
+    check_len(OP, "out", out_len, qn)?;
+    if let Some(p) = probs_len {
+        let pn = s
+            .q_rows
+            .checked_mul(s.n_q_heads)
+            .and_then(|x| x.checked_mul(s.kv_len))
+            .ok_or_else(too_big)?;
+        check_len(OP, "probs", p, pn)?;
+    }
+    Ok(())
+}
+
+/// Attention of `q` (`[q_rows, n_q_heads, head_dim]`) against `layer` of
+/// `seq`, written to `out` (same shape), with the best variant and default
+/// parameters; `probs`, if given, receives the attention probabilities
+/// `[n_q_heads, q_rows, kv_len]` (slower: a second pass over the keys).
+/// The query tokens' own keys and values must already be appended.
+pub fn paged_attention(
+    cache: &PagedKvCache,
+    seq: SeqId,
+    layer: usize,
+    query: &AttnQuery,
+    q: &[f32],
+    out: &mut [f32],
+    probs: Option<&mut [f32]>,
+) -> Result<()> {
+    let shape = AttnShape {
+        n_q_heads: query.n_q_heads,
+        n_kv_heads: cache.n_kv_heads(),
+        head_dim: cache.head_dim(),
+        q_rows: query.q_rows,
+        kv_len: cache.layer_len(seq, layer)?,
+    };
+    let p = AttnParams::default_for(&shape, &CpuCaps::default());
+    paged_attention_with(cache, seq, layer, query, q, out, probs, best_isa(), &p)
+}
+
+/// [`paged_attention`] with a forced variant and parameters.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_with(
+    cache: &PagedKvCache,
+    seq: SeqId,
+    layer: usize,
+    query: &AttnQuery,
+    q: &[f32],
+    out: &mut [f32],
+    probs: Option<&mut [f32]>,
+    isa: Isa,
+    params: &AttnParams,
+) -> Result<()> {
+    let kv_len = check(cache, seq, layer, query, q, out, probs.as_deref())?;
+    let isa = resolve_isa(OP, isa)?;
+    params.validate()?;
+    if query.q_rows == 0 {
+        return Ok(());
+    }
+    let pages = cache.page_table(seq)?;
+    match cache.dtype() {
+        KvDtype::F32 => run::<f32>(
+            cache, pages, layer, query, kv_len, q, out, probs, isa, params,
+        ),
+        KvDtype::F16 => run::<f16>(
+            cache, pages, layer, query, kv_len, q, out, probs, isa, params,
+        ),
+        KvDtype::Q8_0 => run::<BlockQ8_0>(
+            cache, pages, layer, query, kv_len, q, out, probs, isa, params,
+        ),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,157 @@
+//! Scalar row kernels (the reference the SIMD variants are held to) and
+//! [`dense_reference`], the independent f64 oracle over contiguous K/V.
+
+use super::{AttnShape, check_shape};
+use crate::Result;
+use crate::error::check_len;
+use crate::quant::{BlockQ8_0, QK};
+use half::f16;
+
+/// `out[t] = scale · q·k_t`, f32 rows.
+pub fn scores_f32(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    debug_assert_eq!(k.len(), out.len() * hd);
+    for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
+        *s = q.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>() * scale;
+    }
+}
+
+/// `out[t] = scale · q·k_t`, f16 rows.
+pub fn scores_f16(q: &[f32], k: &[f16], scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    debug_assert_eq!(k.len(), out.len() * hd);
+    for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
+        *s = q.iter().zip(kr).map(|(a, b)| a * b.to_f32()).sum::<f32>() * scale;
+    }
+}
+
+/// `out[t] = scale · q·k_t`, Q8_0 rows: `Σ_blocks d · Σ q·qs`.
+pub fn scores_q8(q: &[f32], k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
+    let nb = q.len() / QK;
+    debug_assert_eq!(k.len(), out.len() * nb);
+    for (s, kr) in out.iter_mut().zip(k.chunks_exact(nb)) {
+        let mut sum = 0.0f32;
+        for (b, qb) in kr.iter().zip(q.chunks_exact(QK)) {
+            let dot: f32 = qb.iter().zip(&b.qs).map(|(a, &x)| a * x as f32).sum();
+            sum += b.d.to_f32() * dot;
+        }
+        *s = sum * scale;
+    }
+}
+
+/// `s[j] = e^(s[j] - m)` in place (std `exp`); returns the sum.
+pub fn exp_sum(s: &mut [f32], m: f32) -> f32 {
+    let mut sum = 0.0;
+    for x in s.iter_mut() {
+        *x = (*x - m).exp();
+        sum += *x;
+    }
+    sum
+}
+
+/// `acc += Σ_t p[t] · v_t`, f32 rows.
+pub fn accum_f32(acc: &mut [f32], p: &[f32], v: &[f32]) {
+    let hd = acc.len();
+    debug_assert_eq!(v.len(), p.len() * hd);
+    for (&pt, vr) in p.iter().zip(v.chunks_exact(hd)) {
+        for (a, &x) in acc.iter_mut().zip(vr) {
+            *a += pt * x;
+        }
+    }
+}
+
+/// `acc += Σ_t p[t] · v_t`, f16 rows.
+pub fn accum_f16(acc: &mut [f32], p: &[f32], v: &[f16]) {
+    let hd = acc.len();
+    debug_assert_eq!(v.len(), p.len() * hd);
+    for (&pt, vr) in p.iter().zip(v.chunks_exact(hd)) {
+        for (a, x) in acc.iter_mut().zip(vr) {
+            *a += pt * x.to_f32();
+        }
+    }
+}
+
+/// `acc += Σ_t p[t] · v_t`, Q8_0 rows: `(p·d) · qs` per block.
+pub fn accum_q8(acc: &mut [f32], p: &[f32], v: &[BlockQ8_0]) {
+    let nb = acc.len() / QK;
+    debug_assert_eq!(v.len(), p.len() * nb);
+    for (&pt, vr) in p.iter().zip(v.chunks_exact(nb)) {
+        for (b, ab) in vr.iter().zip(acc.chunks_exact_mut(QK)) {
+            let pd = pt * b.d.to_f32();
+            for (a, &x) in ab.iter_mut().zip(&b.qs) {
+                *a += pd * x as f32;
+            }
+        }
+    }
+}
+
+/// Plain attention in f64 over contiguous K/V, the oracle for the paged
+/// kernels: `out = softmax(q·kᵀ·scale + causal mask) · v`.
+///
+/// `q`, `out`: `[q_rows, n_q_heads, head_dim]`; `k`, `v`: `[kv_len,
+/// n_kv_heads, head_dim]`; `probs`: `[n_q_heads, q_rows, kv_len]`. Query row
+/// `i` sees positions `0..=pos0 + i`; head `h` reads KV head
+/// `h / (n_q_heads / n_kv_heads)`. Materializes each score row; allocates.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_reference(
+    shape: &AttnShape,
+    pos0: usize,
+    scale: f32,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+    mut probs: Option<&mut [f32]>,
+) -> Result<()> {
+    check_shape(
+        shape,
+        pos0,
+        q.len(),
+        out.len(),
+        probs.as_deref().map(<[f32]>::len),
+    )?;
+    let AttnShape {
+        n_q_heads: nq,
+        n_kv_heads: nkv,
+        head_dim: hd,
+        q_rows,
+        kv_len,
+    } = *shape;
+    let kv = kv_len * nkv * hd;
+    check_len("dense_reference", "k", k.len(), kv)?;
+    check_len("dense_reference", "v", v.len(), kv)?;
+    let group = nq / nkv;
+    let mut s = vec![0.0f64; kv_len];
+    for i in 0..q_rows {
+        let vis = pos0 + i + 1;
+        for h in 0..nq {
+            let kvh = h / group;
+            let qr = &q[(i * nq + h) * hd..][..hd];
+            for (t, st) in s[..vis].iter_mut().enumerate() {
+                let kr = &k[(t * nkv + kvh) * hd..][..hd];
+                let dot: f64 = qr.iter().zip(kr).map(|(&a, &b)| a as f64 * b as f64).sum();
+                *st = dot * scale as f64;
+            }
+            let m = s[..vis].iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+            let mut l = 0.0;
+            for st in &mut s[..vis] {
+                *st = (*st - m).exp();
+                l += *st;
+            }
+            let o = &mut out[(i * nq + h) * hd..][..hd];
+            for (d, od) in o.iter_mut().enumerate() {
+                let acc: f64 = (0..vis)
+                    .map(|t| s[t] * v[(t * nkv + kvh) * hd + d] as f64)
+                    .sum();
+                *od = (acc / l) as f32;
+            }
+            if let Some(p) = probs.as_deref_mut() {
+                let row = &mut p[(h * q_rows + i) * kv_len..][..kv_len];
+                for (t, pt) in row.iter_mut().enumerate() {
+                    *pt = if t < vis { (s[t] / l) as f32 } else { 0.0 };
+                }
+            }
+        }
+    }
+    Ok(())
+}
