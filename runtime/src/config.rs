@@ -290,7 +290,19 @@ impl ModelConfig {
                 _ => Vec::new(),
             }
         };
-        let rope_scaling = match v.get("rope_scaling").filter(|s| !s.is_null()) {
+        // transformers 5 writes the RoPE base and scaling together as
+        // `rope_parameters: {rope_type, rope_theta, factor, ...}` instead of
+        // top-level `rope_theta` and `rope_scaling`; without reading it a
+        // Qwen3 saved by `save_pretrained` silently got the default base
+        // (10000 instead of, e.g., 1e6). Read either spelling.
+        let rope_params = v.get("rope_parameters").filter(|s| s.is_object());
+        let rope_theta =
+            f("rope_theta").or_else(|| rope_params.and_then(|p| p.get("rope_theta")?.as_f64()));
+        let rope_scaling = match v
+            .get("rope_scaling")
+            .filter(|s| !s.is_null())
+            .or(rope_params)
+        {
             None => None,
             Some(s) => {
                 let ty = s
@@ -335,7 +347,7 @@ impl ModelConfig {
             n_heads: u("num_attention_heads"),
             n_kv_heads: u("num_key_value_heads"),
             head_dim: u("head_dim"),
-            rope_theta: f("rope_theta"),
+            rope_theta,
             rope_scaling,
             rms_eps: f("rms_norm_eps"),
             max_pos: u("max_position_embeddings"),
@@ -414,6 +426,31 @@ mod tests {
         assert_eq!((c.arch, c.n_kv_heads, c.head_dim), (Arch::Llama, 2, 4));
         assert_eq!(c.rope_theta, 10_000.0);
         assert!(!c.qkv_bias && !c.qk_norm && !c.tied_embeddings);
+        assert!(matches!(
+            c.rope_scaling,
+            Some(RopeScaling::Llama3 {
+                original_max_pos: 8192,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn transformers5_rope_parameters() {
+        let base = r#""model_type": "qwen3", "vocab_size": 10, "hidden_size": 8,
+            "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2"#;
+        let json = format!(
+            r#"{{{base}, "rope_parameters": {{"rope_theta": 1000000.0, "rope_type": "default"}}}}"#
+        );
+        let c = ModelConfig::from_hf_json(&json).unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling), (1e6, None));
+        let json = format!(
+            r#"{{{base}, "rope_parameters": {{"rope_theta": 500000.0, "rope_type": "llama3",
+            "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}}}}"#
+        );
+        let c = ModelConfig::from_hf_json(&json).unwrap();
+        assert_eq!(c.rope_theta, 5e5);
         assert!(matches!(
             c.rope_scaling,
             Some(RopeScaling::Llama3 {
