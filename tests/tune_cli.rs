@@ -101,6 +101,31 @@ fn tune_fills_the_table_and_show_displays_it() {
     let sels = selections(&db);
     assert_eq!(sels.len(), 1, "{sels:?}");
     assert_eq!(sels[0]["problem"]["op"], "gemv");
+    // Every timed candidate carries counters read around the timed region:
+    // hardware ones where the PMU is readable, else the flagged fallback.
+    let file = db.with_extension("export.json");
+    let out = tiletune(&[
+        "table",
+        "export",
+        "--db",
+        db.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let export: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let timed: Vec<&serde_json::Value> = export["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["valid"] == true)
+        .collect();
+    assert!(!timed.is_empty());
+    for m in timed {
+        let c = &m["counters"];
+        assert!(c["counts"].is_object(), "{c}");
+        assert!(c["metrics"].is_object() || c["fallback"].is_string(), "{c}");
+    }
     let speedup = sels[0]["speedup"].as_f64().unwrap();
     assert!(
         speedup >= 1.0,

@@ -7,6 +7,7 @@ use crate::strategy::FULL_FIDELITY;
 use serde_json::json;
 use std::time::Duration;
 use tiletune_bench::{Harness, MeasureConfig};
+use tiletune_pmu::EventSetKind;
 use tiletune_tables::{Candidate, Problem, SelectorDb, now_unix};
 
 /// Writes a campaign's measurements and selections into a selector table,
@@ -145,12 +146,26 @@ impl HarnessMeasure {
 impl Measure for HarnessMeasure {
     fn measure(&mut self, fidelity: u32, run: &mut dyn FnMut()) -> Stats {
         let cfg = self.config(fidelity);
-        match Harness::new(cfg).and_then(|mut h| h.measure("candidate", run)) {
+        let mut fallback = None;
+        let measured = Harness::new(cfg).and_then(|mut h| {
+            // Hardware counters where the PMU is readable, else software
+            // events; the fallback is said once and flagged in every row.
+            fallback = h.attach_counters(EventSetKind::Auto);
+            if let Some(note) = &fallback {
+                note.emit_once();
+            }
+            h.measure("candidate", run)
+        });
+        match measured {
             Ok(m) => Stats {
                 median_s: m.summary.median * 1e-9,
                 mad_s: m.summary.mad * 1e-9,
                 samples: m.summary.n,
-                counters: json!({ "counts": m.counts, "metrics": m.metrics }),
+                counters: json!({
+                    "counts": m.counts,
+                    "metrics": m.metrics,
+                    "fallback": fallback.map(|n| n.to_string()),
+                }),
             },
             // The schedule above is valid by construction; should the harness
             // still refuse, the candidate is recorded as unmeasurable (NaN),
