@@ -15,6 +15,7 @@ pub mod eltwise;
 pub mod error;
 pub mod gemm;
 pub mod gemv;
+pub mod i8gemm;
 pub mod isa;
 pub mod matmul_rope;
 pub mod norm;
