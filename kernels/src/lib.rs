@@ -12,6 +12,7 @@
 
 pub mod attention;
 pub mod eltwise;
+pub mod embed;
 pub mod error;
 pub mod gemm;
 pub mod gemv;

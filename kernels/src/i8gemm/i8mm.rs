@@ -58,10 +58,10 @@ unsafe fn tile_mmla<const NR: usize>(a: &[i8], w: &[i8], k: usize, acc: &mut [i3
         }
         t += 8;
     }
-    for p in 0..pairs {
+    for (p, vp) in v.iter().enumerate().take(pairs) {
         let mut l = [0i32; 4];
         // SAFETY: l holds 4 i32.
-        unsafe { vst1q_s32(l.as_mut_ptr(), v[p]) };
+        unsafe { vst1q_s32(l.as_mut_ptr(), *vp) };
         for (i, &val) in l.iter().enumerate() {
             let (r, c) = (i / 2, 2 * p + i % 2);
             if c < NR {
