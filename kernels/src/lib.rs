@@ -12,9 +12,11 @@
 
 pub mod attention;
 pub mod eltwise;
+pub mod embed;
 pub mod error;
 pub mod gemm;
 pub mod gemv;
+pub mod i8gemm;
 pub mod isa;
 pub mod matmul_rope;
 pub mod norm;
