@@ -187,12 +187,15 @@ pub fn instantiate_one(
                 n: dims[1],
                 k: dims[2],
             };
-            let params: GemmParams =
-                params_or(sop, one, || GemmParams::default_for(&shape, &m.caps))?;
+            let isa = one.isa.unwrap_or_else(|| {
+                tiletune_kernels::gemm::resolve_isa("gemm", None).unwrap_or(Isa::Scalar)
+            });
+            // Micro-kernel shapes differ per ISA: default for the one forced.
+            let params: GemmParams = params_or(sop, one, || {
+                GemmParams::default_for_isa(&shape, &m.caps, isa)
+            })?;
             let cfg = GemmConfig {
-                isa: Some(one.isa.unwrap_or_else(|| {
-                    tiletune_kernels::gemm::resolve_isa("gemm", None).unwrap_or(Isa::Scalar)
-                })),
+                isa: Some(isa),
                 params,
                 threads: threads(m.max_threads),
             };
@@ -694,5 +697,129 @@ impl KernelProblem for RowOne {
             ),
         };
         Work { bytes, flops }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> Machine {
+        Machine {
+            caps: CpuCaps {
+                l1d: 32 << 10,
+                l2: 256 << 10,
+                l3: 1 << 20,
+                cores: 2,
+            },
+            max_threads: 2,
+            seed: 3,
+        }
+    }
+
+    fn one(spec: &Problem, cfg: &OneConfig) -> Box<dyn KernelProblem> {
+        instantiate_one(spec, &machine(), cfg).unwrap_or_else(|e| panic!("{spec}: {e}"))
+    }
+
+    #[test]
+    fn every_op_on_every_available_isa_validates_with_one_candidate() {
+        let specs = [
+            ("gemv", "f32", "7x33"),
+            ("gemv", "f16", "5x17"),
+            ("gemm", "f32", "3x5x19"),
+            ("qgemv_a32", "q5_1", "3x64"),
+            ("qgemv_a8", "q6_k", "2x256"),
+            ("qgemv_a8", "q8_0", "5x96"),
+            ("eltwise_gelu_erf", "f32", "37"),
+            ("eltwise_sigmoid", "f32", "1"),
+            ("rms_norm", "f32", "3x21"),
+            ("layer_norm", "f32", "2x16"),
+            ("softmax", "f32", "4x9"),
+            ("rope", "f32", "3x2x10"),
+        ];
+        for (op, dtype, shape) in specs {
+            let spec = parse_bench_problem(op, dtype, shape).unwrap();
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                for cold in [false, true] {
+                    let cfg = OneConfig {
+                        isa: Some(isa),
+                        threads: Some(2),
+                        cold,
+                        ..OneConfig::default()
+                    };
+                    let mut p = one(&spec, &cfg);
+                    assert_eq!(p.candidates().len(), 1);
+                    assert_eq!(p.candidates()[0].threads(), 2);
+                    match p.validate(0) {
+                        Ok(err) => assert!(err <= p.tolerance(), "{spec} {isa}: {err}"),
+                        // A family without this variant says so.
+                        Err(e) => assert!(e.contains("variant"), "{spec} {isa}: {e}"),
+                    }
+                    p.run(0);
+                    p.run(0);
+                    let w = p.work();
+                    assert!(w.bytes > 0, "{spec}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn params_json_and_bad_input_are_checked() {
+        let spec = parse_bench_problem("qgemv_a32", "q4_0", "4x64").unwrap();
+        let cfg = OneConfig {
+            params: Some(serde_json::json!({"rows_per_block": 2})),
+            ..OneConfig::default()
+        };
+        let p = one(&spec, &cfg);
+        assert_eq!(p.candidates()[0].params()["rows_per_block"], 2);
+        let bad = |spec: &Problem, cfg: OneConfig| {
+            instantiate_one(spec, &machine(), &cfg)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| panic!("{spec} should fail"))
+        };
+        let e = bad(
+            &spec,
+            OneConfig {
+                params: Some(serde_json::json!({"rows_per_block": 3})),
+                ..OneConfig::default()
+            },
+        );
+        assert!(e.contains("rows_per_block 3"), "{e}");
+        let e = bad(
+            &spec,
+            OneConfig {
+                params: Some(serde_json::json!({"rows": 3})),
+                ..OneConfig::default()
+            },
+        );
+        assert!(e.contains("do not parse"), "{e}");
+        let e = bad(
+            &parse_bench_problem("qgemv_a32", "q4_k", "4x64").unwrap(),
+            OneConfig::default(),
+        );
+        assert!(e.contains("256"), "{e}");
+        let e = bad(
+            &Problem::new("softmax", "f16", [("rows", 1), ("dim", 4)]).unwrap(),
+            OneConfig::default(),
+        );
+        assert!(e.contains("supported: f32"), "{e}");
+        let e = bad(
+            &Problem::new("eltwise_tanhx", "f32", [("len", 4)]).unwrap(),
+            OneConfig::default(),
+        );
+        assert!(e.contains("unknown element-wise op"), "{e}");
+        assert!(parse_bench_problem("rope", "f32", "2x3").is_err());
+        assert!(parse_bench_problem("conv", "f32", "2").is_err());
+        let missing = Isa::ALL.into_iter().find(|i| !i.is_available()).unwrap();
+        let e = bad(
+            &parse_bench_problem("gemv", "f32", "4x4").unwrap(),
+            OneConfig {
+                isa: Some(missing),
+                ..OneConfig::default()
+            },
+        );
+        assert!(e.contains("not available"), "{e}");
     }
 }
