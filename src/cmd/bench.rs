@@ -1,7 +1,9 @@
 //! `tiletune bench`: measurements from the command line. `bench roofline`
 //! measures this machine's ceilings (STREAM bandwidth, FMA peak per ISA lane)
-//! with `tiletune-bench` and prints them; kernel families are added as
-//! further subcommands.
+//! with `tiletune-bench` and prints them; `bench <family>` times one pinned
+//! configuration of a kernel family (built by
+//! `tiletune_tuner::families::instantiate_one`, validated once against the
+//! scalar reference before any timing) and relates it to those ceilings.
 
 use super::Global;
 use anyhow::Context;
@@ -11,6 +13,10 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use tiletune_bench::Environment;
 use tiletune_bench::roofline::{Ceilings, FmaIsa, Progress, RooflineConfig, measure_ceilings};
+use tiletune_bench::{Harness, MeasureConfig, Measurement};
+use tiletune_kernels::Isa;
+use tiletune_pmu::EventSetKind;
+use tiletune_tuner::families::{self, Machine, OneConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,6 +29,89 @@ pub enum BenchCommand {
     /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad,
     /// 1..N threads) and f32 FMA peak per ISA lane (1..N threads).
     Roofline(RooflineArgs),
+    /// Time f32 GEMV y = W·x (weights f32 or f16); --shape NxK.
+    Gemv(KernelArgs),
+    /// Time f32 GEMM C = A·Wᵀ (weights f32 or f16); --shape MxNxK.
+    Gemm(KernelArgs),
+    /// Time quantized GEMV; --shape NxK, --dtype q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q6_k|mxfp4.
+    Qgemv(QgemvArgs),
+    /// Time an element-wise activation in place; --shape LEN.
+    Eltwise(EltwiseArgs),
+    /// Time RMSNorm or LayerNorm; --shape ROWSxDIM.
+    Norm(NormArgs),
+    /// Time row softmax in place; --shape ROWSxDIM.
+    Softmax(KernelArgs),
+    /// Time RoPE (rotate-half, θ = 10000) in place; --shape ROWSxHEADSxHEAD_DIM.
+    Rope(KernelArgs),
+}
+
+/// What every kernel family's bench takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KernelArgs {
+    /// Problem size, e.g. 4864x896 (see the family's help for the order).
+    #[arg(long)]
+    pub shape: String,
+    /// Element type [default: f32; q4_0 for qgemv].
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Force an ISA variant (scalar, avx2, avx_vnni, avx512, avx512_vnni,
+    /// neon, neon_dotprod, neon_i8mm) [default: the best available].
+    #[arg(long)]
+    pub isa: Option<String>,
+    /// The family's parameters as JSON, e.g. '{"rows_per_block":2}'
+    /// [default: the family's analytic default].
+    #[arg(long)]
+    pub params: Option<String>,
+    /// Worker threads [default: all cores for the matrix families, the
+    /// family's rule for the others].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Rotate input copies through more memory than the last-level cache.
+    #[arg(long)]
+    pub cold: bool,
+    /// Counters read around the timed region.
+    #[arg(long, default_value = "auto", value_name = "armv8|x86|software|auto")]
+    pub counters: String,
+    /// Pin the measuring thread to these CPUs, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub pin: Vec<usize>,
+    /// Seed for the random inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Short schedule: a smoke test, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Selector table holding the roofline ceilings [default: $TILETUNE_DB,
+    /// else the XDG data directory].
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct QgemvArgs {
+    #[command(flatten)]
+    pub common: KernelArgs,
+    /// Activations: a32 (f32) or a8 (quantized to Q8 blocks).
+    #[arg(long, default_value = "a32")]
+    pub mode: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EltwiseArgs {
+    #[command(flatten)]
+    pub common: KernelArgs,
+    /// silu, gelu_tanh, gelu_erf, quick_gelu, relu, relu2 or sigmoid.
+    #[arg(long)]
+    pub op: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct NormArgs {
+    #[command(flatten)]
+    pub common: KernelArgs,
+    /// rms or layer.
+    #[arg(long, default_value = "rms")]
+    pub kind: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -66,7 +155,392 @@ struct RooflineRecord {
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         BenchCommand::Roofline(a) => roofline(g, a),
+        other => {
+            let (op, k) = kernel_op(other)?;
+            let report = bench_kernel(&op, &k, None)?;
+            let mut out = std::io::stdout().lock();
+            if g.json {
+                serde_json::to_writer_pretty(&mut out, &report)?;
+                writeln!(out)?;
+            } else {
+                print_report(&mut out, &report)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// The `instantiate_one` op name of a family subcommand, and its flags.
+fn kernel_op(cmd: BenchCommand) -> anyhow::Result<(String, KernelArgs)> {
+    Ok(match cmd {
+        BenchCommand::Roofline(_) => anyhow::bail!("roofline is not a kernel family"),
+        BenchCommand::Gemv(k) => ("gemv".into(), k),
+        BenchCommand::Gemm(k) => ("gemm".into(), k),
+        BenchCommand::Softmax(k) => ("softmax".into(), k),
+        BenchCommand::Rope(k) => ("rope".into(), k),
+        BenchCommand::Qgemv(q) => match q.mode.as_str() {
+            "a32" | "a8" => (format!("qgemv_{}", q.mode), q.common),
+            m => anyhow::bail!("unknown qgemv mode `{m}`; use --mode a32 or --mode a8"),
+        },
+        BenchCommand::Eltwise(e) => {
+            let op: tiletune_kernels::eltwise::EltOp = e.op.parse()?;
+            (format!("eltwise_{}", op.name()), e.common)
+        }
+        BenchCommand::Norm(n) => match n.kind.as_str() {
+            "rms" | "rms_norm" => ("rms_norm".into(), n.common),
+            "layer" | "layer_norm" => ("layer_norm".into(), n.common),
+            k => anyhow::bail!("unknown norm kind `{k}`; use --kind rms or --kind layer"),
+        },
+    })
+}
+
+/// Everything one `bench <family>` run reports (`--json` prints it as is).
+#[derive(Debug, Serialize)]
+struct KernelReport {
+    problem: String,
+    isa: String,
+    params: serde_json::Value,
+    threads: usize,
+    cold: bool,
+    soc: String,
+    soc_fingerprint: String,
+    /// Validation error against the scalar reference and its tolerance.
+    validation_error: f32,
+    tolerance: f32,
+    bytes_per_run: u64,
+    flops_per_run: u64,
+    gflops: Option<f64>,
+    gbytes_per_s: f64,
+    roofline: Roofline,
+    counters_note: Option<String>,
+    quick: bool,
+    environment: Environment,
+    measurement: Measurement,
+}
+
+/// Where the run sits against this machine's stored ceiling.
+#[derive(Debug, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum Roofline {
+    Measured {
+        kind: String,
+        threads: usize,
+        ceiling: f64,
+        unit: String,
+        percent: f64,
+    },
+    Missing {
+        kind: String,
+        threads: usize,
+        note: String,
+    },
+}
+
+/// The flags as a one-candidate configuration.
+fn one_config(k: &KernelArgs) -> anyhow::Result<OneConfig> {
+    let isa = k.isa.as_deref().map(|s| s.parse::<Isa>()).transpose()?;
+    let params = k
+        .params
+        .as_deref()
+        .map(|p| {
+            serde_json::from_str::<serde_json::Value>(p).with_context(|| {
+                format!("--params `{p}` is not JSON; pass an object such as '{{\"threads\":2}}'")
+            })
+        })
+        .transpose()?;
+    if params.as_ref().is_some_and(|p| !p.is_object()) {
+        anyhow::bail!("--params must be a JSON object, e.g. '{{\"threads\":2}}'");
+    }
+    if k.threads == Some(0) {
+        anyhow::bail!("--threads must be at least 1");
+    }
+    Ok(OneConfig {
+        isa,
+        params,
+        threads: k.threads,
+        cold: k.cold,
+    })
+}
+
+fn default_dtype(op: &str) -> &'static str {
+    if op.starts_with("qgemv") {
+        "q4_0"
+    } else {
+        "f32"
+    }
+}
+
+/// The ceiling kind a candidate is measured against: STREAM triad for
+/// bandwidth-bound ops, the FMA peak of the candidate's ISA lane for GEMM.
+fn ceiling_kind(op: &str, isa: &str) -> String {
+    if families::bandwidth_bound(op) {
+        return "mem_bw_triad".into();
+    }
+    let lane = match isa {
+        "avx2" | "avx_vnni" => "avx2_fma",
+        i if i.starts_with("avx512") => "avx512",
+        i if i.starts_with("neon") => "neon",
+        _ => "scalar",
+    };
+    format!("fma_peak_{lane}")
+}
+
+/// Validates once, then measures `op` under `k`; `schedule` overrides the
+/// measurement schedule (tests).
+fn bench_kernel(
+    op: &str,
+    k: &KernelArgs,
+    schedule: Option<MeasureConfig>,
+) -> anyhow::Result<KernelReport> {
+    let one = one_config(k)?;
+    let counters = EventSetKind::parse(&k.counters).with_context(|| {
+        format!(
+            "unknown counter set `{}`; use armv8, x86, software or auto",
+            k.counters
+        )
+    })?;
+    let dtype = k.dtype.as_deref().unwrap_or(default_dtype(op));
+    let spec = families::parse_bench_problem(op, dtype, &k.shape)?;
+    let soc = tiletune_soc::probe().context("probing this SoC")?;
+    let env = Environment::capture(&soc.fingerprint, env!("CARGO_PKG_VERSION"), None);
+    let caps = soc.cpu_caps();
+    let machine = Machine {
+        caps,
+        max_threads: caps.cores.max(1),
+        seed: k.seed,
+    };
+    let mut p = families::instantiate_one(&spec, &machine, &one)?;
+    let cand = p.candidates()[0].clone();
+    let tolerance = p.tolerance();
+    let err = p
+        .validate(0)
+        .map_err(|e| anyhow::anyhow!("{spec} with {}: {e}", cand.variant()))?;
+    if err.is_nan() || err > tolerance {
+        anyhow::bail!(
+            "{spec} with {} {}: output disagrees with the scalar reference (error {err:e} > tolerance {tolerance:e}); refusing to time a wrong kernel",
+            cand.variant(),
+            cand.params()
+        );
+    }
+    let quick = k.quick || schedule.is_some();
+    let cfg = schedule.unwrap_or(if k.quick {
+        MeasureConfig::quick()
+    } else {
+        MeasureConfig::default()
+    });
+    let mut h = Harness::new(cfg)?;
+    if !k.pin.is_empty() {
+        h = h.pinned(k.pin.clone());
+    }
+    let note = h.attach_counters(counters);
+    let m = h.measure(&spec.key(), || p.run(0))?;
+    let work = p.work();
+    let gbs = m.gbytes_per_s(work.bytes as f64);
+    let gflops = (work.flops > 0).then(|| m.gflops(work.flops as f64));
+    let kind = ceiling_kind(op, cand.variant());
+    let roofline = lookup_ceiling(k, &soc.fingerprint, &kind, cand.threads(), gbs, gflops);
+    Ok(KernelReport {
+        problem: spec.key(),
+        isa: cand.variant().to_string(),
+        params: cand.params().clone(),
+        threads: cand.threads(),
+        cold: k.cold,
+        soc: soc.name.clone(),
+        soc_fingerprint: soc.fingerprint.clone(),
+        validation_error: err,
+        tolerance,
+        bytes_per_run: work.bytes,
+        flops_per_run: work.flops,
+        gflops,
+        gbytes_per_s: gbs,
+        roofline,
+        counters_note: note.map(|n| n.to_string()),
+        quick,
+        environment: env,
+        measurement: m,
+    })
+}
+
+fn lookup_ceiling(
+    k: &KernelArgs,
+    soc: &str,
+    kind: &str,
+    threads: usize,
+    gbs: f64,
+    gflops: Option<f64>,
+) -> Roofline {
+    let missing = |why: String| Roofline::Missing {
+        kind: kind.to_string(),
+        threads,
+        note: format!("{why}; run `tiletune bench roofline` first"),
+    };
+    let path =
+        k.db.clone()
+            .unwrap_or_else(tiletune_tables::default_db_path);
+    if !path.exists() {
+        return missing(format!("no selector table at {}", path.display()));
+    }
+    let db = match tiletune_tables::SelectorDb::open_with(
+        &path,
+        tiletune_tables::OpenOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    ) {
+        Ok(db) => db,
+        Err(e) => return missing(format!("cannot read {}: {e}", path.display())),
+    };
+    match db.latest_ceiling(soc, kind, threads) {
+        Ok(Some(c)) if c.value > 0.0 => {
+            let achieved = if kind.starts_with("mem_bw") {
+                Some(gbs)
+            } else {
+                gflops
+            };
+            match achieved {
+                Some(a) => Roofline::Measured {
+                    kind: kind.to_string(),
+                    threads,
+                    ceiling: c.value,
+                    unit: c.unit,
+                    percent: 100.0 * a / c.value,
+                },
+                None => missing("this op has no flop count".into()),
+            }
+        }
+        Ok(_) => missing(format!(
+            "no `{kind}` ceiling stored for this SoC at {threads} thread(s)"
+        )),
+        Err(e) => missing(format!("cannot read ceilings: {e}")),
+    }
+}
+
+fn ns(x: f64) -> String {
+    if x >= 1e9 {
+        format!("{:.3} s", x / 1e9)
+    } else if x >= 1e6 {
+        format!("{:.3} ms", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.3} µs", x / 1e3)
+    } else {
+        format!("{x:.1} ns")
+    }
+}
+
+fn print_report(out: &mut impl Write, r: &KernelReport) -> std::io::Result<()> {
+    let s = &r.measurement.summary;
+    writeln!(
+        out,
+        "{}  isa {}  params {}  threads {}  {}{}",
+        r.problem,
+        r.isa,
+        r.params,
+        r.threads,
+        if r.cold { "cold cache" } else { "warm cache" },
+        if r.quick {
+            " — quick mode, not a measurement"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(out, "soc: {} [{}]", r.soc, r.soc_fingerprint)?;
+    writeln!(
+        out,
+        "validated: max error {:.2e} (tolerance {:.0e})",
+        r.validation_error, r.tolerance
+    )?;
+    writeln!(out)?;
+    let rows: Vec<(&str, String)> = vec![
+        ("median", ns(s.median)),
+        (
+            "MAD",
+            format!("{} ({:.1}%)", ns(s.mad), 100.0 * s.relative_mad()),
+        ),
+        ("min / max", format!("{} / {}", ns(s.min), ns(s.max))),
+        (
+            "95% CI",
+            format!("{} .. {}", ns(s.ci95_low), ns(s.ci95_high)),
+        ),
+        (
+            "samples",
+            format!(
+                "{} × {} runs ({} outliers)",
+                s.n,
+                r.measurement.iters_per_sample,
+                s.outliers.len()
+            ),
+        ),
+        (
+            "GFLOP/s",
+            r.gflops.map_or("-".into(), |g| format!("{g:.2}")),
+        ),
+        ("GB/s", format!("{:.2}", r.gbytes_per_s)),
+        (
+            "roofline",
+            match &r.roofline {
+                Roofline::Measured {
+                    kind,
+                    threads,
+                    ceiling,
+                    unit,
+                    percent,
+                } => format!("{percent:.1}% of {kind} {ceiling:.1} {unit} at {threads} thread(s)"),
+                Roofline::Missing { note, .. } => note.clone(),
+            },
+        ),
+    ];
+    for (k, v) in rows {
+        writeln!(out, "{k:>10}  {v}")?;
+    }
+    if let Some(note) = &r.counters_note {
+        writeln!(
+            out,
+            "
+counters: {note}"
+        )?;
+    }
+    if let Some(c) = &r.measurement.counts {
+        writeln!(
+            out,
+            "
+counters per run ({}):",
+            c.backend
+        )?;
+        for (name, v) in &c.values {
+            writeln!(
+                out,
+                "{name:>24}  {:>14.0}{}",
+                v.scaled,
+                if v.multiplexed {
+                    "  (multiplexed, scaled)"
+                } else {
+                    ""
+                }
+            )?;
+        }
+    }
+    if let Some(mx) = &r.measurement.metrics {
+        let derived = [
+            ("IPC", mx.ipc, false),
+            ("L1D miss rate", mx.l1d_miss_rate, true),
+            ("L2 miss rate", mx.l2_miss_rate, true),
+            ("LLC miss rate", mx.llc_miss_rate, true),
+            ("branch MPKI", mx.branch_mpki, false),
+            ("frontend stalls", mx.frontend_stall_share, true),
+            ("backend stalls", mx.backend_stall_share, true),
+            ("SIMD share", mx.simd_share, true),
+        ];
+        for (name, v, pct) in derived {
+            if let Some(v) = v {
+                if pct {
+                    writeln!(out, "{name:>24}  {:>13.1}%", 100.0 * v)?;
+                } else {
+                    writeln!(out, "{name:>24}  {v:>14.2}")?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_isa(s: &str) -> anyhow::Result<FmaIsa> {
@@ -290,6 +764,7 @@ mod tests {
         v.extend_from_slice(line);
         match Cli::parse_from(v).cmd {
             BenchCommand::Roofline(a) => a,
+            other => panic!("not roofline: {other:?}"),
         }
     }
 
@@ -341,5 +816,182 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    fn kernel(line: &[&str]) -> (String, KernelArgs) {
+        let mut v = vec!["bench"];
+        v.extend_from_slice(line);
+        kernel_op(Cli::try_parse_from(v).unwrap().cmd).unwrap()
+    }
+
+    /// A tiny, quick run with no ceilings stored.
+    fn tiny(line: &[&str]) -> KernelReport {
+        let mut v = line.to_vec();
+        v.extend_from_slice(&[
+            "--quick",
+            "--counters",
+            "software",
+            "--db",
+            "/nonexistent/db",
+        ]);
+        let (op, k) = kernel(&v);
+        let sched = MeasureConfig::quick().max(50, std::time::Duration::from_millis(50));
+        bench_kernel(&op, &k, Some(sched)).unwrap_or_else(|e| panic!("{line:?}: {e:#}"))
+    }
+
+    #[test]
+    fn family_flags_map_to_ops_and_configs() {
+        let (op, k) = kernel(&[
+            "qgemv",
+            "--shape",
+            "8x64",
+            "--dtype",
+            "q8_0",
+            "--mode",
+            "a8",
+            "--isa",
+            "scalar",
+            "--params",
+            r#"{"rows_per_block":2}"#,
+            "--threads",
+            "2",
+            "--cold",
+        ]);
+        assert_eq!(op, "qgemv_a8");
+        let one = one_config(&k).unwrap();
+        assert_eq!(one.isa, Some(Isa::Scalar));
+        assert_eq!(one.threads, Some(2));
+        assert!(one.cold);
+        assert_eq!(one.params, Some(serde_json::json!({"rows_per_block": 2})));
+        assert_eq!(
+            kernel(&["eltwise", "--op", "gelu_tanh", "--shape", "9"]).0,
+            "eltwise_gelu_tanh"
+        );
+        assert_eq!(
+            kernel(&["norm", "--kind", "layer", "--shape", "2x8"]).0,
+            "layer_norm"
+        );
+        assert_eq!(kernel(&["norm", "--shape", "2x8"]).0, "rms_norm");
+        assert_eq!(kernel(&["rope", "--shape", "2x2x8"]).0, "rope");
+        assert_eq!(ceiling_kind("gemm", "avx2"), "fma_peak_avx2_fma");
+        assert_eq!(ceiling_kind("gemm", "avx512_vnni"), "fma_peak_avx512");
+        assert_eq!(ceiling_kind("qgemv_a8", "neon_dotprod"), "mem_bw_triad");
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error() {
+        let err = |line: &[&str]| -> String {
+            let mut v = vec!["bench"];
+            v.extend_from_slice(line);
+            let cmd = match Cli::try_parse_from(v) {
+                Ok(c) => c.cmd,
+                Err(e) => return e.to_string(),
+            };
+            let (op, mut k) = match kernel_op(cmd) {
+                Ok(x) => x,
+                Err(e) => return format!("{e:#}"),
+            };
+            k.quick = true;
+            k.db = Some("/nonexistent/db".into());
+            match bench_kernel(&op, &k, Some(MeasureConfig::quick())) {
+                Ok(_) => panic!("{line:?} should fail"),
+                Err(e) => format!("{e:#}"),
+            }
+        };
+        assert!(err(&["conv", "--shape", "4"]).contains("unrecognized subcommand"));
+        assert!(
+            err(&["eltwise", "--op", "tanhh", "--shape", "4"]).contains("unknown element-wise op")
+        );
+        assert!(err(&["gemv", "--shape", "4x4", "--dtype", "q9"]).contains("supported: f32, f16"));
+        assert!(err(&["gemv", "--shape", "4x0"]).contains("expected nxk"));
+        assert!(err(&["gemm", "--shape", "4x4"]).contains("expected mxnxk"));
+        assert!(err(&["qgemv", "--shape", "4x33"]).contains("qgemv"));
+        assert!(err(&["qgemv", "--shape", "4x32", "--mode", "a4"]).contains("--mode a32"));
+        assert!(err(&["gemv", "--shape", "4x4", "--params", "{nope"]).contains("not JSON"));
+        assert!(
+            err(&["gemv", "--shape", "4x4", "--params", r#"{"bogus":1}"#]).contains("do not parse")
+        );
+        assert!(
+            err(&["softmax", "--shape", "2x4", "--params", r#"{"threads":0}"#]).contains("softmax")
+        );
+        assert!(err(&["rope", "--shape", "2x2x7"]).contains("even"));
+        assert!(err(&["gemv", "--shape", "4x4", "--isa", "sse9"]).contains("sse9"));
+        assert!(err(&["gemv", "--shape", "4x4", "--counters", "gpu"]).contains("counter set"));
+        assert!(err(&["norm", "--kind", "batch", "--shape", "2x4"]).contains("--kind rms"));
+        // An ISA of the other architecture is never available here.
+        let foreign = if cfg!(target_arch = "x86_64") {
+            "neon"
+        } else {
+            "avx2"
+        };
+        assert!(err(&["softmax", "--shape", "2x4", "--isa", foreign]).contains("not available"));
+    }
+
+    #[test]
+    fn every_family_runs_tiny_and_reports() {
+        for line in [
+            &["gemv", "--shape", "16x40", "--threads", "1"][..],
+            &[
+                "gemv", "--shape", "9x33", "--dtype", "f16", "--cold", "--isa", "scalar",
+            ],
+            &["gemm", "--shape", "3x8x17", "--threads", "1"],
+            &["gemm", "--shape", "2x5x9", "--dtype", "f16"],
+            &["qgemv", "--shape", "4x64", "--dtype", "q4_0"],
+            &[
+                "qgemv", "--shape", "3x256", "--dtype", "q4_k", "--mode", "a8",
+            ],
+            &[
+                "qgemv",
+                "--shape",
+                "2x32",
+                "--dtype",
+                "mxfp4",
+                "--mode",
+                "a8",
+                "--params",
+                r#"{"rows_per_block":1}"#,
+            ],
+            &["eltwise", "--op", "silu", "--shape", "100"],
+            &["eltwise", "--op", "relu2", "--shape", "33", "--cold"],
+            &["norm", "--shape", "3x40"],
+            &[
+                "norm",
+                "--kind",
+                "layer",
+                "--shape",
+                "2x17",
+                "--threads",
+                "2",
+            ],
+            &["softmax", "--shape", "3x19"],
+            &["rope", "--shape", "2x3x16"],
+        ] {
+            let r = tiny(line);
+            assert!(r.measurement.summary.median > 0.0, "{line:?}");
+            assert!(r.validation_error <= r.tolerance, "{line:?}");
+            assert!(r.gbytes_per_s > 0.0 && r.bytes_per_run > 0, "{line:?}");
+            assert!(matches!(r.roofline, Roofline::Missing { .. }), "{line:?}");
+            let json = serde_json::to_string(&r).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(v["problem"], r.problem.as_str());
+            let mut buf = Vec::new();
+            print_report(&mut buf, &r).unwrap();
+            let text = String::from_utf8(buf).unwrap();
+            assert!(text.contains("median") && text.contains("GB/s"), "{text}");
+            assert!(
+                text.contains("run `tiletune bench roofline` first"),
+                "{text}"
+            );
+        }
+        let r = tiny(&[
+            "gemv",
+            "--shape",
+            "8x8",
+            "--isa",
+            "scalar",
+            "--threads",
+            "2",
+        ]);
+        assert_eq!((r.isa.as_str(), r.threads), ("scalar", 2));
     }
 }

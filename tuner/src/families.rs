@@ -6,6 +6,15 @@
 //! GEMV problems rotate through enough copies of the weights to exceed the
 //! last-level cache, so a decode-shaped kernel is timed streaming its weights
 //! from memory, as it does in a real model, not from a warm cache.
+//!
+//! [`one`] pins a single configuration of any family (including the ones the
+//! tuner does not search yet) for `tiletune bench`.
+
+pub mod one;
+
+pub use one::{
+    OneConfig, bandwidth_bound, bench_dims, bench_dtypes, instantiate_one, parse_bench_problem,
+};
 
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
@@ -141,14 +150,6 @@ where
     GemvProblem<W>: GemvCall,
 {
     fn new(spec: Problem, shape: GemvShape, m: &Machine) -> Self {
-        let mut rng = Rng::new(m.seed);
-        let w0: Vec<W> = (0..shape.n * shape.k)
-            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
-            .collect();
-        let x = rng.vec_f32(shape.k);
-        let reference = reference_gemv(&w0, &x, shape);
-        let copies = cold_copies(w0.len() * size_of::<W>(), &m.caps);
-        let w = vec![w0; copies];
         let default_cfg = GemvConfig {
             isa: Some(gemv::resolve_isa(None).unwrap_or(Isa::Scalar)),
             params: GemvParams::default_for(&shape, &m.caps),
@@ -169,6 +170,30 @@ where
                 }
             }
         }
+        Self::build(spec, shape, m, cfgs, true)
+    }
+
+    /// Inputs, reference and candidates for `cfgs`; `cold` rotates enough
+    /// weight copies to exceed the LLC, else one copy stays cache-warm.
+    fn build(
+        spec: Problem,
+        shape: GemvShape,
+        m: &Machine,
+        cfgs: Vec<GemvConfig>,
+        cold: bool,
+    ) -> Self {
+        let mut rng = Rng::new(m.seed);
+        let w0: Vec<W> = (0..shape.n * shape.k)
+            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
+            .collect();
+        let x = rng.vec_f32(shape.k);
+        let reference = reference_gemv(&w0, &x, shape);
+        let copies = if cold {
+            cold_copies(w0.len() * size_of::<W>(), &m.caps)
+        } else {
+            1
+        };
+        let w = vec![w0; copies];
         let cands = cfgs
             .iter()
             .map(|c| candidate(c.isa, &c.params, c.threads))
@@ -282,7 +307,9 @@ struct GemmProblem<W: WeightElem> {
     spec: Problem,
     shape: GemmShape,
     a: Vec<f32>,
-    w: Vec<W>,
+    /// Weight copies: one warm copy, or enough to exceed the LLC (`--cold`).
+    w: Vec<Vec<W>>,
+    next: usize,
     c: Vec<f32>,
     reference: Vec<f32>,
     cands: Vec<Candidate>,
@@ -291,24 +318,6 @@ struct GemmProblem<W: WeightElem> {
 
 impl<W: WeightElem> GemmProblem<W> {
     fn new(spec: Problem, shape: GemmShape, m: &Machine) -> Self {
-        let mut rng = Rng::new(m.seed);
-        let a = rng.vec_f32(shape.m * shape.k);
-        let w: Vec<W> = (0..shape.n * shape.k)
-            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
-            .collect();
-        let mut reference = vec![0.0f32; shape.m * shape.n];
-        for i in 0..shape.m {
-            let row = &a[i * shape.k..(i + 1) * shape.k];
-            let r = reference_gemv(
-                &w,
-                row,
-                GemvShape {
-                    n: shape.n,
-                    k: shape.k,
-                },
-            );
-            reference[i * shape.n..(i + 1) * shape.n].copy_from_slice(&r);
-        }
         let mut default_cfg = GemmConfig::new(&shape, &m.caps, m.max_threads.max(1));
         default_cfg.isa = Some(gemm::resolve_isa("gemm", None).unwrap_or(Isa::Scalar));
         let mut cfgs = vec![default_cfg];
@@ -324,6 +333,42 @@ impl<W: WeightElem> GemmProblem<W> {
                 }
             }
         }
+        Self::build(spec, shape, m, cfgs, false)
+    }
+
+    /// Inputs, reference and candidates for `cfgs`; `cold` rotates enough
+    /// weight copies to exceed the LLC (GEMM reuses its weights across
+    /// rows, so the tuner times it warm).
+    fn build(
+        spec: Problem,
+        shape: GemmShape,
+        m: &Machine,
+        cfgs: Vec<GemmConfig>,
+        cold: bool,
+    ) -> Self {
+        let mut rng = Rng::new(m.seed);
+        let a = rng.vec_f32(shape.m * shape.k);
+        let w0: Vec<W> = (0..shape.n * shape.k)
+            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
+            .collect();
+        let mut reference = vec![0.0f32; shape.m * shape.n];
+        for i in 0..shape.m {
+            let row = &a[i * shape.k..(i + 1) * shape.k];
+            let r = reference_gemv(
+                &w0,
+                row,
+                GemvShape {
+                    n: shape.n,
+                    k: shape.k,
+                },
+            );
+            reference[i * shape.n..(i + 1) * shape.n].copy_from_slice(&r);
+        }
+        let copies = if cold {
+            cold_copies(w0.len() * size_of::<W>(), &m.caps)
+        } else {
+            1
+        };
         let cands = cfgs
             .iter()
             .map(|c| candidate(c.isa, &c.params, c.threads))
@@ -332,7 +377,8 @@ impl<W: WeightElem> GemmProblem<W> {
             spec,
             shape,
             a,
-            w,
+            w: vec![w0; copies],
+            next: 0,
             c: vec![0.0; shape.m * shape.n],
             reference,
             cands,
@@ -342,16 +388,32 @@ impl<W: WeightElem> GemmProblem<W> {
 }
 
 trait GemmCall {
-    fn call(&mut self, cfg: &GemmConfig) -> tiletune_kernels::Result<()>;
+    fn call(&mut self, copy: usize, cfg: &GemmConfig) -> tiletune_kernels::Result<()>;
 }
 impl GemmCall for GemmProblem<f32> {
-    fn call(&mut self, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
-        gemm::gemm_f32(&self.a, &self.w, None, &mut self.c, self.shape, false, cfg)
+    fn call(&mut self, copy: usize, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
+        gemm::gemm_f32(
+            &self.a,
+            &self.w[copy],
+            None,
+            &mut self.c,
+            self.shape,
+            false,
+            cfg,
+        )
     }
 }
 impl GemmCall for GemmProblem<f16> {
-    fn call(&mut self, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
-        gemm::gemm_f16w_f32(&self.a, &self.w, None, &mut self.c, self.shape, false, cfg)
+    fn call(&mut self, copy: usize, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
+        gemm::gemm_f16w_f32(
+            &self.a,
+            &self.w[copy],
+            None,
+            &mut self.c,
+            self.shape,
+            false,
+            cfg,
+        )
     }
 }
 
@@ -371,7 +433,7 @@ where
     fn validate(&mut self, i: usize) -> Result<f32, String> {
         let cfg = self.cfgs[i];
         self.c.fill(f32::NAN);
-        self.call(&cfg).map_err(|e| e.to_string())?;
+        self.call(0, &cfg).map_err(|e| e.to_string())?;
         Ok(max_rel_err(&self.c, &self.reference) / (self.shape.k.max(1) as f32).sqrt())
     }
     fn tolerance(&self) -> f32 {
@@ -379,7 +441,8 @@ where
     }
     fn run(&mut self, i: usize) {
         let cfg = self.cfgs[i];
-        let _ = self.call(&cfg);
+        self.next = (self.next + 1) % self.w.len();
+        let _ = self.call(self.next, &cfg);
     }
     fn work(&self) -> Work {
         let (m, n, k) = (
