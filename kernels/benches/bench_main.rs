@@ -7,10 +7,5 @@ mod gemm;
 mod gemv;
 mod qgemv;
 
-criterion::criterion_group!(
-    families,
-    eltwise::benches,
-    gemv::benches,
-    qgemv::benches
-);
+criterion::criterion_group!(families, eltwise::benches, gemv::benches, qgemv::benches);
 criterion::criterion_main!(gemm::benches, families);

@@ -12,7 +12,6 @@ use std::process::ExitCode;
 use tiletune_bench::Environment;
 use tiletune_bench::roofline::{Ceilings, FmaIsa, Progress, RooflineConfig, measure_ceilings};
 
-
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -146,7 +145,9 @@ fn roofline(g: &Global, a: RooflineArgs) -> anyhow::Result<ExitCode> {
 
     // Quick runs are smoke tests, not measurements: never stored.
     if !a.no_store && !a.quick {
-        let path = a.db.clone().unwrap_or_else(tiletune_tables::default_db_path);
+        let path =
+            a.db.clone()
+                .unwrap_or_else(tiletune_tables::default_db_path);
         store_ceilings(&path, &soc, &ceilings)
             .with_context(|| format!("storing the ceilings in {}", path.display()))?;
         eprintln!("ceilings stored in {}", path.display());

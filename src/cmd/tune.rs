@@ -159,20 +159,28 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         match families::instantiate(p, &machine) {
             Ok(i) => instances.push(i),
             // A model may hold weights no family tunes yet: say so, go on.
-            Err(e @ tiletune_tuner::TunerError::UnsupportedDtype { .. }) if args.model.is_some() => {
+            Err(e @ tiletune_tuner::TunerError::UnsupportedDtype { .. })
+                if args.model.is_some() =>
+            {
                 skipped.push((p.clone(), e.to_string()))
             }
             Err(e) => return Err(e.into()),
         }
     }
     if !skipped.is_empty() {
-        eprintln!("skipping {} problem(s) with no tunable kernel yet:", skipped.len());
+        eprintln!(
+            "skipping {} problem(s) with no tunable kernel yet:",
+            skipped.len()
+        );
         for (p, why) in &skipped {
             eprintln!("  {p}: {why}");
         }
     }
     if instances.is_empty() {
-        bail!("nothing to tune: none of the {} problem(s) has a tunable kernel yet", problems.len());
+        bail!(
+            "nothing to tune: none of the {} problem(s) has a tunable kernel yet",
+            problems.len()
+        );
     }
 
     let started = Instant::now();
