@@ -532,3 +532,63 @@ impl FastModel {
         Ok(&st.logits[..rows * vocab])
     }
 }
+
+/// [`crate::generate::generate`] on the fast model: runs `prompt` after
+/// whatever `st` holds (a chat keeps its history), then samples until `stop`
+/// says so, streaming text through `on_text`. The last sampled token is not
+/// run through the model, so `st` then holds prompt + all but that token;
+/// `on_logits` sees the logits of every sampling step.
+#[allow(clippy::too_many_arguments)]
+pub fn generate(
+    model: &FastModel,
+    tok: &crate::tokenizer::Tokenizer,
+    st: &mut RunState,
+    prompt: &[u32],
+    sampler: &mut crate::sampling::Sampler,
+    stop: &mut crate::sampling::StopCriteria,
+    mut on_text: impl FnMut(&str),
+    mut on_logits: impl FnMut(&[f32]),
+) -> Result<crate::generate::Generation> {
+    use crate::sampling::StopReason;
+    use std::time::Instant;
+    let t0 = Instant::now();
+    let mut last = model.forward(prompt, st, false)?.to_vec();
+    let prefill_time = t0.elapsed();
+    let mut history = prompt.to_vec();
+    let mut tokens = Vec::new();
+    let mut text = String::new();
+    let mut dec = crate::tokenizer::StreamDecoder::new();
+    let t1 = Instant::now();
+    let reason = loop {
+        on_logits(&last);
+        let id = sampler.sample(&last, &history)?;
+        tokens.push(id);
+        history.push(id);
+        let piece = tok.decode_stream(&mut dec, id, true);
+        let step = stop.push(id, &piece);
+        if !step.text.is_empty() {
+            on_text(&step.text);
+            text.push_str(&step.text);
+        }
+        if let Some(r) = step.stop {
+            break r;
+        }
+        if st.len() >= st.capacity() {
+            break StopReason::MaxTokens;
+        }
+        let l = model.forward(&[id], st, false)?;
+        last.copy_from_slice(l);
+    };
+    let rest = dec.flush() + &stop.finish();
+    if !rest.is_empty() && reason != StopReason::StopString {
+        on_text(&rest);
+        text.push_str(&rest);
+    }
+    Ok(crate::generate::Generation {
+        tokens,
+        text,
+        stop: reason,
+        prefill_time,
+        decode_time: t1.elapsed(),
+    })
+}
