@@ -633,4 +633,56 @@ mod tests {
         assert_eq!(WeightKind::of_dtype("q8_1"), WeightKind::Dequantized);
         assert_eq!(WeightKind::of_dtype("bf16"), WeightKind::Dequantized);
     }
+    #[test]
+    fn tuned_and_nearest_selections_are_used() {
+        use tiletune_tables::{Candidate, Selection, SocRecord};
+        let dir = std::env::temp_dir().join(format!("tt-plan-db-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sel.db");
+        {
+            let mut db = SelectorDb::open(&path).unwrap();
+            db.register_soc(&SocRecord {
+                fingerprint: "soc".into(),
+                name: "test".into(),
+                probe: json!({}),
+                first_seen: 0,
+            })
+            .unwrap();
+            let gp = GemvParams {
+                nr: 2,
+                unroll: 1,
+                prefetch: 0,
+                kc: 0,
+            };
+            let winner = Candidate::new("scalar", serde_json::to_value(gp).unwrap(), 1).unwrap();
+            db.put_selection(&Selection {
+                soc: "soc".into(),
+                kernel_abi: KERNEL_ABI,
+                problem: Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
+                thread_budget: 2,
+                winner,
+                median_ns: 10.0,
+                default_ns: None,
+                speedup: None,
+                campaign: None,
+                selected_at: 0,
+            })
+            .unwrap();
+        }
+        let mut ps = problems();
+        ps.push(Problem::new("gemv", "f32", [("n", 128), ("k", 32)]).unwrap());
+        let p = ExecutionPlan::build(&ps, "soc", &CpuCaps::default(), &opts(path.clone()));
+        assert_eq!(p.db_status, "ok");
+        assert_eq!(p.entries[0].source, Source::Tuned);
+        assert!(
+            matches!(p.entries[0].kernel, Kernel::Gemv(c) if c.params.nr == 2 && c.threads == 1)
+        );
+        assert_eq!(p.entries[4].source, Source::Nearest);
+        assert_eq!(p.counts(), (1, 1, 3));
+        // Another SoC or thread budget sees nothing tuned.
+        let other = ExecutionPlan::build(&ps, "other", &CpuCaps::default(), &opts(path));
+        assert_eq!(other.counts(), (0, 0, 5));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
