@@ -30,6 +30,14 @@ pub enum Command {
     Tune(cmd::tune::Args),
     /// Measure kernels and this machine's roofline ceilings.
     Bench(cmd::bench::Args),
+    /// Show a model's execution plan: kernel choice per problem and its source.
+    Plan(cmd::plan::Args),
+    /// Run a prompt through a model and stream the generated text.
+    Run(cmd::run::Args),
+    /// Perplexity of a text file, computed as llama-perplexity does.
+    Ppl(cmd::ppl::Args),
+    /// Chat with a model in the terminal.
+    Chat(cmd::chat::Args),
 }
 
 fn main() -> ExitCode {
@@ -59,5 +67,9 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Table(args) => cmd::table::run(&global, args),
         Command::Tune(args) => cmd::tune::run(&global, args),
         Command::Bench(args) => cmd::bench::run(&global, args),
+        Command::Plan(args) => cmd::plan::run(&global, args),
+        Command::Run(args) => cmd::run::run(&global, args),
+        Command::Ppl(args) => cmd::ppl::run(&global, args),
+        Command::Chat(args) => cmd::chat::run(&global, args),
     }
 }

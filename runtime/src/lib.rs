@@ -13,6 +13,8 @@
 //! - [`models`]: plain scalar f32 reference decoder for Llama, Qwen2, Qwen3.
 //! - [`sampling`]: greedy/temperature/top-k/top-p/min-p/repetition penalty, stop criteria.
 //! - [`generate`]: the prefill + sample loop with streaming text.
+//! - [`plan`]: the execution plan (kernel choice per problem from the selector table).
+//! - [`models::FastModel`]: the decoder on the tuned kernels, weights kept quantized.
 //!
 //! Architecture invariant: `runtime` never depends on `tuner`, `pmu`,
 //! `bench-harness` or `reports`; all its errors are [`LoadError`]s.
@@ -23,6 +25,7 @@ pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod models;
+pub mod plan;
 pub mod problems;
 pub mod safetensors;
 pub mod sampling;

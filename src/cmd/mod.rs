@@ -2,7 +2,11 @@
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
 pub mod bench;
+pub mod chat;
+pub mod plan;
+pub mod ppl;
 pub mod probe;
+pub mod run;
 pub mod table;
 pub mod tune;
 

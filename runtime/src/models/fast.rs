@@ -1,0 +1,594 @@
+//! The fast decoder: the reference decoder's math on the kernel crate, with
+//! each linear layer run by the kernel the [`ExecutionPlan`] chose for it.
+//!
+//! Weights stay in their GGUF format: f32 and f16 run through GEMV (decode)
+//! and GEMM (prefill); the quantized formats the quantized GEMV reads (Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4) stay in their blocks and run
+//! one activation row at a time; any other type is dequantized to f32 at
+//! load. RMSNorm, SwiGLU, RoPE, softmax and residual adds are the kernel
+//! crate's. A [`RunState`] holds the KV cache and every scratch buffer, so a
+//! decode step allocates nothing once the first step has sized them.
+
+use half::f16;
+use tiletune_kernels::eltwise;
+use tiletune_kernels::gemm::{GemmShape, gemm_f16w_f32, gemm_f32};
+use tiletune_kernels::gemv::{GemvShape, gemv_f16_f32, gemv_f32};
+use tiletune_kernels::norm::Norm;
+use tiletune_kernels::qgemv::{QMode, activation_format};
+use tiletune_kernels::quant::{self, QuantFormat};
+use tiletune_kernels::rope::{self, Positions, RopeCache, RopeShape};
+use tiletune_kernels::softmax;
+
+use super::{RopeLayout, RotaryEmbedding, Weight, WeightSource, dequant};
+use crate::config::ModelConfig;
+use crate::error::{LoadError, Result};
+use crate::gguf::GgufFile;
+use crate::plan::{ExecutionPlan, Kernel, WeightKind};
+use crate::problems::{PREFILL_BUCKETS, prefill_bucket};
+
+fn kerr(e: tiletune_kernels::KernelError) -> LoadError {
+    LoadError::Config(format!(
+        "kernel call failed: {e}; the plan or the weights do not fit the model, report this as a bug"
+    ))
+}
+
+/// A weight matrix `(n, k)` in the form its kernel reads.
+#[derive(Clone, Debug)]
+enum WData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Quant(QuantFormat, Vec<u8>),
+}
+
+/// One linear layer with its kernels: decode (m = 1) and one per prefill bucket.
+#[derive(Clone, Debug)]
+struct Linear {
+    w: WData,
+    n: usize,
+    k: usize,
+    bias: Option<Vec<f32>>,
+    decode: Kernel,
+    prefill: [Kernel; PREFILL_BUCKETS.len()],
+}
+
+impl Linear {
+    fn load(g: &GgufFile, plan: &ExecutionPlan, w: Weight, n: usize, k: usize) -> Result<Self> {
+        let name = w.gguf_name();
+        let (info, data) = g.tensor_data(&name)?;
+        let bad = |what: String| LoadError::BadTensor {
+            path: g.path().to_path_buf(),
+            tensor: name.clone(),
+            what,
+        };
+        if info.dims.len() != 2 || info.dims[0] != k as u64 || info.dims[1] != n as u64 {
+            return Err(bad(format!(
+                "dims {:?}, the config implies [{k}, {n}]; the weights do not match the config",
+                info.dims
+            )));
+        }
+        let dtype = info.ggml_type.name().to_ascii_lowercase();
+        let wd = match WeightKind::of_dtype(&dtype) {
+            WeightKind::F32 => WData::F32(
+                data.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            ),
+            WeightKind::F16 => WData::F16(
+                data.chunks_exact(2)
+                    .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+            ),
+            WeightKind::Quant(f) => {
+                f.check_k("load", k).map_err(|e| bad(e.to_string()))?;
+                WData::Quant(f, data.to_vec())
+            }
+            WeightKind::Dequantized => WData::F32(
+                dequant::dequantize(info.ggml_type, data).ok_or_else(|| {
+                    bad(format!(
+                        "type {} is not supported; re-quantize to q4_0, q8_0, q4_K, q6_K, f16 or f32",
+                        info.ggml_type
+                    ))
+                })?,
+            ),
+        };
+        let ok = match &wd {
+            WData::F32(v) => v.len() == n * k,
+            WData::F16(v) => v.len() == n * k,
+            WData::Quant(f, b) => b.len() == n * f.row_bytes(k),
+        };
+        if !ok {
+            return Err(bad(format!("data does not hold {n} rows of {k} elements")));
+        }
+        Ok(Linear {
+            w: wd,
+            n,
+            k,
+            bias: None,
+            decode: plan.kernel("gemv", &dtype, 1, n, k),
+            prefill: PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k)),
+        })
+    }
+
+    /// Row `r` of the weight as f32 (the embedding lookup).
+    fn row(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        let k = self.k;
+        match &self.w {
+            WData::F32(w) => out.copy_from_slice(&w[r * k..(r + 1) * k]),
+            WData::F16(w) => out
+                .iter_mut()
+                .zip(&w[r * k..(r + 1) * k])
+                .for_each(|(o, h)| *o = h.to_f32()),
+            WData::Quant(f, b) => {
+                let rb = f.row_bytes(k);
+                quant::dequantize(*f, &b[r * rb..(r + 1) * rb], out).map_err(kerr)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `y (m, n) = x (m, k) · Wᵀ (+ bias)`; `xq` is scratch for W·A8.
+    fn forward(&self, x: &[f32], m: usize, y: &mut [f32], xq: &mut Vec<u8>) -> Result<()> {
+        let (n, k) = (self.n, self.k);
+        let x = &x[..m * k];
+        let y = &mut y[..m * n];
+        let kernel = if m == 1 {
+            &self.decode
+        } else {
+            let b = prefill_bucket(m);
+            let i = PREFILL_BUCKETS.iter().position(|&p| p == b).unwrap_or(0);
+            &self.prefill[i]
+        };
+        let bias = self.bias.as_deref();
+        match (&self.w, kernel) {
+            (WData::F32(w), Kernel::Gemv(c)) if m == 1 => {
+                gemv_f32(w, x, bias, y, GemvShape { n, k }, false, c).map_err(kerr)
+            }
+            (WData::F16(w), Kernel::Gemv(c)) if m == 1 => {
+                gemv_f16_f32(w, x, bias, y, GemvShape { n, k }, false, c).map_err(kerr)
+            }
+            (WData::F32(w), Kernel::Gemm(c)) => {
+                gemm_f32(x, w, bias, y, GemmShape::new(m, n, k), false, c).map_err(kerr)
+            }
+            (WData::F16(w), Kernel::Gemm(c)) => {
+                gemm_f16w_f32(x, w, bias, y, GemmShape::new(m, n, k), false, c).map_err(kerr)
+            }
+            (WData::Quant(f, w), Kernel::QGemv(q)) if q.format == *f => {
+                let act = activation_format(*f);
+                let xb = act.row_bytes(k);
+                if q.mode == QMode::A8 && xq.len() < xb {
+                    xq.resize(xb, 0);
+                }
+                for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+                    match q.mode {
+                        QMode::A32 => q.run(w, xr, yr).map_err(kerr)?,
+                        QMode::A8 => {
+                            quant::quantize_into(act, xr, &mut xq[..xb]).map_err(kerr)?;
+                            q.run_prequantized(w, &xq[..xb], k, yr).map_err(kerr)?;
+                        }
+                    }
+                    if let Some(b) = bias {
+                        eltwise::add_from(yr, b).map_err(kerr)?;
+                    }
+                }
+                Ok(())
+            }
+            (_, k) => Err(LoadError::Config(format!(
+                "the plan gave {} to a weight it cannot run; report this as a bug",
+                k.variant()
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Layer {
+    attn_norm: Vec<f32>,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    qk_norm: Option<[Vec<f32>; 2]>,
+    ffn_norm: Vec<f32>,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+#[derive(Clone, Debug)]
+enum Rope {
+    Kernel(RopeCache, rope::RopeLayout),
+    /// Scaled frequencies (Llama 3, linear), which the kernel's cache does not model.
+    Reference(RotaryEmbedding),
+}
+
+/// The KV cache and scratch buffers of one sequence.
+#[derive(Clone, Debug)]
+pub struct RunState {
+    k: Vec<Vec<f32>>, // layer → (ctx, kv_dim)
+    v: Vec<Vec<f32>>,
+    pos: usize,
+    ctx: usize,
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    kk: Vec<f32>,
+    vv: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    scores: Vec<f32>,
+    logits: Vec<f32>,
+    xq: Vec<u8>,
+}
+
+impl RunState {
+    /// Positions held in the cache.
+    pub fn len(&self) -> usize {
+        self.pos
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.pos == 0
+    }
+
+    /// Most positions this state can hold.
+    pub fn capacity(&self) -> usize {
+        self.ctx
+    }
+
+    /// Forgets every cached position (the buffers are kept).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Drops cached positions from `len` on (a chat rewinding a turn).
+    pub fn truncate(&mut self, len: usize) {
+        self.pos = self.pos.min(len);
+    }
+}
+
+/// The decoder on the tuned kernels.
+#[derive(Clone, Debug)]
+pub struct FastModel {
+    cfg: ModelConfig,
+    embed: Linear, // (vocab, d); also the LM head when tied
+    output: Option<Linear>,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    rope: Rope,
+    max_ctx: usize,
+}
+
+fn load_vec(g: &GgufFile, w: Weight, numel: usize) -> Result<Vec<f32>> {
+    WeightSource::load(g, w, numel)
+}
+
+fn resize(v: &mut Vec<f32>, len: usize) {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+}
+
+/// `Σ a·b` with independent partial sums so the compiler can vectorize it.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, ar) = a.split_at(a.len() / 8 * 8);
+    let (bc, br) = b.split_at(ac.len());
+    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ar.iter().zip(br) {
+        s += x * y;
+    }
+    s
+}
+
+impl FastModel {
+    /// Builds the model from a GGUF file with the kernels of `plan`; the
+    /// context (KV cache capacity) is at most `max_ctx` positions.
+    pub fn new(
+        cfg: &ModelConfig,
+        g: &GgufFile,
+        plan: &ExecutionPlan,
+        max_ctx: usize,
+    ) -> Result<Self> {
+        let (d, f, hd) = (cfg.hidden, cfg.intermediate, cfg.head_dim);
+        let (qd, kvd) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+        let max_ctx = max_ctx.min(cfg.max_pos).max(1);
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            let mut q = Linear::load(g, plan, Weight::Q(l), qd, d)?;
+            let mut k = Linear::load(g, plan, Weight::K(l), kvd, d)?;
+            let mut v = Linear::load(g, plan, Weight::V(l), kvd, d)?;
+            if cfg.qkv_bias {
+                q.bias = Some(load_vec(g, Weight::QBias(l), qd)?);
+                k.bias = Some(load_vec(g, Weight::KBias(l), kvd)?);
+                v.bias = Some(load_vec(g, Weight::VBias(l), kvd)?);
+            }
+            let qk_norm = if cfg.qk_norm {
+                Some([
+                    load_vec(g, Weight::QNorm(l), hd)?,
+                    load_vec(g, Weight::KNorm(l), hd)?,
+                ])
+            } else {
+                None
+            };
+            layers.push(Layer {
+                attn_norm: load_vec(g, Weight::AttnNorm(l), d)?,
+                q,
+                k,
+                v,
+                o: Linear::load(g, plan, Weight::O(l), d, qd)?,
+                qk_norm,
+                ffn_norm: load_vec(g, Weight::FfnNorm(l), d)?,
+                gate: Linear::load(g, plan, Weight::Gate(l), f, d)?,
+                up: Linear::load(g, plan, Weight::Up(l), f, d)?,
+                down: Linear::load(g, plan, Weight::Down(l), d, f)?,
+            });
+        }
+        let output = if !cfg.tied_embeddings && g.has(Weight::Output) {
+            Some(Linear::load(g, plan, Weight::Output, cfg.vocab, d)?)
+        } else {
+            None
+        };
+        let layout = g.rope_layout(cfg);
+        let rope = if cfg.rope_scaling.is_some() {
+            Rope::Reference(RotaryEmbedding::new(cfg, layout)?)
+        } else {
+            let cache = RopeCache::new(cfg.rope_theta as f64, hd, max_ctx).map_err(kerr)?;
+            let l = match layout {
+                RopeLayout::Halves => rope::RopeLayout::RotateHalf,
+                RopeLayout::Interleaved => rope::RopeLayout::Interleaved,
+            };
+            Rope::Kernel(cache, l)
+        };
+        Ok(FastModel {
+            cfg: cfg.clone(),
+            embed: Linear::load(g, plan, Weight::TokenEmbedding, cfg.vocab, d)?,
+            output,
+            layers,
+            norm: load_vec(g, Weight::OutputNorm, d)?,
+            rope,
+            max_ctx,
+        })
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Most positions a [`RunState`] of this model holds.
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+
+    /// A state with the KV cache allocated for [`Self::max_ctx`] positions
+    /// (zeroed pages are only touched as positions fill).
+    pub fn new_state(&self) -> RunState {
+        let kvd = self.cfg.n_kv_heads * self.cfg.head_dim;
+        let n = self.layers.len();
+        RunState {
+            k: vec![vec![0.0; self.max_ctx * kvd]; n],
+            v: vec![vec![0.0; self.max_ctx * kvd]; n],
+            pos: 0,
+            ctx: self.max_ctx,
+            x: Vec::new(),
+            h: Vec::new(),
+            q: Vec::new(),
+            kk: Vec::new(),
+            vv: Vec::new(),
+            att: Vec::new(),
+            o: Vec::new(),
+            g: Vec::new(),
+            u: Vec::new(),
+            scores: vec![0.0; self.max_ctx],
+            logits: Vec::new(),
+            xq: Vec::new(),
+        }
+    }
+
+    /// Runs `tokens` after the positions in `st`; returns the logits of the
+    /// last token (`vocab`), or of every token (`n × vocab`) with `all`.
+    pub fn forward<'s>(
+        &self,
+        tokens: &[u32],
+        st: &'s mut RunState,
+        all: bool,
+    ) -> Result<&'s [f32]> {
+        let cfg = &self.cfg;
+        let (d, f, vocab, eps) = (cfg.hidden, cfg.intermediate, cfg.vocab, cfg.rms_eps);
+        let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+        let (qd, kvd) = (nh * hd, nkv * hd);
+        let n = tokens.len();
+        let start = st.pos;
+        if n == 0 {
+            return Err(LoadError::Config("forward needs at least one token".into()));
+        }
+        if start + n > st.ctx {
+            return Err(LoadError::Config(format!(
+                "{} positions exceed the context of {}; start a new sequence or raise the context",
+                start + n,
+                st.ctx
+            )));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(LoadError::Tokenizer(format!(
+                "token id {t} is outside the {vocab}-token vocabulary"
+            )));
+        }
+        resize(&mut st.x, n * d);
+        resize(&mut st.h, n * d);
+        resize(&mut st.q, n * qd);
+        resize(&mut st.kk, n * kvd);
+        resize(&mut st.vv, n * kvd);
+        resize(&mut st.att, n * qd);
+        resize(&mut st.o, n * d);
+        resize(&mut st.g, n * f);
+        resize(&mut st.u, n * f);
+        for (i, &t) in tokens.iter().enumerate() {
+            self.embed.row(t as usize, &mut st.x[i * d..(i + 1) * d])?;
+        }
+        let group = nh / nkv.max(1);
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let x = &mut st.x[..n * d];
+            let h = &mut st.h[..n * d];
+            Norm::rms(&layer.attn_norm, eps)
+                .forward(x, h, n)
+                .map_err(kerr)?;
+            layer.q.forward(h, n, &mut st.q, &mut st.xq)?;
+            layer.k.forward(h, n, &mut st.kk, &mut st.xq)?;
+            layer.v.forward(h, n, &mut st.vv, &mut st.xq)?;
+            let (q, k) = (&mut st.q[..n * qd], &mut st.kk[..n * kvd]);
+            if let Some([qn, kn]) = &layer.qk_norm {
+                Norm::rms(qn, eps)
+                    .forward_inplace(q, n * nh)
+                    .map_err(kerr)?;
+                Norm::rms(kn, eps)
+                    .forward_inplace(k, n * nkv)
+                    .map_err(kerr)?;
+            }
+            match &self.rope {
+                Rope::Kernel(cache, lay) => {
+                    let pos = Positions::Offset(start);
+                    let sq = RopeShape {
+                        rows: n,
+                        n_heads: nh,
+                        head_dim: hd,
+                    };
+                    rope::rope(q, sq, pos, cache, *lay).map_err(kerr)?;
+                    let sk = RopeShape {
+                        rows: n,
+                        n_heads: nkv,
+                        head_dim: hd,
+                    };
+                    rope::rope(k, sk, pos, cache, *lay).map_err(kerr)?;
+                }
+                Rope::Reference(r) => {
+                    for i in 0..n {
+                        r.apply(&mut q[i * qd..(i + 1) * qd], hd, start + i);
+                        r.apply(&mut k[i * kvd..(i + 1) * kvd], hd, start + i);
+                    }
+                }
+            }
+            let (kc, vc) = (&mut st.k[l], &mut st.v[l]);
+            kc[start * kvd..(start + n) * kvd].copy_from_slice(k);
+            vc[start * kvd..(start + n) * kvd].copy_from_slice(&st.vv[..n * kvd]);
+            // Causal attention, one query row and head at a time.
+            let att = &mut st.att[..n * qd];
+            for i in 0..n {
+                let len = start + i + 1;
+                for head in 0..nh {
+                    let kvh = head / group;
+                    let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
+                    let sc = &mut st.scores[..len];
+                    for (p, s) in sc.iter_mut().enumerate() {
+                        let kr = &kc[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
+                        *s = dot(qh, kr) * scale;
+                    }
+                    softmax::softmax(sc, 1, len).map_err(kerr)?;
+                    let out = &mut att[i * qd + head * hd..i * qd + (head + 1) * hd];
+                    out.fill(0.0);
+                    for (p, &w) in sc.iter().enumerate() {
+                        let vr = &vc[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
+                        for (o, v) in out.iter_mut().zip(vr) {
+                            *o += w * v;
+                        }
+                    }
+                }
+            }
+            layer.o.forward(att, n, &mut st.o, &mut st.xq)?;
+            let x = &mut st.x[..n * d];
+            eltwise::add_from(x, &st.o[..n * d]).map_err(kerr)?;
+            let h = &mut st.h[..n * d];
+            Norm::rms(&layer.ffn_norm, eps)
+                .forward(x, h, n)
+                .map_err(kerr)?;
+            layer.gate.forward(h, n, &mut st.g, &mut st.xq)?;
+            layer.up.forward(h, n, &mut st.u, &mut st.xq)?;
+            eltwise::swiglu(&mut st.g[..n * f], &st.u[..n * f]).map_err(kerr)?;
+            layer
+                .down
+                .forward(&st.g[..n * f], n, &mut st.o, &mut st.xq)?;
+            eltwise::add_from(&mut st.x[..n * d], &st.o[..n * d]).map_err(kerr)?;
+        }
+        st.pos = start + n;
+        let rows = if all { n } else { 1 };
+        let xs = &st.x[(n - rows) * d..n * d];
+        let h = &mut st.h[..rows * d];
+        Norm::rms(&self.norm, eps)
+            .forward(xs, h, rows)
+            .map_err(kerr)?;
+        resize(&mut st.logits, rows * vocab);
+        let head = self.output.as_ref().unwrap_or(&self.embed);
+        head.forward(h, rows, &mut st.logits, &mut st.xq)?;
+        Ok(&st.logits[..rows * vocab])
+    }
+}
+
+/// [`crate::generate::generate`] on the fast model: runs `prompt` after
+/// whatever `st` holds (a chat keeps its history), then samples until `stop`
+/// says so, streaming text through `on_text`. The last sampled token is not
+/// run through the model, so `st` then holds prompt + all but that token;
+/// `on_logits` sees the logits of every sampling step.
+#[allow(clippy::too_many_arguments)]
+pub fn generate(
+    model: &FastModel,
+    tok: &crate::tokenizer::Tokenizer,
+    st: &mut RunState,
+    prompt: &[u32],
+    sampler: &mut crate::sampling::Sampler,
+    stop: &mut crate::sampling::StopCriteria,
+    mut on_text: impl FnMut(&str),
+    mut on_logits: impl FnMut(&[f32]),
+) -> Result<crate::generate::Generation> {
+    use crate::sampling::StopReason;
+    use std::time::Instant;
+    let t0 = Instant::now();
+    let mut last = model.forward(prompt, st, false)?.to_vec();
+    let prefill_time = t0.elapsed();
+    let mut history = prompt.to_vec();
+    let mut tokens = Vec::new();
+    let mut text = String::new();
+    let mut dec = crate::tokenizer::StreamDecoder::new();
+    let t1 = Instant::now();
+    let reason = loop {
+        on_logits(&last);
+        let id = sampler.sample(&last, &history)?;
+        tokens.push(id);
+        history.push(id);
+        let piece = tok.decode_stream(&mut dec, id, true);
+        let step = stop.push(id, &piece);
+        if !step.text.is_empty() {
+            on_text(&step.text);
+            text.push_str(&step.text);
+        }
+        if let Some(r) = step.stop {
+            break r;
+        }
+        if st.len() >= st.capacity() {
+            break StopReason::MaxTokens;
+        }
+        let l = model.forward(&[id], st, false)?;
+        last.copy_from_slice(l);
+    };
+    let rest = dec.flush() + &stop.finish();
+    if !rest.is_empty() && reason != StopReason::StopString {
+        on_text(&rest);
+        text.push_str(&rest);
+    }
+    Ok(crate::generate::Generation {
+        tokens,
+        text,
+        stop: reason,
+        prefill_time,
+        decode_time: t1.elapsed(),
+    })
+}

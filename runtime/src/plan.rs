@@ -1,0 +1,688 @@
+//! The execution plan: which kernel variant, parameters and thread count run
+//! each of a model's kernel problems on this SoC.
+//!
+//! At load the runtime lists the model's problems ([`crate::problems`]), asks
+//! the selector table once ([`SelectorDb::lookup_many`]) and maps each answer
+//! to a concrete kernel configuration: an exact tuned winner ("tuned"), the
+//! winner of the nearest tuned shape ("nearest"), or the kernel crate's
+//! analytic default ("default") when nothing usable is stored. A missing,
+//! corrupt or foreign table never stops inference: the reason is kept in
+//! [`ExecutionPlan::db_status`] and every problem gets its default.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tiletune_kernels::gemm::{self, GemmConfig, GemmParams, GemmShape};
+use tiletune_kernels::gemv::{self, GemvConfig, GemvParams, GemvShape};
+use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QGemvShape, QMode};
+use tiletune_kernels::quant::QuantFormat;
+use tiletune_kernels::{CpuCaps, Isa, KERNEL_ABI, Tunable};
+use tiletune_tables::{Lookup, OpenOptions, Problem, SelectorDb};
+
+/// Weight formats the quantized GEMV reads straight from GGUF blocks.
+pub const QGEMV_FORMATS: [QuantFormat; 8] = [
+    QuantFormat::Q4_0,
+    QuantFormat::Q4_1,
+    QuantFormat::Q5_0,
+    QuantFormat::Q5_1,
+    QuantFormat::Q8_0,
+    QuantFormat::Q4K,
+    QuantFormat::Q6K,
+    QuantFormat::Mxfp4,
+];
+
+/// How the runtime keeps a weight of a given GGUF dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightKind {
+    F32,
+    F16,
+    /// Kept in its GGUF blocks and run by the quantized GEMV.
+    Quant(QuantFormat),
+    /// Any other type: dequantized to f32 at load and run as f32.
+    Dequantized,
+}
+
+impl WeightKind {
+    /// The kind for a dtype as the problem keys spell it (`f32`, `q4_k`, ...).
+    pub fn of_dtype(dtype: &str) -> Self {
+        match dtype {
+            "f32" => WeightKind::F32,
+            "f16" => WeightKind::F16,
+            d => QGEMV_FORMATS
+                .iter()
+                .copied()
+                .find(|f| f.name().eq_ignore_ascii_case(d))
+                .map_or(WeightKind::Dequantized, WeightKind::Quant),
+        }
+    }
+}
+
+/// A concrete kernel configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kernel {
+    /// f32 or f16 weights, one row of activations.
+    Gemv(GemvConfig),
+    /// f32 or f16 weights, several rows.
+    Gemm(GemmConfig),
+    /// Quantized weights; prefill runs it once per row.
+    QGemv(QGemv),
+}
+
+impl Kernel {
+    /// The variant name as the selector table spells it.
+    pub fn variant(&self) -> String {
+        match self {
+            Kernel::Gemv(c) => c.isa.map_or("auto", Isa::name).to_string(),
+            Kernel::Gemm(c) => c.isa.map_or("auto", Isa::name).to_string(),
+            Kernel::QGemv(q) => format!("{}.{}", q.isa.name(), q.mode.name()),
+        }
+    }
+
+    /// The parameters as JSON.
+    pub fn params_json(&self) -> Value {
+        let v = match self {
+            Kernel::Gemv(c) => serde_json::to_value(c.params),
+            Kernel::Gemm(c) => serde_json::to_value(c.params),
+            Kernel::QGemv(q) => serde_json::to_value(q.params),
+        };
+        v.unwrap_or(Value::Null)
+    }
+
+    /// Worker count.
+    pub fn threads(&self) -> usize {
+        match self {
+            Kernel::Gemv(c) => c.threads,
+            Kernel::Gemm(c) => c.threads,
+            Kernel::QGemv(q) => q.threads,
+        }
+    }
+}
+
+/// Where a plan entry's choice came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Tuned on this SoC for exactly this problem.
+    Tuned,
+    /// Tuned on this SoC for the nearest shape of the same op and dtype.
+    Nearest,
+    /// The kernel crate's analytic default.
+    Default,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Tuned => "tuned",
+            Source::Nearest => "nearest",
+            Source::Default => "default",
+        }
+    }
+}
+
+/// One problem's choice.
+#[derive(Debug, Clone)]
+pub struct PlanEntry {
+    pub problem: Problem,
+    pub kernel: Kernel,
+    pub source: Source,
+    /// Why a stored selection was not used, or what it was borrowed from.
+    pub note: Option<String>,
+}
+
+/// What the plan is built for.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// The selector table; `None` uses [`tiletune_tables::default_db_path`].
+    pub db: Option<PathBuf>,
+    /// Thread budget (the table key) and the default worker count.
+    pub threads: usize,
+    /// Forces the activation mode of quantized defaults (and rejects tuned
+    /// choices of the other mode); `None` takes the tuned mode or W·A8.
+    pub qmode: Option<QMode>,
+}
+
+/// The per-problem choices for one model on one SoC.
+#[derive(Debug, Clone)]
+pub struct ExecutionPlan {
+    pub soc: String,
+    pub caps: CpuCaps,
+    pub threads: usize,
+    pub db_path: PathBuf,
+    /// `ok`, or why the table could not be used (then every entry is a default).
+    pub db_status: String,
+    pub entries: Vec<PlanEntry>,
+    /// Opening the table and the one `lookup_many` call.
+    pub lookup_time: Duration,
+    /// Mapping the answers to kernel configurations.
+    pub plan_time: Duration,
+    index: HashMap<String, usize>,
+}
+
+/// The SoC fingerprint and cache model of this machine; a probe failure
+/// gives `unknown` and default caches (nothing is tuned for `unknown`).
+pub fn this_soc() -> (String, CpuCaps) {
+    match tiletune_soc::probe() {
+        Ok(info) => (info.fingerprint.clone(), info.cpu_caps()),
+        Err(_) => (
+            "unknown".to_string(),
+            CpuCaps {
+                cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                ..CpuCaps::default()
+            },
+        ),
+    }
+}
+
+impl ExecutionPlan {
+    /// Looks `problems` up once in the table at `opts.db` for `soc` and builds
+    /// the plan. Never fails: table problems become [`Self::db_status`].
+    pub fn build(problems: &[Problem], soc: &str, caps: &CpuCaps, opts: &PlanOptions) -> Self {
+        let threads = opts.threads.max(1);
+        let db_path = opts
+            .db
+            .clone()
+            .unwrap_or_else(tiletune_tables::default_db_path);
+        let t0 = Instant::now();
+        let (lookups, db_status) = lookup_all(&db_path, soc, threads, problems);
+        let lookup_time = t0.elapsed();
+        let t1 = Instant::now();
+        let entries: Vec<PlanEntry> = problems
+            .iter()
+            .zip(lookups)
+            .map(|(p, l)| entry_for(p, &l, caps, threads, opts.qmode))
+            .collect();
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.problem.key(), i))
+            .collect();
+        let plan_time = t1.elapsed();
+        ExecutionPlan {
+            soc: soc.to_string(),
+            caps: *caps,
+            threads,
+            db_path,
+            db_status,
+            entries,
+            lookup_time,
+            plan_time,
+            index,
+        }
+    }
+
+    /// The plan of a GGUF model on this machine.
+    pub fn for_model(g: &crate::GgufFile, opts: &PlanOptions) -> crate::Result<Self> {
+        let problems = crate::problems::kernel_problems(g)?;
+        let (soc, caps) = this_soc();
+        Ok(Self::build(&problems, &soc, &caps, opts))
+    }
+
+    /// The entry of a problem; `None` if the model does not have it.
+    pub fn get(&self, p: &Problem) -> Option<&PlanEntry> {
+        self.index.get(&p.key()).map(|&i| &self.entries[i])
+    }
+
+    /// The kernel for `op` (`gemv`, `gemm`) on a weight, falling back to the
+    /// default when the problem was not planned (a model built without it).
+    pub fn kernel(&self, op: &str, dtype: &str, m: usize, n: usize, k: usize) -> Kernel {
+        let p = if op == "gemv" {
+            Problem::new("gemv", dtype, [("n", n), ("k", k)])
+        } else {
+            Problem::new("gemm", dtype, [("m", m), ("n", n), ("k", k)])
+        };
+        match p.ok().as_ref().and_then(|p| self.get(p)) {
+            Some(e) => e.kernel,
+            None => default_kernel(
+                op,
+                WeightKind::of_dtype(dtype),
+                m,
+                n,
+                k,
+                &self.caps,
+                self.threads,
+                None,
+            ),
+        }
+    }
+
+    /// Entries per source: (tuned, nearest, default).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let c = |s| self.entries.iter().filter(|e| e.source == s).count();
+        (c(Source::Tuned), c(Source::Nearest), c(Source::Default))
+    }
+
+    /// One line: counts per source, table status and timing.
+    pub fn summary(&self) -> String {
+        let (t, n, d) = self.counts();
+        format!(
+            "plan: {} problems: {t} tuned, {n} nearest, {d} default; table {} ({}); lookup {:.2} ms, plan {:.2} ms",
+            self.entries.len(),
+            self.db_path.display(),
+            self.db_status,
+            self.lookup_time.as_secs_f64() * 1e3,
+            self.plan_time.as_secs_f64() * 1e3
+        )
+    }
+
+    /// The plan as JSON.
+    pub fn to_json(&self) -> Value {
+        let entries: Vec<Value> = self
+            .entries
+            .iter()
+            .map(|e| {
+                json!({
+                    "op": e.problem.op(),
+                    "dtype": e.problem.dtype(),
+                    "shape": e.problem.dims_string(),
+                    "variant": e.kernel.variant(),
+                    "params": e.kernel.params_json(),
+                    "threads": e.kernel.threads(),
+                    "source": e.source.name(),
+                    "note": e.note,
+                })
+            })
+            .collect();
+        let (t, n, d) = self.counts();
+        json!({
+            "soc": self.soc,
+            "threads": self.threads,
+            "db": self.db_path.display().to_string(),
+            "db_status": self.db_status,
+            "lookup_ms": self.lookup_time.as_secs_f64() * 1e3,
+            "plan_ms": self.plan_time.as_secs_f64() * 1e3,
+            "counts": { "tuned": t, "nearest": n, "default": d },
+            "entries": entries,
+        })
+    }
+}
+
+impl fmt::Display for ExecutionPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "soc {}  threads {}", self.soc, self.threads)?;
+        writeln!(
+            f,
+            "{:<5} {:<6} {:<22} {:<18} {:<48} {:>3}  source",
+            "op", "dtype", "shape", "variant", "params", "thr"
+        )?;
+        for e in &self.entries {
+            let params = e.kernel.params_json().to_string();
+            write!(
+                f,
+                "{:<5} {:<6} {:<22} {:<18} {:<48} {:>3}  {}",
+                e.problem.op(),
+                e.problem.dtype(),
+                e.problem.dims_string(),
+                e.kernel.variant(),
+                params,
+                e.kernel.threads(),
+                e.source.name()
+            )?;
+            if let Some(n) = &e.note {
+                write!(f, " ({n})")?;
+            }
+            writeln!(f)?;
+        }
+        write!(f, "{}", self.summary())
+    }
+}
+
+/// Opens the table read-only and asks once; any failure gives all-missing
+/// and a status that says why.
+fn lookup_all(
+    path: &Path,
+    soc: &str,
+    threads: usize,
+    problems: &[Problem],
+) -> (Vec<Lookup>, String) {
+    let missing = || vec![Lookup::Missing; problems.len()];
+    if !path.exists() {
+        return (
+            missing(),
+            "not found; using defaults (run `tiletune tune --model` to create it)".into(),
+        );
+    }
+    let db = match SelectorDb::open_with(path, OpenOptions::read_only()) {
+        Ok(db) => db,
+        Err(e) => return (missing(), format!("unusable ({e}); using defaults")),
+    };
+    match db.lookup_many(soc, KERNEL_ABI, threads, problems) {
+        Ok(l) if l.len() == problems.len() => {
+            let any = l.iter().any(|l| !matches!(l, Lookup::Missing));
+            let status = if any {
+                "ok".to_string()
+            } else {
+                format!("ok, nothing tuned for soc {soc} with {threads} threads")
+            };
+            (l, status)
+        }
+        Ok(_) => (
+            missing(),
+            "lookup answered the wrong number of problems; using defaults".into(),
+        ),
+        Err(e) => (missing(), format!("lookup failed ({e}); using defaults")),
+    }
+}
+
+fn entry_for(
+    p: &Problem,
+    l: &Lookup,
+    caps: &CpuCaps,
+    threads: usize,
+    qmode: Option<QMode>,
+) -> PlanEntry {
+    let kind = WeightKind::of_dtype(p.dtype());
+    let m = p.dim("m").unwrap_or(1);
+    let (n, k) = (p.dim("n").unwrap_or(0), p.dim("k").unwrap_or(0));
+    let default = |note: Option<String>| PlanEntry {
+        problem: p.clone(),
+        kernel: default_kernel(p.op(), kind, m, n, k, caps, threads, qmode),
+        source: Source::Default,
+        note,
+    };
+    let (sel, source, from) = match l {
+        Lookup::Exact(s) => (s, Source::Tuned, None),
+        Lookup::Nearest { sel, from, .. } => (sel, Source::Nearest, Some(from)),
+        Lookup::Missing => return default(None),
+    };
+    let w = &sel.winner;
+    match from_candidate(
+        p.op(),
+        kind,
+        w.variant(),
+        w.params(),
+        w.threads(),
+        threads,
+        qmode,
+    ) {
+        Ok(kernel) => PlanEntry {
+            problem: p.clone(),
+            kernel,
+            source,
+            note: from.map(|f| format!("from {}", f.dims_string())),
+        },
+        Err(why) => default(Some(format!(
+            "stored winner `{}` rejected: {why}",
+            w.variant()
+        ))),
+    }
+}
+
+/// The best implemented and available ISA of a list.
+fn best(list: &[Isa]) -> Isa {
+    Isa::best_of(list)
+}
+
+/// The analytic default for a problem.
+#[allow(clippy::too_many_arguments)]
+pub fn default_kernel(
+    op: &str,
+    kind: WeightKind,
+    m: usize,
+    n: usize,
+    k: usize,
+    caps: &CpuCaps,
+    threads: usize,
+    qmode: Option<QMode>,
+) -> Kernel {
+    match kind {
+        WeightKind::Quant(format) => {
+            let mode = qmode.unwrap_or(QMode::A8);
+            let shape = QGemvShape { format, mode, n, k };
+            Kernel::QGemv(QGemv {
+                format,
+                mode,
+                isa: best(qgemv::variants(format, mode)),
+                params: QGemvParams::default_for(&shape, caps),
+                threads,
+            })
+        }
+        _ if op == "gemm" => {
+            let shape = GemmShape::new(m, n, k);
+            let isa = best(gemm::GEMM_ISAS);
+            Kernel::Gemm(GemmConfig {
+                isa: Some(isa),
+                params: GemmParams::default_for_isa(&shape, caps, isa),
+                threads,
+            })
+        }
+        _ => {
+            let shape = GemvShape { n, k };
+            Kernel::Gemv(GemvConfig {
+                isa: Some(best(gemv::variants())),
+                params: GemvParams::default_for(&shape, caps),
+                threads,
+            })
+        }
+    }
+}
+
+/// A stored winner as a kernel configuration, or why it cannot be used here.
+fn from_candidate(
+    op: &str,
+    kind: WeightKind,
+    variant: &str,
+    params: &Value,
+    threads: usize,
+    budget: usize,
+    qmode: Option<QMode>,
+) -> Result<Kernel, String> {
+    if threads == 0 || threads > budget {
+        return Err(format!("{threads} threads outside the budget of {budget}"));
+    }
+    let isa_of = |s: &str| {
+        let isa = Isa::from_str(s).map_err(|e| e.to_string())?;
+        if isa.is_available() {
+            Ok(isa)
+        } else {
+            Err(format!("this cpu lacks {isa}"))
+        }
+    };
+    match kind {
+        WeightKind::Quant(format) => {
+            let (isa, mode) = variant
+                .split_once('.')
+                .ok_or_else(|| "expected `<isa>.a32` or `<isa>.a8`".to_string())?;
+            let mode = match mode {
+                "a32" => QMode::A32,
+                "a8" => QMode::A8,
+                m => return Err(format!("unknown activation mode `{m}`")),
+            };
+            if qmode.is_some_and(|q| q != mode) {
+                return Err("activation mode differs from the forced one".into());
+            }
+            let isa = isa_of(isa)?;
+            if !qgemv::variants(format, mode).contains(&isa) {
+                return Err(format!("qgemv has no {isa} variant for {format}"));
+            }
+            let params: QGemvParams =
+                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
+            params.validate().map_err(|e| e.to_string())?;
+            Ok(Kernel::QGemv(QGemv {
+                format,
+                mode,
+                isa,
+                params,
+                threads,
+            }))
+        }
+        _ if op == "gemm" => {
+            let isa = isa_of(variant)?;
+            let params: GemmParams =
+                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
+            params
+                .validate_for("gemm", isa)
+                .map_err(|e| e.to_string())?;
+            Ok(Kernel::Gemm(GemmConfig {
+                isa: Some(isa),
+                params,
+                threads,
+            }))
+        }
+        _ => {
+            let isa = isa_of(variant)?;
+            if !gemv::variants().contains(&isa) {
+                return Err(format!("gemv has no {isa} variant"));
+            }
+            let params: GemvParams =
+                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
+            params.validate().map_err(|e| e.to_string())?;
+            Ok(Kernel::Gemv(GemvConfig {
+                isa: Some(isa),
+                params,
+                threads,
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems() -> Vec<Problem> {
+        vec![
+            Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
+            Problem::new("gemv", "q4_1", [("n", 64), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "f16", [("m", 16), ("n", 64), ("k", 32)]).unwrap(),
+            Problem::new("gemv", "bf16", [("n", 8), ("k", 32)]).unwrap(),
+        ]
+    }
+
+    fn opts(db: PathBuf) -> PlanOptions {
+        PlanOptions {
+            db: Some(db),
+            threads: 2,
+            qmode: None,
+        }
+    }
+
+    #[test]
+    fn missing_db_gives_defaults() {
+        let dir = std::env::temp_dir().join(format!("tt-plan-missing-{}", std::process::id()));
+        let p = ExecutionPlan::build(
+            &problems(),
+            "soc",
+            &CpuCaps::default(),
+            &opts(dir.join("no.db")),
+        );
+        assert_eq!(p.counts(), (0, 0, 4));
+        assert!(p.db_status.contains("not found"), "{}", p.db_status);
+        assert!(matches!(p.entries[0].kernel, Kernel::Gemv(_)));
+        assert!(matches!(p.entries[1].kernel, Kernel::QGemv(_)));
+        assert!(matches!(p.entries[2].kernel, Kernel::Gemm(_)));
+        assert!(matches!(p.entries[3].kernel, Kernel::Gemv(_)));
+        assert!(p.to_string().contains("default"));
+    }
+
+    #[test]
+    fn corrupt_db_gives_defaults() {
+        let dir = std::env::temp_dir().join(format!("tt-plan-corrupt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.db");
+        std::fs::write(&path, b"this is not sqlite at all, not even close......").unwrap();
+        let p = ExecutionPlan::build(&problems(), "soc", &CpuCaps::default(), &opts(path));
+        assert_eq!(p.counts(), (0, 0, 4));
+        assert!(p.db_status.contains("using defaults"), "{}", p.db_status);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn candidates_are_validated() {
+        let gp = serde_json::to_value(GemvParams::default_for(
+            &GemvShape { n: 8, k: 8 },
+            &CpuCaps::default(),
+        ))
+        .unwrap();
+        let ok = from_candidate("gemv", WeightKind::F32, "scalar", &gp, 1, 2, None);
+        assert!(matches!(ok, Ok(Kernel::Gemv(c)) if c.isa == Some(Isa::Scalar)));
+        assert!(from_candidate("gemv", WeightKind::F32, "scalar", &gp, 3, 2, None).is_err());
+        assert!(from_candidate("gemv", WeightKind::F32, "nope", &gp, 1, 2, None).is_err());
+        assert!(
+            from_candidate(
+                "gemv",
+                WeightKind::F32,
+                "scalar",
+                &json!({"x": 1}),
+                1,
+                2,
+                None
+            )
+            .is_err()
+        );
+        let q = Kernel::QGemv(QGemv::new(QuantFormat::Q4_0, QMode::A32)).params_json();
+        let k = WeightKind::Quant(QuantFormat::Q4_0);
+        assert!(matches!(
+            from_candidate("gemv", k, "scalar.a32", &q, 1, 2, None),
+            Ok(Kernel::QGemv(g)) if g.mode == QMode::A32
+        ));
+        assert!(from_candidate("gemv", k, "scalar", &q, 1, 2, None).is_err());
+        assert!(from_candidate("gemv", k, "scalar.a32", &q, 1, 2, Some(QMode::A8)).is_err());
+    }
+
+    #[test]
+    fn dtypes_map_to_weight_kinds() {
+        assert_eq!(WeightKind::of_dtype("f32"), WeightKind::F32);
+        assert_eq!(
+            WeightKind::of_dtype("q4_k"),
+            WeightKind::Quant(QuantFormat::Q4K)
+        );
+        assert_eq!(WeightKind::of_dtype("q8_1"), WeightKind::Dequantized);
+        assert_eq!(WeightKind::of_dtype("bf16"), WeightKind::Dequantized);
+    }
+    #[test]
+    fn tuned_and_nearest_selections_are_used() {
+        use tiletune_tables::{Candidate, Selection, SocRecord};
+        let dir = std::env::temp_dir().join(format!("tt-plan-db-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sel.db");
+        {
+            let mut db = SelectorDb::open(&path).unwrap();
+            db.register_soc(&SocRecord {
+                fingerprint: "soc".into(),
+                name: "test".into(),
+                probe: json!({}),
+                first_seen: 0,
+            })
+            .unwrap();
+            let gp = GemvParams {
+                nr: 2,
+                unroll: 1,
+                prefetch: 0,
+                kc: 0,
+            };
+            let winner = Candidate::new("scalar", serde_json::to_value(gp).unwrap(), 1).unwrap();
+            db.put_selection(&Selection {
+                soc: "soc".into(),
+                kernel_abi: KERNEL_ABI,
+                problem: Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
+                thread_budget: 2,
+                winner,
+                median_ns: 10.0,
+                default_ns: None,
+                speedup: None,
+                campaign: None,
+                selected_at: 0,
+            })
+            .unwrap();
+        }
+        let mut ps = problems();
+        ps.push(Problem::new("gemv", "f32", [("n", 128), ("k", 32)]).unwrap());
+        let p = ExecutionPlan::build(&ps, "soc", &CpuCaps::default(), &opts(path.clone()));
+        assert_eq!(p.db_status, "ok");
+        assert_eq!(p.entries[0].source, Source::Tuned);
+        assert!(
+            matches!(p.entries[0].kernel, Kernel::Gemv(c) if c.params.nr == 2 && c.threads == 1)
+        );
+        assert_eq!(p.entries[4].source, Source::Nearest);
+        assert_eq!(p.counts(), (1, 1, 3));
+        // Another SoC or thread budget sees nothing tuned.
+        let other = ExecutionPlan::build(&ps, "other", &CpuCaps::default(), &opts(path));
+        assert_eq!(other.counts(), (0, 0, 5));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,29 @@
+//! `tiletune plan`: the execution plan a model gets on this machine — per
+//! kernel problem the variant, parameters and threads, and whether each came
+//! from the tuned table, the nearest tuned shape, or the analytic default —
+//! with the time the lookup and planning took.
+
+use super::Global;
+use super::run::{ModelArgs, plan_for};
+use std::io::Write;
+use std::process::ExitCode;
+use tiletune_runtime::GgufFile;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub m: ModelArgs,
+}
+
+pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let gguf = GgufFile::open(&args.m.model)?;
+    let plan = plan_for(&args.m, &gguf)?;
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        serde_json::to_writer_pretty(&mut out, &plan.to_json())?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "{plan}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,278 @@
+//! `tiletune run`: load a GGUF model with its tuned execution plan, run a
+//! prompt and stream the generated text, then print load time, prefill and
+//! decode speed and peak memory. `--token-ids` + `--dump-logits` bypass the
+//! tokenizer and write logits as JSON for checking against other
+//! implementations. Also holds the model loading shared by `plan`, `ppl`
+//! and `chat`.
+
+use super::Global;
+use anyhow::Context;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tiletune_kernels::qgemv::QMode;
+use tiletune_runtime::GgufFile;
+use tiletune_runtime::chat::{ChatTemplate, Message};
+use tiletune_runtime::config::ModelConfig;
+use tiletune_runtime::models::{FastModel, generate_fast};
+use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, this_soc};
+use tiletune_runtime::sampling::{Sampler, SamplerConfig, StopCriteria};
+use tiletune_runtime::tokenizer::Tokenizer;
+
+/// Model and plan flags shared by `run`, `plan`, `ppl` and `chat`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// GGUF model file.
+    #[arg(long, short = 'm', value_name = "FILE")]
+    pub model: PathBuf,
+    /// Selector table (default: the user's table, see `tiletune table`).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// Worker threads, also the table's thread budget (default: online cores).
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+    /// Force the activation mode of quantized weights: `a8` (8-bit
+    /// activations, integer dot products) or `a32` (f32 activations).
+    #[arg(long, value_parser = parse_qmode)]
+    pub qmode: Option<QMode>,
+}
+
+fn parse_qmode(s: &str) -> Result<QMode, String> {
+    match s {
+        "a8" => Ok(QMode::A8),
+        "a32" => Ok(QMode::A32),
+        _ => Err(format!("`{s}` is not a mode; use a8 or a32")),
+    }
+}
+
+/// A loaded model with everything needed to run it.
+pub struct Loaded {
+    pub gguf: GgufFile,
+    pub cfg: ModelConfig,
+    pub tok: Tokenizer,
+    pub plan: ExecutionPlan,
+    pub model: FastModel,
+    pub load_time: Duration,
+}
+
+/// The execution plan of the model in `a` on this machine.
+pub fn plan_for(a: &ModelArgs, g: &GgufFile) -> anyhow::Result<ExecutionPlan> {
+    let (soc, caps) = this_soc();
+    let opts = PlanOptions {
+        db: a.db.clone(),
+        threads: a.threads.unwrap_or(caps.cores).max(1),
+        qmode: a.qmode,
+    };
+    let problems = tiletune_runtime::problems::kernel_problems(g)?;
+    Ok(ExecutionPlan::build(&problems, &soc, &caps, &opts))
+}
+
+/// Opens the model, plans it and builds the fast decoder for `ctx` positions.
+pub fn load(a: &ModelArgs, ctx: usize) -> anyhow::Result<Loaded> {
+    let t0 = Instant::now();
+    let gguf = GgufFile::open(&a.model)?;
+    let cfg = ModelConfig::from_gguf(&gguf)?;
+    let tok = Tokenizer::from_gguf(&gguf)?;
+    let plan = plan_for(a, &gguf)?;
+    let model = FastModel::new(&cfg, &gguf, &plan, ctx)?;
+    Ok(Loaded {
+        gguf,
+        cfg,
+        tok,
+        plan,
+        model,
+        load_time: t0.elapsed(),
+    })
+}
+
+/// Encodes rendered chat text: control tokens are parsed, and BOS is added
+/// only if the model wants it and the template did not write it.
+pub fn encode_chat(tok: &Tokenizer, text: &str) -> anyhow::Result<Vec<u32>> {
+    let has_bos = tok
+        .bos()
+        .and_then(|b| tok.token_str(b))
+        .is_some_and(|s| !s.is_empty() && text.starts_with(s));
+    Ok(tok.encode(text, !has_bos, true)?)
+}
+
+/// Peak resident memory (VmHWM) in KiB, if /proc says.
+pub fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Sampling flags shared by `run` and `chat`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SampleArgs {
+    /// Temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SampleArgs {
+    pub fn sampler(&self) -> anyhow::Result<Sampler> {
+        let cfg = if self.temp == 0.0 {
+            SamplerConfig {
+                seed: self.seed,
+                repeat_penalty: self.repeat_penalty,
+                ..SamplerConfig::greedy()
+            }
+        } else {
+            SamplerConfig {
+                temperature: self.temp,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                repeat_penalty: self.repeat_penalty,
+                seed: self.seed,
+                ..SamplerConfig::default()
+            }
+        };
+        Ok(Sampler::new(cfg)?)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub m: ModelArgs,
+    /// The prompt, fed as-is (see --chat-template).
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 64)]
+    pub n: usize,
+    #[command(flatten)]
+    pub s: SampleArgs,
+    /// Wrap the prompt as a user turn with the model's chat template.
+    #[arg(long)]
+    pub chat_template: bool,
+    /// Context size (KV cache positions).
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Comma-separated token ids to feed instead of a prompt.
+    #[arg(long, value_name = "IDS")]
+    pub token_ids: Option<String>,
+    /// Write the logits of every prompt position (and of each generated
+    /// step) to this JSON file.
+    #[arg(long, value_name = "FILE")]
+    pub dump_logits: Option<PathBuf>,
+}
+
+pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let l = load(&args.m, args.ctx)?;
+    if g.verbose {
+        eprintln!("{}", l.plan.summary());
+    }
+    eprintln!(
+        "loaded {} ({} layers, {} threads) in {:.2} s",
+        args.m.model.display(),
+        l.cfg.n_layers,
+        l.plan.threads,
+        l.load_time.as_secs_f64()
+    );
+    let prompt: Vec<u32> = match (&args.token_ids, &args.prompt) {
+        (Some(ids), _) => ids
+            .split(',')
+            .map(|s| s.trim().parse::<u32>())
+            .collect::<Result<_, _>>()
+            .context("--token-ids takes comma-separated integers, e.g. 1,2,3")?,
+        (None, Some(p)) if args.chat_template => {
+            let t = ChatTemplate::from_gguf(&l.gguf, &l.tok)?;
+            encode_chat(&l.tok, &t.render(&[Message::new("user", p)], true)?)?
+        }
+        (None, Some(p)) => l.tok.encode(p, true, true)?,
+        (None, None) => anyhow::bail!("pass --prompt TEXT or --token-ids 1,2,3"),
+    };
+    if prompt.is_empty() {
+        anyhow::bail!("the prompt encodes to no tokens; pass a non-empty prompt");
+    }
+    if let Some(path) = &args.dump_logits {
+        return dump_logits(&l, &prompt, &args, path);
+    }
+    let mut st = l.model.new_state();
+    let mut sampler = args.s.sampler()?;
+    let mut stop = StopCriteria::new(l.tok.eog_ids(), Vec::new(), args.n);
+    let mut out = std::io::stdout().lock();
+    if args.token_ids.is_none() && !args.chat_template {
+        write!(out, "{}", args.prompt.as_deref().unwrap_or(""))?;
+    }
+    let res = generate_fast(
+        &l.model,
+        &l.tok,
+        &mut st,
+        &prompt,
+        &mut sampler,
+        &mut stop,
+        |t| {
+            let _ = write!(out, "{t}");
+            let _ = out.flush();
+        },
+        |_| {},
+    )?;
+    writeln!(out)?;
+    let pf = prompt.len() as f64 / res.prefill_time.as_secs_f64().max(1e-9);
+    // The first token is sampled from the prefill logits; decode steps are the rest.
+    let steps = res.tokens.len().saturating_sub(1);
+    let dec = steps as f64 / res.decode_time.as_secs_f64().max(1e-9);
+    eprintln!(
+        "load {:.2} s | prefill {} tok in {:.3} s = {pf:.1} tok/s | decode {steps} tok in {:.3} s = {dec:.1} tok/s | peak mem {} MiB | stop: {:?}",
+        l.load_time.as_secs_f64(),
+        prompt.len(),
+        res.prefill_time.as_secs_f64(),
+        res.decode_time.as_secs_f64(),
+        peak_rss_kib().map_or("?".into(), |k| (k / 1024).to_string()),
+        res.stop
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dump_logits(l: &Loaded, prompt: &[u32], args: &Args, path: &Path) -> anyhow::Result<ExitCode> {
+    let vocab = l.cfg.vocab;
+    let mut st = l.model.new_state();
+    let all = l.model.forward(prompt, &mut st, true)?.to_vec();
+    let prompt_logits: Vec<&[f32]> = all.chunks_exact(vocab).collect();
+    let mut last = all[all.len() - vocab..].to_vec();
+    let mut sampler = args.s.sampler()?;
+    let mut history = prompt.to_vec();
+    let mut steps = Vec::new();
+    for _ in 0..args.n {
+        if st.len() >= st.capacity() {
+            break;
+        }
+        let id = sampler.sample(&last, &history)?;
+        history.push(id);
+        last.copy_from_slice(l.model.forward(&[id], &mut st, false)?);
+        steps.push(serde_json::json!({ "token": id, "logits": last }));
+    }
+    let doc = serde_json::json!({
+        "model": args.m.model.display().to_string(),
+        "prompt": prompt,
+        "vocab": vocab,
+        "prompt_logits": prompt_logits,
+        "generated": steps,
+    });
+    let f = std::fs::File::create(path)
+        .with_context(|| format!("cannot create {}; check the directory", path.display()))?;
+    serde_json::to_writer(std::io::BufWriter::new(f), &doc)?;
+    eprintln!(
+        "wrote logits of {} prompt positions and {} generated steps to {}",
+        prompt.len(),
+        history.len() - prompt.len(),
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
