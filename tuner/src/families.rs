@@ -11,6 +11,7 @@
 //! tuner does not search yet) for `tiletune bench`.
 
 pub mod one;
+pub mod quant;
 
 pub use one::{
     OneConfig, bandwidth_bound, bench_dims, bench_dtypes, instantiate_one, parse_bench_problem,
@@ -28,7 +29,10 @@ use tiletune_tables::{Candidate, Problem};
 /// The dtypes each op can be tuned for.
 pub fn supported_dtypes(op: &str) -> &'static [&'static str] {
     match op {
-        "gemv" | "gemm" => &["f32", "f16"],
+        "gemv" => &[
+            "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
+        ],
+        "gemm" => &["f32", "f16"],
         _ => &[],
     }
 }
@@ -57,6 +61,17 @@ pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>
             expected: n.to_string(),
         })
     };
+    if spec.op() == "gemv"
+        && let Some(format) = quant::format_of(spec.dtype())
+    {
+        return Ok(Box::new(quant::QGemvTune::new(
+            spec.clone(),
+            format,
+            dim("n")?,
+            dim("k")?,
+            m,
+        )?));
+    }
     match (spec.op(), spec.dtype()) {
         ("gemv", "f32") => Ok(Box::new(GemvProblem::<f32>::new(
             spec.clone(),
@@ -227,9 +242,13 @@ fn reference_gemv<W: WeightElem>(w: &[W], x: &[f32], s: GemvShape) -> Vec<f32> {
 }
 
 fn candidate<P: serde::Serialize>(isa: Option<Isa>, params: &P, threads: usize) -> Candidate {
+    candidate_named(isa.unwrap_or(Isa::Scalar).name(), params, threads)
+}
+
+fn candidate_named<P: serde::Serialize>(variant: &str, params: &P, threads: usize) -> Candidate {
     let params = serde_json::to_value(params).expect("params structs serialize to JSON objects");
-    Candidate::new(isa.unwrap_or(Isa::Scalar).name(), params, threads)
-        .expect("ISA names and thread counts >= 1 are valid candidate keys")
+    Candidate::new(variant, params, threads)
+        .expect("ISA names (with a .a32/.a8 mode) and thread counts >= 1 are valid candidate keys")
 }
 
 /// Dispatch to the right typed entry point.
@@ -477,6 +496,9 @@ mod tests {
     #[test]
     fn every_offered_candidate_validates() {
         for spec in [
+            Problem::new("gemv", "q4_0", [("n", 9), ("k", 64)]).unwrap(),
+            Problem::new("gemv", "q4_k", [("n", 3), ("k", 256)]).unwrap(),
+            Problem::new("gemv", "mxfp4", [("n", 5), ("k", 96)]).unwrap(),
             Problem::new("gemv", "f32", [("n", 37), ("k", 70)]).unwrap(),
             Problem::new("gemv", "f16", [("n", 16), ("k", 33)]).unwrap(),
             Problem::new("gemm", "f32", [("m", 5), ("n", 19), ("k", 23)]).unwrap(),
@@ -490,6 +512,22 @@ mod tests {
                 assert!(err <= tol, "{spec}: {:?}: err {err}", p.candidates()[i]);
             }
         }
+    }
+
+    #[test]
+    fn quantized_gemv_searches_both_activation_modes() {
+        let p = instantiate(
+            &Problem::new("gemv", "q8_0", [("n", 4), ("k", 64)]).unwrap(),
+            &machine(),
+        )
+        .unwrap();
+        let variants: Vec<&str> = p.candidates().iter().map(|c| c.variant()).collect();
+        assert!(variants.iter().any(|v| v.ends_with(".a8")), "{variants:?}");
+        assert!(variants.iter().any(|v| v.ends_with(".a32")), "{variants:?}");
+        assert!(variants.iter().all(|v| {
+            let (isa, mode) = v.split_once('.').unwrap();
+            isa.parse::<Isa>().is_ok() && matches!(mode, "a8" | "a32")
+        }));
     }
 
     #[test]
