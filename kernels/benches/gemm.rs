@@ -87,9 +87,18 @@ fn gemm_crate(a: &[f32], w: &[f32], c: &mut [f32], s: GemmShape, threads: usize)
 
 fn bench_gemm(cr: &mut Criterion) {
     let caps = cpu_caps();
+    // The LLM shapes: m = 1 (a GEMM with one row; the runtime uses
+    // GEMV there, measured in gemv.rs) up to 512, and Qwen2.5-0.5B, Llama-7B
+    // layer shapes.
     let mut shapes = vec![GemmShape::new(1024, 1024, 1024)];
-    for m in [16, 128, 512] {
-        for (n, k) in [(896, 896), (4864, 896), (896, 4864)] {
+    for m in [1, 16, 128, 512] {
+        for (n, k) in [
+            (896, 896),
+            (4864, 896),
+            (896, 4864),
+            (4096, 4096),
+            (11008, 4096),
+        ] {
             shapes.push(GemmShape::new(m, n, k));
         }
     }

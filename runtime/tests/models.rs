@@ -102,10 +102,13 @@ fn to_safetensors(ws: &[(Weight, Vec<usize>, Vec<f32>)]) -> SafetensorsModel {
         })
         .collect();
     let img = write_safetensors(&entries);
+    // Tests run in parallel threads of one process: a process-wide counter
+    // keeps their directories apart (pid + weight count alone collided).
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "tiletune-models-{}-{}",
         std::process::id(),
-        names.len()
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("model.safetensors"), img).unwrap();
