@@ -262,14 +262,32 @@ impl SelectorDb {
         } else {
             // WAL lets readers (the runtime) proceed while a tuner writes, and
             // writers queue on the busy timeout instead of failing.
-            let mode: String = conn
-                .pragma_query_value(None, "journal_mode", |r| r.get(0))
-                .map_err(e("reading the journal mode"))?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| {
-                    r.get::<_, String>(0)
-                })
-                .map_err(e("switching to wal mode"))?;
+            //
+            // Switching the journal mode needs an exclusive lock and SQLite
+            // may answer SQLITE_BUSY at once, without the busy handler, when
+            // another connection is opening the same fresh file (seen with two
+            // writers under qemu). So retry until the busy timeout, re-reading
+            // the mode: usually the other opener has switched it already.
+            let deadline = std::time::Instant::now() + opts.busy_timeout;
+            loop {
+                let mode: String = conn
+                    .pragma_query_value(None, "journal_mode", |r| r.get(0))
+                    .map_err(e("reading the journal mode"))?;
+                if mode.eq_ignore_ascii_case("wal") {
+                    break;
+                }
+                match conn
+                    .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
+                {
+                    Ok(_) => break,
+                    Err(rusqlite::Error::SqliteFailure(f, _))
+                        if f.code == rusqlite::ErrorCode::DatabaseBusy
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    Err(err) => return Err(e("switching to wal mode")(err)),
+                }
             }
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(e("setting synchronous"))?;
