@@ -648,20 +648,8 @@ fn store_ceilings(
     soc: &tiletune_soc::SocInfo,
     c: &Ceilings,
 ) -> anyhow::Result<()> {
-    use tiletune_tables::{Ceiling, OpenOptions, SelectorDb, SocRecord, now_unix};
-    let mut db = SelectorDb::open_with(
-        path,
-        OpenOptions {
-            create: true,
-            ..OpenOptions::default()
-        },
-    )?;
-    db.register_soc(&SocRecord {
-        fingerprint: soc.fingerprint.clone(),
-        name: soc.name.clone(),
-        probe: serde_json::to_value(soc)?,
-        first_seen: now_unix(),
-    })?;
+    use tiletune_tables::{Ceiling, now_unix};
+    let mut db = super::open_for_writing(path, soc)?;
     let row = |kind: String, threads: usize, value: f64, unit: &str| Ceiling {
         soc: soc.fingerprint.clone(),
         kind,

@@ -17,3 +17,26 @@ pub struct Global {
     pub json: bool,
     pub verbose: bool,
 }
+
+/// Opens (creating if needed) the selector table a command writes to, and
+/// registers this SoC in it so its rows have a parent.
+pub fn open_for_writing(
+    path: &std::path::Path,
+    soc: &tiletune_soc::SocInfo,
+) -> anyhow::Result<tiletune_tables::SelectorDb> {
+    use tiletune_tables::{OpenOptions, SelectorDb, SocRecord, now_unix};
+    let mut db = SelectorDb::open_with(
+        path,
+        OpenOptions {
+            create: true,
+            ..OpenOptions::default()
+        },
+    )?;
+    db.register_soc(&SocRecord {
+        fingerprint: soc.fingerprint.clone(),
+        name: soc.name.clone(),
+        probe: serde_json::to_value(soc)?,
+        first_seen: now_unix(),
+    })?;
+    Ok(db)
+}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tiletune_kernels::KERNEL_ABI;
-use tiletune_tables::{Campaign, OpenOptions, Problem, SelectorDb, SocRecord, now_unix};
+use tiletune_tables::{Campaign, Problem, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
 use tiletune_tuner::campaign::{CampaignConfig, ProblemReport, Progress, run_campaign};
 use tiletune_tuner::families::{self, Machine};
@@ -121,19 +121,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         .db
         .clone()
         .unwrap_or_else(tiletune_tables::default_db_path);
-    let mut db = SelectorDb::open_with(
-        &db_path,
-        OpenOptions {
-            create: true,
-            ..OpenOptions::default()
-        },
-    )?;
-    db.register_soc(&SocRecord {
-        fingerprint: soc.fingerprint.clone(),
-        name: soc.name.clone(),
-        probe: serde_json::to_value(&soc)?,
-        first_seen: now_unix(),
-    })?;
+    let mut db = super::open_for_writing(&db_path, &soc)?;
     // Continue an interrupted campaign of the same kind: its measurements are
     // found again by key, so nothing is measured twice.
     let strategy_name = args.strategy.name();
