@@ -232,8 +232,17 @@ impl SelectorDb {
             .map_err(e("setting the busy timeout"))?;
         // Reading the schema touches page 1 and the schema table: damaged
         // files fail here rather than on the first query.
-        let (app, version) = schema::header_ids(&conn).map_err(e("reading the header"))?;
-        let empty = schema::is_empty(&conn).map_err(e("reading the schema"))?;
+        // One read transaction, so the ids and the schema come from the same
+        // snapshot: read separately, another process's first migration could
+        // commit in between and show application_id 0 with user_version 3,
+        // which looks foreign (seen with two processes creating one file).
+        let (app, version, empty) = {
+            let tx = conn.transaction().map_err(e("reading the header"))?;
+            let (app, version) = schema::header_ids(&tx).map_err(e("reading the header"))?;
+            let empty = schema::is_empty(&tx).map_err(e("reading the schema"))?;
+            tx.commit().map_err(e("reading the header"))?;
+            (app, version, empty)
+        };
         if app != APPLICATION_ID && !(app == 0 && version == 0 && empty) {
             return Err(TableError::Foreign {
                 path,
