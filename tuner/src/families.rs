@@ -112,6 +112,21 @@ pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>
     }
 }
 
+/// The largest `|got − want| / Σ|w·x|` over rows after a 1e-6 absolute
+/// allowance (the bound the quantized kernels' own tests use); a NaN output
+/// is an infinite error.
+fn row_scaled_err(got: &[f32], want: &[f64], magnitude: &[f64]) -> f32 {
+    let mut worst = 0.0f64;
+    for ((&g, &w), &mag) in got.iter().zip(want).zip(magnitude) {
+        let d = (g as f64 - w).abs();
+        if d.is_nan() {
+            return f32::INFINITY;
+        }
+        worst = worst.max((d - 1e-6).max(0.0) / mag.max(f64::MIN_POSITIVE));
+    }
+    worst as f32
+}
+
 /// Thread counts to search: 1..=max.
 fn thread_counts(max: usize) -> Vec<usize> {
     (1..=max.max(1)).collect()

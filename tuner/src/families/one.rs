@@ -473,15 +473,11 @@ impl KernelProblem for QGemvOne {
     fn validate(&mut self, _i: usize) -> Result<f32, String> {
         self.y.fill(f32::NAN);
         self.call(0).map_err(|e| e.to_string())?;
-        let mut worst = 0.0f64;
-        for ((&g, &w), &mag) in self.y.iter().zip(&self.reference).zip(&self.magnitude) {
-            let d = (g as f64 - w).abs();
-            if d.is_nan() {
-                return Ok(f32::INFINITY);
-            }
-            worst = worst.max((d - 1e-6).max(0.0) / mag.max(f64::MIN_POSITIVE));
-        }
-        Ok(worst as f32)
+        Ok(super::row_scaled_err(
+            &self.y,
+            &self.reference,
+            &self.magnitude,
+        ))
     }
     fn tolerance(&self) -> f32 {
         1e-5

@@ -196,15 +196,11 @@ impl KernelProblem for QGemvTune {
             QMode::A32 => &self.a32,
             QMode::A8 => &self.a8,
         };
-        let mut worst = 0.0f64;
-        for ((&g, &w), &mag) in self.y.iter().zip(&data.reference).zip(&data.magnitude) {
-            let d = (g as f64 - w).abs();
-            if d.is_nan() {
-                return Ok(f32::INFINITY);
-            }
-            worst = worst.max((d - 1e-6).max(0.0) / mag.max(f64::MIN_POSITIVE));
-        }
-        Ok(worst as f32)
+        Ok(super::row_scaled_err(
+            &self.y,
+            &data.reference,
+            &data.magnitude,
+        ))
     }
     fn tolerance(&self) -> f32 {
         1e-5
