@@ -29,6 +29,9 @@ pub enum BenchCommand {
     /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad,
     /// 1..N threads) and f32 FMA peak per ISA lane (1..N threads).
     Roofline(RooflineArgs),
+    /// Prefill and decode tokens/s of a model, llama-bench compatible
+    /// (pp<N>/tg<N> tests, -p/-n/-t lists, -r repetitions, -o md|json|jsonl).
+    Model(super::bench_model::Args),
     /// Time f32 GEMV y = W·x (weights f32 or f16); --shape NxK.
     Gemv(KernelArgs),
     /// Time f32 GEMM C = A·Wᵀ (weights f32 or f16); --shape MxNxK.
@@ -155,6 +158,7 @@ struct RooflineRecord {
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         BenchCommand::Roofline(a) => roofline(g, a),
+        BenchCommand::Model(a) => super::bench_model::run(g, a),
         other => {
             let (op, k) = kernel_op(other)?;
             let report = bench_kernel(&op, &k, None)?;
@@ -174,6 +178,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
 fn kernel_op(cmd: BenchCommand) -> anyhow::Result<(String, KernelArgs)> {
     Ok(match cmd {
         BenchCommand::Roofline(_) => anyhow::bail!("roofline is not a kernel family"),
+        BenchCommand::Model(_) => anyhow::bail!("model is not a kernel family"),
         BenchCommand::Gemv(k) => ("gemv".into(), k),
         BenchCommand::Gemm(k) => ("gemm".into(), k),
         BenchCommand::Softmax(k) => ("softmax".into(), k),

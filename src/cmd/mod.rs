@@ -2,6 +2,7 @@
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
 pub mod bench;
+pub mod bench_model;
 pub mod chat;
 pub mod plan;
 pub mod ppl;
