@@ -19,7 +19,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::BenchError;
-use crate::pin::{PinGuard, Placement};
+use crate::pin::{PinGuard, Placement, WorkerPin};
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -157,6 +157,8 @@ pub struct Harness<C: Clock = SystemClock> {
     clock: C,
     counters: Option<CounterSet>,
     pin: Option<Vec<usize>>,
+    /// Pool workers (TIDs) that run the measured closure's work.
+    workers: Vec<i32>,
 }
 
 impl Harness<SystemClock> {
@@ -175,6 +177,7 @@ impl<C: Clock> Harness<C> {
             clock,
             counters: None,
             pin: None,
+            workers: Vec::new(),
         })
     }
 
@@ -192,10 +195,21 @@ impl<C: Clock> Harness<C> {
         self
     }
 
+    /// The threads (Linux TIDs) of the pool the measured kernel runs on: a
+    /// multi-threaded kernel's work happens on its pool's persistent workers,
+    /// not on the measuring thread, so their counters are opened and summed
+    /// with the caller's (see `tiletune_pmu::counters`), and when the harness
+    /// is [`Harness::pinned`] each worker is pinned to one CPU of the set.
+    /// Call before [`Harness::attach_counters`].
+    pub fn workers(mut self, tids: Vec<i32>) -> Self {
+        self.workers = tids;
+        self
+    }
+
     /// Opens counters of `kind` for the pinned CPUs (big.LITTLE: that
     /// cluster's PMU) and attaches them; returns the fallback note, if any.
     pub fn attach_counters(&mut self, kind: EventSetKind) -> Option<FallbackNote> {
-        let mut opts = CounterOptions::new(kind);
+        let mut opts = CounterOptions::new(kind).threads(self.workers.clone());
         if let Some(cpus) = &self.pin {
             opts = opts.cpus(cpus.clone());
         }
@@ -221,6 +235,10 @@ impl<C: Clock> Harness<C> {
     pub fn measure<F: FnMut()>(&mut self, name: &str, mut f: F) -> Result<Measurement, BenchError> {
         let cfg = self.cfg;
         let mut pin = self.pin.as_deref().map(PinGuard::pin).transpose()?;
+        let worker_pin = match &self.pin {
+            Some(cpus) if !self.workers.is_empty() => Some(WorkerPin::pin(&self.workers, cpus)?),
+            _ => None,
+        };
         // 1. Warm-up.
         let t0 = self.clock.now();
         let mut warm = 0u64;
@@ -278,8 +296,14 @@ impl<C: Clock> Harness<C> {
         };
         let placement = pin.as_mut().map(|g| {
             g.observe();
-            g.placement().clone()
+            let mut p = g.placement().clone();
+            p.workers = worker_pin
+                .as_ref()
+                .map(|w| w.assigned().to_vec())
+                .unwrap_or_default();
+            p
         });
+        drop(worker_pin);
         drop(pin);
         let summary = Summary::of(&samples).expect("at least one sample is always taken");
         Ok(Measurement {

@@ -72,7 +72,8 @@ pub struct KernelArgs {
     /// Counters read around the timed region.
     #[arg(long, default_value = "auto", value_name = "armv8|x86|software|auto")]
     pub counters: String,
-    /// Pin the measuring thread to these CPUs, comma separated.
+    /// Pin the measuring thread to these CPUs, comma separated, and each
+    /// pool worker to one of them (round robin).
     #[arg(long, value_delimiter = ',')]
     pub pin: Vec<usize>,
     /// Seed for the random inputs.
@@ -328,7 +329,9 @@ fn bench_kernel(
     } else {
         MeasureConfig::default()
     });
-    let mut h = Harness::new(cfg)?;
+    // A multi-threaded kernel works on its pool's workers: count (and pin)
+    // them with the measuring thread.
+    let mut h = Harness::new(cfg)?.workers(families::worker_tids(cand.threads()));
     if !k.pin.is_empty() {
         h = h.pinned(k.pin.clone());
     }
@@ -503,8 +506,8 @@ counters: {note}"
         writeln!(
             out,
             "
-counters per run ({}):",
-            c.backend
+counters per run ({}, summed over {} thread(s)):",
+            c.backend, c.threads
         )?;
         for (name, v) in &c.values {
             writeln!(

@@ -67,6 +67,10 @@ pub struct Stats {
 /// Times a closure. `fidelity` scales the measurement effort.
 pub trait Measure {
     fn measure(&mut self, fidelity: u32, run: &mut dyn FnMut()) -> Stats;
+
+    /// The candidate measured next runs on `threads` threads: a harness
+    /// counts (and pins) that pool's workers with the caller.
+    fn use_threads(&mut self, _threads: usize) {}
 }
 
 /// A measurement as the store records it.
@@ -283,6 +287,7 @@ impl Evaluator for CampaignEvaluator<'_> {
                         reason: format!("max relative error {err:.3e} exceeds tolerance {tol:.1e}"),
                     },
                     Ok(_) => {
+                        self.measure.use_threads(cand.threads());
                         let problem = &mut *self.problem;
                         let stats = self.measure.measure(fidelity, &mut || problem.run(i));
                         if stats.median_s.is_finite() && stats.median_s > 0.0 {

@@ -127,6 +127,17 @@ fn row_scaled_err(got: &[f32], want: &[f64], magnitude: &[f64]) -> f32 {
     worst as f32
 }
 
+/// The Linux thread ids of the pool a `threads`-thread kernel runs on
+/// (`tiletune_kernels::pool::pool`), for counting and pinning its workers;
+/// empty for one thread, which runs inline on the caller. The pool is
+/// created here if it does not exist yet, as the kernel's first call would.
+pub fn worker_tids(threads: usize) -> Vec<i32> {
+    if threads <= 1 {
+        return Vec::new();
+    }
+    tiletune_kernels::pool::pool(threads).broadcast(|_| tiletune_pmu::counters::current_tid())
+}
+
 /// Thread counts to search: 1..=max.
 fn thread_counts(max: usize) -> Vec<usize> {
     (1..=max.max(1)).collect()
