@@ -10,11 +10,13 @@
 //! [`one`] pins a single configuration of any family (including the ones the
 //! tuner does not search yet) for `tiletune bench`.
 
+mod more;
 pub mod one;
 pub mod quant;
 
 pub use one::{
-    OneConfig, bandwidth_bound, bench_dims, bench_dtypes, instantiate_one, parse_bench_problem,
+    OneConfig, bandwidth_bound, bench_dims, bench_dtypes, bench_optional_dims, instantiate_one,
+    parse_bench_problem, parse_bench_problem_with,
 };
 
 use crate::TunerError;
