@@ -151,10 +151,25 @@ impl Measurement {
     }
 }
 
+/// Where a measurement is, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasureProgress {
+    /// Still warming up (no sample taken yet).
+    pub warming_up: bool,
+    pub samples: usize,
+    /// Time spent in the current phase.
+    pub spent: Duration,
+    /// Estimated share of the schedule done, 0..=1: the larger of the
+    /// sample and time shares of the minimums (sampling stops when both are
+    /// reached, or at the maximums).
+    pub fraction: f64,
+}
+
 /// Runs closures under a [`MeasureConfig`], timed by a [`Clock`].
 pub struct Harness<C: Clock = SystemClock> {
     cfg: MeasureConfig,
     clock: C,
+    progress: Option<Box<dyn FnMut(MeasureProgress)>>,
     counters: Option<CounterSet>,
     pin: Option<Vec<usize>>,
     /// Pool workers (TIDs) that run the measured closure's work.
@@ -178,7 +193,15 @@ impl<C: Clock> Harness<C> {
             counters: None,
             pin: None,
             workers: Vec::new(),
+            progress: None,
         })
+    }
+
+    /// Calls `f` after the warm-up and after every sample (outside the timed
+    /// region), e.g. to draw a progress bar.
+    pub fn on_progress(mut self, f: impl FnMut(MeasureProgress) + 'static) -> Self {
+        self.progress = Some(Box::new(f));
+        self
     }
 
     /// Reads these counters around every timed region.
@@ -253,6 +276,14 @@ impl<C: Clock> Harness<C> {
             }
         }
         let warm_ns = (self.clock.now() - t0).as_nanos() as f64;
+        if let Some(p) = self.progress.as_mut() {
+            p(MeasureProgress {
+                warming_up: true,
+                samples: 0,
+                spent: self.clock.now() - t0,
+                fraction: 0.0,
+            });
+        }
         let estimate_ns = warm_ns / warm as f64;
 
         // 2. Batching.
@@ -280,6 +311,14 @@ impl<C: Clock> Harness<C> {
             let s1 = self.clock.now();
             samples.push((s1 - s0).as_nanos() as f64 / iters as f64);
             let spent = s1 - start;
+            if let Some(p) = self.progress.as_mut() {
+                p(MeasureProgress {
+                    warming_up: false,
+                    samples: samples.len(),
+                    spent,
+                    fraction: schedule_fraction(&cfg, samples.len(), spent),
+                });
+            }
             if samples.len() >= cfg.min_samples && spent >= cfg.min_time {
                 break;
             }
@@ -320,6 +359,17 @@ impl<C: Clock> Harness<C> {
             placement,
         })
     }
+}
+
+/// How far sampling is, 0..=1: it ends when both minimums are met (so the
+/// smaller share is what remains) or when either maximum is hit.
+fn schedule_fraction(cfg: &MeasureConfig, samples: usize, spent: Duration) -> f64 {
+    let share = |a: f64, b: f64| if b > 0.0 { (a / b).min(1.0) } else { 1.0 };
+    let to_min = share(samples as f64, cfg.min_samples as f64)
+        .min(share(spent.as_secs_f64(), cfg.min_time.as_secs_f64()));
+    let to_max = share(samples as f64, cfg.max_samples as f64)
+        .max(share(spent.as_secs_f64(), cfg.max_time.as_secs_f64()));
+    to_min.max(to_max)
 }
 
 #[cfg(test)]
@@ -363,6 +413,30 @@ mod tests {
         assert_eq!(m.median(), us(1));
         assert_eq!(m.gflops(2000.0), 2.0);
         assert_eq!(m.elapsed_ns, 1_000_000.0);
+    }
+
+    #[test]
+    fn progress_is_reported_per_sample_and_reaches_one() {
+        let clock = MockClock::new();
+        let cfg = MeasureConfig::default()
+            .warmup(1, Duration::ZERO)
+            .min(4, us(40))
+            .min_sample_time(Duration::ZERO);
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = seen.clone();
+        let mut h = Harness::with_clock(cfg, clock.clone())
+            .unwrap()
+            .on_progress(move |p| sink.borrow_mut().push(p));
+        let handle = clock.clone();
+        let m = h.measure("10us", || handle.advance(us(10))).unwrap();
+        let seen = seen.borrow();
+        // Warm-up, then one report per sample.
+        assert_eq!(seen.len(), 1 + m.samples_ns.len());
+        assert!(seen[0].warming_up);
+        let f: Vec<f64> = seen[1..].iter().map(|p| p.fraction).collect();
+        assert!(f.windows(2).all(|w| w[0] <= w[1]), "{f:?}");
+        assert_eq!(*f.last().unwrap(), 1.0);
+        assert_eq!(f[0], 0.25);
     }
 
     #[test]

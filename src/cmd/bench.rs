@@ -374,7 +374,22 @@ fn bench_kernel(job: &KernelJob, schedule: Option<MeasureConfig>) -> anyhow::Res
         max_threads: caps.cores.max(1),
         seed: k.seed,
     };
+    // Large problems take seconds to build (the f64 reference) and to
+    // measure: show where the run is, on a terminal only.
+    let bar = (schedule.is_none() && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(1000);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        b.set_message(format!("{spec}: building inputs and the scalar reference"));
+        b
+    });
     let mut p = families::instantiate_one(&spec, &machine, &one)?;
+    if let Some(b) = &bar {
+        b.set_message(format!("{spec}: validating against the reference"));
+    }
     let cand = p.candidates()[0].clone();
     let tolerance = p.tolerance();
     let err = p
@@ -399,8 +414,25 @@ fn bench_kernel(job: &KernelJob, schedule: Option<MeasureConfig>) -> anyhow::Res
     if !k.pin.is_empty() {
         h = h.pinned(k.pin.clone());
     }
+    if let Some(b) = &bar {
+        b.set_message(format!("{spec}: warming up"));
+        let b = b.clone();
+        let name = spec.to_string();
+        h = h.on_progress(move |pr| {
+            if pr.warming_up {
+                b.set_message(format!("{name}: warmed up"));
+            } else {
+                b.set_position((pr.fraction * 1000.0) as u64);
+                b.set_message(format!("{name}: {} samples", pr.samples));
+            }
+        });
+    }
     let note = h.attach_counters(counters);
-    let m = h.measure(&spec.key(), || p.run(0))?;
+    let m = h.measure(&spec.key(), || p.run(0));
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let m = m?;
     let work = p.work();
     let gbs = m.gbytes_per_s(work.bytes as f64);
     let gflops = (work.flops > 0).then(|| m.gflops(work.flops as f64));
