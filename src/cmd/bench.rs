@@ -89,6 +89,11 @@ pub struct KernelArgs {
     /// pool worker to one of them (round robin).
     #[arg(long, value_delimiter = ',')]
     pub pin: Vec<usize>,
+    /// Thread placement instead of --threads/--pin: t4@cluster2 (4 workers
+    /// on cluster 2 as `tiletune probe` numbers them), t3@cluster1+2, or t8
+    /// (not pinned).
+    #[arg(long, conflicts_with_all = ["threads", "pin"])]
+    pub placement: Option<String>,
     /// Seed for the random inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -268,6 +273,8 @@ struct KernelReport {
     isa: String,
     params: serde_json::Value,
     threads: usize,
+    /// The `--placement` name, when one was given.
+    placement: Option<String>,
     cold: bool,
     soc: String,
     soc_fingerprint: String,
@@ -357,7 +364,7 @@ fn ceiling_kind(op: &str, isa: &str) -> String {
 /// measurement schedule (tests).
 fn bench_kernel(job: &KernelJob, schedule: Option<MeasureConfig>) -> anyhow::Result<KernelReport> {
     let (op, k) = (job.op.as_str(), &job.args);
-    let one = one_config(k)?;
+    let mut one = one_config(k)?;
     let counters = EventSetKind::parse(&k.counters).with_context(|| {
         format!(
             "unknown counter set `{}`; use armv8, x86, software or auto",
@@ -368,6 +375,16 @@ fn bench_kernel(job: &KernelJob, schedule: Option<MeasureConfig>) -> anyhow::Res
     let spec = families::parse_bench_problem_with(op, dtype, &k.shape, &job.extra)?;
     let soc = tiletune_soc::probe().context("probing this SoC")?;
     let env = Environment::capture(&soc.fingerprint, env!("CARGO_PKG_VERSION"), None);
+    let placement = k
+        .placement
+        .as_deref()
+        .map(|p| tiletune_tuner::placement::parse_placement(p, &soc))
+        .transpose()?;
+    let mut pin = k.pin.clone();
+    if let Some(p) = &placement {
+        one.threads = Some(p.threads);
+        pin = p.cpus.clone();
+    }
     let caps = soc.cpu_caps();
     let machine = Machine {
         caps,
@@ -411,8 +428,8 @@ fn bench_kernel(job: &KernelJob, schedule: Option<MeasureConfig>) -> anyhow::Res
     // A multi-threaded kernel works on its pool's workers: count (and pin)
     // them with the measuring thread.
     let mut h = Harness::new(cfg)?.workers(families::worker_tids(cand.threads()));
-    if !k.pin.is_empty() {
-        h = h.pinned(k.pin.clone());
+    if !pin.is_empty() {
+        h = h.pinned(pin);
     }
     if let Some(b) = &bar {
         b.set_message(format!("{spec}: warming up"));
@@ -443,6 +460,7 @@ fn bench_kernel(job: &KernelJob, schedule: Option<MeasureConfig>) -> anyhow::Res
         isa: cand.variant().to_string(),
         params: cand.params().clone(),
         threads: cand.threads(),
+        placement: placement.map(|p| p.name()),
         cold: k.cold,
         soc: soc.name.clone(),
         soc_fingerprint: soc.fingerprint.clone(),
@@ -543,6 +561,17 @@ fn print_report(out: &mut impl Write, r: &KernelReport) -> std::io::Result<()> {
         }
     )?;
     writeln!(out, "soc: {} [{}]", r.soc, r.soc_fingerprint)?;
+    if let Some(p) = &r.measurement.placement {
+        writeln!(
+            out,
+            "placement: {}caller on cpus {:?}, workers on cpus {:?}",
+            r.placement
+                .as_deref()
+                .map_or(String::new(), |n| format!("{n}: ")),
+            p.pinned_to,
+            p.workers
+        )?;
+    }
     writeln!(
         out,
         "validated: max error {:.2e} (tolerance {:.0e})",
@@ -1031,6 +1060,21 @@ mod tests {
         assert!(err(&["attention", "--shape", "2x2x16x8", "--rows", "0"]).contains("rows=0"));
         assert!(err(&["i8gemm", "--shape", "2x2x16", "--dtype", "f32"]).contains("i8_zp"));
         assert!(err(&["embed", "--shape", "2x16", "--dtype", "u4"]).contains("tokens"));
+        assert!(
+            err(&["gemv", "--shape", "4x4", "--placement", "t2@cluster99"]).contains("cluster")
+        );
+        assert!(
+            err(&[
+                "gemv",
+                "--shape",
+                "4x4",
+                "--placement",
+                "t2",
+                "--threads",
+                "2"
+            ])
+            .contains("cannot be used with")
+        );
         // An ISA of the other architecture is never available here.
         let foreign = if cfg!(target_arch = "x86_64") {
             "neon"
@@ -1134,5 +1178,16 @@ mod tests {
             "2",
         ]);
         assert_eq!((r.isa.as_str(), r.threads), ("scalar", 2));
+        // A placement sets the threads and pins the caller and each worker.
+        let cpu = tiletune_bench::pin::affinity().unwrap()[0];
+        let cpus = cpu.to_string();
+        let r = tiny(&["gemv", "--shape", "64x64", "--threads", "2", "--pin", &cpus]);
+        let p = r.measurement.placement.as_ref().unwrap();
+        assert_eq!(
+            (p.pinned_to.clone(), p.workers.clone()),
+            (vec![cpu], vec![cpu, cpu])
+        );
+        let r = tiny(&["gemv", "--shape", "64x64", "--placement", "t2"]);
+        assert_eq!((r.threads, r.placement.as_deref()), (2, Some("t2")));
     }
 }
