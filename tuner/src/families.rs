@@ -10,11 +10,13 @@
 //! [`one`] pins a single configuration of any family (including the ones the
 //! tuner does not search yet) for `tiletune bench`.
 
+mod more;
 pub mod one;
 pub mod quant;
 
 pub use one::{
-    OneConfig, bandwidth_bound, bench_dims, bench_dtypes, instantiate_one, parse_bench_problem,
+    OneConfig, bandwidth_bound, bench_dims, bench_dtypes, bench_optional_dims, instantiate_one,
+    parse_bench_problem, parse_bench_problem_with,
 };
 
 use crate::TunerError;
@@ -125,6 +127,17 @@ fn row_scaled_err(got: &[f32], want: &[f64], magnitude: &[f64]) -> f32 {
         worst = worst.max((d - 1e-6).max(0.0) / mag.max(f64::MIN_POSITIVE));
     }
     worst as f32
+}
+
+/// The Linux thread ids of the pool a `threads`-thread kernel runs on
+/// (`tiletune_kernels::pool::pool`), for counting and pinning its workers;
+/// empty for one thread, which runs inline on the caller. The pool is
+/// created here if it does not exist yet, as the kernel's first call would.
+pub fn worker_tids(threads: usize) -> Vec<i32> {
+    if threads <= 1 {
+        return Vec::new();
+    }
+    tiletune_kernels::pool::pool(threads).broadcast(|_| tiletune_pmu::counters::current_tid())
 }
 
 /// Thread counts to search: 1..=max.
