@@ -59,7 +59,14 @@ fn repack_round_trips() {
     let mut rng = Rng::new(21);
     for f in FORMATS {
         for nr in qgemm::INTERLEAVES {
-            for (n, k) in [(0, 32), (1, 32), (3, 96), (nr + 1, 64), (2 * nr - 1, 32), (5, 0)] {
+            for (n, k) in [
+                (0, 32),
+                (1, 32),
+                (3, 96),
+                (nr + 1, 64),
+                (2 * nr - 1, 32),
+                (5, 0),
+            ] {
                 let c = case(&mut rng, f, 0, n, k);
                 let p = repack(f, &c.w, n, k, nr).unwrap();
                 assert_eq!((p.n(), p.k(), p.nr()), (n, k, nr));

@@ -186,7 +186,13 @@ macro_rules! tiles {
         /// # Safety
         /// Needs the features above; the job has interleave 16; shapes as
         /// the driver guarantees.
-        pub(super) unsafe fn $entry(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32]) {
+        pub(super) unsafe fn $entry(
+            job: &Job<'_>,
+            g: usize,
+            i0: usize,
+            mr: usize,
+            out: &mut [f32],
+        ) {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, mr) {

@@ -6,11 +6,11 @@
 
 use super::Job;
 use super::pack::Kind;
+use crate::Isa;
 use crate::Result;
 use crate::error::check_len;
 use crate::qgemv::{QGemv, QMode, quantize_activations};
 use crate::quant::QuantFormat;
-use crate::Isa;
 
 /// `C = A · Wᵀ` by running the scalar W·A8 GEMV on each of the `m` rows of
 /// `a` (GGUF weights `w`, `n` rows of `k`), each row quantized as the GEMV
