@@ -3,9 +3,10 @@
 //!
 //! Weights stay in their GGUF format: f32 and f16 run through GEMV (decode)
 //! and GEMM (prefill); the quantized formats the quantized GEMV reads (Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4) stay in their blocks and run
-//! one activation row at a time; any other type is dequantized to f32 at
-//! load. RMSNorm, SwiGLU, RoPE, softmax and residual adds are the kernel
+//! Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4) stay in their blocks for
+//! decode, and in prefill run the quantized GEMM on a copy repacked at load
+//! (Q4_0, Q4_1, Q5_0, Q8_0) or the GEMV one activation row at a time (the
+//! others); any other type is dequantized to f32 at load. RMSNorm, SwiGLU, RoPE, softmax and residual adds are the kernel
 //! crate's. A [`RunState`] holds the KV cache and every scratch buffer, so a
 //! decode step allocates nothing once the first step has sized them.
 
@@ -14,7 +15,8 @@ use tiletune_kernels::eltwise;
 use tiletune_kernels::gemm::{GemmShape, gemm_f16w_f32, gemm_f32};
 use tiletune_kernels::gemv::{GemvShape, gemv_f16_f32, gemv_f32};
 use tiletune_kernels::norm::Norm;
-use tiletune_kernels::qgemv::{QMode, activation_format};
+use tiletune_kernels::qgemm::{self, PackedQ};
+use tiletune_kernels::qgemv::{QGemv, QMode, activation_format};
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::rope::{self, Positions, RopeCache, RopeShape};
 use tiletune_kernels::softmax;
@@ -40,7 +42,9 @@ enum WData {
     Quant(QuantFormat, Vec<u8>),
 }
 
-/// One linear layer with its kernels: decode (m = 1) and one per prefill bucket.
+/// One linear layer with its kernels: decode (m = 1) and one per prefill
+/// bucket. When a prefill kernel is the quantized GEMM, the weight is also
+/// kept repacked for it (`packed`; decode keeps reading the GGUF blocks).
 #[derive(Clone, Debug)]
 struct Linear {
     w: WData,
@@ -49,6 +53,7 @@ struct Linear {
     bias: Option<Vec<f32>>,
     decode: Kernel,
     prefill: [Kernel; PREFILL_BUCKETS.len()],
+    packed: Option<PackedQ>,
 }
 
 impl Linear {
@@ -99,14 +104,57 @@ impl Linear {
         if !ok {
             return Err(bad(format!("data does not hold {n} rows of {k} elements")));
         }
+        let mut prefill = PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k));
+        // The embedding and the LM head run one row in prefill (the last
+        // token's logits), so their repacked copy would only cost memory;
+        // with `all` logits they take the per-row GEMV.
+        let one_row = matches!(w, Weight::TokenEmbedding | Weight::Output);
+        let packed = match &wd {
+            WData::Quant(f, b) if !one_row => {
+                Self::pack_for_prefill(*f, b, n, k, &mut prefill).map_err(|e| bad(e.to_string()))?
+            }
+            _ => None,
+        };
         Ok(Linear {
             w: wd,
             n,
             k,
             bias: None,
             decode: plan.kernel("gemv", &dtype, 1, n, k),
-            prefill: PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k)),
+            prefill,
+            packed,
         })
+    }
+
+    /// Repacks the weight once for the quantized GEMM kernels of the prefill
+    /// buckets. The interleave is the largest bucket's (long prompts are
+    /// where prefill time goes); a bucket planned with another interleave
+    /// keeps its variant if that reads this one, else takes the scalar GEMM
+    /// (every interleave) — never a second copy of the weight.
+    fn pack_for_prefill(
+        f: QuantFormat,
+        b: &[u8],
+        n: usize,
+        k: usize,
+        prefill: &mut [Kernel],
+    ) -> std::result::Result<Option<PackedQ>, tiletune_kernels::KernelError> {
+        let Some(nr) = prefill.iter().rev().find_map(|p| match p {
+            Kernel::QGemm(q) if q.format == f => Some(q.params.nr),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        for p in prefill.iter_mut() {
+            if let Kernel::QGemm(q) = p
+                && q.params.nr != nr
+            {
+                q.params.nr = nr;
+                if !qgemm::interleaves(q.isa).contains(&nr) {
+                    q.isa = tiletune_kernels::Isa::Scalar;
+                }
+            }
+        }
+        qgemm::repack(f, b, n, k, nr).map(Some)
     }
 
     /// Row `r` of the weight as f32 (the embedding lookup).
@@ -153,31 +201,64 @@ impl Linear {
                 gemm_f16w_f32(x, w, bias, y, GemmShape::new(m, n, k), false, c).map_err(kerr)
             }
             (WData::Quant(f, w), Kernel::QGemv(q)) if q.format == *f => {
-                let act = activation_format(*f);
-                let xb = act.row_bytes(k);
-                if q.mode == QMode::A8 && xq.len() < xb {
-                    xq.resize(xb, 0);
-                }
-                for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
-                    match q.mode {
-                        QMode::A32 => q.run(w, xr, yr).map_err(kerr)?,
-                        QMode::A8 => {
-                            quant::quantize_into(act, xr, &mut xq[..xb]).map_err(kerr)?;
-                            q.run_prequantized(w, &xq[..xb], k, yr).map_err(kerr)?;
+                qgemv_rows(q, w, x, k, n, y, bias, xq)
+            }
+            (WData::Quant(f, w), Kernel::QGemm(q)) if q.format == *f => match &self.packed {
+                Some(p) if p.nr() == q.params.nr => {
+                    q.run(p, x, m, y, xq).map_err(kerr)?;
+                    if let Some(b) = bias {
+                        for yr in y.chunks_exact_mut(n) {
+                            eltwise::add_from(yr, b).map_err(kerr)?;
                         }
                     }
-                    if let Some(b) = bias {
-                        eltwise::add_from(yr, b).map_err(kerr)?;
-                    }
+                    Ok(())
                 }
-                Ok(())
-            }
+                // Not repacked (the embedding or LM head with several
+                // rows): the per-row W·A8 GEMV computes the same values.
+                _ => {
+                    let g = QGemv::new(*f, QMode::A8).threads(q.threads);
+                    qgemv_rows(&g, w, x, k, n, y, bias, xq)
+                }
+            },
             (_, k) => Err(LoadError::Config(format!(
                 "the plan gave {} to a weight it cannot run; report this as a bug",
                 k.variant()
             ))),
         }
     }
+}
+
+/// `y = x · Wᵀ (+ bias)` one row at a time with the quantized GEMV; `xq`
+/// is scratch for W·A8.
+#[allow(clippy::too_many_arguments)]
+fn qgemv_rows(
+    q: &QGemv,
+    w: &[u8],
+    x: &[f32],
+    k: usize,
+    n: usize,
+    y: &mut [f32],
+    bias: Option<&[f32]>,
+    xq: &mut Vec<u8>,
+) -> Result<()> {
+    let act = activation_format(q.format);
+    let xb = act.row_bytes(k);
+    if q.mode == QMode::A8 && xq.len() < xb {
+        xq.resize(xb, 0);
+    }
+    for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+        match q.mode {
+            QMode::A32 => q.run(w, xr, yr).map_err(kerr)?,
+            QMode::A8 => {
+                quant::quantize_into(act, xr, &mut xq[..xb]).map_err(kerr)?;
+                q.run_prequantized(w, &xq[..xb], k, yr).map_err(kerr)?;
+            }
+        }
+        if let Some(b) = bias {
+            eltwise::add_from(yr, b).map_err(kerr)?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug)]
