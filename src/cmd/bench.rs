@@ -196,26 +196,26 @@ fn kernel_op(cmd: BenchCommand) -> anyhow::Result<(String, KernelArgs)> {
 
 /// Everything one `bench <family>` run reports (`--json` prints it as is).
 #[derive(Debug, Serialize)]
-struct KernelReport {
-    problem: String,
-    isa: String,
-    params: serde_json::Value,
-    threads: usize,
+pub(crate) struct KernelReport {
+    pub(crate) problem: String,
+    pub(crate) isa: String,
+    pub(crate) params: serde_json::Value,
+    pub(crate) threads: usize,
     cold: bool,
     soc: String,
     soc_fingerprint: String,
     /// Validation error against the scalar reference and its tolerance.
     validation_error: f32,
     tolerance: f32,
-    bytes_per_run: u64,
-    flops_per_run: u64,
-    gflops: Option<f64>,
-    gbytes_per_s: f64,
+    pub(crate) bytes_per_run: u64,
+    pub(crate) flops_per_run: u64,
+    pub(crate) gflops: Option<f64>,
+    pub(crate) gbytes_per_s: f64,
     roofline: Roofline,
     counters_note: Option<String>,
     quick: bool,
     environment: Environment,
-    measurement: Measurement,
+    pub(crate) measurement: Measurement,
 }
 
 /// Where the run sits against this machine's stored ceiling.
@@ -286,8 +286,8 @@ fn ceiling_kind(op: &str, isa: &str) -> String {
 }
 
 /// Validates once, then measures `op` under `k`; `schedule` overrides the
-/// measurement schedule (tests).
-fn bench_kernel(
+/// measurement schedule (tests). Also used by `compare kernels`.
+pub(crate) fn bench_kernel(
     op: &str,
     k: &KernelArgs,
     schedule: Option<MeasureConfig>,

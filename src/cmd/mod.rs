@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod compare;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
