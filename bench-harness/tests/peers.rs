@@ -220,8 +220,9 @@ fn mnn_bad_input_is_a_clear_error() {
 
 #[test]
 fn backend_ops_console_recorded() {
+    // Cut off by a timeout: the partial last test and `time`'s lines are ignored.
     let r = parse_backend_ops("llama.cpp", &fixture("test-backend-ops-mul_mat.txt")).unwrap();
-    assert!(r.len() >= 7, "{} results", r.len());
+    assert_eq!(r.len(), 36);
     assert!(r.iter().all(|p| p.op == "MUL_MAT" && p.supported));
     assert!(r.iter().all(|p| p.backend.as_deref() == Some("CPU")));
     let first = &r[0];
@@ -247,6 +248,59 @@ fn backend_ops_console_recorded() {
     assert_eq!(s.flops(), 2.0 * 4096.0 * 14336.0);
     // The console line rounds: 117.44 MFLOP/run at 9133.52 µs is 12.86 GFLOPS.
     assert!((s.flops() / (q.us_per_run * 1e3) - 12.86).abs() < 0.01);
+    let last = r.last().unwrap();
+    assert!(
+        last.params
+            .starts_with("type_a=q5_0,type_b=f32,m=4096,n=2,")
+    );
+    assert_eq!(
+        (last.runs, last.us_per_run, last.flops_per_s),
+        (140, 9207.19, Some(25.51e9))
+    );
+}
+
+#[test]
+fn backend_ops_subset_in_console_sql_and_csv() {
+    let console =
+        parse_backend_ops("llama.cpp", &fixture("test-backend-ops-mul_mat-subset.txt")).unwrap();
+    let got: Vec<(String, f64)> = console
+        .iter()
+        .map(|p| (p.mul_mat().unwrap().type_a, p.us_per_run))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("q4_0".into(), 8369.51),
+            ("q4_1".into(), 11965.73),
+            ("q8_0".into(), 7614.91)
+        ]
+    );
+    let sql =
+        parse_backend_ops("llama.cpp", &fixture("test-backend-ops-mul_mat-subset.sql")).unwrap();
+    let got: Vec<(String, f64, u64, Option<u64>)> = sql
+        .iter()
+        .map(|p| {
+            (
+                p.mul_mat().unwrap().type_a,
+                p.us_per_run,
+                p.runs,
+                p.memory_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("q4_0".into(), 5479.014493, 207, Some(32328 * 1024)),
+            ("q4_1".into(), 8835.23913, 138, Some(35912 * 1024)),
+            ("q8_0".into(), 7669.0, 138, Some(61000 * 1024))
+        ]
+    );
+    assert_eq!(sql[1].flops_per_s, Some(13292284483.331324));
+    assert_output_error(
+        parse_backend_ops("llama.cpp", &fixture("test-backend-ops-mul_mat-subset.csv")),
+        "csv format",
+    );
 }
 
 #[test]

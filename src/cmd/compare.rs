@@ -727,7 +727,7 @@ fn ppl(g: &Global, a: PplArgs) -> anyhow::Result<ExitCode> {
     ) {
         Err(why) => notes.push(format!("llama.cpp skipped: {why}")),
         Ok(bin) => {
-            let mut cmd = PeerCommand::new("llama.cpp", bin)
+            let mut cmd = PeerCommand::new("llama.cpp", &bin)
                 .arg("-m")
                 .arg(&a.model)
                 .arg("-f")
@@ -745,7 +745,12 @@ fn ppl(g: &Global, a: PplArgs) -> anyhow::Result<ExitCode> {
                 Ok(o) => {
                     let all = format!("{}\n{}", o.stdout, o.stderr);
                     match peers::parse_perplexity("llama.cpp", &all) {
-                        Ok(est) => rows.push(llama_ppl_row(&est, &all, o.seconds, a.ctx)),
+                        Ok(est) => rows.push(llama_ppl_row(
+                            &est,
+                            llama_version(&bin, &all),
+                            o.seconds,
+                            a.ctx,
+                        )),
                         Err(e) => notes.push(format!("{e}\n{}", peers::stderr_tail(&o.stderr, 8))),
                     }
                 }
@@ -840,19 +845,39 @@ fn own_ppl(stdout: &str) -> anyhow::Result<(f64, usize, f64)> {
 }
 
 /// llama.cpp's build as `b<number>-<commit>` (the llama-bench key), from
-/// its `build: N (commit)` log line.
-fn llama_build(text: &str) -> String {
-    text.lines()
-        .find_map(|l| {
-            let rest = &l[l.find("build: ")? + 7..];
-            let (num, tail) = rest.split_once(' ')?;
-            let commit = tail.strip_prefix('(')?.split(')').next()?;
-            num.parse::<u64>().ok().map(|n| format!("b{n}-{commit}"))
-        })
+/// `--version` (`version: 0.5.0-dev (build 1, commit 0c1e570)`, or the older
+/// `version: 1234 (0c1e570)`) or a `build: 1234 (0c1e570)` log line.
+fn llama_build(text: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        if let Some(i) = l.find("(build ") {
+            let inner = l[i + 7..].split(')').next()?;
+            let (num, commit) = inner.split_once(", commit ")?;
+            let n = num.trim().parse::<u64>().ok()?;
+            return Some(format!("b{n}-{}", commit.trim()));
+        }
+        let rest = l
+            .find("build: ")
+            .map(|i| &l[i + 7..])
+            .or_else(|| l.strip_prefix("version: "))?;
+        let (num, tail) = rest.split_once(' ')?;
+        let commit = tail.strip_prefix('(')?.split(')').next()?;
+        num.parse::<u64>().ok().map(|n| format!("b{n}-{commit}"))
+    })
+}
+
+/// The build of a llama.cpp tool, asked with `--version`.
+fn llama_version(bin: &Path, log: &str) -> String {
+    PeerCommand::new("llama.cpp", bin)
+        .arg("--version")
+        .timeout(Duration::from_secs(30))
+        .run()
+        .ok()
+        .and_then(|o| llama_build(&format!("{}\n{}", o.stdout, o.stderr)))
+        .or_else(|| llama_build(log))
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn llama_ppl_row(est: &PerplexityEstimate, all: &str, wall: f64, ctx: usize) -> PplRow {
+fn llama_ppl_row(est: &PerplexityEstimate, version: String, wall: f64, ctx: usize) -> PplRow {
     let chunks = (!est.chunks.is_empty()).then_some(est.chunks.len());
     let (tokens_per_s, rate_source) = match (est.tokens_per_s, chunks) {
         (Some(r), _) => (Some(r), "llama.cpp prompt eval time".to_string()),
@@ -864,7 +889,7 @@ fn llama_ppl_row(est: &PerplexityEstimate, all: &str, wall: f64, ctx: usize) -> 
     };
     PplRow {
         engine: "llama.cpp".into(),
-        engine_version: llama_build(all),
+        engine_version: version,
         mode: "llama.cpp".into(),
         ppl: est.ppl,
         plus_minus: est.plus_minus,
@@ -960,8 +985,14 @@ mod tests {
     #[test]
     fn llama_build_is_read_from_its_log() {
         let log = "0.00.000.123 I build: 7123 (abc1234) with cc (Debian 14.2.0) 14.2.0 for x86_64-linux-gnu\n";
-        assert_eq!(llama_build(log), "b7123-abc1234");
-        assert_eq!(llama_build("nothing here"), "unknown");
+        assert_eq!(llama_build(log).as_deref(), Some("b7123-abc1234"));
+        let v = "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n";
+        assert_eq!(llama_build(v).as_deref(), Some("b1-0c1e570"));
+        assert_eq!(
+            llama_build("version: 4567 (deadbee)").as_deref(),
+            Some("b4567-deadbee")
+        );
+        assert_eq!(llama_build("nothing here"), None);
     }
 
     #[test]

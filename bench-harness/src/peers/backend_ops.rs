@@ -132,6 +132,12 @@ pub fn parse_backend_ops(engine: &str, text: &str) -> Result<Vec<OpPerf>, BenchE
     if text.trim().is_empty() {
         return Err(err("the output is empty".into()));
     }
+    if text.trim_start().starts_with("\"backend_name\"") {
+        return Err(err(
+            "this is the csv format, which has no timings; use `--output sql` or the console format"
+                .into(),
+        ));
+    }
     let sql = text
         .lines()
         .any(|l| l.trim_start().starts_with("INSERT INTO test_backend_ops"));
