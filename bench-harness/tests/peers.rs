@@ -93,6 +93,27 @@ fn llama_bench_json_recorded_on_qwen() {
 }
 
 #[test]
+fn tiletune_bench_model_records_are_versioned_by_tiletune_version() {
+    let json = fixture("llama-bench-qwen.json");
+    let own = json
+        .replace(
+            "\"build_number\": 1,",
+            "\"build_number\": 0, \"tiletune_version\": \"0.1.0\",",
+        )
+        .replace("\"0c1e570\"", "\"unknown\"");
+    let r = parse_llama_bench("tiletune", &own).unwrap();
+    assert_eq!(r[0].version(), "0.1.0");
+    let own = json.replace(
+        "\"build_number\": 1,",
+        "\"build_number\": 0, \"tiletune_version\": \"0.1.0\",",
+    );
+    assert_eq!(
+        parse_llama_bench("tiletune", &own).unwrap()[1].version(),
+        "0.1.0-0c1e570"
+    );
+}
+
+#[test]
 fn llama_bench_test_names_follow_llama_bench() {
     assert_eq!(peers::test_name(512, 0, 0), "pp512");
     assert_eq!(peers::test_name(0, 128, 0), "tg128");

@@ -36,9 +36,18 @@ impl LlamaBenchRecord {
         test_name(self.n_prompt, self.n_gen, self.n_depth)
     }
 
-    /// `b<build_number>-<build_commit>`, the version a peer result is keyed by.
+    /// The version a peer result is keyed by: `b<build_number>-<build_commit>`
+    /// for llama.cpp; tiletune's `bench model` records carry
+    /// `tiletune_version` (build number 0), giving `<version>-<commit>`, or
+    /// the version alone when the commit is unknown.
     pub fn version(&self) -> String {
-        format!("b{}-{}", self.build_number, self.build_commit)
+        match self.raw.get("tiletune_version").and_then(Value::as_str) {
+            Some(v) if self.build_commit.is_empty() || self.build_commit == "unknown" => {
+                v.to_string()
+            }
+            Some(v) => format!("{v}-{}", self.build_commit),
+            None => format!("b{}-{}", self.build_number, self.build_commit),
+        }
     }
 
     /// The record as a sample for the side-by-side table.
