@@ -38,6 +38,10 @@ pub enum Command {
     Ppl(cmd::ppl::Args),
     /// Chat with a model in the terminal.
     Chat(cmd::chat::Args),
+    /// Side by side with llama.cpp and MNN on this machine: model tokens/s
+    /// (alternating engines), MUL_MAT kernels (`compare kernels`) and
+    /// perplexity (`compare ppl`).
+    Compare(cmd::compare::Args),
 }
 
 fn main() -> ExitCode {
@@ -71,5 +75,6 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Run(args) => cmd::run::run(&global, args),
         Command::Ppl(args) => cmd::ppl::run(&global, args),
         Command::Chat(args) => cmd::chat::run(&global, args),
+        Command::Compare(args) => cmd::compare::run(&global, args),
     }
 }

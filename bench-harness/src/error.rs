@@ -24,4 +24,33 @@ pub enum BenchError {
     /// A worker thread panicked during a roofline measurement.
     #[error("a roofline worker thread panicked; rerun with fewer threads")]
     WorkerPanicked,
+    /// A peer engine's output (llama.cpp, MNN, or tiletune's own
+    /// llama-bench-compatible JSON) is empty, truncated or not the format asked for.
+    #[error("cannot read {engine} output: {reason}; {hint}")]
+    PeerOutput {
+        engine: String,
+        reason: String,
+        /// What to check next (the flag that selects the format, ...).
+        hint: String,
+    },
+    /// A peer engine could not be started, exited with an error or timed out.
+    #[error(
+        "{engine} failed: {reason} (command: {command}){}",
+        tail_note(stderr_tail)
+    )]
+    PeerRun {
+        engine: String,
+        command: String,
+        reason: String,
+        /// The last lines it wrote to stderr.
+        stderr_tail: String,
+    },
+}
+
+fn tail_note(tail: &str) -> String {
+    if tail.trim().is_empty() {
+        "; it wrote nothing to stderr".to_string()
+    } else {
+        format!("; last lines of its stderr:\n{tail}")
+    }
 }

@@ -14,6 +14,8 @@
 //! - [`drift`] — [`DriftGuard`] and its reference kernel.
 //! - [`env`] — [`Environment`].
 //! - [`roofline`] — STREAM bandwidth and FMA peaks ([`Ceilings`]).
+//! - [`peers`] — llama.cpp and MNN run as child processes, their outputs
+//!   parsed, and side-by-side comparisons run in alternation.
 //!
 //! ```
 //! use tiletune_bench::{Harness, MeasureConfig};
@@ -29,6 +31,7 @@ pub mod drift;
 pub mod env;
 pub mod error;
 pub mod measure;
+pub mod peers;
 pub mod pin;
 pub mod roofline;
 pub mod rotate;

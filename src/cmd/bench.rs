@@ -221,10 +221,21 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
 /// One `bench <family>` request: the `instantiate_one` op name, the common
 /// flags, and the dims given by family flags (e.g. attention `rows`, `page`).
 #[derive(Debug)]
-struct KernelJob {
+pub(crate) struct KernelJob {
     op: String,
     args: KernelArgs,
     extra: Vec<(&'static str, usize)>,
+}
+
+impl KernelJob {
+    /// A job with no family-specific dims (`compare kernels` uses it).
+    pub(crate) fn new(op: &str, args: KernelArgs) -> Self {
+        KernelJob {
+            op: op.to_string(),
+            args,
+            extra: Vec::new(),
+        }
+    }
 }
 
 /// The job of a family subcommand.
@@ -273,11 +284,11 @@ fn kernel_op(cmd: BenchCommand) -> anyhow::Result<KernelJob> {
 
 /// Everything one `bench <family>` run reports (`--json` prints it as is).
 #[derive(Debug, Serialize)]
-struct KernelReport {
-    problem: String,
-    isa: String,
-    params: serde_json::Value,
-    threads: usize,
+pub(crate) struct KernelReport {
+    pub(crate) problem: String,
+    pub(crate) isa: String,
+    pub(crate) params: serde_json::Value,
+    pub(crate) threads: usize,
     /// The `--placement` name, when one was given.
     placement: Option<String>,
     cold: bool,
@@ -286,15 +297,15 @@ struct KernelReport {
     /// Validation error against the scalar reference and its tolerance.
     validation_error: f32,
     tolerance: f32,
-    bytes_per_run: u64,
-    flops_per_run: u64,
-    gflops: Option<f64>,
-    gbytes_per_s: f64,
+    pub(crate) bytes_per_run: u64,
+    pub(crate) flops_per_run: u64,
+    pub(crate) gflops: Option<f64>,
+    pub(crate) gbytes_per_s: f64,
     roofline: Roofline,
     counters_note: Option<String>,
     quick: bool,
     environment: Environment,
-    measurement: Measurement,
+    pub(crate) measurement: Measurement,
 }
 
 /// Where the run sits against this machine's stored ceiling.
@@ -367,7 +378,10 @@ fn ceiling_kind(op: &str, isa: &str) -> String {
 
 /// Validates once, then measures the job; `schedule` overrides the
 /// measurement schedule (tests).
-fn bench_kernel(job: &KernelJob, schedule: Option<MeasureConfig>) -> anyhow::Result<KernelReport> {
+pub(crate) fn bench_kernel(
+    job: &KernelJob,
+    schedule: Option<MeasureConfig>,
+) -> anyhow::Result<KernelReport> {
     let (op, k) = (job.op.as_str(), &job.args);
     let mut one = one_config(k)?;
     let counters = EventSetKind::parse(&k.counters).with_context(|| {

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_model;
 pub mod chat;
+pub mod compare;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
