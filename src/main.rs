@@ -38,6 +38,8 @@ pub enum Command {
     Ppl(cmd::ppl::Args),
     /// Chat with a model in the terminal.
     Chat(cmd::chat::Args),
+    /// Write an HTML report with plots (and a Markdown summary) of the selector table.
+    Report(cmd::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -71,5 +73,6 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Run(args) => cmd::run::run(&global, args),
         Command::Ppl(args) => cmd::ppl::run(&global, args),
         Command::Chat(args) => cmd::chat::run(&global, args),
+        Command::Report(args) => cmd::report::run(&global, args),
     }
 }

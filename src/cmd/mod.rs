@@ -6,6 +6,7 @@ pub mod chat;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
+pub mod report;
 pub mod run;
 pub mod table;
 pub mod tune;
