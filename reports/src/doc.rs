@@ -235,7 +235,8 @@ fn html_block(out: &mut String, b: &Block) {
 }
 
 fn html_table(out: &mut String, t: &Table) {
-    out.push_str("<table>\n<thead><tr>");
+    // Wide tables (PMU columns) scroll inside the page instead of widening it.
+    out.push_str("<div class=\"tablewrap\"><table>\n<thead><tr>");
     for h in &t.headers {
         let _ = write!(out, "<th>{}</th>", escape(h));
     }
@@ -252,7 +253,7 @@ fn html_table(out: &mut String, t: &Table) {
         }
         out.push_str("</tr>\n");
     }
-    out.push_str("</tbody>\n</table>\n");
+    out.push_str("</tbody>\n</table></div>\n");
 }
 
 fn md_table(out: &mut String, t: &Table) {

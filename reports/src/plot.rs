@@ -416,7 +416,7 @@ pub fn heatmap(h: &Heatmap) -> Result<String> {
         }
         for (xi, v) in h.x_values.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(xi as f64 + 0.5, 0.0));
-            main.draw(&Text::new(
+            root.draw(&Text::new(
                 v.clone(),
                 (px, py + 6),
                 text_style(12, Pos::new(HPos::Center, VPos::Top)),
@@ -425,7 +425,7 @@ pub fn heatmap(h: &Heatmap) -> Result<String> {
         }
         for (yi, v) in h.y_values.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(0.0, yi as f64 + 0.5));
-            main.draw(&Text::new(
+            root.draw(&Text::new(
                 v.clone(),
                 (px - 6, py),
                 text_style(12, Pos::new(HPos::Right, VPos::Center)),
@@ -479,7 +479,7 @@ pub fn heatmap(h: &Heatmap) -> Result<String> {
 // ---- PMU ---------------------------------------------------------------------------
 
 /// Hardware metrics per candidate (numbered as in the table): IPC on the
-/// left, shares (miss rates, stalls, top-down) as grouped bars on the right.
+/// left, shares (miss rates, stalls, SIMD) as grouped bars on the right.
 /// `None` when the table has no hardware metric to draw.
 pub fn pmu(t: &PmuTable) -> Result<Option<String>> {
     let ipc_col = t.columns.iter().position(|c| c.key == "ipc");
@@ -487,7 +487,9 @@ pub fn pmu(t: &PmuTable) -> Result<Option<String>> {
         .columns
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.hardware && c.fraction)
+        // Top-down fractions stay in the table: nine bars per candidate
+        // would not be readable.
+        .filter(|(_, c)| c.hardware && c.fraction && !c.key.starts_with("topdown."))
         .map(|(i, _)| i)
         .collect();
     if !t.hardware || t.rows.is_empty() || (ipc_col.is_none() && shares.is_empty()) {
@@ -532,7 +534,7 @@ pub fn pmu(t: &PmuTable) -> Result<Option<String>> {
                 .map_err(&e)?;
             for i in 0..n {
                 let (px, py) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
-                left.draw(&Text::new(
+                root.draw(&Text::new(
                     format!("{}", i + 1),
                     (px, py + 5),
                     text_style(12, Pos::new(HPos::Center, VPos::Top)),
@@ -541,8 +543,11 @@ pub fn pmu(t: &PmuTable) -> Result<Option<String>> {
             }
         }
         if !shares.is_empty() {
-            let mut chart = ChartBuilder::on(&right)
+            // The legend gets its own strip above the bars so it never covers them.
+            let (legend, bars) = right.split_vertically(40);
+            let mut chart = ChartBuilder::on(&bars)
                 .margin(16)
+                .margin_top(4)
                 .x_label_area_size(50)
                 .y_label_area_size(56)
                 .build_cartesian_2d(0f64..n as f64, 0f64..100f64)
@@ -555,9 +560,11 @@ pub fn pmu(t: &PmuTable) -> Result<Option<String>> {
                 .y_desc("share (%)")
                 .axis_desc_style((FONT, 14))
                 .label_style((FONT, 12))
+                .y_label_formatter(&|v| fmt_axis(*v))
                 .draw()
                 .map_err(&e)?;
             let k = shares.len() as f64;
+            let mut lx = 70;
             for (j, &col) in shares.iter().enumerate() {
                 let c = color(j + 1);
                 let w = 0.8 / k;
@@ -567,30 +574,30 @@ pub fn pmu(t: &PmuTable) -> Result<Option<String>> {
                         let x = i as f64 + 0.1 + w * j as f64;
                         Some(Rectangle::new([(x, 0.0), (x + w, v)], c.filled()))
                     }))
-                    .map_err(&e)?
-                    .label(t.columns[col].header)
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled())
-                    });
-            }
-            for i in 0..n {
-                let (px, py) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
-                right
+                    .map_err(&e)?;
+                let label = t.columns[col].header;
+                legend
+                    .draw(&Rectangle::new([(lx, 18), (lx + 12, 30)], c.filled()))
+                    .map_err(&e)?;
+                legend
                     .draw(&Text::new(
-                        format!("{}", i + 1),
-                        (px, py + 5),
-                        text_style(12, Pos::new(HPos::Center, VPos::Top)),
+                        label.to_string(),
+                        (lx + 16, 24),
+                        text_style(12, Pos::new(HPos::Left, VPos::Center)),
                     ))
                     .map_err(&e)?;
+                lx += 16 + text_width(label, 12) as i32 + 14;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .label_font((FONT, 12))
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK)
-                .draw()
+            for i in 0..n {
+                // backend_coord is in the root's pixels.
+                let (px, py) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+                root.draw(&Text::new(
+                    format!("{}", i + 1),
+                    (px, py + 5),
+                    text_style(12, Pos::new(HPos::Center, VPos::Top)),
+                ))
                 .map_err(&e)?;
+            }
         }
         Ok(())
     })
@@ -693,10 +700,11 @@ fn peer_bars<'a, 'b: 'a, Y: Ranged<ValueType = f64> + ValueFormatter<f64>>(
                 .map_err(&e)?;
         }
         chart
-            .draw_series(bars.iter().map(|&(x, v, _)| {
+            .draw_series(bars.iter().map(|&(x, v, sd)| {
+                // Above the whisker, so the number stays readable.
                 Text::new(
                     fmt_num(v),
-                    (x + w / 2.0, v),
+                    (x + w / 2.0, v + sd.unwrap_or(0.0).max(0.0)),
                     text_style(11, Pos::new(HPos::Center, VPos::Bottom)),
                 )
             }))

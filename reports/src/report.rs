@@ -618,7 +618,7 @@ fn pmu_section(
                 id: format!("pmu-{}", i + 1),
                 svg,
                 caption: format!(
-                    "{}: IPC and shares (miss rates, stalls, top-down) per candidate, numbered as in the table",
+                    "{}: IPC and shares (miss rates, stalls, SIMD) per candidate, numbered as in the table; top-down fractions are in the table",
                     t.problem
                 ),
             });
