@@ -8,6 +8,7 @@ pub mod compare;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
+pub mod report;
 pub mod run;
 pub mod table;
 pub mod tune;
