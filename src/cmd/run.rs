@@ -2,7 +2,9 @@
 //! prompt and stream the generated text, then print load time, prefill and
 //! decode speed and peak memory. `--token-ids` + `--dump-logits` bypass the
 //! tokenizer and write logits as JSON for checking against other
-//! implementations. Also holds the model loading shared by `plan`, `ppl`
+//! implementations; with the global `--json` the prompt ids, generated ids
+//! and text are printed as one JSON object instead of streamed text (exact
+//! ids for comparing greedy output with llama.cpp). Also holds the model loading shared by `plan`, `ppl`
 //! and `chat`.
 
 use super::Global;
@@ -207,7 +209,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut sampler = args.s.sampler()?;
     let mut stop = StopCriteria::new(l.tok.eog_ids(), Vec::new(), args.n);
     let mut out = std::io::stdout().lock();
-    if args.token_ids.is_none() && !args.chat_template {
+    if !g.json && args.token_ids.is_none() && !args.chat_template {
         write!(out, "{}", args.prompt.as_deref().unwrap_or(""))?;
     }
     let res = generate_fast(
@@ -218,12 +220,26 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         &mut sampler,
         &mut stop,
         |t| {
-            let _ = write!(out, "{t}");
-            let _ = out.flush();
+            if !g.json {
+                let _ = write!(out, "{t}");
+                let _ = out.flush();
+            }
         },
         |_| {},
     )?;
-    writeln!(out)?;
+    if g.json {
+        let doc = serde_json::json!({
+            "prompt_ids": prompt,
+            "generated_ids": res.tokens,
+            "text": res.text,
+            "stop": format!("{:?}", res.stop),
+            "prefill_seconds": res.prefill_time.as_secs_f64(),
+            "decode_seconds": res.decode_time.as_secs_f64(),
+        });
+        writeln!(out, "{doc}")?;
+    } else {
+        writeln!(out)?;
+    }
     let pf = prompt.len() as f64 / res.prefill_time.as_secs_f64().max(1e-9);
     // The first token is sampled from the prefill logits; decode steps are the rest.
     let steps = res.tokens.len().saturating_sub(1);
