@@ -628,7 +628,7 @@ fn pmu_section(
             ));
         }
         let mut tbl = Table::new(
-            ["#", "candidate", "role", "median µs", "GFLOP/s"]
+            ["#", "candidate", "role", "fidelity", "median µs", "GFLOP/s"]
                 .into_iter()
                 .map(String::from)
                 .chain(t.columns.iter().map(|c| {
@@ -641,7 +641,7 @@ fn pmu_section(
         )
         .numeric_cols(
             &std::iter::once(0)
-                .chain(3..5 + t.columns.len())
+                .chain(3..6 + t.columns.len())
                 .collect::<Vec<_>>(),
         );
         for (j, r) in t.rows.iter().enumerate() {
@@ -650,6 +650,8 @@ fn pmu_section(
                     (j + 1).to_string(),
                     r.candidate.clone(),
                     r.role.clone(),
+                    r.fidelity
+                        .map_or_else(|| "—".to_string(), |f| f.to_string()),
                     micros(r.median_ns),
                     opt(r.gflops, fmt_num),
                 ]
@@ -668,7 +670,7 @@ fn pmu_section(
         blocks.push(Block::Table(tbl));
         if t.omitted > 0 || t.invalid > 0 {
             blocks.push(Block::Paragraph(format!(
-                "{} slower valid candidate(s) not listed; {} candidate(s) failed validation against the scalar reference and were never timed.",
+                "{} slower valid candidate(s) not listed; {} candidate(s) failed validation against the scalar reference and were never timed. The winner is chosen on full-fidelity runs, so a shorter low-fidelity median may list above it.",
                 t.omitted, t.invalid
             )));
         }
