@@ -817,7 +817,11 @@ pub fn peers(results: &[PeerResult]) -> Peers {
             tokens_per_s: r.tokens_per_s,
         });
     }
-    let speed: Vec<&PeerResult> = latest.into_iter().filter(|r| !is_ppl(&r.test)).collect();
+    // A speed that is not a finite non-negative number is a broken record.
+    let speed: Vec<&PeerResult> = latest
+        .into_iter()
+        .filter(|r| !is_ppl(&r.test) && r.tokens_per_s.is_finite() && r.tokens_per_s >= 0.0)
+        .collect();
     let models: BTreeSet<&str> = speed.iter().map(|r| r.model.as_str()).collect();
     for model in models {
         let rs: Vec<&PeerResult> = speed.iter().copied().filter(|r| r.model == model).collect();

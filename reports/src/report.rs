@@ -763,6 +763,71 @@ fn peer_section(results: &[tiletune_tables::PeerResult]) -> Result<Section> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tiletune_tables::{EXPORT_FORMAT, EXPORT_VERSION, SocRecord};
+
+    fn empty_export() -> SocExport {
+        SocExport {
+            format: EXPORT_FORMAT.into(),
+            version: EXPORT_VERSION,
+            soc: SocRecord {
+                fingerprint: "abc".into(),
+                name: "Empty".into(),
+                probe: serde_json::json!({}),
+                first_seen: 0,
+            },
+            campaigns: vec![],
+            measurements: vec![],
+            selections: vec![],
+            ceilings: vec![],
+            peer_results: vec![],
+        }
+    }
+
+    #[test]
+    fn an_empty_table_gives_sections_that_say_what_to_run() {
+        let r = ReportBuilder::new(&empty_export()).build().unwrap();
+        assert!(
+            r.plot_ids().is_empty(),
+            "no empty plots: {:?}",
+            r.plot_ids()
+        );
+        let html = r.html();
+        for needle in [
+            "No machine ceilings stored",
+            "Nothing to place on a roofline",
+            "No tuned problems in this table: run `tiletune tune` first.",
+            "No measurements in this table",
+            "No timed candidates",
+            "No peer speed results stored",
+            "No perplexity results stored",
+            "holds no probe record",
+        ] {
+            assert!(html.contains(needle), "missing {needle:?}");
+        }
+        let md = r.markdown();
+        assert!(md.contains("## Roofline") && md.contains("_No perplexity results stored"));
+        // Deterministic without a generation time.
+        assert_eq!(
+            html,
+            ReportBuilder::new(&empty_export()).build().unwrap().html()
+        );
+    }
+
+    #[test]
+    fn write_to_creates_the_directory_and_reports_a_bad_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = ReportBuilder::new(&empty_export()).build().unwrap();
+        let w = r.write_to(&dir.path().join("a/b")).unwrap();
+        assert!(w.html.is_file() && w.markdown.is_file());
+        assert_eq!(w.plots, 0);
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let err = r.write_to(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot write") && err.contains("writable"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn utc_dates_are_civil() {
