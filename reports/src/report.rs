@@ -422,7 +422,7 @@ fn roofline_section(ceilings: &[Ceiling], selections: &[Selection]) -> Result<Se
                 .collect();
             if !above.is_empty() {
                 blocks.push(Block::Note(format!(
-                    "{} run(s) above the roof ({}): the stored ceilings are lower than what kernels reach, usually because `tiletune bench roofline` ran on a loaded machine; re-run it on a quiet one.",
+                    "{} run(s) above the roof ({}): either the data stayed in cache (the bandwidth roofs are DRAM STREAM figures) or the stored ceilings are low because `tiletune bench roofline` ran on a loaded machine; re-run it on a quiet one.",
                     above.len(),
                     above.join(", ")
                 )));
