@@ -565,8 +565,8 @@ const PMU_COLUMNS: &[PmuColumn] = &[
         hardware: true,
     },
     PmuColumn {
-        key: "cpu_use",
-        header: "CPUs busy (task-clock/wall)",
+        key: "task_clock_us",
+        header: "task-clock µs/run (counted thread)",
         fraction: false,
         hardware: false,
     },
@@ -598,6 +598,9 @@ pub struct PmuRow {
     pub role: String,
     pub median_ns: f64,
     pub gflops: Option<f64>,
+    /// The tuner's measurement fidelity (longer runs at higher levels); a
+    /// short low-fidelity median can undercut the winner's full-fidelity one.
+    pub fidelity: Option<u64>,
     /// Aligned with [`PmuTable::columns`].
     pub values: Vec<Option<f64>>,
 }
@@ -618,7 +621,7 @@ pub struct PmuTable {
     pub invalid: usize,
 }
 
-fn metric_value(counters: &Value, key: &str, median_ns: f64) -> Option<f64> {
+fn metric_value(counters: &Value, key: &str) -> Option<f64> {
     let num = |v: Option<&Value>| v.and_then(Value::as_f64).filter(|x| x.is_finite());
     let metrics = counters.get("metrics");
     if let Some(name) = key.strip_prefix("topdown.") {
@@ -631,9 +634,10 @@ fn metric_value(counters: &Value, key: &str, median_ns: f64) -> Option<f64> {
             .get(name)?
             .get("scaled"));
     }
-    if key == "cpu_use" {
-        let tc = num(metrics?.get("task_clock_ns"))?;
-        return (median_ns > 0.0).then(|| tc / median_ns);
+    if key == "task_clock_us" {
+        // Counted on the calling thread only: with t > 1 it mostly waits for
+        // the pool's workers, so this is not "CPUs busy".
+        return num(metrics?.get("task_clock_ns")).map(|ns| ns / 1e3);
     }
     num(metrics?.get(key))
 }
@@ -688,7 +692,7 @@ pub fn pmu_table(
         .filter(|c| {
             picked
                 .iter()
-                .any(|m| metric_value(&m.counters, c.key, m.median_ns.unwrap_or(0.0)).is_some())
+                .any(|m| metric_value(&m.counters, c.key).is_some())
         })
         .cloned()
         .collect();
@@ -701,9 +705,10 @@ pub fn pmu_table(
                 role: role(m),
                 median_ns: ns,
                 gflops: w.and_then(|w| w.gflops(ns)),
+                fidelity: m.stats.get("fidelity").and_then(Value::as_u64),
                 values: present
                     .iter()
-                    .map(|c| metric_value(&m.counters, c.key, ns))
+                    .map(|c| metric_value(&m.counters, c.key))
                     .collect(),
             }
         })
@@ -812,7 +817,11 @@ pub fn peers(results: &[PeerResult]) -> Peers {
             tokens_per_s: r.tokens_per_s,
         });
     }
-    let speed: Vec<&PeerResult> = latest.into_iter().filter(|r| !is_ppl(&r.test)).collect();
+    // A speed that is not a finite non-negative number is a broken record.
+    let speed: Vec<&PeerResult> = latest
+        .into_iter()
+        .filter(|r| !is_ppl(&r.test) && r.tokens_per_s.is_finite() && r.tokens_per_s >= 0.0)
+        .collect();
     let models: BTreeSet<&str> = speed.iter().map(|r| r.model.as_str()).collect();
     for model in models {
         let rs: Vec<&PeerResult> = speed.iter().copied().filter(|r| r.model == model).collect();
@@ -937,7 +946,7 @@ mod tests {
             problem: p.clone(),
             candidate: Candidate::new("avx512", params, threads).unwrap(),
             median_ns: ns,
-            stats: json!({}),
+            stats: json!({"fidelity": 3}),
             counters,
             valid: ns.is_some(),
             invalid_reason: ns.is_none().then(|| "mismatch".to_string()),
@@ -1121,7 +1130,7 @@ mod tests {
                 "topdown.frontend_bound",
                 "topdown.backend_bound",
                 "topdown.bad_speculation",
-                "cpu_use"
+                "task_clock_us"
             ]
         );
         // Row limit 1, but the default (3 ms) is kept; the 2 ms one is omitted.
@@ -1130,8 +1139,9 @@ mod tests {
         assert_eq!(t.rows[0].values[0], Some(2.5));
         assert_eq!(t.rows[1].role, "default");
         assert_eq!(t.rows[1].candidate, "avx512 nr=4 t2");
-        // CPU use = task-clock / wall: 2 ms of CPU in a 1 ms run = 2 CPUs busy.
-        assert_eq!(t.rows[0].values[6], Some(2.0));
+        // task-clock in µs per run.
+        assert_eq!(t.rows[0].values[6], Some(2000.0));
+        assert_eq!(t.rows[0].fidelity, Some(3));
         assert_eq!((t.omitted, t.invalid), (1, 1));
     }
 
@@ -1150,8 +1160,9 @@ mod tests {
         assert!(!t.hardware);
         assert_eq!(t.fallback.as_deref(), Some("no hardware PMU is exposed"));
         let keys: Vec<&str> = t.columns.iter().map(|c| c.key).collect();
-        assert_eq!(keys, ["cpu_use", "sw.context-switches"]);
-        assert_eq!(t.rows[0].values, [Some(1.0), Some(0.0)]);
+        assert_eq!(keys, ["task_clock_us", "sw.context-switches"]);
+        assert_eq!(t.rows[0].values, [Some(1000.0), Some(0.0)]);
+        assert_eq!(t.rows[0].fidelity, Some(3));
     }
 
     fn peer(

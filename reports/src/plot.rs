@@ -673,6 +673,10 @@ fn peer_bars<'a, 'b: 'a, Y: Ranged<ValueType = f64> + ValueFormatter<f64>>(
             .enumerate()
             .filter_map(|(g, row)| {
                 let (v, sd) = row.get(j).copied().flatten()?;
+                // A zero has no place on a log axis; the table still lists it.
+                if base > 0.0 && v <= 0.0 {
+                    return None;
+                }
                 Some((g as f64 + 0.1 + w * j as f64, v, sd))
             })
             .collect();

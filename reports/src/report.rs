@@ -422,7 +422,7 @@ fn roofline_section(ceilings: &[Ceiling], selections: &[Selection]) -> Result<Se
                 .collect();
             if !above.is_empty() {
                 blocks.push(Block::Note(format!(
-                    "{} run(s) above the roof ({}): the stored ceilings are lower than what kernels reach, usually because `tiletune bench roofline` ran on a loaded machine; re-run it on a quiet one.",
+                    "{} run(s) above the roof ({}): either the data stayed in cache (the bandwidth roofs are DRAM STREAM figures) or the stored ceilings are low because `tiletune bench roofline` ran on a loaded machine; re-run it on a quiet one.",
                     above.len(),
                     above.join(", ")
                 )));
@@ -628,7 +628,7 @@ fn pmu_section(
             ));
         }
         let mut tbl = Table::new(
-            ["#", "candidate", "role", "median µs", "GFLOP/s"]
+            ["#", "candidate", "role", "fidelity", "median µs", "GFLOP/s"]
                 .into_iter()
                 .map(String::from)
                 .chain(t.columns.iter().map(|c| {
@@ -641,7 +641,7 @@ fn pmu_section(
         )
         .numeric_cols(
             &std::iter::once(0)
-                .chain(3..5 + t.columns.len())
+                .chain(3..6 + t.columns.len())
                 .collect::<Vec<_>>(),
         );
         for (j, r) in t.rows.iter().enumerate() {
@@ -650,6 +650,8 @@ fn pmu_section(
                     (j + 1).to_string(),
                     r.candidate.clone(),
                     r.role.clone(),
+                    r.fidelity
+                        .map_or_else(|| "—".to_string(), |f| f.to_string()),
                     micros(r.median_ns),
                     opt(r.gflops, fmt_num),
                 ]
@@ -668,7 +670,7 @@ fn pmu_section(
         blocks.push(Block::Table(tbl));
         if t.omitted > 0 || t.invalid > 0 {
             blocks.push(Block::Paragraph(format!(
-                "{} slower valid candidate(s) not listed; {} candidate(s) failed validation against the scalar reference and were never timed.",
+                "{} slower valid candidate(s) not listed; {} candidate(s) failed validation against the scalar reference and were never timed. The winner is chosen on full-fidelity runs, so a shorter low-fidelity median may list above it.",
                 t.omitted, t.invalid
             )));
         }
@@ -761,6 +763,71 @@ fn peer_section(results: &[tiletune_tables::PeerResult]) -> Result<Section> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tiletune_tables::{EXPORT_FORMAT, EXPORT_VERSION, SocRecord};
+
+    fn empty_export() -> SocExport {
+        SocExport {
+            format: EXPORT_FORMAT.into(),
+            version: EXPORT_VERSION,
+            soc: SocRecord {
+                fingerprint: "abc".into(),
+                name: "Empty".into(),
+                probe: serde_json::json!({}),
+                first_seen: 0,
+            },
+            campaigns: vec![],
+            measurements: vec![],
+            selections: vec![],
+            ceilings: vec![],
+            peer_results: vec![],
+        }
+    }
+
+    #[test]
+    fn an_empty_table_gives_sections_that_say_what_to_run() {
+        let r = ReportBuilder::new(&empty_export()).build().unwrap();
+        assert!(
+            r.plot_ids().is_empty(),
+            "no empty plots: {:?}",
+            r.plot_ids()
+        );
+        let html = r.html();
+        for needle in [
+            "No machine ceilings stored",
+            "Nothing to place on a roofline",
+            "No tuned problems in this table: run `tiletune tune` first.",
+            "No measurements in this table",
+            "No timed candidates",
+            "No peer speed results stored",
+            "No perplexity results stored",
+            "holds no probe record",
+        ] {
+            assert!(html.contains(needle), "missing {needle:?}");
+        }
+        let md = r.markdown();
+        assert!(md.contains("## Roofline") && md.contains("_No perplexity results stored"));
+        // Deterministic without a generation time.
+        assert_eq!(
+            html,
+            ReportBuilder::new(&empty_export()).build().unwrap().html()
+        );
+    }
+
+    #[test]
+    fn write_to_creates_the_directory_and_reports_a_bad_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = ReportBuilder::new(&empty_export()).build().unwrap();
+        let w = r.write_to(&dir.path().join("a/b")).unwrap();
+        assert!(w.html.is_file() && w.markdown.is_file());
+        assert_eq!(w.plots, 0);
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let err = r.write_to(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot write") && err.contains("writable"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn utc_dates_are_civil() {
