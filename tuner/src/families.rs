@@ -12,6 +12,7 @@
 
 mod more;
 pub mod one;
+pub mod qgemm;
 pub mod quant;
 
 pub use one::{
@@ -34,7 +35,9 @@ pub fn supported_dtypes(op: &str) -> &'static [&'static str] {
         "gemv" => &[
             "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
         ],
-        "gemm" => &["f32", "f16"],
+        "gemm" => &[
+            "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
+        ],
         _ => &[],
     }
 }
@@ -69,6 +72,18 @@ pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>
         return Ok(Box::new(quant::QGemvTune::new(
             spec.clone(),
             format,
+            dim("n")?,
+            dim("k")?,
+            m,
+        )?));
+    }
+    if spec.op() == "gemm"
+        && let Some(format) = quant::format_of(spec.dtype())
+    {
+        return Ok(Box::new(qgemm::QGemmTune::new(
+            spec.clone(),
+            format,
+            dim("m")?,
             dim("n")?,
             dim("k")?,
             m,
@@ -531,6 +546,9 @@ mod tests {
             Problem::new("gemv", "f16", [("n", 16), ("k", 33)]).unwrap(),
             Problem::new("gemm", "f32", [("m", 5), ("n", 19), ("k", 23)]).unwrap(),
             Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
+            Problem::new("gemm", "q4_1", [("m", 5), ("n", 19), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "q5_0", [("m", 17), ("n", 9), ("k", 96)]).unwrap(),
+            Problem::new("gemm", "q6_k", [("m", 3), ("n", 4), ("k", 256)]).unwrap(),
         ] {
             let mut p = instantiate(&spec, &machine()).unwrap();
             assert!(!p.candidates().is_empty());
@@ -556,6 +574,29 @@ mod tests {
             let (isa, mode) = v.split_once('.').unwrap();
             isa.parse::<Isa>().is_ok() && matches!(mode, "a8" | "a32")
         }));
+    }
+
+    #[test]
+    fn quantized_prefill_searches_the_gemm_and_the_per_row_gemv() {
+        let p = instantiate(
+            &Problem::new("gemm", "q8_0", [("m", 16), ("n", 8), ("k", 64)]).unwrap(),
+            &machine(),
+        )
+        .unwrap();
+        let variants: Vec<&str> = p.candidates().iter().map(|c| c.variant()).collect();
+        assert!(variants[0].ends_with(".qgemm"), "{variants:?}");
+        assert!(variants.iter().any(|v| v.ends_with(".a8")), "{variants:?}");
+        assert!(variants.iter().all(|v| {
+            let (isa, kind) = v.split_once('.').unwrap();
+            isa.parse::<Isa>().is_ok() && matches!(kind, "a8" | "qgemm")
+        }));
+        // No GEMM for Q4_K: the per-row GEMV only.
+        let p = instantiate(
+            &Problem::new("gemm", "q4_k", [("m", 4), ("n", 4), ("k", 256)]).unwrap(),
+            &machine(),
+        )
+        .unwrap();
+        assert!(p.candidates().iter().all(|c| c.variant().ends_with(".a8")));
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! | avx2 / avx_vnni | 8 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (ymm) |
 //! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm) |
 //! | neon | 4, 8 | `smull`+`sadalp` |
-//! | neon_dotprod | 4, 8 | `sdot` by element (`asm!`) |
+//! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
+//! | neon_i8mm | 4, 8 | `smmla` on activation row pairs (`asm!`; 1-row tiles use `sdot`) |
 //!
 //! **Exactness.** Every variant computes, per (row, column), the same i32
 //! block sums as ggml's generic `vec_dot` and accumulates
@@ -35,6 +36,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod dotprod;
+#[cfg(target_arch = "aarch64")]
+mod i8mm;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 pub mod pack;
@@ -79,6 +82,7 @@ pub fn variants(format: QuantFormat) -> &'static [Isa] {
             Isa::Avx512Vnni,
             Isa::Neon,
             Isa::NeonDotprod,
+            Isa::NeonI8mm,
         ]
     } else {
         &[]
@@ -424,6 +428,8 @@ impl QGemm {
             Isa::Neon => neon::tile,
             #[cfg(target_arch = "aarch64")]
             Isa::NeonDotprod => dotprod::tile,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonI8mm => i8mm::tile,
             _ => scalar::tile,
         }
     }
