@@ -228,8 +228,9 @@ struct OpenGroup {
 
 enum Engine {
     Perf(Vec<OpenGroup>),
-    /// The observed threads (`None` = the caller) and their snapshots.
-    Rusage(Vec<Option<i32>>, Option<Vec<RusageSnap>>),
+    /// The observed threads (`None` = the caller) and their snapshots
+    /// (`None` for a thread that could not be read).
+    Rusage(Vec<Option<i32>>, Option<Vec<Option<RusageSnap>>>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -267,24 +268,26 @@ fn proc_thread_counts(tid: i32) -> Option<(u64, u64)> {
 }
 
 impl RusageSnap {
-    /// Thread `tid` (`None`: the caller).
-    fn of(tid: Option<i32>) -> RusageSnap {
+    /// Thread `tid` (`None`: the caller); `None` when the thread is gone.
+    fn of(tid: Option<i32>) -> Option<RusageSnap> {
         let Some(tid) = tid else {
-            return RusageSnap::now();
+            return Some(RusageSnap::now());
         };
-        // SAFETY: plain-data out-parameter; a bad clock id returns an error
-        // and leaves the zeroed value.
+        // SAFETY: plain-data out-parameter; the clock of a thread that has
+        // exited is an invalid clock id (EINVAL).
         let cpu_ns = unsafe {
             let mut ts: libc::timespec = std::mem::zeroed();
-            libc::clock_gettime(thread_clock(tid), &mut ts);
+            if libc::clock_gettime(thread_clock(tid), &mut ts) != 0 {
+                return None;
+            }
             ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
         };
         let (faults, switches) = proc_thread_counts(tid).unwrap_or((0, 0));
-        RusageSnap {
+        Some(RusageSnap {
             cpu_ns,
             faults,
             switches,
-        }
+        })
     }
 
     fn now() -> RusageSnap {
@@ -436,8 +439,29 @@ impl CounterSet {
     }
 
     /// Opens the requested counters, or falls back (software events, then
-    /// getrusage) and says why in the returned note. Never fails.
+    /// getrusage) and says why in the returned note. Never fails. Threads of
+    /// [`CounterOptions::threads`] that no longer exist are left out (a
+    /// `perf_event_open` on them would fail the whole set) and named in the
+    /// counts' notes.
     pub fn with_options(opts: &CounterOptions) -> (CounterSet, Option<FallbackNote>) {
+        let (live, gone): (Vec<i32>, Vec<i32>) = opts
+            .threads
+            .iter()
+            .partition(|&&t| Path::new(&format!("/proc/self/task/{t}")).exists());
+        let mut live_opts = opts.clone();
+        live_opts.threads = live;
+        let (mut set, note) = CounterSet::with_live_threads(&live_opts);
+        if !gone.is_empty() {
+            let gone = format!("threads {gone:?} no longer exist and are not counted");
+            set.warning = Some(match set.warning.take() {
+                Some(w) => format!("{w}; {gone}"),
+                None => gone,
+            });
+        }
+        (set, note)
+    }
+
+    fn with_live_threads(opts: &CounterOptions) -> (CounterSet, Option<FallbackNote>) {
         let kind = opts.kind.resolve();
         let pmus = sysfs::discover_cpu_pmus(&opts.sysfs_root);
         let paranoid = sysfs::perf_event_paranoid();
@@ -669,8 +693,12 @@ impl CounterSet {
             }
             Engine::Rusage(targets, snap) => {
                 let start = snap.take().ok_or(PmuError::NotStarted)?;
+                let mut gone = Vec::new();
                 for (&t, s) in targets.iter().zip(&start) {
-                    let e = RusageSnap::of(t);
+                    let (Some(s), Some(e)) = (s, RusageSnap::of(t)) else {
+                        gone.extend(t);
+                        continue;
+                    };
                     counts.accumulate(
                         "task-clock",
                         CounterValue::exact(e.cpu_ns.saturating_sub(s.cpu_ns)),
@@ -684,7 +712,12 @@ impl CounterSet {
                         CounterValue::exact(e.switches.saturating_sub(s.switches)),
                     );
                 }
-                counts.threads = targets.len();
+                counts.threads = targets.len() - gone.len();
+                if !gone.is_empty() {
+                    counts.notes.push(format!(
+                        "threads {gone:?} could not be read (exited?) and are not counted"
+                    ));
+                }
             }
         }
         Ok(counts)

@@ -223,12 +223,16 @@ fn named_worker_threads_are_counted_with_the_caller() {
     let ready = Arc::new(Barrier::new(3));
     let go = Arc::new(Barrier::new(3));
     let done = Arc::new(Barrier::new(3));
+    // Workers stay alive until the counters are read: the clock of an
+    // exited thread cannot be read.
+    let exit = Arc::new(Barrier::new(3));
     let tids: Vec<Arc<AtomicI32>> = (0..2).map(|_| Arc::new(AtomicI32::new(0))).collect();
     let workers: Vec<_> = tids
         .iter()
         .map(|tid| {
             let (stop, tid) = (stop.clone(), tid.clone());
             let (ready, go, done) = (ready.clone(), go.clone(), done.clone());
+            let exit = exit.clone();
             std::thread::spawn(move || {
                 tid.store(tiletune_pmu::counters::current_tid(), Ordering::SeqCst);
                 let mut spent = Vec::new();
@@ -243,6 +247,7 @@ fn named_worker_threads_are_counted_with_the_caller() {
                     spent.push(thread_cpu_ns() - c0);
                     done.wait();
                 }
+                exit.wait();
                 spent
             })
         })
@@ -263,6 +268,7 @@ fn named_worker_threads_are_counted_with_the_caller() {
     // The tids are known once the workers passed `ready` the first time.
     let tids: Vec<i32> = tids.iter().map(|t| t.load(Ordering::SeqCst)).collect();
     let all = count(CounterOptions::new(EventSetKind::Software).threads(tids.clone()));
+    exit.wait();
     let spent: Vec<Vec<u64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let busy_ns: f64 = spent.iter().map(|s| s[1] as f64).sum();
     assert_eq!(alone.threads, 1);
@@ -280,4 +286,29 @@ fn named_worker_threads_are_counted_with_the_caller() {
     let me = tiletune_pmu::counters::current_tid();
     let opts = CounterOptions::new(EventSetKind::Software).threads(vec![me, tids[0], tids[0]]);
     assert_eq!(opts.threads, vec![tids[0]]);
+}
+
+/// A thread that has exited is left out with a note instead of failing the
+/// whole set; the caller is still counted.
+#[test]
+fn an_exited_worker_is_noted_not_fatal() {
+    let tid = std::thread::spawn(tiletune_pmu::counters::current_tid)
+        .join()
+        .unwrap();
+    let (mut set, _note) =
+        CounterSet::with_options(&CounterOptions::new(EventSetKind::Software).threads(vec![tid]));
+    let ((), c) = set
+        .measure(|| {
+            black_box(busy(black_box(10_000)));
+        })
+        .unwrap();
+    assert_eq!(c.threads, 1);
+    assert!(c.get("task-clock").unwrap() > 0.0);
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains(&tid.to_string()) && n.contains("not counted")),
+        "{:?}",
+        c.notes
+    );
 }
