@@ -2,9 +2,10 @@
 //! prompt and stream the generated text, then print load time, prefill and
 //! decode speed and peak memory. `--token-ids` + `--dump-logits` bypass the
 //! tokenizer and write logits as JSON for checking against other
-//! implementations; with the global `--json` the prompt ids, generated ids
-//! and text are printed as one JSON object instead of streamed text (exact
-//! ids for comparing greedy output with llama.cpp). Also holds the model loading shared by `plan`, `ppl`
+//! implementations; with the global `--json` the prompt ids, generated ids,
+//! text and the two largest logits of every sampling step are printed as one
+//! JSON object instead of streamed text (exact ids for comparing greedy
+//! output with llama.cpp, and the margins that show a near tie). Also holds the model loading shared by `plan`, `ppl`
 //! and `chat`.
 
 use super::Global;
@@ -212,6 +213,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if !g.json && args.token_ids.is_none() && !args.chat_template {
         write!(out, "{}", args.prompt.as_deref().unwrap_or(""))?;
     }
+    let mut top2 = Vec::new();
     let res = generate_fast(
         &l.model,
         &l.tok,
@@ -225,13 +227,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 let _ = out.flush();
             }
         },
-        |_| {},
+        |logits| {
+            if g.json {
+                top2.push(top_two(logits));
+            }
+        },
     )?;
     if g.json {
         let doc = serde_json::json!({
             "prompt_ids": prompt,
             "generated_ids": res.tokens,
             "text": res.text,
+            "top2": top2,
             "stop": format!("{:?}", res.stop),
             "prefill_seconds": res.prefill_time.as_secs_f64(),
             "decode_seconds": res.decode_time.as_secs_f64(),
@@ -254,6 +261,21 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         res.stop
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The two largest logits as `[[id, logit], [id, logit]]`, largest first
+/// (ties keep the lower id first, as greedy sampling does).
+fn top_two(logits: &[f32]) -> [(u32, f32); 2] {
+    let mut best = [(0u32, f32::NEG_INFINITY); 2];
+    for (i, &x) in logits.iter().enumerate() {
+        if x > best[0].1 {
+            best[1] = best[0];
+            best[0] = (i as u32, x);
+        } else if x > best[1].1 {
+            best[1] = (i as u32, x);
+        }
+    }
+    best
 }
 
 fn dump_logits(l: &Loaded, prompt: &[u32], args: &Args, path: &Path) -> anyhow::Result<ExitCode> {
