@@ -184,6 +184,8 @@ fn json_has_llama_bench_fields_and_consistent_statistics() {
         assert_eq!(r["model_filename"], model.to_str().unwrap());
         assert_eq!(r["model_type"], "llama 0M all F32");
         assert_eq!(r["n_depth"], 0);
+        // llama-bench's default cache type, and ours.
+        assert_eq!((&r["type_k"], &r["type_v"]), (&"f16".into(), &"f16".into()));
         assert_eq!(r["n_batch"], 2048);
         // Every tensor's elements: embeddings, output norm, output, layers.
         let per_layer = 32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 64 * 32;
@@ -265,6 +267,17 @@ fn jsonl_and_markdown_print_the_same_tests() {
     );
     assert!(rows[2].contains(" ± "), "{md}");
 
+    // A non-default cache type shows in llama-bench's type_k/type_v columns.
+    let mut args = vec!["bench", "model", "--kv-type", "f32"];
+    args.extend(common);
+    let md = ok(&tiletune(&args));
+    let header = md.lines().next().unwrap();
+    assert!(
+        header.contains("type_k") && header.contains("type_v"),
+        "{md}"
+    );
+    assert!(md.lines().nth(2).unwrap().contains(" f32 "), "{md}");
+
     // --json is -o json.
     let mut args = vec!["--json", "bench", "model"];
     args.extend(common);
@@ -297,6 +310,9 @@ fn bad_flags_give_clear_errors() {
             "at most 128",
         ),
         (vec!["-m", missing.to_str().unwrap()], "does not exist"),
+        (vec!["-m", m, "--kv-type", "q4_0"], "use f32, f16 or q8_0"),
+        // head_dim 8: Q8_0 pages need a multiple of 32.
+        (vec!["-m", m, "--kv-type", "q8_0"], "multiple of 32"),
     ];
     for (flags, want) in cases {
         let mut args = vec!["bench", "model", "--db", &db];

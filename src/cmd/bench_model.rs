@@ -18,7 +18,7 @@
 //! llama-bench draws them, so the same run order feeds the same tokens.
 
 use super::Global;
-use super::run::{ModelArgs, load};
+use super::run::{ModelArgs, load, parse_kv_type};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tiletune_kernels::Isa;
+use tiletune_kernels::attention::KvDtype;
 use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::models::{FastModel, RunState};
@@ -74,6 +75,9 @@ pub struct Args {
     /// Force the activation mode of quantized weights: `a8` or `a32`.
     #[arg(long, value_parser = parse_qmode)]
     pub qmode: Option<QMode>,
+    /// KV cache page type (llama-bench's -ctk/-ctv): f32, f16 or q8_0.
+    #[arg(long, value_parser = parse_kv_type, default_value = "f16")]
+    pub kv_type: KvDtype,
 }
 
 fn parse_qmode(s: &str) -> Result<QMode, String> {
@@ -311,25 +315,37 @@ impl ModelInfo {
 
 /// Where the results go as each test finishes (llama-bench prints as it goes).
 enum Printer {
-    Markdown { header: bool },
-    Json { first: bool },
+    /// `kv` adds llama-bench's type_k/type_v columns (shown when the cache
+    /// type is not llama-bench's default, f16).
+    Markdown {
+        header: bool,
+        kv: bool,
+    },
+    Json {
+        first: bool,
+    },
     Jsonl,
 }
 
-/// llama-bench's markdown column widths (negative: left aligned).
-const MD_COLUMNS: [(&str, i32); 7] = [
-    ("model", -30),
-    ("size", 10),
-    ("params", 10),
-    ("backend", 16),
-    ("threads", 7),
-    ("test", 15),
-    ("t/s", 20),
-];
+/// llama-bench's markdown columns and widths (negative: left aligned).
+fn md_columns(kv: bool) -> Vec<(&'static str, i32)> {
+    let mut c = vec![
+        ("model", -30),
+        ("size", 10),
+        ("params", 10),
+        ("backend", 16),
+        ("threads", 7),
+    ];
+    if kv {
+        c.extend([("type_k", 6), ("type_v", 6)]);
+    }
+    c.extend([("test", 15), ("t/s", 20)]);
+    c
+}
 
-fn md_row(out: &mut impl Write, cells: &[String]) -> std::io::Result<()> {
+fn md_row(out: &mut impl Write, cols: &[(&str, i32)], cells: &[String]) -> std::io::Result<()> {
     write!(out, "|")?;
-    for ((_, w), c) in MD_COLUMNS.iter().zip(cells) {
+    for ((_, w), c) in cols.iter().zip(cells) {
         let width = w.unsigned_abs() as usize;
         if *w < 0 {
             write!(out, " {c:<width$} |")?;
@@ -351,14 +367,14 @@ fn test_name(r: &TestRecord) -> String {
 impl Printer {
     fn print(&mut self, out: &mut impl Write, r: &TestRecord) -> anyhow::Result<()> {
         match self {
-            Printer::Markdown { header } => {
+            Printer::Markdown { header, kv } => {
+                let cols = md_columns(*kv);
                 if !*header {
                     *header = true;
-                    let names: Vec<String> =
-                        MD_COLUMNS.iter().map(|(n, _)| n.to_string()).collect();
-                    md_row(out, &names)?;
+                    let names: Vec<String> = cols.iter().map(|(n, _)| n.to_string()).collect();
+                    md_row(out, &cols, &names)?;
                     write!(out, "|")?;
-                    for (_, w) in MD_COLUMNS {
+                    for &(_, w) in &cols {
                         let dashes = "-".repeat(w.unsigned_abs() as usize - 1);
                         write!(out, " {dashes}{} |", if w > 0 { ':' } else { '-' })?;
                     }
@@ -374,16 +390,21 @@ impl Printer {
                 } else {
                     format!("{:.2} B", r.model_n_params as f64 / 1e9)
                 };
-                let cells = [
+                let mut cells = vec![
                     r.model_type.clone(),
                     size,
                     params,
                     r.backends.clone(),
                     r.n_threads.to_string(),
+                ];
+                if *kv {
+                    cells.extend([r.type_k.clone(), r.type_v.clone()]);
+                }
+                cells.extend([
                     test_name(r),
                     format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
-                ];
-                md_row(out, &cells)?;
+                ]);
+                md_row(out, &cols, &cells)?;
             }
             Printer::Json { first } => {
                 let sep = if *first { "[\n" } else { ",\n" };
@@ -398,7 +419,7 @@ impl Printer {
 
     fn finish(&mut self, out: &mut impl Write) -> anyhow::Result<()> {
         match self {
-            Printer::Markdown { header: true } => writeln!(
+            Printer::Markdown { header: true, .. } => writeln!(
                 out,
                 "\nbuild: {} ({}), tiletune {}",
                 build_commit(),
@@ -459,7 +480,10 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
     let mut printer = match format {
         "json" => Printer::Json { first: true },
         "jsonl" => Printer::Jsonl,
-        _ => Printer::Markdown { header: false },
+        _ => Printer::Markdown {
+            header: false,
+            kv: a.kv_type != KvDtype::F16,
+        },
     };
     let runs_per_test = a.reps + usize::from(!a.no_warmup);
     let bar =
@@ -478,6 +502,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                 db: a.db.clone(),
                 threads: Some(t),
                 qmode: a.qmode,
+                kv_type: a.kv_type,
             };
             bar.set_message(format!("loading with {t} threads"));
             let l = load(&margs, ctx)?;
@@ -543,8 +568,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                     n_batch: a.n_batch,
                     n_ubatch: a.n_batch,
                     n_threads: t,
-                    type_k: "f32".into(),
-                    type_v: "f32".into(),
+                    type_k: a.kv_type.name().into(),
+                    type_v: a.kv_type.name().into(),
                     n_prompt,
                     n_gen,
                     n_depth: 0,
