@@ -159,6 +159,76 @@ fn llama_bench_bad_input_is_a_clear_error() {
 
 // ---- MNN ----------------------------------------------------------------------
 
+fn mnn_rates(name: &str) -> (usize, Vec<(String, f64, f64)>) {
+    let r = parse_mnn_bench("mnn", &fixture(name)).unwrap();
+    let rates = r
+        .rates
+        .iter()
+        .map(|x| (x.test.clone(), x.tokens_per_s, x.std))
+        .collect();
+    (r.threads, rates)
+}
+
+#[test]
+fn mnn_reports_recorded_on_both_models() {
+    let (t, rates) = mnn_rates("mnn-llm_bench-smollm2.json");
+    assert_eq!(t, 2);
+    assert_eq!(
+        rates,
+        [
+            ("pp64".into(), 247.63184066454819, 128.79180263993585),
+            ("tg16".into(), 40.27099538171545, 1.781669908410034),
+            (
+                "pp64+tg16 prefill".into(),
+                350.0819359178616,
+                2.3601083961736668
+            ),
+            (
+                "pp64+tg16 decode".into(),
+                38.505440126201538,
+                0.6309897007453926
+            ),
+        ]
+    );
+    let (t, rates) = mnn_rates("mnn-llm_bench-smollm2-p512-n128.json");
+    assert_eq!(t, 2);
+    assert_eq!(
+        rates,
+        [
+            ("pp512".into(), 363.55954150065596, 19.757916344017049),
+            ("tg128".into(), 46.149195964304968, 0.7595533875197716),
+        ]
+    );
+    // Loading times ride along and are ignored.
+    let (t, rates) = mnn_rates("mnn-llm_bench-smollm2-load.json");
+    assert_eq!(
+        (t, rates[0].0.as_str(), rates[0].1),
+        (1, "pp32", 420.097698742534)
+    );
+    let r = parse_mnn_bench("mnn", &fixture("mnn-llm_bench-qwen25coder.json")).unwrap();
+    assert_eq!(r.model, "qwen25coder-mnn");
+    assert_eq!(r.rates[0].tokens_per_s, 54.796786798923857);
+    assert_eq!(r.rates[3].test, "pp64+tg16 decode");
+    assert_eq!(r.rates[3].tokens_per_s, 19.803078985345345);
+}
+
+#[test]
+fn mnn_mixed_threads_and_failed_loads_are_refused() {
+    // `-t 1,2` in one run: the report names one thread count for both.
+    assert_output_error(
+        parse_mnn_bench("mnn", &fixture("mnn-llm_bench-smollm2-t1-2.json")),
+        "once per thread count",
+    );
+    // A missing model: exit 0, a report with rate 0, and error messages.
+    assert_output_error(
+        parse_mnn_bench("mnn", &fixture("mnn-llm_bench-missing-model.json")),
+        "failed to load",
+    );
+    let why = peers::mnn_load_failure("", &fixture("mnn-llm_bench-missing-model.stderr.txt"));
+    assert!(why.unwrap().contains("Unable to open config file"));
+    assert_eq!(peers::mnn_load_failure("| model | t/s |", ""), None);
+}
+
 #[test]
 fn mnn_report_in_the_source_format() {
     let r = parse_mnn_bench("mnn", &fixture("mnn-llm_bench-from-source-format.json")).unwrap();
@@ -629,6 +699,77 @@ fn alternation_pools_rounds_and_drops_failing_peers() {
     let var = d.iter().map(|x| (x - mean_a).powi(2)).sum::<f64>() / 3.0;
     assert!((rows[0].std.unwrap() - var.sqrt()).abs() < 1e-9);
     assert_eq!(rows[1].engine_version, "b1-0c1e570");
+}
+
+#[test]
+fn mnn_engine_runs_once_per_thread_count_in_a_scratch_directory() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: spawns host shell scripts");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let calls = dir.path().join("calls.log");
+    // A fake llm_bench: logs its cwd and -t, writes the recorded report to -j.
+    let fake = script(
+        dir.path(),
+        "llm_bench",
+        &format!(
+            "t=; out=; while [ $# -gt 0 ]; do case \"$1\" in -t) t=$2;; -j) out=$2;; esac; shift; done; \
+             echo \"$(pwd) $t\" >> '{}'; mkdir -p tmp; sed \"s/\\\"threads\\\":2/\\\"threads\\\":$t/\" '{}' > \"$out\"",
+            calls.display(),
+            fixture_path("mnn-llm_bench-smollm2-p512-n128.json").display()
+        ),
+    );
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, "{}").unwrap();
+    let mut e = peers::MnnBenchEngine::new(
+        fake.clone(),
+        cfg.clone(),
+        "sha256:x".into(),
+        vec![1, 2],
+        512,
+        128,
+        work.clone(),
+        None,
+    );
+    let s = e.run_round().unwrap();
+    let got: Vec<(&str, usize, f64)> = s
+        .iter()
+        .map(|x| (x.test.as_str(), x.threads, x.tokens_per_s[0]))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("pp512", 1, 363.55954150065596),
+            ("tg128", 1, 46.149195964304968),
+            ("pp512", 2, 363.55954150065596),
+            ("tg128", 2, 46.149195964304968)
+        ]
+    );
+    let log = std::fs::read_to_string(&calls).unwrap();
+    let cwd = work.canonicalize().unwrap();
+    assert_eq!(log, format!("{0} 1\n{0} 2\n", cwd.display()));
+    assert!(work.join("tmp").is_dir());
+
+    // A model that does not load: exit 0, messages, a report of zeros.
+    let broken = script(
+        dir.path(),
+        "llm_bench_broken",
+        &format!(
+            "out=; while [ $# -gt 0 ]; do [ \"$1\" = -j ] && out=$2; shift; done; \
+             cat '{}' >&2; cp '{}' \"$out\"",
+            fixture_path("mnn-llm_bench-missing-model.stderr.txt").display(),
+            fixture_path("mnn-llm_bench-missing-model.json").display()
+        ),
+    );
+    let mut e = peers::MnnBenchEngine::new(broken, cfg, "v".into(), vec![2], 8, 4, work, None);
+    let err = e.run_round().unwrap_err().to_string();
+    assert!(
+        err.contains("did not load") && err.contains("Unable to open config file"),
+        "{err}"
+    );
 }
 
 #[test]

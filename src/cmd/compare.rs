@@ -24,7 +24,18 @@ use tiletune_bench::peers::{
 use tiletune_tables::{PeerResult, now_unix};
 
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "Engines run in turn, once per round (-r rounds), so drift hits them alike; \
+a peer that is missing, fails or prints garbage is reported and skipped.
+
+Examples:
+  tiletune compare -m m.gguf --llama-bench llama.cpp/build/bin/llama-bench -p 512 -n 128 -t 1,2 -r 3 --out cmp.json
+  tiletune compare -m m.gguf --mnn-bench MNN/build/llm_bench --mnn-config m-mnn/config.json -t 4
+  tiletune compare kernels --llama-test-backend-ops llama.cpp/build/bin/test-backend-ops --types q4_0,q8_0
+  tiletune compare ppl -m m.gguf -f wiki.test.raw --llama-perplexity llama.cpp/build/bin/llama-perplexity"
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<CompareCommand>,
@@ -127,7 +138,8 @@ pub struct PplArgs {
     /// Score at most this many chunks (both engines) [default: all].
     #[arg(long)]
     pub chunks: Option<usize>,
-    /// Worker threads (both engines) [default: each engine's own].
+    /// Worker threads, the same for both engines [default: the CPUs this
+    /// process may use].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
     /// Give up on one engine run after this many seconds.
@@ -672,6 +684,7 @@ struct PplComparison {
     model: String,
     file: String,
     ctx: usize,
+    threads: usize,
     rows: Vec<PplRow>,
     notes: Vec<String>,
 }
@@ -683,6 +696,16 @@ fn ppl(g: &Global, a: PplArgs) -> anyhow::Result<ExitCode> {
     if !a.file.is_file() {
         anyhow::bail!("text file {} does not exist", a.file.display());
     }
+    if a.ctx < 4 {
+        anyhow::bail!("--ctx must be at least 4");
+    }
+    let threads = match a.threads {
+        Some(0) => anyhow::bail!("--threads must be at least 1"),
+        Some(t) => t,
+        None => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+    };
     let timeout = Duration::from_secs(a.timeout.max(1));
     let soc = tiletune_soc::probe().context("probing this SoC")?;
     let mut rows = Vec::new();
@@ -695,12 +718,10 @@ fn ppl(g: &Global, a: PplArgs) -> anyhow::Result<ExitCode> {
             .arg(&a.file)
             .args(["--ctx".to_string(), a.ctx.to_string()])
             .args(["--qmode", qmode])
+            .args(["--threads".to_string(), threads.to_string()])
             .timeout(timeout);
         if let Some(c) = a.chunks {
             cmd = cmd.args(["--chunks".to_string(), c.to_string()]);
-        }
-        if let Some(t) = a.threads {
-            cmd = cmd.args(["--threads".to_string(), t.to_string()]);
         }
         eprintln!("running {}", cmd.display());
         match cmd
@@ -734,12 +755,10 @@ fn ppl(g: &Global, a: PplArgs) -> anyhow::Result<ExitCode> {
                 .arg("-f")
                 .arg(&a.file)
                 .args(["-c".to_string(), a.ctx.to_string()])
+                .args(["-t".to_string(), threads.to_string()])
                 .timeout(timeout);
             if let Some(c) = a.chunks {
                 cmd = cmd.args(["--chunks".to_string(), c.to_string()]);
-            }
-            if let Some(t) = a.threads {
-                cmd = cmd.args(["-t".to_string(), t.to_string()]);
             }
             eprintln!("running {}", cmd.display());
             match cmd.run() {
@@ -765,6 +784,7 @@ fn ppl(g: &Global, a: PplArgs) -> anyhow::Result<ExitCode> {
         model: file_name(&a.model),
         file: file_name(&a.file),
         ctx: a.ctx,
+        threads,
         rows,
         notes,
     };
@@ -780,7 +800,7 @@ fn ppl(g: &Global, a: PplArgs) -> anyhow::Result<ExitCode> {
                 engine: r.engine.clone(),
                 engine_version: r.engine_version.clone(),
                 test: ppl_test_name(a.ctx, &r.mode),
-                threads: a.threads.unwrap_or(0),
+                threads,
                 tokens_per_s: r.tokens_per_s.unwrap_or(0.0),
                 std: None,
                 json: json!({
@@ -903,8 +923,8 @@ fn llama_ppl_row(est: &PerplexityEstimate, version: String, wall: f64, ctx: usiz
 fn print_ppl_table(out: &mut impl Write, d: &PplComparison) -> std::io::Result<()> {
     writeln!(
         out,
-        "perplexity of {} on {}, ctx {}; soc {}",
-        d.model, d.file, d.ctx, d.soc
+        "perplexity of {} on {}, ctx {}, {} thread(s); soc {}",
+        d.model, d.file, d.ctx, d.threads, d.soc
     )?;
     writeln!(out)?;
     writeln!(

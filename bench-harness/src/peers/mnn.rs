@@ -5,7 +5,9 @@
 //! with mean tokens/s (`tps`) and sample standard deviation (`std`).
 //!
 //! The report names one thread count for all its results, so a comparison
-//! runs `llm_bench` once per thread count.
+//! runs `llm_bench` once per thread count. A model that fails to load still
+//! gives exit status 0 and a report (with rates of 0): [`load_failure`]
+//! reads the messages that tell.
 
 use super::llama_bench::excerpt;
 use super::{RateSample, output_error};
@@ -100,6 +102,16 @@ pub fn parse_mnn_bench(engine: &str, text: &str) -> Result<MnnReport, BenchError
             "the report holds no measured rates (every test failed or none ran)".into(),
         ));
     }
+    if let Some(dup) = rates
+        .iter()
+        .enumerate()
+        .find(|(i, r)| rates[..*i].iter().any(|q| q.test == r.test))
+    {
+        return Err(err(format!(
+            "test `{}` appears twice: the report mixes several runs (e.g. `-t 1,2`) under one thread count; run llm_bench once per thread count",
+            dup.1.test
+        )));
+    }
     Ok(MnnReport {
         model: text_field("model")?,
         backend: text_field("backend")?,
@@ -127,8 +139,15 @@ fn entry(r: &Value, out: &mut Vec<MnnRate>) -> Result<(), String> {
             (Some(t), s) => {
                 let t = t
                     .as_f64()
-                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .filter(|x| x.is_finite())
                     .ok_or(format!("field `{tps}` is not a finite number"))?;
+                // llm_bench writes 0 (and absurd prefill rates) when the model
+                // failed to load, and still exits 0.
+                if t <= 0.0 {
+                    return Err(format!(
+                        "`{tps}` is {t}: llm_bench reports this when the model failed to load; check --mnn-config and its stderr"
+                    ));
+                }
                 let s = match s {
                     None => 0.0,
                     Some(s) => s
@@ -167,4 +186,21 @@ fn entry(r: &Value, out: &mut Vec<MnnRate>) -> Result<(), String> {
         other => return Err(format!("unknown result type `{other}`")),
     }
     Ok(())
+}
+
+/// The messages `llm_bench` prints when its model did not load (it still
+/// exits 0 and writes a report); `None` when there are none.
+pub fn load_failure(stdout: &str, stderr: &str) -> Option<String> {
+    const SIGNS: [&str; 4] = [
+        "Unable to open config file",
+        "LLM in error state",
+        "tokenizer file not found",
+        "File not exist",
+    ];
+    let lines: Vec<&str> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .filter(|l| SIGNS.iter().any(|s| l.contains(s)))
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
 }

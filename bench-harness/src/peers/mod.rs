@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 pub use backend_ops::{MulMatShape, OpPerf, parse_backend_ops};
 pub use llama_bench::{LlamaBenchRecord, parse_llama_bench, test_name};
-pub use mnn::{MnnRate, MnnReport, parse_mnn_bench};
+pub use mnn::{MnnRate, MnnReport, load_failure as mnn_load_failure, parse_mnn_bench};
 pub use perplexity::{PerplexityEstimate, parse_perplexity};
 pub use run::{PeerCommand, PeerOutput, binary_fingerprint, find_on_path, stderr_tail};
 pub use side_by_side::{

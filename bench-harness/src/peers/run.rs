@@ -25,6 +25,7 @@ pub struct PeerCommand {
     program: PathBuf,
     args: Vec<OsString>,
     timeout: Option<Duration>,
+    cwd: Option<PathBuf>,
 }
 
 impl PeerCommand {
@@ -35,6 +36,7 @@ impl PeerCommand {
             program: program.into(),
             args: Vec::new(),
             timeout: None,
+            cwd: None,
         }
     }
 
@@ -51,6 +53,12 @@ impl PeerCommand {
     /// Kill the child after `d`.
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = Some(d);
+        self
+    }
+
+    /// Run in `dir` (for peers that litter their working directory).
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
         self
     }
 
@@ -88,7 +96,11 @@ impl PeerCommand {
             stderr_tail: stderr_tail(stderr, 12),
         };
         let t0 = Instant::now();
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        if let Some(d) = &self.cwd {
+            command.current_dir(d);
+        }
+        let mut child = command
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -109,8 +109,9 @@ pub struct MnnBenchEngine {
 }
 
 impl MnnBenchEngine {
-    /// `config` is the MNN model's `config.json`; reports are written into
-    /// `report_dir` (which must exist); `version` keys its results.
+    /// `config` is the MNN model's `config.json`; llm_bench runs inside
+    /// `report_dir` (which must exist; it creates a `tmp/` there) and writes
+    /// its reports there; `version` keys its results.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         program: PathBuf,
@@ -125,7 +126,8 @@ impl MnnBenchEngine {
         MnnBenchEngine {
             name: "mnn".into(),
             program,
-            config,
+            // llm_bench runs inside report_dir: a relative path would break.
+            config: std::path::absolute(&config).unwrap_or(config),
             version,
             threads,
             n_prompt,
@@ -147,26 +149,36 @@ impl Engine for MnnBenchEngine {
             let report = self.report_dir.join(format!("llm_bench-t{t}.json"));
             // A stale report from an earlier round must not pass for this one.
             let _ = std::fs::remove_file(&report);
-            let mut cmd = PeerCommand::new(&self.name, &self.program).args([
-                "-m".into(),
-                self.config.clone().into_os_string(),
-                "-a".into(),
-                "cpu".into(),
-                "-t".into(),
-                t.to_string().into(),
-                "-p".into(),
-                self.n_prompt.to_string().into(),
-                "-n".into(),
-                self.n_gen.to_string().into(),
-                "-rep".into(),
-                "1".into(),
-                "-j".into(),
-                report.clone().into_os_string(),
-            ]);
+            let mut cmd = PeerCommand::new(&self.name, &self.program)
+                .args([
+                    "-m".into(),
+                    self.config.clone().into_os_string(),
+                    "-a".into(),
+                    "cpu".into(),
+                    "-t".into(),
+                    t.to_string().into(),
+                    "-p".into(),
+                    self.n_prompt.to_string().into(),
+                    "-n".into(),
+                    self.n_gen.to_string().into(),
+                    "-rep".into(),
+                    "1".into(),
+                    "-j".into(),
+                    report.clone().into_os_string(),
+                ])
+                .current_dir(&self.report_dir);
             if let Some(d) = self.timeout {
                 cmd = cmd.timeout(d);
             }
             let out = cmd.run()?;
+            if let Some(why) = super::mnn::load_failure(&out.stdout, &out.stderr) {
+                return Err(BenchError::PeerRun {
+                    engine: self.name.clone(),
+                    command: cmd.display(),
+                    reason: format!("the model did not load ({why})"),
+                    stderr_tail: super::run::stderr_tail(&out.stderr, 12),
+                });
+            }
             let text = std::fs::read_to_string(&report).map_err(|e| BenchError::PeerRun {
                 engine: self.name.clone(),
                 command: cmd.display(),
