@@ -67,7 +67,7 @@ pub struct KernelArgs {
     /// Problem size, e.g. 4864x896 (see the family's help for the order).
     #[arg(long)]
     pub shape: String,
-    /// Element type [default: f32; q4_0 for qgemv].
+    /// Element type [default: f32; q4_0 for qgemv, i8 for i8gemm, u4 for embed].
     #[arg(long)]
     pub dtype: Option<String>,
     /// Force an ISA variant (scalar, avx2, avx_vnni, avx512, avx512_vnni,
