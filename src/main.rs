@@ -42,6 +42,8 @@ pub enum Command {
     /// (alternating engines), MUL_MAT kernels (`compare kernels`) and
     /// perplexity (`compare ppl`).
     Compare(cmd::compare::Args),
+    /// Write an HTML report with plots (and a Markdown summary) of the selector table.
+    Report(cmd::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -76,5 +78,6 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Ppl(args) => cmd::ppl::run(&global, args),
         Command::Chat(args) => cmd::chat::run(&global, args),
         Command::Compare(args) => cmd::compare::run(&global, args),
+        Command::Report(args) => cmd::report::run(&global, args),
     }
 }

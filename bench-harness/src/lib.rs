@@ -41,7 +41,7 @@ pub use clock::{Clock, MockClock, SystemClock};
 pub use drift::{DriftCheck, DriftConfig, DriftGuard, DriftReport};
 pub use env::Environment;
 pub use error::BenchError;
-pub use measure::{Harness, MeasureConfig, Measurement};
+pub use measure::{Harness, MeasureConfig, MeasureProgress, Measurement};
 pub use pin::{PinGuard, Placement};
 pub use roofline::{Ceilings, RooflineConfig};
 pub use rotate::Rotation;

@@ -19,7 +19,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::BenchError;
-use crate::pin::{PinGuard, Placement};
+use crate::pin::{PinGuard, Placement, WorkerPin};
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -151,12 +151,29 @@ impl Measurement {
     }
 }
 
+/// Where a measurement is, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasureProgress {
+    /// Still warming up (no sample taken yet).
+    pub warming_up: bool,
+    pub samples: usize,
+    /// Time spent in the current phase.
+    pub spent: Duration,
+    /// Estimated share of the schedule done, 0..=1: the larger of the
+    /// sample and time shares of the minimums (sampling stops when both are
+    /// reached, or at the maximums).
+    pub fraction: f64,
+}
+
 /// Runs closures under a [`MeasureConfig`], timed by a [`Clock`].
 pub struct Harness<C: Clock = SystemClock> {
     cfg: MeasureConfig,
     clock: C,
+    progress: Option<Box<dyn FnMut(MeasureProgress)>>,
     counters: Option<CounterSet>,
     pin: Option<Vec<usize>>,
+    /// Pool workers (TIDs) that run the measured closure's work.
+    workers: Vec<i32>,
 }
 
 impl Harness<SystemClock> {
@@ -175,7 +192,16 @@ impl<C: Clock> Harness<C> {
             clock,
             counters: None,
             pin: None,
+            workers: Vec::new(),
+            progress: None,
         })
+    }
+
+    /// Calls `f` after the warm-up and after every sample (outside the timed
+    /// region), e.g. to draw a progress bar.
+    pub fn on_progress(mut self, f: impl FnMut(MeasureProgress) + 'static) -> Self {
+        self.progress = Some(Box::new(f));
+        self
     }
 
     /// Reads these counters around every timed region.
@@ -192,10 +218,21 @@ impl<C: Clock> Harness<C> {
         self
     }
 
+    /// The threads (Linux TIDs) of the pool the measured kernel runs on: a
+    /// multi-threaded kernel's work happens on its pool's persistent workers,
+    /// not on the measuring thread, so their counters are opened and summed
+    /// with the caller's (see `tiletune_pmu::counters`), and when the harness
+    /// is [`Harness::pinned`] each worker is pinned to one CPU of the set.
+    /// Call before [`Harness::attach_counters`].
+    pub fn workers(mut self, tids: Vec<i32>) -> Self {
+        self.workers = tids;
+        self
+    }
+
     /// Opens counters of `kind` for the pinned CPUs (big.LITTLE: that
     /// cluster's PMU) and attaches them; returns the fallback note, if any.
     pub fn attach_counters(&mut self, kind: EventSetKind) -> Option<FallbackNote> {
-        let mut opts = CounterOptions::new(kind);
+        let mut opts = CounterOptions::new(kind).threads(self.workers.clone());
         if let Some(cpus) = &self.pin {
             opts = opts.cpus(cpus.clone());
         }
@@ -221,6 +258,10 @@ impl<C: Clock> Harness<C> {
     pub fn measure<F: FnMut()>(&mut self, name: &str, mut f: F) -> Result<Measurement, BenchError> {
         let cfg = self.cfg;
         let mut pin = self.pin.as_deref().map(PinGuard::pin).transpose()?;
+        let worker_pin = match &self.pin {
+            Some(cpus) if !self.workers.is_empty() => Some(WorkerPin::pin(&self.workers, cpus)?),
+            _ => None,
+        };
         // 1. Warm-up.
         let t0 = self.clock.now();
         let mut warm = 0u64;
@@ -235,6 +276,14 @@ impl<C: Clock> Harness<C> {
             }
         }
         let warm_ns = (self.clock.now() - t0).as_nanos() as f64;
+        if let Some(p) = self.progress.as_mut() {
+            p(MeasureProgress {
+                warming_up: true,
+                samples: 0,
+                spent: self.clock.now() - t0,
+                fraction: 0.0,
+            });
+        }
         let estimate_ns = warm_ns / warm as f64;
 
         // 2. Batching.
@@ -262,6 +311,14 @@ impl<C: Clock> Harness<C> {
             let s1 = self.clock.now();
             samples.push((s1 - s0).as_nanos() as f64 / iters as f64);
             let spent = s1 - start;
+            if let Some(p) = self.progress.as_mut() {
+                p(MeasureProgress {
+                    warming_up: false,
+                    samples: samples.len(),
+                    spent,
+                    fraction: schedule_fraction(&cfg, samples.len(), spent),
+                });
+            }
             if samples.len() >= cfg.min_samples && spent >= cfg.min_time {
                 break;
             }
@@ -278,8 +335,14 @@ impl<C: Clock> Harness<C> {
         };
         let placement = pin.as_mut().map(|g| {
             g.observe();
-            g.placement().clone()
+            let mut p = g.placement().clone();
+            p.workers = worker_pin
+                .as_ref()
+                .map(|w| w.assigned().to_vec())
+                .unwrap_or_default();
+            p
         });
+        drop(worker_pin);
         drop(pin);
         let summary = Summary::of(&samples).expect("at least one sample is always taken");
         Ok(Measurement {
@@ -296,6 +359,17 @@ impl<C: Clock> Harness<C> {
             placement,
         })
     }
+}
+
+/// How far sampling is, 0..=1: it ends when both minimums are met (so the
+/// smaller share is what remains) or when either maximum is hit.
+fn schedule_fraction(cfg: &MeasureConfig, samples: usize, spent: Duration) -> f64 {
+    let share = |a: f64, b: f64| if b > 0.0 { (a / b).min(1.0) } else { 1.0 };
+    let to_min = share(samples as f64, cfg.min_samples as f64)
+        .min(share(spent.as_secs_f64(), cfg.min_time.as_secs_f64()));
+    let to_max = share(samples as f64, cfg.max_samples as f64)
+        .max(share(spent.as_secs_f64(), cfg.max_time.as_secs_f64()));
+    to_min.max(to_max)
 }
 
 #[cfg(test)]
@@ -339,6 +413,30 @@ mod tests {
         assert_eq!(m.median(), us(1));
         assert_eq!(m.gflops(2000.0), 2.0);
         assert_eq!(m.elapsed_ns, 1_000_000.0);
+    }
+
+    #[test]
+    fn progress_is_reported_per_sample_and_reaches_one() {
+        let clock = MockClock::new();
+        let cfg = MeasureConfig::default()
+            .warmup(1, Duration::ZERO)
+            .min(4, us(40))
+            .min_sample_time(Duration::ZERO);
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = seen.clone();
+        let mut h = Harness::with_clock(cfg, clock.clone())
+            .unwrap()
+            .on_progress(move |p| sink.borrow_mut().push(p));
+        let handle = clock.clone();
+        let m = h.measure("10us", || handle.advance(us(10))).unwrap();
+        let seen = seen.borrow();
+        // Warm-up, then one report per sample.
+        assert_eq!(seen.len(), 1 + m.samples_ns.len());
+        assert!(seen[0].warming_up);
+        let f: Vec<f64> = seen[1..].iter().map(|p| p.fraction).collect();
+        assert!(f.windows(2).all(|w| w[0] <= w[1]), "{f:?}");
+        assert_eq!(*f.last().unwrap(), 1.0);
+        assert_eq!(f[0], 0.25);
     }
 
     #[test]

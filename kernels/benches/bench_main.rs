@@ -6,6 +6,7 @@ mod attention;
 mod eltwise;
 mod gemm;
 mod gemv;
+mod qgemm;
 mod qgemv;
 
 criterion::criterion_group!(
@@ -13,6 +14,7 @@ criterion::criterion_group!(
     attention::benches,
     eltwise::benches,
     gemv::benches,
-    qgemv::benches
+    qgemv::benches,
+    qgemm::benches
 );
 criterion::criterion_main!(gemm::benches, families);

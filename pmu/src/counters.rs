@@ -5,9 +5,13 @@
 //! `getrusage(RUSAGE_THREAD)` and the thread CPU clock, and returns a
 //! [`FallbackNote`] that says why.
 //!
-//! Counters observe the calling thread only (groups cannot `inherit` on older
-//! kernels); multi-threaded regions are counted on the thread that calls
-//! `start`/`stop`.
+//! Counters observe the calling thread plus the threads named in
+//! [`CounterOptions::threads`], and report their sum. Why not `inherit`: it
+//! only follows threads created *after* the counter is opened, and a kernel's
+//! pool workers are persistent threads created long before (and a group
+//! cannot be read with `inherit` on older kernels). So the caller names the
+//! workers' TIDs and each gets its own groups (`perf_event_open(pid = tid)`);
+//! the getrusage fallback reads each worker's CPU clock and `/proc` counters.
 
 use crate::counts::{Backend, CounterValue, Counts};
 use crate::error::PmuError;
@@ -34,6 +38,9 @@ pub struct CounterOptions {
     pub cpus: Option<Vec<usize>>,
     /// Root of the event-source devices (fixtures in tests).
     pub sysfs_root: PathBuf,
+    /// Other threads (Linux TIDs, e.g. a pool's workers) counted along with
+    /// the calling thread; their counts are added to the caller's.
+    pub threads: Vec<i32>,
 }
 
 impl CounterOptions {
@@ -44,7 +51,18 @@ impl CounterOptions {
             counters: None,
             cpus: None,
             sysfs_root: PathBuf::from(sysfs::SYSFS_EVENT_SOURCES),
+            threads: Vec::new(),
         }
+    }
+
+    /// Also counts these threads (TIDs); duplicates and the caller are ignored.
+    pub fn threads(mut self, tids: Vec<i32>) -> Self {
+        let me = current_tid();
+        let mut tids: Vec<i32> = tids.into_iter().filter(|&t| t != me).collect();
+        tids.sort_unstable();
+        tids.dedup();
+        self.threads = tids;
+        self
     }
 
     pub fn counters(mut self, n: usize) -> Self {
@@ -189,6 +207,12 @@ pub fn current_affinity() -> Vec<usize> {
     }
 }
 
+/// The calling thread's Linux thread id.
+pub fn current_tid() -> i32 {
+    // SAFETY: no arguments; gettid cannot fail.
+    unsafe { libc::gettid() }
+}
+
 fn current_cpu() -> Option<usize> {
     // SAFETY: no arguments; returns -1 on error.
     let c = unsafe { libc::sched_getcpu() };
@@ -196,13 +220,17 @@ fn current_cpu() -> Option<usize> {
 }
 
 struct OpenGroup {
+    /// Index of the observed thread (0 = the caller).
+    thread: usize,
     group: Group,
     members: Vec<(String, Counter)>,
 }
 
 enum Engine {
     Perf(Vec<OpenGroup>),
-    Rusage(Option<RusageSnap>),
+    /// The observed threads (`None` = the caller) and their snapshots
+    /// (`None` for a thread that could not be read).
+    Rusage(Vec<Option<i32>>, Option<Vec<Option<RusageSnap>>>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -212,7 +240,56 @@ struct RusageSnap {
     switches: u64,
 }
 
+/// The CPU-time clock of thread `tid` of this process: Linux encodes a
+/// thread clock id as `(~tid << 3) | CPUCLOCK_PERTHREAD (4) | CPUCLOCK_SCHED
+/// (2)` (`MAKE_THREAD_CPUCLOCK` in the kernel's posix-timers.h), the value
+/// `pthread_getcpuclockid` returns.
+fn thread_clock(tid: i32) -> libc::clockid_t {
+    ((!tid) << 3) | 6
+}
+
+/// Minor + major faults and context switches of thread `tid`, from
+/// `/proc/self/task/<tid>/{stat,status}`.
+fn proc_thread_counts(tid: i32) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // Fields after the parenthesised command: state is field 3, minflt 10, majflt 12.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let faults = f.get(7)?.parse::<u64>().ok()? + f.get(9)?.parse::<u64>().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let switches = status
+        .lines()
+        .filter(|l| {
+            l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches")
+        })
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+        .sum();
+    Some((faults, switches))
+}
+
 impl RusageSnap {
+    /// Thread `tid` (`None`: the caller); `None` when the thread is gone.
+    fn of(tid: Option<i32>) -> Option<RusageSnap> {
+        let Some(tid) = tid else {
+            return Some(RusageSnap::now());
+        };
+        // SAFETY: plain-data out-parameter; the clock of a thread that has
+        // exited is an invalid clock id (EINVAL).
+        let cpu_ns = unsafe {
+            let mut ts: libc::timespec = std::mem::zeroed();
+            if libc::clock_gettime(thread_clock(tid), &mut ts) != 0 {
+                return None;
+            }
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        let (faults, switches) = proc_thread_counts(tid).unwrap_or((0, 0));
+        Some(RusageSnap {
+            cpu_ns,
+            faults,
+            switches,
+        })
+    }
+
     fn now() -> RusageSnap {
         // SAFETY: plain-data out-parameters of the right types.
         unsafe {
@@ -285,17 +362,43 @@ fn perf_event_for(code: EventCode) -> Builder<'static> {
 fn open_plan(
     plan: &GroupPlan,
     pmu_type: Option<u32>,
+    threads: &[i32],
+    dropped: &mut Vec<String>,
+) -> Result<Vec<OpenGroup>, PmuError> {
+    let mut out = Vec::new();
+    let targets = std::iter::once(None).chain(threads.iter().copied().map(Some));
+    for (thread, target) in targets.enumerate() {
+        out.extend(open_plan_for(plan, pmu_type, thread, target, dropped)?);
+    }
+    dropped.sort_unstable();
+    dropped.dedup();
+    Ok(out)
+}
+
+/// The groups of `plan` observing one thread (`None`: the caller).
+fn open_plan_for(
+    plan: &GroupPlan,
+    pmu_type: Option<u32>,
+    thread: usize,
+    target: Option<i32>,
     dropped: &mut Vec<String>,
 ) -> Result<Vec<OpenGroup>, PmuError> {
     let mut out = Vec::new();
     for events in &plan.groups {
-        let mut group = Group::new().map_err(|source| PmuError::Open {
+        let mut leader = Group::builder();
+        if let Some(tid) = target {
+            leader.observe_pid(tid);
+        }
+        let mut group = leader.build_group().map_err(|source| PmuError::Open {
             event: "group leader".into(),
             source,
         })?;
         let mut members = Vec::new();
         for def in events {
             let mut b = perf_event_for(def.code);
+            if let Some(tid) = target {
+                b.observe_pid(tid);
+            }
             if let (EventCode::ArmRaw(_), Some(t)) = (def.code, pmu_type) {
                 // Route the raw event to this cluster's PMU (big.LITTLE).
                 b.attrs_mut().type_ = t;
@@ -312,7 +415,11 @@ fn open_plan(
             }
         }
         if !members.is_empty() {
-            out.push(OpenGroup { group, members });
+            out.push(OpenGroup {
+                thread,
+                group,
+                members,
+            });
         }
     }
     Ok(out)
@@ -332,8 +439,29 @@ impl CounterSet {
     }
 
     /// Opens the requested counters, or falls back (software events, then
-    /// getrusage) and says why in the returned note. Never fails.
+    /// getrusage) and says why in the returned note. Never fails. Threads of
+    /// [`CounterOptions::threads`] that no longer exist are left out (a
+    /// `perf_event_open` on them would fail the whole set) and named in the
+    /// counts' notes.
     pub fn with_options(opts: &CounterOptions) -> (CounterSet, Option<FallbackNote>) {
+        let (live, gone): (Vec<i32>, Vec<i32>) = opts
+            .threads
+            .iter()
+            .partition(|&&t| Path::new(&format!("/proc/self/task/{t}")).exists());
+        let mut live_opts = opts.clone();
+        live_opts.threads = live;
+        let (mut set, note) = CounterSet::with_live_threads(&live_opts);
+        if !gone.is_empty() {
+            let gone = format!("threads {gone:?} no longer exist and are not counted");
+            set.warning = Some(match set.warning.take() {
+                Some(w) => format!("{w}; {gone}"),
+                None => gone,
+            });
+        }
+        (set, note)
+    }
+
+    fn with_live_threads(opts: &CounterOptions) -> (CounterSet, Option<FallbackNote>) {
         let kind = opts.kind.resolve();
         let pmus = sysfs::discover_cpu_pmus(&opts.sysfs_root);
         let paranoid = sysfs::perf_event_paranoid();
@@ -357,7 +485,7 @@ impl CounterSet {
             PlanConfig::for_kind(EventSetKind::Software),
         );
         let mut dropped = Vec::new();
-        match open_plan(&plan, None, &mut dropped) {
+        match open_plan(&plan, None, &opts.threads, &mut dropped) {
             Ok(groups) => {
                 let set = CounterSet {
                     engine: Engine::Perf(groups),
@@ -383,8 +511,11 @@ impl CounterSet {
                     Some(r) if r != sw_reason => format!("{r}; software events: {sw_reason}"),
                     _ => sw_reason,
                 };
+                let targets = std::iter::once(None)
+                    .chain(opts.threads.iter().copied().map(Some))
+                    .collect();
                 let set = CounterSet {
-                    engine: Engine::Rusage(None),
+                    engine: Engine::Rusage(targets, None),
                     backend: Backend::Rusage,
                     slots: None,
                     plan,
@@ -432,8 +563,8 @@ impl CounterSet {
             _ => None,
         };
         let mut dropped = Vec::new();
-        let groups =
-            open_plan(&plan, pmu_type, &mut dropped).map_err(|e| HwFail::Errno(errno_of(&e)))?;
+        let groups = open_plan(&plan, pmu_type, &opts.threads, &mut dropped)
+            .map_err(|e| HwFail::Errno(errno_of(&e)))?;
         let pmu_name = pmu.as_ref().map_or_else(
             || {
                 if kind == EventSetKind::X86 {
@@ -473,7 +604,7 @@ impl CounterSet {
                 .iter()
                 .flat_map(|g| g.members.iter().map(|(n, _)| n.clone()))
                 .collect(),
-            Engine::Rusage(_) => vec![
+            Engine::Rusage(..) => vec![
                 "task-clock".to_string(),
                 "page-faults".to_string(),
                 "context-switches".to_string(),
@@ -498,7 +629,9 @@ impl CounterSet {
                     })?;
                 }
             }
-            Engine::Rusage(snap) => *snap = Some(RusageSnap::now()),
+            Engine::Rusage(targets, snap) => {
+                *snap = Some(targets.iter().map(|&t| RusageSnap::of(t)).collect())
+            }
         }
         self.started = true;
         Ok(())
@@ -527,6 +660,10 @@ impl CounterSet {
                         source,
                     })?;
                 }
+                // Per thread, an event in several groups (the cycle
+                // reference) keeps one value; threads are then summed.
+                let threads = groups.iter().map(|g| g.thread + 1).max().unwrap_or(1);
+                let mut per_thread = vec![std::collections::BTreeMap::new(); threads];
                 for g in groups.iter_mut() {
                     let data = g
                         .group
@@ -538,22 +675,49 @@ impl CounterSet {
                         let raw = data.get(c).map(|e| e.value());
                         match raw.and_then(|r| CounterValue::scaled_from(r, enabled, running)) {
                             Some(v) => {
-                                counts.values.insert(name.clone(), v);
+                                per_thread[g.thread].insert(name.clone(), v);
                             }
                             None => counts.missing.push(name.clone()),
                         }
                     }
                 }
+                for values in per_thread {
+                    for (name, v) in values {
+                        counts.accumulate(&name, v);
+                    }
+                }
+                counts.missing.sort_unstable();
+                counts.missing.dedup();
+                counts.missing.retain(|m| !counts.values.contains_key(m));
+                counts.threads = threads;
             }
-            Engine::Rusage(snap) => {
+            Engine::Rusage(targets, snap) => {
                 let start = snap.take().ok_or(PmuError::NotStarted)?;
-                let end = RusageSnap::now();
-                counts.insert_exact("task-clock", end.cpu_ns.saturating_sub(start.cpu_ns));
-                counts.insert_exact("page-faults", end.faults.saturating_sub(start.faults));
-                counts.insert_exact(
-                    "context-switches",
-                    end.switches.saturating_sub(start.switches),
-                );
+                let mut gone = Vec::new();
+                for (&t, s) in targets.iter().zip(&start) {
+                    let (Some(s), Some(e)) = (s, RusageSnap::of(t)) else {
+                        gone.extend(t);
+                        continue;
+                    };
+                    counts.accumulate(
+                        "task-clock",
+                        CounterValue::exact(e.cpu_ns.saturating_sub(s.cpu_ns)),
+                    );
+                    counts.accumulate(
+                        "page-faults",
+                        CounterValue::exact(e.faults.saturating_sub(s.faults)),
+                    );
+                    counts.accumulate(
+                        "context-switches",
+                        CounterValue::exact(e.switches.saturating_sub(s.switches)),
+                    );
+                }
+                counts.threads = targets.len() - gone.len();
+                if !gone.is_empty() {
+                    counts.notes.push(format!(
+                        "threads {gone:?} could not be read (exited?) and are not counted"
+                    ));
+                }
             }
         }
         Ok(counts)

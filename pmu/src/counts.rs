@@ -94,6 +94,10 @@ pub struct Counts {
     /// migrate across clusters' PMUs.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Threads whose counts are summed here (the caller plus the workers it
+    /// was given); 0 in records from before threads were counted.
+    #[serde(default)]
+    pub threads: usize,
 }
 
 impl Counts {
@@ -105,6 +109,23 @@ impl Counts {
             values: BTreeMap::new(),
             missing: Vec::new(),
             notes: Vec::new(),
+            threads: 1,
+        }
+    }
+
+    /// Adds `v` to the value of `name` (summing the threads of one window).
+    pub fn accumulate(&mut self, name: &str, v: CounterValue) {
+        match self.values.get_mut(name) {
+            Some(old) => {
+                old.raw += v.raw;
+                old.scaled += v.scaled;
+                old.time_enabled_ns += v.time_enabled_ns;
+                old.time_running_ns += v.time_running_ns;
+                old.multiplexed |= v.multiplexed;
+            }
+            None => {
+                self.values.insert(name.to_string(), v);
+            }
         }
     }
 
@@ -175,5 +196,18 @@ mod tests {
         let back: Counts = serde_json::from_str(&json).unwrap();
         assert_eq!(back, c);
         assert!(json.contains("\"kind\":\"hardware\""));
+    }
+
+    #[test]
+    fn accumulate_sums_threads_and_keeps_the_multiplex_flag() {
+        let mut c = Counts::empty(Backend::PerfSoftware);
+        c.accumulate("task-clock", CounterValue::exact(10));
+        c.accumulate("task-clock", CounterValue::scaled_from(5, 10, 5).unwrap());
+        let v = c.values["task-clock"];
+        assert_eq!((v.raw, v.scaled), (15, 20.0));
+        assert!(v.multiplexed);
+        // Records written before `threads` existed still parse.
+        let old = r#"{"backend":{"kind":"perf_software"},"slots":null,"values":{},"missing":[]}"#;
+        assert_eq!(serde_json::from_str::<Counts>(old).unwrap().threads, 0);
     }
 }

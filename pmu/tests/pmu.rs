@@ -201,3 +201,114 @@ fn a_foreign_event_set_is_refused_with_a_reason() {
     assert!(!matches!(set.backend(), Backend::Hardware { .. }));
     assert!(note.unwrap().reason.contains("cannot be counted on"));
 }
+
+/// Workers created before the counters are opened (as a kernel pool's are)
+/// are counted only when named. Each worker reports its own CPU time over
+/// its busy phase (the thread CPU clock); the counted task-clock must cover
+/// their sum, whatever the machine's load, while the sleeping caller alone
+/// counts almost nothing.
+#[test]
+fn named_worker_threads_are_counted_with_the_caller() {
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+    use std::sync::{Arc, Barrier};
+    fn thread_cpu_ns() -> u64 {
+        // SAFETY: plain-data out-parameter.
+        unsafe {
+            let mut ts: libc::timespec = std::mem::zeroed();
+            libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(Barrier::new(3));
+    let go = Arc::new(Barrier::new(3));
+    let done = Arc::new(Barrier::new(3));
+    // Workers stay alive until the counters are read: the clock of an
+    // exited thread cannot be read.
+    let exit = Arc::new(Barrier::new(3));
+    let tids: Vec<Arc<AtomicI32>> = (0..2).map(|_| Arc::new(AtomicI32::new(0))).collect();
+    let workers: Vec<_> = tids
+        .iter()
+        .map(|tid| {
+            let (stop, tid) = (stop.clone(), tid.clone());
+            let (ready, go, done) = (ready.clone(), go.clone(), done.clone());
+            let exit = exit.clone();
+            std::thread::spawn(move || {
+                tid.store(tiletune_pmu::counters::current_tid(), Ordering::SeqCst);
+                let mut spent = Vec::new();
+                for _ in 0..2 {
+                    ready.wait();
+                    go.wait();
+                    let c0 = thread_cpu_ns();
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = black_box(busy(black_box(1000)).wrapping_add(x));
+                    }
+                    spent.push(thread_cpu_ns() - c0);
+                    done.wait();
+                }
+                exit.wait();
+                spent
+            })
+        })
+        .collect();
+    let window = std::time::Duration::from_millis(100);
+    let count = |opts: CounterOptions| {
+        ready.wait();
+        let (mut set, _note) = CounterSet::with_options(&opts);
+        stop.store(false, Ordering::SeqCst);
+        set.start().unwrap();
+        go.wait();
+        std::thread::sleep(window);
+        stop.store(true, Ordering::SeqCst);
+        done.wait();
+        set.stop().unwrap()
+    };
+    let alone = count(CounterOptions::new(EventSetKind::Software));
+    // The tids are known once the workers passed `ready` the first time.
+    let tids: Vec<i32> = tids.iter().map(|t| t.load(Ordering::SeqCst)).collect();
+    let all = count(CounterOptions::new(EventSetKind::Software).threads(tids.clone()));
+    exit.wait();
+    let spent: Vec<Vec<u64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let busy_ns: f64 = spent.iter().map(|s| s[1] as f64).sum();
+    assert_eq!(alone.threads, 1);
+    assert_eq!(all.threads, 3);
+    let (a, b) = (
+        alone.get("task-clock").unwrap(),
+        all.get("task-clock").unwrap(),
+    );
+    assert!(
+        b >= 0.95 * busy_ns && b <= busy_ns + a.max(1e6) * 5.0 + 0.1 * busy_ns,
+        "counted {b} ns, workers report {busy_ns} ns, caller alone {a} ns"
+    );
+    assert!(b > 5.0 * a, "workers {b} vs caller alone {a}");
+    // The caller's own tid and duplicates are ignored.
+    let me = tiletune_pmu::counters::current_tid();
+    let opts = CounterOptions::new(EventSetKind::Software).threads(vec![me, tids[0], tids[0]]);
+    assert_eq!(opts.threads, vec![tids[0]]);
+}
+
+/// A thread that has exited is left out with a note instead of failing the
+/// whole set; the caller is still counted.
+#[test]
+fn an_exited_worker_is_noted_not_fatal() {
+    let tid = std::thread::spawn(tiletune_pmu::counters::current_tid)
+        .join()
+        .unwrap();
+    let (mut set, _note) =
+        CounterSet::with_options(&CounterOptions::new(EventSetKind::Software).threads(vec![tid]));
+    let ((), c) = set
+        .measure(|| {
+            black_box(busy(black_box(10_000)));
+        })
+        .unwrap();
+    assert_eq!(c.threads, 1);
+    assert!(c.get("task-clock").unwrap() > 0.0);
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains(&tid.to_string()) && n.contains("not counted")),
+        "{:?}",
+        c.notes
+    );
+}

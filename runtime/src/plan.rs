@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tiletune_kernels::gemm::{self, GemmConfig, GemmParams, GemmShape};
 use tiletune_kernels::gemv::{self, GemvConfig, GemvParams, GemvShape};
+use tiletune_kernels::qgemm::{self, QGemm, QGemmParams, QGemmShape};
 use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QGemvShape, QMode};
 use tiletune_kernels::quant::QuantFormat;
 use tiletune_kernels::{CpuCaps, Isa, KERNEL_ABI, Tunable};
@@ -68,9 +69,15 @@ pub enum Kernel {
     Gemv(GemvConfig),
     /// f32 or f16 weights, several rows.
     Gemm(GemmConfig),
-    /// Quantized weights; prefill runs it once per row.
+    /// Quantized weights, one row; prefill with this kernel runs it once
+    /// per row (formats without a GEMM, or a forced W·A32).
     QGemv(QGemv),
+    /// Quantized weights (repacked at load), several rows, W·A8.
+    QGemm(QGemm),
 }
+
+/// The variant-name suffix of the quantized GEMM (`<isa>.qgemm`).
+pub const QGEMM_SUFFIX: &str = ".qgemm";
 
 impl Kernel {
     /// The variant name as the selector table spells it.
@@ -79,6 +86,7 @@ impl Kernel {
             Kernel::Gemv(c) => c.isa.map_or("auto", Isa::name).to_string(),
             Kernel::Gemm(c) => c.isa.map_or("auto", Isa::name).to_string(),
             Kernel::QGemv(q) => format!("{}.{}", q.isa.name(), q.mode.name()),
+            Kernel::QGemm(q) => format!("{}{QGEMM_SUFFIX}", q.isa.name()),
         }
     }
 
@@ -88,6 +96,7 @@ impl Kernel {
             Kernel::Gemv(c) => serde_json::to_value(c.params),
             Kernel::Gemm(c) => serde_json::to_value(c.params),
             Kernel::QGemv(q) => serde_json::to_value(q.params),
+            Kernel::QGemm(q) => serde_json::to_value(q.params),
         };
         v.unwrap_or(Value::Null)
     }
@@ -98,6 +107,7 @@ impl Kernel {
             Kernel::Gemv(c) => c.threads,
             Kernel::Gemm(c) => c.threads,
             Kernel::QGemv(q) => q.threads,
+            Kernel::QGemm(q) => q.threads,
         }
     }
 }
@@ -429,6 +439,18 @@ pub fn default_kernel(
     qmode: Option<QMode>,
 ) -> Kernel {
     match kind {
+        WeightKind::Quant(format)
+            if op == "gemm" && qgemm::supports(format) && qmode != Some(QMode::A32) =>
+        {
+            let isa = best(qgemm::variants(format));
+            let shape = QGemmShape { format, m, n, k };
+            Kernel::QGemm(QGemm {
+                format,
+                isa,
+                params: QGemmParams::default_for_isa(&shape, caps, isa),
+                threads,
+            })
+        }
         WeightKind::Quant(format) => {
             let mode = qmode.unwrap_or(QMode::A8);
             let shape = QGemvShape { format, mode, n, k };
@@ -482,6 +504,33 @@ fn from_candidate(
         }
     };
     match kind {
+        WeightKind::Quant(format) if variant.ends_with(QGEMM_SUFFIX) => {
+            if op != "gemm" {
+                return Err("the quantized GEMM runs several rows, not a gemv".into());
+            }
+            if qmode == Some(QMode::A32) {
+                return Err("the quantized GEMM is W·A8, the forced mode is a32".into());
+            }
+            let isa = isa_of(&variant[..variant.len() - QGEMM_SUFFIX.len()])?;
+            if !qgemm::variants(format).contains(&isa) {
+                return Err(format!("qgemm has no {isa} variant for {format}"));
+            }
+            let params: QGemmParams =
+                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
+            params.validate().map_err(|e| e.to_string())?;
+            if !qgemm::interleaves(isa).contains(&params.nr) {
+                return Err(format!(
+                    "the {isa} qgemm does not read interleave {}",
+                    params.nr
+                ));
+            }
+            Ok(Kernel::QGemm(QGemm {
+                format,
+                isa,
+                params,
+                threads,
+            }))
+        }
         WeightKind::Quant(format) => {
             let (isa, mode) = variant
                 .split_once('.')
@@ -621,6 +670,97 @@ mod tests {
         ));
         assert!(from_candidate("gemv", k, "scalar", &q, 1, 2, None).is_err());
         assert!(from_candidate("gemv", k, "scalar.a32", &q, 1, 2, Some(QMode::A8)).is_err());
+    }
+
+    #[test]
+    fn quantized_prefill_defaults_to_the_gemm_where_it_exists() {
+        let caps = CpuCaps::default();
+        let k = |f| WeightKind::Quant(f);
+        let g = default_kernel("gemm", k(QuantFormat::Q4_1), 64, 576, 576, &caps, 2, None);
+        assert!(
+            matches!(g, Kernel::QGemm(q) if q.format == QuantFormat::Q4_1 && q.threads == 2),
+            "{g:?}"
+        );
+        assert!(g.variant().ends_with(".qgemm"));
+        // No GEMM for Q6_K, and a forced W·A32 keeps the per-row GEMV.
+        let q6 = default_kernel("gemm", k(QuantFormat::Q6K), 64, 64, 256, &caps, 1, None);
+        assert!(matches!(q6, Kernel::QGemv(_)));
+        let a32 = default_kernel(
+            "gemm",
+            k(QuantFormat::Q8_0),
+            64,
+            64,
+            64,
+            &caps,
+            1,
+            Some(QMode::A32),
+        );
+        assert!(matches!(a32, Kernel::QGemv(q) if q.mode == QMode::A32));
+        let dec = default_kernel("gemv", k(QuantFormat::Q8_0), 1, 64, 64, &caps, 1, None);
+        assert!(matches!(dec, Kernel::QGemv(_)));
+        // Stored winners round-trip through their names.
+        let pj = g.params_json();
+        let back = from_candidate("gemm", k(QuantFormat::Q4_1), &g.variant(), &pj, 2, 2, None);
+        assert!(matches!(back, Ok(b) if b == g));
+        let bad_nr = json!({"mr": 4, "nr": 12});
+        assert!(
+            from_candidate(
+                "gemm",
+                k(QuantFormat::Q4_1),
+                "scalar.qgemm",
+                &bad_nr,
+                1,
+                2,
+                None
+            )
+            .is_err()
+        );
+        let sp = json!({"mr": 2, "nr": 16});
+        assert!(
+            from_candidate(
+                "gemm",
+                k(QuantFormat::Q4_1),
+                "scalar.qgemm",
+                &sp,
+                1,
+                2,
+                None
+            )
+            .is_ok()
+        );
+        assert!(
+            from_candidate(
+                "gemv",
+                k(QuantFormat::Q4_1),
+                "scalar.qgemm",
+                &sp,
+                1,
+                2,
+                None
+            )
+            .is_err()
+        );
+        assert!(
+            from_candidate("gemm", k(QuantFormat::Q6K), "scalar.qgemm", &sp, 1, 2, None).is_err()
+        );
+        assert!(
+            from_candidate(
+                "gemm",
+                k(QuantFormat::Q4_1),
+                "scalar.qgemm",
+                &sp,
+                1,
+                2,
+                Some(QMode::A32)
+            )
+            .is_err()
+        );
+        // A per-row GEMV winner is still accepted for a prefill problem.
+        let qv = Kernel::QGemv(QGemv::new(QuantFormat::Q4_1, QMode::A8)).params_json();
+        assert!(matches!(
+            from_candidate("gemm", k(QuantFormat::Q4_1), "scalar.a8", &qv, 1, 2, None),
+            Ok(Kernel::QGemv(_))
+        ));
     }
 
     #[test]

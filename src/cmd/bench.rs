@@ -29,6 +29,9 @@ pub enum BenchCommand {
     /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad,
     /// 1..N threads) and f32 FMA peak per ISA lane (1..N threads).
     Roofline(RooflineArgs),
+    /// Prefill and decode tokens/s of a model, llama-bench compatible
+    /// (pp<N>/tg<N> tests, -p/-n/-t lists, -r repetitions, -o md|json|jsonl).
+    Model(super::bench_model::Args),
     /// Time f32 GEMV y = W·x (weights f32 or f16); --shape NxK.
     Gemv(KernelArgs),
     /// Time f32 GEMM C = A·Wᵀ (weights f32 or f16); --shape MxNxK.
@@ -43,6 +46,19 @@ pub enum BenchCommand {
     Softmax(KernelArgs),
     /// Time RoPE (rotate-half, θ = 10000) in place; --shape ROWSxHEADSxHEAD_DIM.
     Rope(KernelArgs),
+    /// Time paged attention; --shape HEADSxKV_HEADSxHEAD_DIMxCTX, --dtype
+    /// f32|f16|q8_0 (the KV cache), --rows 1 = decode, more = prefill.
+    Attention(AttentionArgs),
+    /// Time int8 GEMM (GEMV at M = 1); --shape MxNxK, --dtype i8 (symmetric
+    /// activations) or i8_zp (with a zero point).
+    I8gemm(KernelArgs),
+    /// Time the group-quantized embedding: token lookup (--shape
+    /// TOKENSxVOCABxDIM) or the tied LM head GEMV (--lm-head, --shape
+    /// VOCABxDIM); --dtype u1..u7.
+    Embed(EmbedArgs),
+    /// Time the fused projection + RoPE; --shape MxHEADSxHEAD_DIMxK (f32 or f16 weights).
+    #[command(alias = "matmul_rope")]
+    MatmulRope(KernelArgs),
 }
 
 /// What every kernel family's bench takes.
@@ -72,9 +88,15 @@ pub struct KernelArgs {
     /// Counters read around the timed region.
     #[arg(long, default_value = "auto", value_name = "armv8|x86|software|auto")]
     pub counters: String,
-    /// Pin the measuring thread to these CPUs, comma separated.
+    /// Pin the measuring thread to these CPUs, comma separated, and each
+    /// pool worker to one of them (round robin).
     #[arg(long, value_delimiter = ',')]
     pub pin: Vec<usize>,
+    /// Thread placement instead of --threads/--pin: t4@cluster2 (4 workers
+    /// on cluster 2 as `tiletune probe` numbers them), t3@cluster1+2, or t8
+    /// (not pinned).
+    #[arg(long, conflicts_with_all = ["threads", "pin"])]
+    pub placement: Option<String>,
     /// Seed for the random inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -112,6 +134,31 @@ pub struct NormArgs {
     /// rms or layer.
     #[arg(long, default_value = "rms")]
     pub kind: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AttentionArgs {
+    #[command(flatten)]
+    pub common: KernelArgs,
+    /// Query rows: 1 is a decode step; more is a prefill chunk (the last
+    /// ROWS positions of the context).
+    #[arg(long, default_value_t = 1)]
+    pub rows: usize,
+    /// Tokens per KV page [default: the kernel's rule for the head size and dtype].
+    #[arg(long)]
+    pub page_size: Option<usize>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    pub common: KernelArgs,
+    /// Time the tied LM head (logits = W·x) instead of the token lookup.
+    #[arg(long)]
+    pub lm_head: bool,
+    /// Values per quantization group: 32, 64 or 128 [default: 32].
+    #[arg(long)]
+    pub group: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -155,9 +202,10 @@ struct RooflineRecord {
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         BenchCommand::Roofline(a) => roofline(g, a),
+        BenchCommand::Model(a) => super::bench_model::run(g, a),
         other => {
-            let (op, k) = kernel_op(other)?;
-            let report = bench_kernel(&op, &k, None)?;
+            let job = kernel_op(other)?;
+            let report = bench_kernel(&job, None)?;
             let mut out = std::io::stdout().lock();
             if g.json {
                 serde_json::to_writer_pretty(&mut out, &report)?;
@@ -170,27 +218,67 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The `instantiate_one` op name of a family subcommand, and its flags.
-fn kernel_op(cmd: BenchCommand) -> anyhow::Result<(String, KernelArgs)> {
+/// One `bench <family>` request: the `instantiate_one` op name, the common
+/// flags, and the dims given by family flags (e.g. attention `rows`, `page`).
+#[derive(Debug)]
+pub(crate) struct KernelJob {
+    op: String,
+    args: KernelArgs,
+    extra: Vec<(&'static str, usize)>,
+}
+
+impl KernelJob {
+    /// A job with no family-specific dims (`compare kernels` uses it).
+    pub(crate) fn new(op: &str, args: KernelArgs) -> Self {
+        KernelJob {
+            op: op.to_string(),
+            args,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// The job of a family subcommand.
+fn kernel_op(cmd: BenchCommand) -> anyhow::Result<KernelJob> {
+    let job = |op: &str, args: KernelArgs| KernelJob {
+        op: op.to_string(),
+        args,
+        extra: Vec::new(),
+    };
     Ok(match cmd {
         BenchCommand::Roofline(_) => anyhow::bail!("roofline is not a kernel family"),
-        BenchCommand::Gemv(k) => ("gemv".into(), k),
-        BenchCommand::Gemm(k) => ("gemm".into(), k),
-        BenchCommand::Softmax(k) => ("softmax".into(), k),
-        BenchCommand::Rope(k) => ("rope".into(), k),
+        BenchCommand::Model(_) => anyhow::bail!("model is not a kernel family"),
+        BenchCommand::Gemv(k) => job("gemv", k),
+        BenchCommand::Gemm(k) => job("gemm", k),
+        BenchCommand::Softmax(k) => job("softmax", k),
+        BenchCommand::Rope(k) => job("rope", k),
+        BenchCommand::I8gemm(k) => job("i8gemm", k),
+        BenchCommand::MatmulRope(k) => job("matmul_rope", k),
         BenchCommand::Qgemv(q) => match q.mode.as_str() {
-            "a32" | "a8" => (format!("qgemv_{}", q.mode), q.common),
+            "a32" | "a8" => job(&format!("qgemv_{}", q.mode), q.common),
             m => anyhow::bail!("unknown qgemv mode `{m}`; use --mode a32 or --mode a8"),
         },
         BenchCommand::Eltwise(e) => {
             let op: tiletune_kernels::eltwise::EltOp = e.op.parse()?;
-            (format!("eltwise_{}", op.name()), e.common)
+            job(&format!("eltwise_{}", op.name()), e.common)
         }
         BenchCommand::Norm(n) => match n.kind.as_str() {
-            "rms" | "rms_norm" => ("rms_norm".into(), n.common),
-            "layer" | "layer_norm" => ("layer_norm".into(), n.common),
+            "rms" | "rms_norm" => job("rms_norm", n.common),
+            "layer" | "layer_norm" => job("layer_norm", n.common),
             k => anyhow::bail!("unknown norm kind `{k}`; use --kind rms or --kind layer"),
         },
+        BenchCommand::Attention(a) => {
+            let mut j = job("attention", a.common);
+            j.extra.push(("rows", a.rows));
+            j.extra.extend(a.page_size.map(|p| ("page", p)));
+            j
+        }
+        BenchCommand::Embed(e) => {
+            let op = if e.lm_head { "lm_head" } else { "embed_lookup" };
+            let mut j = job(op, e.common);
+            j.extra.extend(e.group.map(|g| ("group", g)));
+            j
+        }
     })
 }
 
@@ -201,6 +289,8 @@ pub(crate) struct KernelReport {
     pub(crate) isa: String,
     pub(crate) params: serde_json::Value,
     pub(crate) threads: usize,
+    /// The `--placement` name, when one was given.
+    placement: Option<String>,
     cold: bool,
     soc: String,
     soc_fingerprint: String,
@@ -263,10 +353,11 @@ fn one_config(k: &KernelArgs) -> anyhow::Result<OneConfig> {
 }
 
 fn default_dtype(op: &str) -> &'static str {
-    if op.starts_with("qgemv") {
-        "q4_0"
-    } else {
-        "f32"
+    match op {
+        o if o.starts_with("qgemv") => "q4_0",
+        "i8gemm" => "i8",
+        "embed_lookup" | "lm_head" => "u4",
+        _ => "f32",
     }
 }
 
@@ -285,14 +376,14 @@ fn ceiling_kind(op: &str, isa: &str) -> String {
     format!("fma_peak_{lane}")
 }
 
-/// Validates once, then measures `op` under `k`; `schedule` overrides the
-/// measurement schedule (tests). Also used by `compare kernels`.
+/// Validates once, then measures the job; `schedule` overrides the
+/// measurement schedule (tests).
 pub(crate) fn bench_kernel(
-    op: &str,
-    k: &KernelArgs,
+    job: &KernelJob,
     schedule: Option<MeasureConfig>,
 ) -> anyhow::Result<KernelReport> {
-    let one = one_config(k)?;
+    let (op, k) = (job.op.as_str(), &job.args);
+    let mut one = one_config(k)?;
     let counters = EventSetKind::parse(&k.counters).with_context(|| {
         format!(
             "unknown counter set `{}`; use armv8, x86, software or auto",
@@ -300,16 +391,41 @@ pub(crate) fn bench_kernel(
         )
     })?;
     let dtype = k.dtype.as_deref().unwrap_or(default_dtype(op));
-    let spec = families::parse_bench_problem(op, dtype, &k.shape)?;
+    let spec = families::parse_bench_problem_with(op, dtype, &k.shape, &job.extra)?;
     let soc = tiletune_soc::probe().context("probing this SoC")?;
     let env = Environment::capture(&soc.fingerprint, env!("CARGO_PKG_VERSION"), None);
+    let placement = k
+        .placement
+        .as_deref()
+        .map(|p| tiletune_tuner::placement::parse_placement(p, &soc))
+        .transpose()?;
+    let mut pin = k.pin.clone();
+    if let Some(p) = &placement {
+        one.threads = Some(p.threads);
+        pin = p.cpus.clone();
+    }
     let caps = soc.cpu_caps();
     let machine = Machine {
         caps,
         max_threads: caps.cores.max(1),
         seed: k.seed,
     };
+    // Large problems take seconds to build (the f64 reference) and to
+    // measure: show where the run is, on a terminal only.
+    let bar = (schedule.is_none() && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(1000);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        b.set_message(format!("{spec}: building inputs and the scalar reference"));
+        b
+    });
     let mut p = families::instantiate_one(&spec, &machine, &one)?;
+    if let Some(b) = &bar {
+        b.set_message(format!("{spec}: validating against the reference"));
+    }
     let cand = p.candidates()[0].clone();
     let tolerance = p.tolerance();
     let err = p
@@ -328,12 +444,31 @@ pub(crate) fn bench_kernel(
     } else {
         MeasureConfig::default()
     });
-    let mut h = Harness::new(cfg)?;
-    if !k.pin.is_empty() {
-        h = h.pinned(k.pin.clone());
+    // A multi-threaded kernel works on its pool's workers: count (and pin)
+    // them with the measuring thread.
+    let mut h = Harness::new(cfg)?.workers(families::worker_tids(cand.threads()));
+    if !pin.is_empty() {
+        h = h.pinned(pin);
+    }
+    if let Some(b) = &bar {
+        b.set_message(format!("{spec}: warming up"));
+        let b = b.clone();
+        let name = spec.to_string();
+        h = h.on_progress(move |pr| {
+            if pr.warming_up {
+                b.set_message(format!("{name}: warmed up"));
+            } else {
+                b.set_position((pr.fraction * 1000.0) as u64);
+                b.set_message(format!("{name}: {} samples", pr.samples));
+            }
+        });
     }
     let note = h.attach_counters(counters);
-    let m = h.measure(&spec.key(), || p.run(0))?;
+    let m = h.measure(&spec.key(), || p.run(0));
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let m = m?;
     let work = p.work();
     let gbs = m.gbytes_per_s(work.bytes as f64);
     let gflops = (work.flops > 0).then(|| m.gflops(work.flops as f64));
@@ -344,6 +479,7 @@ pub(crate) fn bench_kernel(
         isa: cand.variant().to_string(),
         params: cand.params().clone(),
         threads: cand.threads(),
+        placement: placement.map(|p| p.name()),
         cold: k.cold,
         soc: soc.name.clone(),
         soc_fingerprint: soc.fingerprint.clone(),
@@ -444,6 +580,17 @@ fn print_report(out: &mut impl Write, r: &KernelReport) -> std::io::Result<()> {
         }
     )?;
     writeln!(out, "soc: {} [{}]", r.soc, r.soc_fingerprint)?;
+    if let Some(p) = &r.measurement.placement {
+        writeln!(
+            out,
+            "placement: {}caller on cpus {:?}, workers on cpus {:?}",
+            r.placement
+                .as_deref()
+                .map_or(String::new(), |n| format!("{n}: ")),
+            p.pinned_to,
+            p.workers
+        )?;
+    }
     writeln!(
         out,
         "validated: max error {:.2e} (tolerance {:.0e})",
@@ -503,8 +650,8 @@ counters: {note}"
         writeln!(
             out,
             "
-counters per run ({}):",
-            c.backend
+counters per run ({}, summed over {} thread(s)):",
+            c.backend, c.threads
         )?;
         for (name, v) in &c.values {
             writeln!(
@@ -807,6 +954,11 @@ mod tests {
     }
 
     fn kernel(line: &[&str]) -> (String, KernelArgs) {
+        let j = job(line);
+        (j.op, j.args)
+    }
+
+    fn job(line: &[&str]) -> KernelJob {
         let mut v = vec!["bench"];
         v.extend_from_slice(line);
         kernel_op(Cli::try_parse_from(v).unwrap().cmd).unwrap()
@@ -822,9 +974,9 @@ mod tests {
             "--db",
             "/nonexistent/db",
         ]);
-        let (op, k) = kernel(&v);
+        let j = job(&v);
         let sched = MeasureConfig::quick().max(50, std::time::Duration::from_millis(50));
-        bench_kernel(&op, &k, Some(sched)).unwrap_or_else(|e| panic!("{line:?}: {e:#}"))
+        bench_kernel(&j, Some(sched)).unwrap_or_else(|e| panic!("{line:?}: {e:#}"))
     }
 
     #[test]
@@ -864,6 +1016,23 @@ mod tests {
         assert_eq!(ceiling_kind("gemm", "avx2"), "fma_peak_avx2_fma");
         assert_eq!(ceiling_kind("gemm", "avx512_vnni"), "fma_peak_avx512");
         assert_eq!(ceiling_kind("qgemv_a8", "neon_dotprod"), "mem_bw_triad");
+        assert_eq!(ceiling_kind("matmul_rope", "avx512"), "fma_peak_avx512");
+        let j = job(&[
+            "attention",
+            "--shape",
+            "8x2x64x512",
+            "--rows",
+            "16",
+            "--page-size",
+            "32",
+        ]);
+        assert_eq!(j.op, "attention");
+        assert_eq!(j.extra, vec![("rows", 16), ("page", 32)]);
+        let j = job(&["embed", "--lm-head", "--group", "64", "--shape", "8x64"]);
+        assert_eq!((j.op.as_str(), j.extra), ("lm_head", vec![("group", 64)]));
+        assert_eq!(job(&["embed", "--shape", "2x8x64"]).op, "embed_lookup");
+        assert_eq!(default_dtype("i8gemm"), "i8");
+        assert_eq!(default_dtype("lm_head"), "u4");
     }
 
     #[test]
@@ -875,13 +1044,13 @@ mod tests {
                 Ok(c) => c.cmd,
                 Err(e) => return e.to_string(),
             };
-            let (op, mut k) = match kernel_op(cmd) {
+            let mut j = match kernel_op(cmd) {
                 Ok(x) => x,
                 Err(e) => return format!("{e:#}"),
             };
-            k.quick = true;
-            k.db = Some("/nonexistent/db".into());
-            match bench_kernel(&op, &k, Some(MeasureConfig::quick())) {
+            j.args.quick = true;
+            j.args.db = Some("/nonexistent/db".into());
+            match bench_kernel(&j, Some(MeasureConfig::quick())) {
                 Ok(_) => panic!("{line:?} should fail"),
                 Err(e) => format!("{e:#}"),
             }
@@ -906,6 +1075,25 @@ mod tests {
         assert!(err(&["gemv", "--shape", "4x4", "--isa", "sse9"]).contains("sse9"));
         assert!(err(&["gemv", "--shape", "4x4", "--counters", "gpu"]).contains("counter set"));
         assert!(err(&["norm", "--kind", "batch", "--shape", "2x4"]).contains("--kind rms"));
+        assert!(err(&["attention", "--shape", "2x2x16x8", "--rows", "9"]).contains("--rows"));
+        assert!(err(&["attention", "--shape", "2x2x16x8", "--rows", "0"]).contains("rows=0"));
+        assert!(err(&["i8gemm", "--shape", "2x2x16", "--dtype", "f32"]).contains("i8_zp"));
+        assert!(err(&["embed", "--shape", "2x16", "--dtype", "u4"]).contains("tokens"));
+        assert!(
+            err(&["gemv", "--shape", "4x4", "--placement", "t2@cluster99"]).contains("cluster")
+        );
+        assert!(
+            err(&[
+                "gemv",
+                "--shape",
+                "4x4",
+                "--placement",
+                "t2",
+                "--threads",
+                "2"
+            ])
+            .contains("cannot be used with")
+        );
         // An ISA of the other architecture is never available here.
         let foreign = if cfg!(target_arch = "x86_64") {
             "neon"
@@ -953,6 +1141,34 @@ mod tests {
             ],
             &["softmax", "--shape", "3x19"],
             &["rope", "--shape", "2x3x16"],
+            &["attention", "--shape", "4x2x32x40"],
+            &[
+                "attention",
+                "--shape",
+                "2x1x32x50",
+                "--rows",
+                "8",
+                "--dtype",
+                "q8_0",
+                "--page-size",
+                "16",
+                "--threads",
+                "2",
+            ],
+            &["i8gemm", "--shape", "1x16x64", "--threads", "2"],
+            &["i8gemm", "--shape", "3x8x40", "--dtype", "i8_zp", "--cold"],
+            &["embed", "--shape", "4x16x64", "--dtype", "u3"],
+            &["embed", "--lm-head", "--shape", "16x128", "--group", "64"],
+            &["matmul_rope", "--shape", "2x2x16x24"],
+            &[
+                "matmul-rope",
+                "--shape",
+                "1x1x8x9",
+                "--dtype",
+                "f16",
+                "--threads",
+                "2",
+            ],
         ] {
             let r = tiny(line);
             assert!(r.measurement.summary.median > 0.0, "{line:?}");
@@ -981,5 +1197,16 @@ mod tests {
             "2",
         ]);
         assert_eq!((r.isa.as_str(), r.threads), ("scalar", 2));
+        // A placement sets the threads and pins the caller and each worker.
+        let cpu = tiletune_bench::pin::affinity().unwrap()[0];
+        let cpus = cpu.to_string();
+        let r = tiny(&["gemv", "--shape", "64x64", "--threads", "2", "--pin", &cpus]);
+        let p = r.measurement.placement.as_ref().unwrap();
+        assert_eq!(
+            (p.pinned_to.clone(), p.workers.clone()),
+            (vec![cpu], vec![cpu, cpu])
+        );
+        let r = tiny(&["gemv", "--shape", "64x64", "--placement", "t2"]);
+        assert_eq!((r.threads, r.placement.as_deref()), (2, Some("t2")));
     }
 }

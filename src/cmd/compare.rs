@@ -9,7 +9,7 @@
 //! and stores the results as peer results in the selector table.
 
 use super::Global;
-use super::bench::{KernelArgs, bench_kernel};
+use super::bench::{KernelArgs, KernelJob, bench_kernel};
 use anyhow::Context;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -568,11 +568,12 @@ fn kernels(g: &Global, a: KernelsArgs) -> anyhow::Result<ExitCode> {
                 cold: false, // test-backend-ops reruns one weight tensor: warm
                 counters: "software".into(),
                 pin: Vec::new(),
+                placement: None,
                 seed: 1,
                 quick: a.quick,
                 db: None,
             };
-            match bench_kernel(&op, &k, None) {
+            match bench_kernel(&KernelJob::new(&op, k), None) {
                 Ok(r) => {
                     let us = r.measurement.summary.median / 1e3;
                     rows.push(KernelRow {

@@ -2,11 +2,13 @@
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
 pub mod bench;
+pub mod bench_model;
 pub mod chat;
 pub mod compare;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
+pub mod report;
 pub mod run;
 pub mod table;
 pub mod tune;

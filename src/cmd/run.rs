@@ -2,7 +2,10 @@
 //! prompt and stream the generated text, then print load time, prefill and
 //! decode speed and peak memory. `--token-ids` + `--dump-logits` bypass the
 //! tokenizer and write logits as JSON for checking against other
-//! implementations. Also holds the model loading shared by `plan`, `ppl`
+//! implementations; with the global `--json` the prompt ids, generated ids,
+//! text and the two largest logits of every sampling step are printed as one
+//! JSON object instead of streamed text (exact ids for comparing greedy
+//! output with llama.cpp, and the margins that show a near tie). Also holds the model loading shared by `plan`, `ppl`
 //! and `chat`.
 
 use super::Global;
@@ -11,6 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use tiletune_kernels::attention::KvDtype;
 use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::chat::{ChatTemplate, Message};
@@ -36,6 +40,19 @@ pub struct ModelArgs {
     /// activations, integer dot products) or `a32` (f32 activations).
     #[arg(long, value_parser = parse_qmode)]
     pub qmode: Option<QMode>,
+    /// KV cache page type: f32, f16 or q8_0 (q8_0 needs a head size that
+    /// is a multiple of 32). f16 is llama.cpp's default too, so speeds and
+    /// perplexities compare like for like, at half the cache traffic of f32.
+    #[arg(long, value_parser = parse_kv_type, default_value = "f16")]
+    pub kv_type: KvDtype,
+}
+
+/// A `--kv-type` value.
+pub fn parse_kv_type(s: &str) -> Result<KvDtype, String> {
+    KvDtype::ALL
+        .into_iter()
+        .find(|d| d.name() == s.to_ascii_lowercase())
+        .ok_or_else(|| format!("`{s}` is not a KV cache type; use f32, f16 or q8_0"))
 }
 
 fn parse_qmode(s: &str) -> Result<QMode, String> {
@@ -75,7 +92,7 @@ pub fn load(a: &ModelArgs, ctx: usize) -> anyhow::Result<Loaded> {
     let cfg = ModelConfig::from_gguf(&gguf)?;
     let tok = Tokenizer::from_gguf(&gguf)?;
     let plan = plan_for(a, &gguf)?;
-    let model = FastModel::new(&cfg, &gguf, &plan, ctx)?;
+    let model = FastModel::new(&cfg, &gguf, &plan, ctx)?.with_kv_dtype(a.kv_type)?;
     Ok(Loaded {
         gguf,
         cfg,
@@ -207,9 +224,10 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut sampler = args.s.sampler()?;
     let mut stop = StopCriteria::new(l.tok.eog_ids(), Vec::new(), args.n);
     let mut out = std::io::stdout().lock();
-    if args.token_ids.is_none() && !args.chat_template {
+    if !g.json && args.token_ids.is_none() && !args.chat_template {
         write!(out, "{}", args.prompt.as_deref().unwrap_or(""))?;
     }
+    let mut top2 = Vec::new();
     let res = generate_fast(
         &l.model,
         &l.tok,
@@ -218,12 +236,31 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         &mut sampler,
         &mut stop,
         |t| {
-            let _ = write!(out, "{t}");
-            let _ = out.flush();
+            if !g.json {
+                let _ = write!(out, "{t}");
+                let _ = out.flush();
+            }
         },
-        |_| {},
+        |logits| {
+            if g.json {
+                top2.push(top_two(logits));
+            }
+        },
     )?;
-    writeln!(out)?;
+    if g.json {
+        let doc = serde_json::json!({
+            "prompt_ids": prompt,
+            "generated_ids": res.tokens,
+            "text": res.text,
+            "top2": top2,
+            "stop": format!("{:?}", res.stop),
+            "prefill_seconds": res.prefill_time.as_secs_f64(),
+            "decode_seconds": res.decode_time.as_secs_f64(),
+        });
+        writeln!(out, "{doc}")?;
+    } else {
+        writeln!(out)?;
+    }
     let pf = prompt.len() as f64 / res.prefill_time.as_secs_f64().max(1e-9);
     // The first token is sampled from the prefill logits; decode steps are the rest.
     let steps = res.tokens.len().saturating_sub(1);
@@ -238,6 +275,21 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         res.stop
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The two largest logits as `[[id, logit], [id, logit]]`, largest first
+/// (ties keep the lower id first, as greedy sampling does).
+fn top_two(logits: &[f32]) -> [(u32, f32); 2] {
+    let mut best = [(0u32, f32::NEG_INFINITY); 2];
+    for (i, &x) in logits.iter().enumerate() {
+        if x > best[0].1 {
+            best[1] = best[0];
+            best[0] = (i as u32, x);
+        } else if x > best[1].1 {
+            best[1] = (i as u32, x);
+        }
+    }
+    best
 }
 
 fn dump_logits(l: &Loaded, prompt: &[u32], args: &Args, path: &Path) -> anyhow::Result<ExitCode> {

@@ -37,9 +37,10 @@ pub struct Args {
     /// ... and its shape: NxK for gemv, MxNxK for gemm (e.g. 4864x896).
     #[arg(long)]
     pub shape: Option<String>,
-    /// Search strategy: descent (coordinate descent from the analytic default),
-    /// halving (successive halving), random, exhaustive.
-    #[arg(long, default_value = "descent")]
+    /// Search strategy: adaptive (short screen, descent from the best few,
+    /// top 4 re-measured in full), descent (coordinate descent from the
+    /// analytic default), halving (successive halving), random, exhaustive.
+    #[arg(long, default_value = "adaptive")]
     pub strategy: Strategy,
     /// Wall-clock budget for the whole campaign, e.g. 90s, 5m, 1h. The best
     /// candidate found so far is kept when it runs out.

@@ -117,6 +117,9 @@ impl Store for DbStore<'_> {
 /// measurement time linearly up to `full` at [`FULL_FIDELITY`].
 pub struct HarnessMeasure {
     pub full: MeasureConfig,
+    /// TIDs of the pool the next candidate runs on (see
+    /// [`crate::families::worker_tids`]).
+    workers: Vec<i32>,
 }
 
 impl HarnessMeasure {
@@ -128,6 +131,15 @@ impl HarnessMeasure {
                 .warmup(2, Duration::from_millis(20))
                 .min(9, Duration::from_millis(120))
                 .max(400, Duration::from_millis(800)),
+            workers: Vec::new(),
+        }
+    }
+
+    /// A harness measure with this full-fidelity schedule.
+    pub fn new(full: MeasureConfig) -> Self {
+        HarnessMeasure {
+            full,
+            workers: Vec::new(),
         }
     }
 
@@ -147,7 +159,9 @@ impl Measure for HarnessMeasure {
     fn measure(&mut self, fidelity: u32, run: &mut dyn FnMut()) -> Stats {
         let cfg = self.config(fidelity);
         let mut fallback = None;
-        let measured = Harness::new(cfg).and_then(|mut h| {
+        let workers = self.workers.clone();
+        let measured = Harness::new(cfg).and_then(|h| {
+            let mut h = h.workers(workers);
             // Hardware counters where the PMU is readable, else software
             // events; the fallback is said once and flagged in every row.
             fallback = h.attach_counters(EventSetKind::Auto);
@@ -177,5 +191,67 @@ impl Measure for HarnessMeasure {
                 counters: json!({ "error": e.to_string() }),
             },
         }
+    }
+
+    fn use_threads(&mut self, threads: usize) {
+        self.workers = crate::families::worker_tids(threads);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::families::{Machine, OneConfig, instantiate_one, parse_bench_problem};
+    use tiletune_kernels::CpuCaps;
+
+    /// A 2-thread kernel's work runs on its pool's workers: counted with them
+    /// the task-clock is several times the blocked caller's alone, and it is
+    /// summed over the caller and both workers.
+    #[test]
+    fn a_two_thread_kernel_is_counted_on_its_workers() {
+        let machine = Machine {
+            caps: CpuCaps {
+                l1d: 32 << 10,
+                l2: 1 << 20,
+                l3: 8 << 20,
+                cores: 2,
+            },
+            max_threads: 2,
+            seed: 1,
+        };
+        let spec = parse_bench_problem("gemv", "f32", "512x1024").unwrap();
+        let one = OneConfig {
+            threads: Some(2),
+            ..OneConfig::default()
+        };
+        let mut p = instantiate_one(&spec, &machine, &one).unwrap();
+        let quick = MeasureConfig::quick().min(7, Duration::from_millis(20));
+        let task_clock = |m: &mut HarnessMeasure, p: &mut Box<dyn crate::KernelProblem>| {
+            let s = m.measure(FULL_FIDELITY, &mut || p.run(0));
+            let counts = &s.counters["counts"];
+            (
+                counts["values"]["task-clock"]["scaled"].as_f64().unwrap(),
+                counts["threads"].as_u64().unwrap(),
+                s.median_s * 1e9,
+            )
+        };
+        let mut m = HarnessMeasure::new(quick);
+        let (alone, threads, _) = task_clock(&mut m, &mut p);
+        assert_eq!(threads, 1);
+        m.use_threads(2);
+        let (all, threads, wall) = task_clock(&mut m, &mut p);
+        assert_eq!(threads, 3);
+        eprintln!(
+            "task-clock per run: caller alone {alone:.0} ns, caller + workers {all:.0} ns, wall {wall:.0} ns ({:.2}× wall)",
+            all / wall
+        );
+        assert!(
+            all > 3.0 * alone,
+            "with workers {all} ns/run, caller {alone}"
+        );
+        // At most both workers busy for the whole run, plus the caller.
+        assert!(all < 3.5 * wall, "{all} ns/run over {wall} ns/run");
+        m.use_threads(1);
+        assert!(m.workers.is_empty());
     }
 }

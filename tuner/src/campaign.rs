@@ -6,7 +6,7 @@
 //! orchestration (resume, validation, budget, selection) is tested here with
 //! fakes, including a deliberately wrong and deliberately fast candidate.
 
-use crate::strategy::{self, Coords, Evaluator, FULL_FIDELITY, Strategy};
+use crate::strategy::{self, Coords, Evaluator, FULL_FIDELITY, Score, Strategy};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 use tiletune_tables::{Candidate, Problem};
@@ -67,6 +67,10 @@ pub struct Stats {
 /// Times a closure. `fidelity` scales the measurement effort.
 pub trait Measure {
     fn measure(&mut self, fidelity: u32, run: &mut dyn FnMut()) -> Stats;
+
+    /// The candidate measured next runs on `threads` threads: a harness
+    /// counts (and pins) that pool's workers with the caller.
+    fn use_threads(&mut self, _threads: usize) {}
 }
 
 /// A measurement as the store records it.
@@ -252,8 +256,22 @@ impl CampaignEvaluator<'_> {
     }
 }
 
+/// Half-width of an approximate 68% confidence interval of a median from its
+/// MAD: σ ≈ 1.4826·MAD for normal noise, and the median's standard error is
+/// ≈ 1.2533·σ/√n (its asymptotic efficiency).
+pub fn median_half_width(mad_s: f64, samples: usize) -> f64 {
+    if samples == 0 {
+        return 0.0;
+    }
+    1.4826 * 1.2533 * mad_s / (samples as f64).sqrt()
+}
+
 impl Evaluator for CampaignEvaluator<'_> {
     fn eval(&mut self, i: usize, fidelity: u32) -> Option<f64> {
+        self.eval_scored(i, fidelity).map(|s| s.seconds)
+    }
+
+    fn eval_scored(&mut self, i: usize, fidelity: u32) -> Option<Score> {
         let spec = self.problem.spec().clone();
         let cand = self.problem.candidates()[i].clone();
         let outcome = match self.store.existing(&spec, &cand, fidelity) {
@@ -269,6 +287,7 @@ impl Evaluator for CampaignEvaluator<'_> {
                         reason: format!("max relative error {err:.3e} exceeds tolerance {tol:.1e}"),
                     },
                     Ok(_) => {
+                        self.measure.use_threads(cand.threads());
                         let problem = &mut *self.problem;
                         let stats = self.measure.measure(fidelity, &mut || problem.run(i));
                         if stats.median_s.is_finite() && stats.median_s > 0.0 {
@@ -293,18 +312,21 @@ impl Evaluator for CampaignEvaluator<'_> {
                 outcome
             }
         };
-        let secs = match outcome {
-            Outcome::Valid(s) => Some(s.median_s),
+        let score = match outcome {
+            Outcome::Valid(s) => Some(Score {
+                seconds: s.median_s,
+                half_width: median_half_width(s.mad_s, s.samples),
+            }),
             Outcome::Invalid { .. } => {
                 self.invalid += 1;
                 None
             }
         };
-        if let Some(s) = secs {
-            self.best = Some(self.best.map_or(s, |b: f64| b.min(s)));
+        if let Some(s) = score {
+            self.best = Some(self.best.map_or(s.seconds, |b: f64| b.min(s.seconds)));
         }
         self.progress.evaluated(&cand, self.best);
-        secs
+        score
     }
 
     fn budget_left(&self) -> bool {
@@ -472,6 +494,7 @@ mod tests {
             Strategy::Exhaustive,
             Strategy::Halving { eta: 2 },
             Strategy::Descent,
+            Strategy::ADAPTIVE,
         ] {
             let mut store = MemStore::default();
             let (r, _) = run(s, &mut store);

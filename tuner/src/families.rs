@@ -10,11 +10,14 @@
 //! [`one`] pins a single configuration of any family (including the ones the
 //! tuner does not search yet) for `tiletune bench`.
 
+mod more;
 pub mod one;
+pub mod qgemm;
 pub mod quant;
 
 pub use one::{
-    OneConfig, bandwidth_bound, bench_dims, bench_dtypes, instantiate_one, parse_bench_problem,
+    OneConfig, bandwidth_bound, bench_dims, bench_dtypes, bench_optional_dims, instantiate_one,
+    parse_bench_problem, parse_bench_problem_with,
 };
 
 use crate::TunerError;
@@ -32,7 +35,9 @@ pub fn supported_dtypes(op: &str) -> &'static [&'static str] {
         "gemv" => &[
             "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
         ],
-        "gemm" => &["f32", "f16"],
+        "gemm" => &[
+            "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
+        ],
         _ => &[],
     }
 }
@@ -67,6 +72,18 @@ pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>
         return Ok(Box::new(quant::QGemvTune::new(
             spec.clone(),
             format,
+            dim("n")?,
+            dim("k")?,
+            m,
+        )?));
+    }
+    if spec.op() == "gemm"
+        && let Some(format) = quant::format_of(spec.dtype())
+    {
+        return Ok(Box::new(qgemm::QGemmTune::new(
+            spec.clone(),
+            format,
+            dim("m")?,
             dim("n")?,
             dim("k")?,
             m,
@@ -125,6 +142,17 @@ fn row_scaled_err(got: &[f32], want: &[f64], magnitude: &[f64]) -> f32 {
         worst = worst.max((d - 1e-6).max(0.0) / mag.max(f64::MIN_POSITIVE));
     }
     worst as f32
+}
+
+/// The Linux thread ids of the pool a `threads`-thread kernel runs on
+/// (`tiletune_kernels::pool::pool`), for counting and pinning its workers;
+/// empty for one thread, which runs inline on the caller. The pool is
+/// created here if it does not exist yet, as the kernel's first call would.
+pub fn worker_tids(threads: usize) -> Vec<i32> {
+    if threads <= 1 {
+        return Vec::new();
+    }
+    tiletune_kernels::pool::pool(threads).broadcast(|_| tiletune_pmu::counters::current_tid())
 }
 
 /// Thread counts to search: 1..=max.
@@ -518,6 +546,9 @@ mod tests {
             Problem::new("gemv", "f16", [("n", 16), ("k", 33)]).unwrap(),
             Problem::new("gemm", "f32", [("m", 5), ("n", 19), ("k", 23)]).unwrap(),
             Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
+            Problem::new("gemm", "q4_1", [("m", 5), ("n", 19), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "q5_0", [("m", 17), ("n", 9), ("k", 96)]).unwrap(),
+            Problem::new("gemm", "q6_k", [("m", 3), ("n", 4), ("k", 256)]).unwrap(),
         ] {
             let mut p = instantiate(&spec, &machine()).unwrap();
             assert!(!p.candidates().is_empty());
@@ -543,6 +574,29 @@ mod tests {
             let (isa, mode) = v.split_once('.').unwrap();
             isa.parse::<Isa>().is_ok() && matches!(mode, "a8" | "a32")
         }));
+    }
+
+    #[test]
+    fn quantized_prefill_searches_the_gemm_and_the_per_row_gemv() {
+        let p = instantiate(
+            &Problem::new("gemm", "q8_0", [("m", 16), ("n", 8), ("k", 64)]).unwrap(),
+            &machine(),
+        )
+        .unwrap();
+        let variants: Vec<&str> = p.candidates().iter().map(|c| c.variant()).collect();
+        assert!(variants[0].ends_with(".qgemm"), "{variants:?}");
+        assert!(variants.iter().any(|v| v.ends_with(".a8")), "{variants:?}");
+        assert!(variants.iter().all(|v| {
+            let (isa, kind) = v.split_once('.').unwrap();
+            isa.parse::<Isa>().is_ok() && matches!(kind, "a8" | "qgemm")
+        }));
+        // No GEMM for Q4_K: the per-row GEMV only.
+        let p = instantiate(
+            &Problem::new("gemm", "q4_k", [("m", 4), ("n", 4), ("k", 256)]).unwrap(),
+            &machine(),
+        )
+        .unwrap();
+        assert!(p.candidates().iter().all(|c| c.variant().ends_with(".a8")));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! - [`suite`] says where problems come from (built-in suites, one problem
 //!   from the command line);
 //! - [`strategy`] searches a candidate list without knowing what it measures;
+//! - [`placement`] lists thread placements (per cluster on big.LITTLE);
 //! - [`campaign`] validates every candidate against the scalar reference
 //!   before timing it, records each measurement as it is taken (so a killed
 //!   campaign resumes without losing or repeating work), and writes winners.
@@ -14,6 +15,7 @@
 pub mod adapters;
 pub mod campaign;
 pub mod families;
+pub mod placement;
 pub mod strategy;
 pub mod suite;
 
@@ -42,6 +44,8 @@ pub enum TunerError {
         dtype: String,
         supported: String,
     },
+    #[error("bad thread placement `{placement}`: {reason}")]
+    BadPlacement { placement: String, reason: String },
     #[error(transparent)]
     Kernel(#[from] tiletune_kernels::KernelError),
     #[error(transparent)]

@@ -17,6 +17,17 @@ fn problem(op: &str, dtype: &str, dims: &[(&str, usize)]) -> Result<Problem, Tun
 /// dims in the op's canonical order.
 pub fn parse_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, TunerError> {
     let names = dim_names(op).ok_or_else(|| TunerError::UnknownOp(op.to_string()))?;
+    let dims = parse_dims(op, names, shape)?;
+    problem(op, dtype, &dims)
+}
+
+/// Splits `AxB[xC]` (also `,`-separated) into positive sizes named by
+/// `names`, in order: the one shape parser of `tune` and `bench`.
+pub fn parse_dims<'n>(
+    op: &str,
+    names: &[&'n str],
+    shape: &str,
+) -> Result<Vec<(&'n str, usize)>, TunerError> {
     let bad = || TunerError::BadShape {
         op: op.to_string(),
         shape: shape.to_string(),
@@ -30,8 +41,7 @@ pub fn parse_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, Tune
     if vals.len() != names.len() || vals.contains(&0) {
         return Err(bad());
     }
-    let dims: Vec<(&str, usize)> = names.iter().copied().zip(vals).collect();
-    problem(op, dtype, &dims)
+    Ok(names.iter().copied().zip(vals).collect())
 }
 
 /// The canonical dimension names of each tunable op, in `--shape` order.

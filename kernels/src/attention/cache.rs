@@ -218,6 +218,25 @@ impl PagedKvCache {
         Ok(())
     }
 
+    /// Keeps the first `len` tokens of every layer of `seq` (a chat
+    /// rewinding a turn) and returns the pages past them to the pool; a
+    /// `len` at or beyond a layer's length leaves that layer as it is.
+    pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()> {
+        let ps = self.page_size;
+        let s = self
+            .seqs
+            .get_mut(seq.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| unknown(seq))?;
+        s.lens.iter_mut().for_each(|l| *l = (*l).min(len));
+        let keep = s.lens.iter().copied().max().unwrap_or(0).div_ceil(ps);
+        if keep < s.pages.len() {
+            // Reversed, as in `reset`, so the next append takes them back in order.
+            self.free.extend(s.pages.drain(keep..).rev());
+        }
+        Ok(())
+    }
+
     /// Tokens stored in every layer of `seq` (the position the next token
     /// of a forward pass will take).
     pub fn len(&self, seq: SeqId) -> Result<usize> {

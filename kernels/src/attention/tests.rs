@@ -378,6 +378,45 @@ fn cache_bookkeeping() {
 }
 
 #[test]
+fn truncate_keeps_a_prefix_and_frees_pages() {
+    let mut rng = Rng::new(48);
+    let tok = 2 * 32;
+    for dtype in KvDtype::ALL {
+        let mut c = PagedKvCache::new(2, 2, 32, 4, dtype, 6).unwrap();
+        let a = c.alloc_sequence();
+        let x = rng.vec_f32(10 * tok);
+        for layer in 0..2 {
+            c.append_batch(a, layer, &x, &x).unwrap();
+        }
+        assert_eq!(c.free_pages(), 3);
+        // Beyond the length: nothing changes.
+        c.truncate(a, 11).unwrap();
+        assert_eq!((c.len(a).unwrap(), c.free_pages()), (10, 3));
+        // Into the middle of page 1: pages 2.. return to the pool.
+        c.truncate(a, 6).unwrap();
+        assert_eq!(c.len(a).unwrap(), 6);
+        assert_eq!(c.page_table(a).unwrap().len(), 2);
+        assert_eq!(c.free_pages(), 4);
+        let want = rounded(dtype, &x[..6 * tok], 32);
+        assert_eq!(c.gather(a, 1).unwrap().0, want);
+        // Appending after a truncate overwrites the dropped positions.
+        let y = rng.vec_f32(5 * tok);
+        for layer in 0..2 {
+            c.append_batch(a, layer, &y, &y).unwrap();
+        }
+        let mut want = x[..6 * tok].to_vec();
+        want.extend_from_slice(&y);
+        let want = rounded(dtype, &want, 32);
+        assert_eq!(c.gather(a, 0).unwrap().1, want);
+        assert_eq!(c.free_pages(), 3);
+        c.truncate(a, 0).unwrap();
+        assert!(c.is_empty(a).unwrap());
+        assert_eq!(c.free_pages(), 6);
+        assert!(c.truncate(SeqId(7), 0).is_err());
+    }
+}
+
+#[test]
 fn bad_cache_shapes_are_errors() {
     for hd in [40, 16, 33] {
         assert!(matches!(

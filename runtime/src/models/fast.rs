@@ -3,21 +3,33 @@
 //!
 //! Weights stay in their GGUF format: f32 and f16 run through GEMV (decode)
 //! and GEMM (prefill); the quantized formats the quantized GEMV reads (Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4) stay in their blocks and run
-//! one activation row at a time; any other type is dequantized to f32 at
-//! load. RMSNorm, SwiGLU, RoPE, softmax and residual adds are the kernel
+//! Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4) stay in their blocks for
+//! decode, and in prefill run the quantized GEMM on a copy repacked at load
+//! (Q4_0, Q4_1, Q5_0, Q8_0) or the GEMV one activation row at a time (the
+//! others); any other type is dequantized to f32 at load. RMSNorm, SwiGLU, RoPE, softmax and residual adds are the kernel
 //! crate's. A [`RunState`] holds the KV cache and every scratch buffer, so a
 //! decode step allocates nothing once the first step has sized them.
+//!
+//! The KV cache is the kernel crate's paged cache (one sequence, pages of
+//! the kernel's default size for this CPU, f32, f16 or Q8_0 pages) and
+//! attention is its paged kernel: online softmax over pages, GQA, split over
+//! the plan's threads. The library defaults to f32 pages, which reproduce
+//! the reference decoder to rounding; [`FastModel::with_kv_dtype`] picks
+//! f16 (the command line's default, as llama.cpp's) or Q8_0.
 
 use half::f16;
+use tiletune_kernels::attention::{
+    self, AttnParams, AttnQuery, AttnShape, KvDtype, PagedKvCache, SeqId, default_page_size,
+};
 use tiletune_kernels::eltwise;
 use tiletune_kernels::gemm::{GemmShape, gemm_f16w_f32, gemm_f32};
 use tiletune_kernels::gemv::{GemvShape, gemv_f16_f32, gemv_f32};
 use tiletune_kernels::norm::Norm;
-use tiletune_kernels::qgemv::{QMode, activation_format};
+use tiletune_kernels::qgemm::{self, PackedQ};
+use tiletune_kernels::qgemv::{QGemv, QMode, activation_format};
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::rope::{self, Positions, RopeCache, RopeShape};
-use tiletune_kernels::softmax;
+use tiletune_kernels::{CpuCaps, Isa, Tunable};
 
 use super::{RopeLayout, RotaryEmbedding, Weight, WeightSource, dequant};
 use crate::config::ModelConfig;
@@ -40,7 +52,9 @@ enum WData {
     Quant(QuantFormat, Vec<u8>),
 }
 
-/// One linear layer with its kernels: decode (m = 1) and one per prefill bucket.
+/// One linear layer with its kernels: decode (m = 1) and one per prefill
+/// bucket. When a prefill kernel is the quantized GEMM, the weight is also
+/// kept repacked for it (`packed`; decode keeps reading the GGUF blocks).
 #[derive(Clone, Debug)]
 struct Linear {
     w: WData,
@@ -49,6 +63,7 @@ struct Linear {
     bias: Option<Vec<f32>>,
     decode: Kernel,
     prefill: [Kernel; PREFILL_BUCKETS.len()],
+    packed: Option<PackedQ>,
 }
 
 impl Linear {
@@ -99,14 +114,57 @@ impl Linear {
         if !ok {
             return Err(bad(format!("data does not hold {n} rows of {k} elements")));
         }
+        let mut prefill = PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k));
+        // The embedding and the LM head run one row in prefill (the last
+        // token's logits), so their repacked copy would only cost memory;
+        // with `all` logits they take the per-row GEMV.
+        let one_row = matches!(w, Weight::TokenEmbedding | Weight::Output);
+        let packed = match &wd {
+            WData::Quant(f, b) if !one_row => {
+                Self::pack_for_prefill(*f, b, n, k, &mut prefill).map_err(|e| bad(e.to_string()))?
+            }
+            _ => None,
+        };
         Ok(Linear {
             w: wd,
             n,
             k,
             bias: None,
             decode: plan.kernel("gemv", &dtype, 1, n, k),
-            prefill: PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k)),
+            prefill,
+            packed,
         })
+    }
+
+    /// Repacks the weight once for the quantized GEMM kernels of the prefill
+    /// buckets. The interleave is the largest bucket's (long prompts are
+    /// where prefill time goes); a bucket planned with another interleave
+    /// keeps its variant if that reads this one, else takes the scalar GEMM
+    /// (every interleave) — never a second copy of the weight.
+    fn pack_for_prefill(
+        f: QuantFormat,
+        b: &[u8],
+        n: usize,
+        k: usize,
+        prefill: &mut [Kernel],
+    ) -> std::result::Result<Option<PackedQ>, tiletune_kernels::KernelError> {
+        let Some(nr) = prefill.iter().rev().find_map(|p| match p {
+            Kernel::QGemm(q) if q.format == f => Some(q.params.nr),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        for p in prefill.iter_mut() {
+            if let Kernel::QGemm(q) = p
+                && q.params.nr != nr
+            {
+                q.params.nr = nr;
+                if !qgemm::interleaves(q.isa).contains(&nr) {
+                    q.isa = tiletune_kernels::Isa::Scalar;
+                }
+            }
+        }
+        qgemm::repack(f, b, n, k, nr).map(Some)
     }
 
     /// Row `r` of the weight as f32 (the embedding lookup).
@@ -153,31 +211,64 @@ impl Linear {
                 gemm_f16w_f32(x, w, bias, y, GemmShape::new(m, n, k), false, c).map_err(kerr)
             }
             (WData::Quant(f, w), Kernel::QGemv(q)) if q.format == *f => {
-                let act = activation_format(*f);
-                let xb = act.row_bytes(k);
-                if q.mode == QMode::A8 && xq.len() < xb {
-                    xq.resize(xb, 0);
-                }
-                for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
-                    match q.mode {
-                        QMode::A32 => q.run(w, xr, yr).map_err(kerr)?,
-                        QMode::A8 => {
-                            quant::quantize_into(act, xr, &mut xq[..xb]).map_err(kerr)?;
-                            q.run_prequantized(w, &xq[..xb], k, yr).map_err(kerr)?;
+                qgemv_rows(q, w, x, k, n, y, bias, xq)
+            }
+            (WData::Quant(f, w), Kernel::QGemm(q)) if q.format == *f => match &self.packed {
+                Some(p) if p.nr() == q.params.nr => {
+                    q.run(p, x, m, y, xq).map_err(kerr)?;
+                    if let Some(b) = bias {
+                        for yr in y.chunks_exact_mut(n) {
+                            eltwise::add_from(yr, b).map_err(kerr)?;
                         }
                     }
-                    if let Some(b) = bias {
-                        eltwise::add_from(yr, b).map_err(kerr)?;
-                    }
+                    Ok(())
                 }
-                Ok(())
-            }
+                // Not repacked (the embedding or LM head with several
+                // rows): the per-row W·A8 GEMV computes the same values.
+                _ => {
+                    let g = QGemv::new(*f, QMode::A8).threads(q.threads);
+                    qgemv_rows(&g, w, x, k, n, y, bias, xq)
+                }
+            },
             (_, k) => Err(LoadError::Config(format!(
                 "the plan gave {} to a weight it cannot run; report this as a bug",
                 k.variant()
             ))),
         }
     }
+}
+
+/// `y = x · Wᵀ (+ bias)` one row at a time with the quantized GEMV; `xq`
+/// is scratch for W·A8.
+#[allow(clippy::too_many_arguments)]
+fn qgemv_rows(
+    q: &QGemv,
+    w: &[u8],
+    x: &[f32],
+    k: usize,
+    n: usize,
+    y: &mut [f32],
+    bias: Option<&[f32]>,
+    xq: &mut Vec<u8>,
+) -> Result<()> {
+    let act = activation_format(q.format);
+    let xb = act.row_bytes(k);
+    if q.mode == QMode::A8 && xq.len() < xb {
+        xq.resize(xb, 0);
+    }
+    for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+        match q.mode {
+            QMode::A32 => q.run(w, xr, yr).map_err(kerr)?,
+            QMode::A8 => {
+                quant::quantize_into(act, xr, &mut xq[..xb]).map_err(kerr)?;
+                q.run_prequantized(w, &xq[..xb], k, yr).map_err(kerr)?;
+            }
+        }
+        if let Some(b) = bias {
+            eltwise::add_from(yr, b).map_err(kerr)?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug)]
@@ -204,8 +295,9 @@ enum Rope {
 /// The KV cache and scratch buffers of one sequence.
 #[derive(Clone, Debug)]
 pub struct RunState {
-    k: Vec<Vec<f32>>, // layer → (ctx, kv_dim)
-    v: Vec<Vec<f32>>,
+    /// Every layer's keys and values; `seq` is this state's one sequence.
+    kv: PagedKvCache,
+    seq: SeqId,
     pos: usize,
     ctx: usize,
     x: Vec<f32>,
@@ -217,7 +309,6 @@ pub struct RunState {
     o: Vec<f32>,
     g: Vec<f32>,
     u: Vec<f32>,
-    scores: Vec<f32>,
     logits: Vec<f32>,
     xq: Vec<u8>,
 }
@@ -238,14 +329,35 @@ impl RunState {
         self.ctx
     }
 
-    /// Forgets every cached position (the buffers are kept).
-    pub fn reset(&mut self) {
-        self.pos = 0;
+    /// The dtype of the KV cache pages.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv.dtype()
     }
 
-    /// Drops cached positions from `len` on (a chat rewinding a turn).
+    /// Tokens per KV cache page.
+    pub fn page_size(&self) -> usize {
+        self.kv.page_size()
+    }
+
+    /// Forgets every cached position (the buffers are kept).
+    pub fn reset(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Drops cached positions from `len` on (a chat rewinding a turn); the
+    /// pages past them go back to the cache's pool.
     pub fn truncate(&mut self, len: usize) {
         self.pos = self.pos.min(len);
+        self.sync_cache();
+    }
+
+    /// Cuts every layer of the cache back to `pos`: after a forward pass
+    /// that failed halfway, some layers hold tokens that `pos` does not count.
+    fn sync_cache(&mut self) {
+        // The only error is an unknown sequence, and `seq` is this cache's own.
+        self.kv
+            .truncate(self.seq, self.pos)
+            .expect("the state's sequence belongs to its cache");
     }
 }
 
@@ -259,6 +371,10 @@ pub struct FastModel {
     norm: Vec<f32>,
     rope: Rope,
     max_ctx: usize,
+    kv_dtype: KvDtype,
+    /// The machine's caches with `cores` = the plan's threads: what the
+    /// attention defaults and the page size are derived from.
+    attn_caps: CpuCaps,
 }
 
 fn load_vec(g: &GgufFile, w: Weight, numel: usize) -> Result<Vec<f32>> {
@@ -269,24 +385,6 @@ fn resize(v: &mut Vec<f32>, len: usize) {
     if v.len() < len {
         v.resize(len, 0.0);
     }
-}
-
-/// `Σ a·b` with independent partial sums so the compiler can vectorize it.
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ac, ar) = a.split_at(a.len() / 8 * 8);
-    let (bc, br) = b.split_at(ac.len());
-    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ar.iter().zip(br) {
-        s += x * y;
-    }
-    s
 }
 
 impl FastModel {
@@ -356,7 +454,30 @@ impl FastModel {
             norm: load_vec(g, Weight::OutputNorm, d)?,
             rope,
             max_ctx,
+            kv_dtype: KvDtype::F32,
+            attn_caps: CpuCaps {
+                cores: plan.threads.max(1),
+                ..plan.caps
+            },
         })
+    }
+
+    /// The same model with KV cache pages of `dtype` in the states it makes
+    /// from now on. Q8_0 needs `head_dim` to be a multiple of 32.
+    pub fn with_kv_dtype(mut self, dtype: KvDtype) -> Result<Self> {
+        if dtype == KvDtype::Q8_0 && !self.cfg.head_dim.is_multiple_of(32) {
+            return Err(LoadError::Config(format!(
+                "a q8_0 KV cache needs head_dim to be a multiple of 32, this model has {}; use --kv-type f16 or f32",
+                self.cfg.head_dim
+            )));
+        }
+        self.kv_dtype = dtype;
+        Ok(self)
+    }
+
+    /// The dtype of the KV cache pages of new states.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv_dtype
     }
 
     /// The configuration it was built from.
@@ -369,14 +490,26 @@ impl FastModel {
         self.max_ctx
     }
 
-    /// A state with the KV cache allocated for [`Self::max_ctx`] positions
-    /// (zeroed pages are only touched as positions fill).
+    /// A state with a paged KV cache for [`Self::max_ctx`] positions, in
+    /// pages of the kernel's default size for this CPU and page dtype.
     pub fn new_state(&self) -> RunState {
-        let kvd = self.cfg.n_kv_heads * self.cfg.head_dim;
-        let n = self.layers.len();
+        let (nkv, hd) = (self.cfg.n_kv_heads, self.cfg.head_dim);
+        let ps = default_page_size(hd, self.kv_dtype, &self.attn_caps);
+        // Every dimension is at least 1 and Q8_0 was checked against
+        // head_dim in `with_kv_dtype`, the cache's only other error.
+        let mut kv = PagedKvCache::new(
+            self.layers.len().max(1),
+            nkv,
+            hd,
+            ps,
+            self.kv_dtype,
+            self.max_ctx.div_ceil(ps),
+        )
+        .expect("the model's shape was checked at load");
+        let seq = kv.alloc_sequence();
         RunState {
-            k: vec![vec![0.0; self.max_ctx * kvd]; n],
-            v: vec![vec![0.0; self.max_ctx * kvd]; n],
+            kv,
+            seq,
             pos: 0,
             ctx: self.max_ctx,
             x: Vec::new(),
@@ -388,7 +521,6 @@ impl FastModel {
             o: Vec::new(),
             g: Vec::new(),
             u: Vec::new(),
-            scores: vec![0.0; self.max_ctx],
             logits: Vec::new(),
             xq: Vec::new(),
         }
@@ -435,8 +567,19 @@ impl FastModel {
         for (i, &t) in tokens.iter().enumerate() {
             self.embed.row(t as usize, &mut st.x[i * d..(i + 1) * d])?;
         }
-        let group = nh / nkv.max(1);
-        let scale = 1.0 / (hd as f32).sqrt();
+        st.sync_cache();
+        let attn_isa = Isa::best_of(&attention::ISAS);
+        let attn_query = AttnQuery::new(nh, n, start, hd);
+        let attn_params = AttnParams::default_for(
+            &AttnShape {
+                n_q_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                q_rows: n,
+                kv_len: start + n,
+            },
+            &self.attn_caps,
+        );
         for (l, layer) in self.layers.iter().enumerate() {
             let x = &mut st.x[..n * d];
             let h = &mut st.h[..n * d];
@@ -478,32 +621,22 @@ impl FastModel {
                     }
                 }
             }
-            let (kc, vc) = (&mut st.k[l], &mut st.v[l]);
-            kc[start * kvd..(start + n) * kvd].copy_from_slice(k);
-            vc[start * kvd..(start + n) * kvd].copy_from_slice(&st.vv[..n * kvd]);
-            // Causal attention, one query row and head at a time.
+            st.kv
+                .append_batch(st.seq, l, k, &st.vv[..n * kvd])
+                .map_err(kerr)?;
             let att = &mut st.att[..n * qd];
-            for i in 0..n {
-                let len = start + i + 1;
-                for head in 0..nh {
-                    let kvh = head / group;
-                    let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
-                    let sc = &mut st.scores[..len];
-                    for (p, s) in sc.iter_mut().enumerate() {
-                        let kr = &kc[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
-                        *s = dot(qh, kr) * scale;
-                    }
-                    softmax::softmax(sc, 1, len).map_err(kerr)?;
-                    let out = &mut att[i * qd + head * hd..i * qd + (head + 1) * hd];
-                    out.fill(0.0);
-                    for (p, &w) in sc.iter().enumerate() {
-                        let vr = &vc[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
-                        for (o, v) in out.iter_mut().zip(vr) {
-                            *o += w * v;
-                        }
-                    }
-                }
-            }
+            attention::paged_attention_with(
+                &st.kv,
+                st.seq,
+                l,
+                &attn_query,
+                q,
+                att,
+                None,
+                attn_isa,
+                &attn_params,
+            )
+            .map_err(kerr)?;
             layer.o.forward(att, n, &mut st.o, &mut st.xq)?;
             let x = &mut st.x[..n * d];
             eltwise::add_from(x, &st.o[..n * d]).map_err(kerr)?;

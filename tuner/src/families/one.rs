@@ -8,14 +8,16 @@
 //! - `gemv` `n×k`, `gemm` `m×n×k` (dtype f32 or f16 weights);
 //! - `qgemv_a32` / `qgemv_a8` `n×k` (dtype the weight format, e.g. q4_0);
 //! - `eltwise_<op>` `len` (e.g. `eltwise_silu`), `rms_norm` / `layer_norm`
-//!   `rows×dim`, `softmax` `rows×dim`, `rope` `rows×heads×head_dim` (f32).
+//!   `rows×dim`, `softmax` `rows×dim`, `rope` `rows×heads×head_dim` (f32);
+//! - `attention`, `i8gemm`, `embed_lookup`, `lm_head`, `matmul_rope`: see
+//!   [`super::more`].
 //!
 //! Byte counts are the compulsory traffic of one run (every operand read or
 //! written once); flop counts are multiply-adds × 2 for the matrix ops and
 //! 0 for the element-wise families, whose cost is transcendental functions
 //! rather than flops (GFLOP/s is not reported for them).
 
-use super::{GemmProblem, GemvProblem, Machine, candidate, cold_copies};
+use super::{GemmProblem, GemvProblem, Machine, candidate, cold_copies, more};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
 use half::f16;
@@ -53,8 +55,14 @@ pub fn bench_dims(op: &str) -> Option<&'static [&'static str]> {
         "rms_norm" | "layer_norm" | "softmax" => &["rows", "dim"],
         "rope" => &["rows", "heads", "head_dim"],
         o if o.strip_prefix("eltwise_").is_some() => &["len"],
-        _ => return None,
+        o => return more::dims(o),
     })
+}
+
+/// Dims of `op` set by flags rather than `--shape` (e.g. the attention's
+/// `rows` and `page`), each optional.
+pub fn bench_optional_dims(op: &str) -> &'static [&'static str] {
+    more::optional_dims(op)
 }
 
 /// The dtypes [`instantiate_one`] accepts for `op`.
@@ -64,6 +72,7 @@ pub fn bench_dtypes(op: &str) -> &'static [&'static str] {
         "qgemv_a32" | "qgemv_a8" => &[
             "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
         ],
+        o if more::OPS.contains(&o) => more::dtypes(o),
         o if bench_dims(o).is_some() => &["f32"],
         _ => &[],
     }
@@ -72,27 +81,38 @@ pub fn bench_dtypes(op: &str) -> &'static [&'static str] {
 /// Whether `op` is limited by memory bandwidth (its roofline is the STREAM
 /// triad) rather than by FMA throughput (GEMM).
 pub fn bandwidth_bound(op: &str) -> bool {
-    op != "gemm"
+    !matches!(op, "gemm" | "matmul_rope")
 }
 
 /// Parses `AxB[xC]` into a problem for a [`bench_dims`] op; zero sizes are
 /// refused.
 pub fn parse_bench_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, TunerError> {
+    parse_bench_problem_with(op, dtype, shape, &[])
+}
+
+/// [`parse_bench_problem`] plus the [`bench_optional_dims`] given by flags
+/// (e.g. `[("rows", 1), ("page", 16)]`); a dim the op does not take, or a
+/// zero, is refused.
+pub fn parse_bench_problem_with(
+    op: &str,
+    dtype: &str,
+    shape: &str,
+    extra: &[(&str, usize)],
+) -> Result<Problem, TunerError> {
     let names = bench_dims(op).ok_or_else(|| TunerError::UnknownOp(op.to_string()))?;
-    let bad = || TunerError::BadShape {
-        op: op.to_string(),
-        shape: shape.to_string(),
-        expected: names.join("x"),
-    };
-    let vals: Vec<usize> = shape
-        .split(['x', 'X', ','])
-        .map(|s| s.trim().parse::<usize>())
-        .collect::<Result<_, _>>()
-        .map_err(|_| bad())?;
-    if vals.len() != names.len() || vals.contains(&0) {
-        return Err(bad());
+    let mut dims = crate::suite::parse_dims(op, names, shape)?;
+    let optional = bench_optional_dims(op);
+    for &(name, v) in extra {
+        if !optional.contains(&name) || v == 0 {
+            return Err(TunerError::BadShape {
+                op: op.to_string(),
+                shape: format!("{name}={v}"),
+                expected: format!("{} and optionally {}", names.join("x"), optional.join(", ")),
+            });
+        }
+        dims.push((name, v));
     }
-    Ok(Problem::new(op, dtype, names.iter().copied().zip(vals))?)
+    Ok(Problem::new(op, dtype, dims)?)
 }
 
 /// `op` as a `'static` name for kernel errors.
@@ -105,6 +125,7 @@ fn static_op(op: &str) -> &'static str {
         "layer_norm" => "layer_norm",
         "softmax" => "softmax",
         "rope" => "rope",
+        o if more::OPS.contains(&o) => more::static_op(o),
         _ => "eltwise",
     }
 }
@@ -146,6 +167,9 @@ pub fn instantiate_one(
             reason: "threads must be at least 1".into(),
         }
         .into());
+    }
+    if more::OPS.contains(&op) {
+        return more::instantiate(spec, &dims, m, one);
     }
     let threads = |default: usize| one.threads.unwrap_or(default).max(1);
     match op {
@@ -361,7 +385,7 @@ pub fn instantiate_one(
 }
 
 /// `one.params` parsed as `P` and validated, else `default()`.
-fn params_or<P: Tunable + DeserializeOwned>(
+pub(super) fn params_or<P: Tunable + DeserializeOwned>(
     op: &'static str,
     one: &OneConfig,
     default: impl FnOnce() -> P,
@@ -378,7 +402,7 @@ fn params_or<P: Tunable + DeserializeOwned>(
 }
 
 /// How many copies of a `bytes`-sized input to rotate through.
-fn copies(bytes: usize, caps: &CpuCaps, cold: bool) -> usize {
+pub(super) fn copies(bytes: usize, caps: &CpuCaps, cold: bool) -> usize {
     if cold { cold_copies(bytes, caps) } else { 1 }
 }
 

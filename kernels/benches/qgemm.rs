@@ -1,0 +1,71 @@
+//! Quantized GEMM (W·A8, repacked weights) benches: prefill shapes of the
+//! two real models (SmolLM2-135M: Q4_1 576×576, 1536×576, 576×1536;
+//! Qwen2.5-0.5B: Q5_0/Q8_0 896×896, 4864×896, 896×4864) at m = 16, 64 and
+//! 256 rows, 1 and 2 threads, best variant of the running CPU with its
+//! default tile; the per-row GEMV (what prefill ran before) beside it.
+//! Throughput is in activation rows (elements = m). Activations are
+//! quantized inside the timed region, as the runtime does per call.
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
+use tiletune_kernels::qgemm::QGemm;
+use tiletune_kernels::qgemv::{QGemv, QMode, quantize_activations};
+use tiletune_kernels::quant::{self, QuantFormat};
+use tiletune_kernels::testing::Rng;
+
+/// (format, n, k).
+const SHAPES: [(QuantFormat, usize, usize); 6] = [
+    (QuantFormat::Q4_1, 576, 576),
+    (QuantFormat::Q4_1, 1536, 576),
+    (QuantFormat::Q4_1, 576, 1536),
+    (QuantFormat::Q5_0, 896, 896),
+    (QuantFormat::Q8_0, 4864, 896),
+    (QuantFormat::Q4_0, 896, 4864),
+];
+
+pub fn benches(c: &mut Criterion) {
+    let mut rng = Rng::new(0x6E33);
+    let mut group = c.benchmark_group("qgemm");
+    group.sample_size(10);
+    for (format, n, k) in SHAPES {
+        let w = quant::quantize(format, &rng.vec_f32(n * k)).expect("k is a multiple of 32");
+        for m in [16, 64, 256] {
+            let a = rng.vec_f32(m * k);
+            let mut out = vec![0.0f32; m * n];
+            group.throughput(Throughput::Elements(m as u64));
+            for threads in [1, 2] {
+                let g = QGemm::new(format).threads(threads);
+                let packed = g.pack(&w, n, k).expect("shapes are consistent");
+                let mut scratch = Vec::new();
+                let id = BenchmarkId::new(
+                    format!("{}_{}_t{threads}", format.name(), g.isa),
+                    format!("{m}x{n}x{k}"),
+                );
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        g.run(&packed, black_box(&a), m, &mut out, &mut scratch)
+                            .expect("shapes are consistent");
+                        black_box(&out);
+                    })
+                });
+                let v = QGemv::new(format, QMode::A8).threads(threads);
+                let id = BenchmarkId::new(
+                    format!("{}_gemv_rows_{}_t{threads}", format.name(), v.isa),
+                    format!("{m}x{n}x{k}"),
+                );
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        for (x, y) in a.chunks_exact(k).zip(out.chunks_exact_mut(n)) {
+                            let xq = quantize_activations(format, black_box(x))
+                                .expect("k is a multiple of 32");
+                            v.run_prequantized(&w, &xq, k, y)
+                                .expect("shapes are consistent");
+                        }
+                        black_box(&out);
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}

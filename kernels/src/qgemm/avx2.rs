@@ -1,0 +1,235 @@
+//! AVX2 and AVX-VNNI micro-kernels over interleave 8: one ymm holds 4 quant
+//! bytes of each of 8 weight rows, so its 8 i32 lanes are 8 columns of C.
+//!
+//! Per block and 4-byte chunk the weight vector is loaded (and, for the
+//! 4-bit formats, split into low and high nibbles) once, then multiplied by
+//! the broadcast 4 activation bytes of each of the `MR` rows. Unsigned
+//! nibbles feed `vpmaddubsw` (u8 × i8) directly; signed int8 weights use
+//! the sign trick (`|w|` × `sign(x, w)`). Without VNNI the nibble products
+//! of a whole block are summed in i16 (≤ 8 · 2 · 15 · 128 < 2¹⁵, so no
+//! saturation) before one `vpmaddwd`; int8 products go to i32 per chunk.
+//! Each block's i32 sums are converted and scaled with separately rounded
+//! multiplies and adds, as the scalar GEMV does (bit-equal results).
+
+use super::Job;
+use super::pack::Kind;
+use std::arch::x86_64::*;
+
+/// The 4 activation bytes at `p`, broadcast to every i32 lane.
+///
+/// # Safety
+/// `p` must point to 4 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bcast4(p: *const i8) -> __m256i {
+    // SAFETY: forwarded from the caller.
+    _mm256_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_step_avx2(s: __m256i, lo: __m256i, xl: __m256i, hi: __m256i, xh: __m256i) -> __m256i {
+    let p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+    _mm256_add_epi16(s, p)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_finish_avx2(s: __m256i) -> __m256i {
+    _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn i8_step_avx2(s: __m256i, aw: __m256i, sx: __m256i) -> __m256i {
+    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+    _mm256_add_epi32(s, p)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn q4_step_vnni(s: __m256i, lo: __m256i, xl: __m256i, hi: __m256i, xh: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s, lo, xl), hi, xh)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn q4_finish_vnni(s: __m256i) -> __m256i {
+    s
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn i8_step_vnni(s: __m256i, aw: __m256i, sx: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(s, aw, sx)
+}
+
+/// Generates the Q4 and int8 tiles and the dispatching entry for one
+/// feature set and its step functions.
+macro_rules! tiles {
+    ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8.
+        ///
+        /// # Safety
+        /// Needs the features above; `g` a group of the job, rows
+        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4<const MR: usize, const MIN: bool>(
+            job: &Job<'_>,
+            g: usize,
+            i0: usize,
+            out: &mut [f32],
+        ) {
+            let nb = job.nb;
+            debug_assert!(job.nr == 8 && out.len() >= MR * 8);
+            debug_assert!(job.acts.len() >= (i0 + MR) * nb);
+            let mask = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); MR];
+            // SAFETY (pointer offsets below): group g has nb blocks of
+            // 8 scales (and mins) and 128 quant bytes; rows i0 + i < i0 + MR
+            // each hold nb activation blocks.
+            let (qb, db, ab) = unsafe {
+                (
+                    job.qs.as_ptr().add(g * nb * 128),
+                    job.d.as_ptr().add(g * nb * 8),
+                    job.acts.as_ptr().add(i0 * nb),
+                )
+            };
+            for b in 0..nb {
+                let mut s = [_mm256_setzero_si256(); MR];
+                for c in 0..4 {
+                    // SAFETY: chunk c of block b is 32 bytes inside the group.
+                    let v = unsafe { _mm256_loadu_si256(qb.add(b * 128 + 32 * c).cast()) };
+                    let lo = _mm256_and_si256(v, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+                    for (i, si) in s.iter_mut().enumerate() {
+                        // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
+                        let (xl, xh) = unsafe {
+                            let xp = (*ab.add(i * nb + b)).qs.as_ptr();
+                            (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
+                        };
+                        *si = $q4step(*si, lo, xl, hi, xh);
+                    }
+                }
+                // SAFETY: 8 scales of block b.
+                let dw = unsafe { _mm256_loadu_ps(db.add(b * 8)) };
+                for (i, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    let mut si = $q4fin(s[i]);
+                    if !MIN {
+                        si = _mm256_sub_epi32(si, _mm256_set1_epi32(8 * x.sum()));
+                    }
+                    let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
+                    let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
+                    if MIN {
+                        // SAFETY: Q4_1 jobs carry mins shaped like the scales.
+                        let mw = unsafe { _mm256_loadu_ps(job.m.as_ptr().add((g * nb + b) * 8)) };
+                        t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
+                    }
+                    *a = _mm256_add_ps(*a, t);
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                // SAFETY: out holds MR · 8 floats.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+            }
+        }
+
+        /// Signed int8 (Q8_0, Q5_0) tile, interleave 8.
+        ///
+        /// # Safety
+        /// As for the Q4 tile.
+        #[target_feature(enable = $feat)]
+        unsafe fn $i8<const MR: usize>(job: &Job<'_>, g: usize, i0: usize, out: &mut [f32]) {
+            let nb = job.nb;
+            debug_assert!(job.nr == 8 && out.len() >= MR * 8);
+            debug_assert!(job.acts.len() >= (i0 + MR) * nb);
+            let mut acc = [_mm256_setzero_ps(); MR];
+            // SAFETY: as in the Q4 tile, with 256 quant bytes per block.
+            let (qb, db, ab) = unsafe {
+                (
+                    job.qs.as_ptr().add(g * nb * 256),
+                    job.d.as_ptr().add(g * nb * 8),
+                    job.acts.as_ptr().add(i0 * nb),
+                )
+            };
+            for b in 0..nb {
+                let mut s = [_mm256_setzero_si256(); MR];
+                for c in 0..8 {
+                    // SAFETY: chunk c of block b is 32 bytes inside the group.
+                    let w = unsafe { _mm256_loadu_si256(qb.add(b * 256 + 32 * c).cast()) };
+                    let aw = _mm256_sign_epi8(w, w);
+                    for (i, si) in s.iter_mut().enumerate() {
+                        // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
+                        let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
+                        *si = $i8step(*si, aw, _mm256_sign_epi8(xb, w));
+                    }
+                }
+                // SAFETY: 8 scales of block b.
+                let dw = unsafe { _mm256_loadu_ps(db.add(b * 8)) };
+                for (i, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i])));
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                // SAFETY: out holds MR · 8 floats.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+            }
+        }
+
+        /// Rows `i0 .. i0 + mr` (mr ∈ 1, 2, 4, 8) × group `g`.
+        ///
+        /// # Safety
+        /// Needs the features above; the job has interleave 8; shapes as
+        /// the driver guarantees.
+        pub(super) unsafe fn $entry(
+            job: &Job<'_>,
+            g: usize,
+            i0: usize,
+            mr: usize,
+            out: &mut [f32],
+        ) {
+            // SAFETY (all arms): forwarded from the caller.
+            unsafe {
+                match (job.kind, mr) {
+                    (Kind::Q4_0, 8) => $q4::<8, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4) => $q4::<4, false>(job, g, i0, out),
+                    (Kind::Q4_0, 2) => $q4::<2, false>(job, g, i0, out),
+                    (Kind::Q4_0, _) => $q4::<1, false>(job, g, i0, out),
+                    (Kind::Q4_1, 8) => $q4::<8, true>(job, g, i0, out),
+                    (Kind::Q4_1, 4) => $q4::<4, true>(job, g, i0, out),
+                    (Kind::Q4_1, 2) => $q4::<2, true>(job, g, i0, out),
+                    (Kind::Q4_1, _) => $q4::<1, true>(job, g, i0, out),
+                    (Kind::I8, 8) => $i8::<8>(job, g, i0, out),
+                    (Kind::I8, 4) => $i8::<4>(job, g, i0, out),
+                    (Kind::I8, 2) => $i8::<2>(job, g, i0, out),
+                    (Kind::I8, _) => $i8::<1>(job, g, i0, out),
+                }
+            }
+        }
+    };
+}
+
+tiles!(
+    "avx2,fma,f16c",
+    q4_step_avx2,
+    q4_finish_avx2,
+    i8_step_avx2,
+    q4_avx2,
+    i8_avx2,
+    tile
+);
+
+tiles!(
+    "avx2,fma,f16c,avxvnni",
+    q4_step_vnni,
+    q4_finish_vnni,
+    i8_step_vnni,
+    q4_vnni,
+    i8_vnni,
+    tile_vnni
+);

@@ -1,0 +1,235 @@
+//! AVX-512 (BW) and AVX-512 VNNI micro-kernels over interleave 16: one zmm
+//! holds 4 quant bytes of each of 16 weight rows, so its 16 i32 lanes are 16
+//! columns of C.
+//!
+//! The same scheme as the AVX2 tiles (see `avx2.rs`) at twice the width.
+//! AVX-512 has no `vpsignb`, so the sign trick negates the broadcast
+//! activations under the mask of negative weights (`vpmovb2m` +
+//! masked `vpsubb`). Without VNNI the nibble products of a block are summed
+//! in i16 (no saturation, as on AVX2) before one `vpmaddwd`. Scaling uses
+//! separately rounded multiplies and adds (bit-equal to the scalar GEMV).
+
+use super::Job;
+use super::pack::Kind;
+use std::arch::x86_64::*;
+
+/// The 4 activation bytes at `p`, broadcast to every i32 lane.
+///
+/// # Safety
+/// `p` must point to 4 readable bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn bcast4(p: *const i8) -> __m512i {
+    // SAFETY: forwarded from the caller.
+    _mm512_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn q4_step_bw(s: __m512i, lo: __m512i, xl: __m512i, hi: __m512i, xh: __m512i) -> __m512i {
+    let p = _mm512_add_epi16(_mm512_maddubs_epi16(lo, xl), _mm512_maddubs_epi16(hi, xh));
+    _mm512_add_epi16(s, p)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn q4_finish_bw(s: __m512i) -> __m512i {
+    _mm512_madd_epi16(s, _mm512_set1_epi16(1))
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn i8_step_bw(s: __m512i, aw: __m512i, sx: __m512i) -> __m512i {
+    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), _mm512_set1_epi16(1));
+    _mm512_add_epi32(s, p)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512vnni")]
+fn q4_step_vnni(s: __m512i, lo: __m512i, xl: __m512i, hi: __m512i, xh: __m512i) -> __m512i {
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s, lo, xl), hi, xh)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512vnni")]
+fn q4_finish_vnni(s: __m512i) -> __m512i {
+    s
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512vnni")]
+fn i8_step_vnni(s: __m512i, aw: __m512i, sx: __m512i) -> __m512i {
+    _mm512_dpbusd_epi32(s, aw, sx)
+}
+
+/// Generates the Q4 and int8 tiles and the dispatching entry for one
+/// feature set and its step functions.
+macro_rules! tiles {
+    ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 16.
+        ///
+        /// # Safety
+        /// Needs the features above; `g` a group of the job, rows
+        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 16`.
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4<const MR: usize, const MIN: bool>(
+            job: &Job<'_>,
+            g: usize,
+            i0: usize,
+            out: &mut [f32],
+        ) {
+            let nb = job.nb;
+            debug_assert!(job.nr == 16 && out.len() >= MR * 16);
+            debug_assert!(job.acts.len() >= (i0 + MR) * nb);
+            let mask = _mm512_set1_epi8(0x0F);
+            let mut acc = [_mm512_setzero_ps(); MR];
+            // SAFETY (pointer offsets below): group g has nb blocks of
+            // 16 scales (and mins) and 256 quant bytes; rows i0 + i < i0 + MR
+            // each hold nb activation blocks.
+            let (qb, db, ab) = unsafe {
+                (
+                    job.qs.as_ptr().add(g * nb * 256),
+                    job.d.as_ptr().add(g * nb * 16),
+                    job.acts.as_ptr().add(i0 * nb),
+                )
+            };
+            for b in 0..nb {
+                let mut s = [_mm512_setzero_si512(); MR];
+                for c in 0..4 {
+                    // SAFETY: chunk c of block b is 64 bytes inside the group.
+                    let v = unsafe { _mm512_loadu_si512(qb.add(b * 256 + 64 * c).cast()) };
+                    let lo = _mm512_and_si512(v, mask);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+                    for (i, si) in s.iter_mut().enumerate() {
+                        // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
+                        let (xl, xh) = unsafe {
+                            let xp = (*ab.add(i * nb + b)).qs.as_ptr();
+                            (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
+                        };
+                        *si = $q4step(*si, lo, xl, hi, xh);
+                    }
+                }
+                // SAFETY: 16 scales of block b.
+                let dw = unsafe { _mm512_loadu_ps(db.add(b * 16)) };
+                for (i, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    let mut si = $q4fin(s[i]);
+                    if !MIN {
+                        si = _mm512_sub_epi32(si, _mm512_set1_epi32(8 * x.sum()));
+                    }
+                    let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+                    let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(si));
+                    if MIN {
+                        // SAFETY: Q4_1 jobs carry mins shaped like the scales.
+                        let mw = unsafe { _mm512_loadu_ps(job.m.as_ptr().add((g * nb + b) * 16)) };
+                        t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
+                    }
+                    *a = _mm512_add_ps(*a, t);
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                // SAFETY: out holds MR · 16 floats.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * i), *a) };
+            }
+        }
+
+        /// Signed int8 (Q8_0, Q5_0) tile, interleave 16.
+        ///
+        /// # Safety
+        /// As for the Q4 tile.
+        #[target_feature(enable = $feat)]
+        unsafe fn $i8<const MR: usize>(job: &Job<'_>, g: usize, i0: usize, out: &mut [f32]) {
+            let nb = job.nb;
+            debug_assert!(job.nr == 16 && out.len() >= MR * 16);
+            debug_assert!(job.acts.len() >= (i0 + MR) * nb);
+            let mut acc = [_mm512_setzero_ps(); MR];
+            // SAFETY: as in the Q4 tile, with 512 quant bytes per block.
+            let (qb, db, ab) = unsafe {
+                (
+                    job.qs.as_ptr().add(g * nb * 512),
+                    job.d.as_ptr().add(g * nb * 16),
+                    job.acts.as_ptr().add(i0 * nb),
+                )
+            };
+            for b in 0..nb {
+                let mut s = [_mm512_setzero_si512(); MR];
+                for c in 0..8 {
+                    // SAFETY: chunk c of block b is 64 bytes inside the group.
+                    let w = unsafe { _mm512_loadu_si512(qb.add(b * 512 + 64 * c).cast()) };
+                    let aw = _mm512_abs_epi8(w);
+                    let neg = _mm512_movepi8_mask(w);
+                    for (i, si) in s.iter_mut().enumerate() {
+                        // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
+                        let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
+                        let sx = _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb);
+                        *si = $i8step(*si, aw, sx);
+                    }
+                }
+                // SAFETY: 16 scales of block b.
+                let dw = unsafe { _mm512_loadu_ps(db.add(b * 16)) };
+                for (i, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i])));
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                // SAFETY: out holds MR · 16 floats.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * i), *a) };
+            }
+        }
+
+        /// Rows `i0 .. i0 + mr` (mr ∈ 1, 2, 4, 8) × group `g`.
+        ///
+        /// # Safety
+        /// Needs the features above; the job has interleave 16; shapes as
+        /// the driver guarantees.
+        pub(super) unsafe fn $entry(
+            job: &Job<'_>,
+            g: usize,
+            i0: usize,
+            mr: usize,
+            out: &mut [f32],
+        ) {
+            // SAFETY (all arms): forwarded from the caller.
+            unsafe {
+                match (job.kind, mr) {
+                    (Kind::Q4_0, 8) => $q4::<8, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4) => $q4::<4, false>(job, g, i0, out),
+                    (Kind::Q4_0, 2) => $q4::<2, false>(job, g, i0, out),
+                    (Kind::Q4_0, _) => $q4::<1, false>(job, g, i0, out),
+                    (Kind::Q4_1, 8) => $q4::<8, true>(job, g, i0, out),
+                    (Kind::Q4_1, 4) => $q4::<4, true>(job, g, i0, out),
+                    (Kind::Q4_1, 2) => $q4::<2, true>(job, g, i0, out),
+                    (Kind::Q4_1, _) => $q4::<1, true>(job, g, i0, out),
+                    (Kind::I8, 8) => $i8::<8>(job, g, i0, out),
+                    (Kind::I8, 4) => $i8::<4>(job, g, i0, out),
+                    (Kind::I8, 2) => $i8::<2>(job, g, i0, out),
+                    (Kind::I8, _) => $i8::<1>(job, g, i0, out),
+                }
+            }
+        }
+    };
+}
+
+tiles!(
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
+    q4_step_bw,
+    q4_finish_bw,
+    i8_step_bw,
+    q4_bw,
+    i8_bw,
+    tile
+);
+
+tiles!(
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512vnni",
+    q4_step_vnni,
+    q4_finish_vnni,
+    i8_step_vnni,
+    q4_vnni,
+    i8_vnni,
+    tile_vnni
+);

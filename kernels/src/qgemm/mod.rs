@@ -1,0 +1,523 @@
+//! Quantized GEMM, W·A8: `C (m×n) = A (m×k) · Wᵀ` with `W (n×k)` in a GGUF
+//! block format and `A` f32, quantized once per call to Q8 blocks (the
+//! activations the W·A8 GEMV uses), then integer dot products.
+//!
+//! This is the prefill path: the GEMV reads every weight byte once per
+//! activation row, the GEMM once per tile of `mr` rows. Weights are
+//! repacked at load ([`repack`], layout in [`pack`]) into groups of `nr`
+//! interleaved rows, so the i32 lanes of one dot product instruction are
+//! `nr` columns of C; an `mr × nr` register tile reuses each loaded (and,
+//! for 4-bit formats, unpacked) weight chunk for `mr` activation rows.
+//! Threads split the weight groups (`crate::pool`).
+//!
+//! Formats ([`FORMATS`]): Q4_0, Q4_1 (nibbles kept), Q8_0, Q5_0 (int8 values).
+//! Every other format has no GEMM here; callers run the per-row quantized
+//! GEMV (`crate::qgemv`), which is still correct.
+//!
+//! | variant | interleave `nr` | dot product |
+//! |---|---|---|
+//! | scalar | 4, 8, 16 | plain Rust (the reference layout walk) |
+//! | avx2 / avx_vnni | 8 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (ymm) |
+//! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm) |
+//! | neon | 4, 8 | `smull`+`sadalp` |
+//! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
+//! | neon_i8mm | 4, 8 | `smmla` on activation row pairs (`asm!`; 1-row tiles use `sdot`) |
+//!
+//! **Exactness.** Every variant computes, per (row, column), the same i32
+//! block sums as ggml's generic `vec_dot` and accumulates
+//! `acc += (d_w·d_x)·Σ` (plus `m_w·s_x` for Q4_1) block by block with
+//! separately rounded multiplies and adds, in block order: the result is
+//! bit-identical to the scalar W·A8 GEMV (`qgemv::scalar`) on each row, on
+//! every ISA. The tests assert equality, not a tolerance.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod dotprod;
+#[cfg(target_arch = "aarch64")]
+mod i8mm;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+pub mod pack;
+pub mod scalar;
+
+pub use pack::{
+    ActBlock, INTERLEAVES, PackedQ, act_bytes, quantize_activations, quantize_activations_into,
+    repack,
+};
+
+use crate::error::check_len;
+use crate::pool::{check_threads, parallel_ranges};
+use crate::quant::QuantFormat;
+use crate::quant::blocks::{QK, cast_blocks};
+use crate::{CpuCaps, Isa, KernelError, Result, Tunable};
+use pack::Kind;
+use serde::{Deserialize, Serialize};
+
+const OP: &str = "qgemm";
+
+/// Weight formats with a GEMM (the rest run the per-row GEMV).
+pub const FORMATS: [QuantFormat; 4] = [
+    QuantFormat::Q4_0,
+    QuantFormat::Q4_1,
+    QuantFormat::Q5_0,
+    QuantFormat::Q8_0,
+];
+
+/// Whether `format` has a quantized GEMM.
+pub fn supports(format: QuantFormat) -> bool {
+    FORMATS.contains(&format)
+}
+
+/// The ISA variants for `format` (scalar first; empty without a GEMM).
+pub fn variants(format: QuantFormat) -> &'static [Isa] {
+    if supports(format) {
+        &[
+            Isa::Scalar,
+            Isa::Avx2,
+            Isa::AvxVnni,
+            Isa::Avx512,
+            Isa::Avx512Vnni,
+            Isa::Neon,
+            Isa::NeonDotprod,
+            Isa::NeonI8mm,
+        ]
+    } else {
+        &[]
+    }
+}
+
+/// The interleave widths a variant reads.
+pub fn interleaves(isa: Isa) -> &'static [usize] {
+    match isa {
+        Isa::Scalar => &INTERLEAVES,
+        Isa::Avx2 | Isa::AvxVnni => &[8],
+        Isa::Avx512 | Isa::Avx512Vnni => &[16],
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => &[4, 8],
+    }
+}
+
+/// Activation rows per register tile that have a compiled micro-kernel.
+pub const MRS: [usize; 4] = [1, 2, 4, 8];
+
+/// Tile parameters of the quantized GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QGemmParams {
+    /// Activation rows per register tile (each weight chunk loaded once is
+    /// used `mr` times): one of [`MRS`].
+    pub mr: usize,
+    /// Weight rows interleaved per group (the repack layout): one of
+    /// [`INTERLEAVES`], and one the variant reads ([`interleaves`]).
+    pub nr: usize,
+}
+
+/// What [`QGemmParams`] are chosen for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QGemmShape {
+    pub format: QuantFormat,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+impl QGemmParams {
+    /// The analytic default for a forced variant. `nr` is the variant's
+    /// natural vector: 8 i32 lanes (ymm), 16 (zmm), 8 on NEON (two
+    /// vectors share each activation broadcast). `mr` is bounded by the
+    /// register file: the tile keeps `mr·nr/lanes` f32 accumulators and as
+    /// many i32 block sums live, plus the weight chunk and a broadcast,
+    /// within half the registers (AVX2: 16 → mr 4; AVX-512: 32 zmm → 8;
+    /// NEON: 32 with two vectors per row → 4), and by m (no wasted rows).
+    pub fn default_for_isa(shape: &QGemmShape, _cpu: &CpuCaps, isa: Isa) -> Self {
+        let (nr, cap) = match isa {
+            Isa::Avx2 | Isa::AvxVnni => (8, 4),
+            Isa::Avx512 | Isa::Avx512Vnni => (16, 8),
+            Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (8, 4),
+            Isa::Scalar => (8, 4),
+        };
+        let mr = MRS
+            .iter()
+            .copied()
+            .filter(|&r| r <= cap && r <= shape.m.max(1))
+            .max()
+            .unwrap_or(1);
+        QGemmParams { mr, nr }
+    }
+
+    /// The search space of one variant: every `mr` × the variant's `nr`.
+    pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
+        let mut v = Vec::new();
+        for &nr in interleaves(isa) {
+            for &mr in &MRS {
+                if mr <= shape.m.max(1) {
+                    v.push(QGemmParams { mr, nr });
+                }
+            }
+        }
+        let d = Self::default_for_isa(shape, cpu, isa);
+        if !v.contains(&d) {
+            v.push(d);
+        }
+        v
+    }
+}
+
+impl Tunable for QGemmParams {
+    type Shape = QGemmShape;
+
+    /// The default of the best variant this CPU runs for the format.
+    fn default_for(shape: &QGemmShape, cpu: &CpuCaps) -> Self {
+        Self::default_for_isa(shape, cpu, Isa::best_of(variants(shape.format)))
+    }
+
+    /// Every `mr` × every interleave (variants accept a subset; the tuner
+    /// uses [`candidates_for_isa`](Self::candidates_for_isa)).
+    fn candidates(shape: &QGemmShape, cpu: &CpuCaps) -> Vec<Self> {
+        let mut v = Vec::new();
+        for &nr in &INTERLEAVES {
+            for &mr in &MRS {
+                v.push(QGemmParams { mr, nr });
+            }
+        }
+        let d = Self::default_for(shape, cpu);
+        if !v.contains(&d) {
+            v.push(d);
+        }
+        v
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !MRS.contains(&self.mr) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("mr {} must be one of 1, 2, 4, 8", self.mr),
+            });
+        }
+        if !INTERLEAVES.contains(&self.nr) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("nr {} must be one of 4, 8, 16", self.nr),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for QGemmParams {
+    fn default() -> Self {
+        QGemmParams { mr: 4, nr: 8 }
+    }
+}
+
+/// What a micro-kernel reads: the packed weights and the activations.
+pub(crate) struct Job<'a> {
+    pub kind: Kind,
+    pub nr: usize,
+    /// Blocks per row.
+    pub nb: usize,
+    pub d: &'a [f32],
+    pub m: &'a [f32],
+    pub qs: &'a [u8],
+    /// `rows × nb` activation blocks.
+    pub acts: &'a [ActBlock],
+}
+
+impl Job<'_> {
+    /// Scales of group `g`, block `b` (`nr` values).
+    #[inline]
+    pub fn d_at(&self, g: usize, b: usize) -> &[f32] {
+        let at = (g * self.nb + b) * self.nr;
+        &self.d[at..at + self.nr]
+    }
+
+    /// Mins of group `g`, block `b` (Q4_1 only).
+    #[inline]
+    pub fn m_at(&self, g: usize, b: usize) -> &[f32] {
+        let at = (g * self.nb + b) * self.nr;
+        &self.m[at..at + self.nr]
+    }
+
+    /// Quants of group `g`, block `b`.
+    #[inline]
+    pub fn qs_at(&self, g: usize, b: usize) -> &[u8] {
+        let len = self.nr * self.kind.row_bytes();
+        let at = (g * self.nb + b) * len;
+        &self.qs[at..at + len]
+    }
+
+    /// Activation block `b` of row `i`.
+    #[inline]
+    pub fn act(&self, i: usize, b: usize) -> &ActBlock {
+        &self.acts[i * self.nb + b]
+    }
+}
+
+/// A micro-kernel: rows `i0 .. i0 + mr` × the `nr` columns of group `g`,
+/// written to `out[i · nr + r]`.
+pub(crate) type TileFn = unsafe fn(&Job<'_>, usize, usize, usize, &mut [f32]);
+
+/// The widest micro-tile (8 rows × 16 columns).
+const MAX_TILE: usize = 8 * 16;
+
+/// Rows of the next tile: `mr` while that many remain, then the largest
+/// compiled size that fits.
+fn tile_rows(rem: usize, mr: usize) -> usize {
+    if rem >= mr {
+        mr
+    } else {
+        MRS.iter().copied().filter(|&r| r <= rem).max().unwrap_or(1)
+    }
+}
+
+/// C's base pointer, shared by workers that write disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: workers write disjoint column ranges of C (one range of weight
+// groups each), and the scope ends before C's borrow does.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    #[inline]
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// A configured quantized GEMM (builder style).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QGemm {
+    pub format: QuantFormat,
+    pub isa: Isa,
+    pub params: QGemmParams,
+    pub threads: usize,
+}
+
+impl QGemm {
+    /// The best variant this CPU runs for `format`, its default parameters
+    /// for an `m`-row problem, one thread.
+    pub fn new(format: QuantFormat) -> Self {
+        let isa = Isa::best_of(variants(format));
+        let shape = QGemmShape {
+            format,
+            m: 64,
+            n: 0,
+            k: 0,
+        };
+        QGemm {
+            format,
+            isa,
+            params: QGemmParams::default_for_isa(&shape, &CpuCaps::default(), isa),
+            threads: 1,
+        }
+    }
+
+    /// Forces a variant (checked when run).
+    pub fn isa(mut self, isa: Isa) -> Self {
+        self.isa = isa;
+        self
+    }
+
+    pub fn params(mut self, params: QGemmParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Checks format, variant, CPU, parameters and threads.
+    pub fn check_config(&self) -> Result<()> {
+        if !variants(self.format).contains(&self.isa) {
+            return Err(KernelError::NoVariant {
+                op: OP,
+                isa: self.isa,
+            });
+        }
+        if !self.isa.is_available() {
+            return Err(KernelError::IsaUnavailable {
+                op: OP,
+                isa: self.isa,
+            });
+        }
+        self.params.validate()?;
+        if !interleaves(self.isa).contains(&self.params.nr) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!(
+                    "the {} variant reads interleave {:?}, not {}; repack with one of those",
+                    self.isa,
+                    interleaves(self.isa),
+                    self.params.nr
+                ),
+            });
+        }
+        check_threads(OP, self.threads)
+    }
+
+    /// Repacks GGUF weights (`n` rows of `k`) for this configuration's `nr`.
+    pub fn pack(&self, w: &[u8], n: usize, k: usize) -> Result<PackedQ> {
+        repack(self.format, w, n, k, self.params.nr)
+    }
+
+    /// `C = A · Wᵀ`: `a` holds `m` rows of `w.k()` values, `c` gets `m`
+    /// rows of `w.n()`; `scratch` holds the quantized activations (grown
+    /// as needed, reused across calls).
+    pub fn run(
+        &self,
+        w: &PackedQ,
+        a: &[f32],
+        m: usize,
+        c: &mut [f32],
+        scratch: &mut Vec<u8>,
+    ) -> Result<()> {
+        self.check_operands(w, m, c)?;
+        let k = w.k();
+        check_len(OP, "a", a.len(), m * k)?;
+        let bytes = act_bytes(m, k);
+        if scratch.len() < bytes {
+            scratch.resize(bytes, 0);
+        }
+        quantize_activations_into(a, m, k, &mut scratch[..bytes])?;
+        self.run_unchecked(w, &scratch[..bytes], m, c);
+        Ok(())
+    }
+
+    /// As [`run`](Self::run) with activations already quantized by
+    /// [`quantize_activations`].
+    pub fn run_prequantized(&self, w: &PackedQ, aq: &[u8], m: usize, c: &mut [f32]) -> Result<()> {
+        self.check_operands(w, m, c)?;
+        check_len(OP, "aq", aq.len(), act_bytes(m, w.k()))?;
+        self.run_unchecked(w, aq, m, c);
+        Ok(())
+    }
+
+    fn check_operands(&self, w: &PackedQ, m: usize, c: &[f32]) -> Result<()> {
+        self.check_config()?;
+        if w.format() != self.format || w.nr() != self.params.nr {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!(
+                    "weights are {} packed with interleave {}, the kernel expects {} with {}; repack with QGemm::pack",
+                    w.format(),
+                    w.nr(),
+                    self.format,
+                    self.params.nr
+                ),
+            });
+        }
+        check_len(OP, "c", c.len(), m * w.n())
+    }
+
+    fn tile_fn(&self) -> TileFn {
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => avx2::tile,
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => avx2::tile_vnni,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512::tile,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => avx512::tile_vnni,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => neon::tile,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod => dotprod::tile,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonI8mm => i8mm::tile,
+            _ => scalar::tile,
+        }
+    }
+
+    /// The driver; operands checked by the caller.
+    fn run_unchecked(&self, w: &PackedQ, aq: &[u8], m: usize, c: &mut [f32]) {
+        let (n, nr) = (w.n(), w.nr());
+        let nb = w.k() / QK;
+        if m == 0 || n == 0 {
+            return;
+        }
+        if nb == 0 {
+            c.fill(0.0);
+            return;
+        }
+        let job = Job {
+            kind: w.kind(),
+            nr,
+            nb,
+            d: &w.d,
+            m: &w.m,
+            qs: &w.qs,
+            acts: cast_blocks(aq).expect("length checked by the caller"),
+        };
+        let tile = self.tile_fn();
+        let mr = self.params.mr;
+        let out = OutPtr(c.as_mut_ptr());
+        parallel_ranges(w.groups(), self.threads, 1, |groups| {
+            let mut buf = [0.0f32; MAX_TILE];
+            for g in groups {
+                let cols = nr.min(n - g * nr);
+                let mut i0 = 0;
+                while i0 < m {
+                    let rows = tile_rows(m - i0, mr);
+                    // SAFETY: check_config verified the CPU runs this
+                    // variant and that it reads this interleave; g is a
+                    // group of w, i0 + rows <= m, buf holds rows × nr.
+                    unsafe { tile(&job, g, i0, rows, &mut buf) };
+                    for i in 0..rows {
+                        for r in 0..cols {
+                            // SAFETY: (i0 + i) < m and g·nr + r < n, so the
+                            // index is inside C (m × n); this worker alone
+                            // writes the columns of its groups.
+                            unsafe {
+                                *out.get().add((i0 + i) * n + g * nr + r) = buf[i * nr + r];
+                            }
+                        }
+                    }
+                    i0 += rows;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_rows_decomposes() {
+        assert_eq!(tile_rows(17, 8), 8);
+        assert_eq!(tile_rows(7, 8), 4);
+        assert_eq!(tile_rows(3, 4), 2);
+        assert_eq!(tile_rows(1, 4), 1);
+    }
+
+    #[test]
+    fn params_validate_and_defaults_fit_their_variant() {
+        let cpu = CpuCaps::default();
+        for isa in Isa::ALL {
+            for m in [1, 2, 3, 64] {
+                let s = QGemmShape {
+                    format: QuantFormat::Q4_0,
+                    m,
+                    n: 64,
+                    k: 64,
+                };
+                let d = QGemmParams::default_for_isa(&s, &cpu, isa);
+                assert!(d.validate().is_ok());
+                assert!(d.mr <= m);
+                assert!(interleaves(isa).contains(&d.nr), "{isa}");
+                let c = QGemmParams::candidates_for_isa(&s, &cpu, isa);
+                assert!(c.contains(&d));
+                assert!(c.iter().all(|p| interleaves(isa).contains(&p.nr)));
+            }
+        }
+        assert!(QGemmParams { mr: 3, nr: 8 }.validate().is_err());
+        assert!(QGemmParams { mr: 4, nr: 12 }.validate().is_err());
+    }
+}

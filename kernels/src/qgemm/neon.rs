@@ -1,0 +1,243 @@
+//! NEON micro-kernels over interleave 4 or 8: one q register holds 4 quant
+//! bytes of each of 4 weight rows (`V` = nr / 4 registers per chunk), and
+//! the tile's i32 lanes are columns of C.
+//!
+//! Without the dot product extension a chunk's 16 products go through
+//! `smull`/`smull2` (i16, exact: |q_w · q_x| ≤ 128 · 127) and are pairwise
+//! accumulated into two i32 vectors with `sadalp` (rows 0–1 and rows 2–3,
+//! two partial sums per row); one `addp` per block folds them into the
+//! 4 row sums. Weight chunks (for 4-bit formats, their nibbles) are loaded
+//! and split once and used for `MR` activation rows; the 4 activation bytes
+//! are broadcast with `ld1r`. Scaling uses separately rounded multiplies
+//! and adds (bit-equal to the scalar GEMV). `tiles!` is shared with the
+//! `sdot` variant (`dotprod.rs`), which replaces the step.
+
+use std::arch::aarch64::*;
+
+/// The 4 activation bytes at `p`, broadcast to every i32 lane (`ld1r`).
+///
+/// # Safety
+/// `p` must point to 4 readable bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn bcast4(p: *const i8) -> int8x16_t {
+    // SAFETY: forwarded from the caller; ld1r has no alignment requirement
+    // beyond the element's, and i32 reads of unaligned addresses are
+    // allowed on aarch64 for normal memory.
+    vreinterpretq_s8_s32(unsafe { vld1q_dup_s32(p.cast::<i32>()) })
+}
+
+/// Partial sums of one row pair group: lanes (r0, r0, r1, r1), (r2, r2, r3, r3).
+pub(super) type Acc = (int32x4_t, int32x4_t);
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn zero_acc() -> Acc {
+    (vdupq_n_s32(0), vdupq_n_s32(0))
+}
+
+/// `s + w · x` per 4-byte group with `smull` + `sadalp`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn step_neon(s: Acc, w: int8x16_t, x: int8x16_t) -> Acc {
+    let lo = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+    let hi = vmull_high_s8(w, x);
+    (vpadalq_s16(s.0, lo), vpadalq_s16(s.1, hi))
+}
+
+/// The 4 row sums.
+#[inline]
+#[target_feature(enable = "neon")]
+fn finish_neon(s: Acc) -> int32x4_t {
+    vpaddq_s32(s.0, s.1)
+}
+
+/// Generates the Q4 and int8 tiles and the dispatching entry for one
+/// feature set and its step/finish functions.
+macro_rules! tiles {
+    ($feat:literal, $step:ident, $fin:ident, $q4:ident, $i8:ident, $entry:ident) => {
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave `4·V`.
+        ///
+        /// # Safety
+        /// Needs the features above; `g` a group of the job, rows
+        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 4V`.
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4<const MR: usize, const V: usize, const MIN: bool>(
+            job: &$crate::qgemm::Job<'_>,
+            g: usize,
+            i0: usize,
+            out: &mut [f32],
+        ) {
+            let (nb, nr) = (job.nb, 4 * V);
+            debug_assert!(job.nr == nr && out.len() >= MR * nr);
+            debug_assert!(job.acts.len() >= (i0 + MR) * nb);
+            let mask = vdupq_n_u8(0x0F);
+            let mut acc = [[vdupq_n_f32(0.0); V]; MR];
+            // SAFETY (pointer offsets below): group g has nb blocks of nr
+            // scales (and mins) and 16·nr quant bytes; rows i0 + i < i0 + MR
+            // each hold nb activation blocks.
+            let (qb, db, ab) = unsafe {
+                (
+                    job.qs.as_ptr().add(g * nb * 16 * nr),
+                    job.d.as_ptr().add(g * nb * nr),
+                    job.acts.as_ptr().add(i0 * nb),
+                )
+            };
+            for b in 0..nb {
+                let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                for c in 0..4 {
+                    for v in 0..V {
+                        // SAFETY: 16 bytes of chunk c of block b.
+                        let u = unsafe { vld1q_u8(qb.add(b * 16 * nr + 4 * nr * c + 16 * v)) };
+                        let lo = vreinterpretq_s8_u8(vandq_u8(u, mask));
+                        let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(u));
+                        for (i, si) in s.iter_mut().enumerate() {
+                            // SAFETY: block b of row i0 + i; 16 + 4c + 4 <= 32.
+                            let (xl, xh) = unsafe {
+                                let xp = (*ab.add(i * nb + b)).qs.as_ptr();
+                                (
+                                    $crate::qgemm::neon::bcast4(xp.add(4 * c)),
+                                    $crate::qgemm::neon::bcast4(xp.add(16 + 4 * c)),
+                                )
+                            };
+                            si[v] = $step($step(si[v], lo, xl), hi, xh);
+                        }
+                    }
+                }
+                for (i, ai) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    for v in 0..V {
+                        let mut si = $fin(s[i][v]);
+                        if !MIN {
+                            si = vsubq_s32(si, vdupq_n_s32(8 * x.sum()));
+                        }
+                        // SAFETY: 4 of the nr scales of block b.
+                        let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
+                        let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
+                        let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
+                        if MIN {
+                            // SAFETY: Q4_1 jobs carry mins shaped like the scales.
+                            let mw =
+                                unsafe { vld1q_f32(job.m.as_ptr().add((g * nb + b) * nr + 4 * v)) };
+                            t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
+                        }
+                        ai[v] = vaddq_f32(ai[v], t);
+                    }
+                }
+            }
+            for (i, ai) in acc.iter().enumerate() {
+                for (v, a) in ai.iter().enumerate() {
+                    // SAFETY: out holds MR · nr floats.
+                    unsafe { vst1q_f32(out.as_mut_ptr().add(i * nr + 4 * v), *a) };
+                }
+            }
+        }
+
+        /// Signed int8 (Q8_0, Q5_0) tile, interleave `4·V`.
+        ///
+        /// # Safety
+        /// As for the Q4 tile.
+        #[target_feature(enable = $feat)]
+        unsafe fn $i8<const MR: usize, const V: usize>(
+            job: &$crate::qgemm::Job<'_>,
+            g: usize,
+            i0: usize,
+            out: &mut [f32],
+        ) {
+            let (nb, nr) = (job.nb, 4 * V);
+            debug_assert!(job.nr == nr && out.len() >= MR * nr);
+            debug_assert!(job.acts.len() >= (i0 + MR) * nb);
+            let mut acc = [[vdupq_n_f32(0.0); V]; MR];
+            // SAFETY: as in the Q4 tile, with 32·nr quant bytes per block.
+            let (qb, db, ab) = unsafe {
+                (
+                    job.qs.as_ptr().add(g * nb * 32 * nr).cast::<i8>(),
+                    job.d.as_ptr().add(g * nb * nr),
+                    job.acts.as_ptr().add(i0 * nb),
+                )
+            };
+            for b in 0..nb {
+                let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                for c in 0..8 {
+                    for v in 0..V {
+                        // SAFETY: 16 bytes of chunk c of block b.
+                        let w = unsafe { vld1q_s8(qb.add(b * 32 * nr + 4 * nr * c + 16 * v)) };
+                        for (i, si) in s.iter_mut().enumerate() {
+                            // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
+                            let xb = unsafe {
+                                $crate::qgemm::neon::bcast4(
+                                    (*ab.add(i * nb + b)).qs.as_ptr().add(4 * c),
+                                )
+                            };
+                            si[v] = $step(si[v], w, xb);
+                        }
+                    }
+                }
+                for (i, ai) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    for v in 0..V {
+                        // SAFETY: 4 of the nr scales of block b.
+                        let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
+                        let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
+                        ai[v] = vaddq_f32(ai[v], vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v]))));
+                    }
+                }
+            }
+            for (i, ai) in acc.iter().enumerate() {
+                for (v, a) in ai.iter().enumerate() {
+                    // SAFETY: out holds MR · nr floats.
+                    unsafe { vst1q_f32(out.as_mut_ptr().add(i * nr + 4 * v), *a) };
+                }
+            }
+        }
+
+        /// Rows `i0 .. i0 + mr` (mr ∈ 1, 2, 4, 8) × group `g`, interleave 4 or 8.
+        ///
+        /// # Safety
+        /// Needs the features above; shapes as the driver guarantees.
+        pub(super) unsafe fn $entry(
+            job: &$crate::qgemm::Job<'_>,
+            g: usize,
+            i0: usize,
+            mr: usize,
+            out: &mut [f32],
+        ) {
+            use $crate::qgemm::pack::Kind;
+            // SAFETY (all arms): forwarded from the caller.
+            unsafe {
+                match (job.kind, job.nr, mr) {
+                    (Kind::Q4_0, 4, 8) => $q4::<8, 1, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 4) => $q4::<4, 1, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 2) => $q4::<2, 1, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4, _) => $q4::<1, 1, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, 8) => $q4::<8, 2, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, 4) => $q4::<4, 2, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, 2) => $q4::<2, 2, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, _) => $q4::<1, 2, false>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 8) => $q4::<8, 1, true>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 4) => $q4::<4, 1, true>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 2) => $q4::<2, 1, true>(job, g, i0, out),
+                    (Kind::Q4_1, 4, _) => $q4::<1, 1, true>(job, g, i0, out),
+                    (Kind::Q4_1, _, 8) => $q4::<8, 2, true>(job, g, i0, out),
+                    (Kind::Q4_1, _, 4) => $q4::<4, 2, true>(job, g, i0, out),
+                    (Kind::Q4_1, _, 2) => $q4::<2, 2, true>(job, g, i0, out),
+                    (Kind::Q4_1, _, _) => $q4::<1, 2, true>(job, g, i0, out),
+                    (Kind::I8, 4, 8) => $i8::<8, 1>(job, g, i0, out),
+                    (Kind::I8, 4, 4) => $i8::<4, 1>(job, g, i0, out),
+                    (Kind::I8, 4, 2) => $i8::<2, 1>(job, g, i0, out),
+                    (Kind::I8, 4, _) => $i8::<1, 1>(job, g, i0, out),
+                    (Kind::I8, _, 8) => $i8::<8, 2>(job, g, i0, out),
+                    (Kind::I8, _, 4) => $i8::<4, 2>(job, g, i0, out),
+                    (Kind::I8, _, 2) => $i8::<2, 2>(job, g, i0, out),
+                    (Kind::I8, _, _) => $i8::<1, 2>(job, g, i0, out),
+                }
+            }
+        }
+    };
+}
+
+pub(super) use tiles;
+
+tiles!("neon", step_neon, finish_neon, q4_neon, i8_neon, tile);

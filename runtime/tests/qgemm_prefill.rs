@@ -1,0 +1,226 @@
+//! Prefill through the quantized GEMM (weights repacked at load) against
+//! prefill through the per-row scalar W·A8 GEMV, on tiny random GGUF models
+//! (Llama, and Qwen2 with q/k/v biases) in Q4_0, Q4_1, Q5_0 and Q8_0.
+//!
+//! The GEMM of every ISA is bit-identical to the scalar GEMV per row, and
+//! everything else in the two runs is the same code, so the last-token
+//! logits must be **equal**, not close: any slip in the integration (row
+//! order, bias, the interleave the weights were packed with) shows up.
+//! The per-row plan comes from a selector table whose prefill winners are
+//! `scalar.a8`; a third plan (`scalar.qgemm` with interleave 4 for the
+//! 16-row bucket, the default elsewhere) checks that buckets planned with
+//! different interleaves share one repacked copy correctly.
+
+use tiletune_kernels::quant::{self, QuantFormat};
+use tiletune_kernels::{CpuCaps, KERNEL_ABI};
+use tiletune_runtime::GgmlType;
+use tiletune_runtime::config::{Arch, ModelConfig};
+use tiletune_runtime::gguf::GgufFile;
+use tiletune_runtime::gguf::write::GgufWriter;
+use tiletune_runtime::models::{FastModel, Weight};
+use tiletune_runtime::plan::{ExecutionPlan, Kernel, PlanOptions};
+use tiletune_runtime::problems::kernel_problems;
+use tiletune_tables::{Candidate, Problem, Selection, SelectorDb, SocRecord};
+
+fn config(arch: Arch) -> ModelConfig {
+    let json = format!(
+        r#"{{"model_type": "{}", "vocab_size": 40, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 64,
+        "tie_word_embeddings": {}}}"#,
+        arch.gguf_name(),
+        arch != Arch::Llama
+    );
+    ModelConfig::from_hf_json(&json).unwrap()
+}
+
+fn gguf(cfg: &ModelConfig, fmt: QuantFormat, seed: u64) -> GgufFile {
+    let mut rng = tiletune_kernels::testing::Rng::new(seed);
+    let (d, f, hd, nh, nkv, v) = (
+        cfg.hidden,
+        cfg.intermediate,
+        cfg.head_dim,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.vocab,
+    );
+    let a = cfg.arch.gguf_name();
+    let mut g = GgufWriter::new();
+    g.kv("general.architecture", a)
+        .kv(&format!("{a}.vocab_size"), v as u32)
+        .kv(&format!("{a}.embedding_length"), d as u32)
+        .kv(&format!("{a}.feed_forward_length"), f as u32)
+        .kv(&format!("{a}.block_count"), cfg.n_layers as u32)
+        .kv(&format!("{a}.attention.head_count"), nh as u32)
+        .kv(&format!("{a}.attention.head_count_kv"), nkv as u32)
+        .kv(&format!("{a}.attention.key_length"), hd as u32)
+        .kv(&format!("{a}.rope.freq_base"), cfg.rope_theta)
+        .kv(
+            &format!("{a}.attention.layer_norm_rms_epsilon"),
+            cfg.rms_eps,
+        )
+        .kv(&format!("{a}.context_length"), cfg.max_pos as u32);
+    let mut add = |w: Weight, shape: &[usize], norm: bool| {
+        let n: usize = shape.iter().product();
+        let vals: Vec<f32> = (0..n)
+            .map(|_| {
+                let x = rng.uniform(-0.2, 0.2);
+                if norm { 1.0 + x } else { x }
+            })
+            .collect();
+        let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
+        let name = w.gguf_name();
+        if shape.len() == 1 {
+            g.tensor_f32(&name, &dims, &vals).unwrap();
+        } else {
+            let b = quant::quantize(fmt, &vals).unwrap();
+            let ty = GgmlType::from_id(fmt.ggml_type_id()).unwrap();
+            g.tensor(&name, &dims, ty, b).unwrap();
+        }
+    };
+    add(Weight::TokenEmbedding, &[v, d], false);
+    add(Weight::OutputNorm, &[d], true);
+    if !cfg.tied_embeddings {
+        add(Weight::Output, &[v, d], false);
+    }
+    for l in 0..cfg.n_layers {
+        add(Weight::AttnNorm(l), &[d], true);
+        add(Weight::Q(l), &[nh * hd, d], false);
+        add(Weight::K(l), &[nkv * hd, d], false);
+        add(Weight::V(l), &[nkv * hd, d], false);
+        add(Weight::O(l), &[d, nh * hd], false);
+        if cfg.qkv_bias {
+            add(Weight::QBias(l), &[nh * hd], false);
+            add(Weight::KBias(l), &[nkv * hd], false);
+            add(Weight::VBias(l), &[nkv * hd], false);
+        }
+        add(Weight::FfnNorm(l), &[d], true);
+        add(Weight::Gate(l), &[f, d], false);
+        add(Weight::Up(l), &[f, d], false);
+        add(Weight::Down(l), &[d, f], false);
+    }
+    GgufFile::from_vec(g.to_bytes()).unwrap()
+}
+
+const SOC: &str = "qgemm-test-soc";
+const THREADS: usize = 2;
+
+/// A table whose prefill (`gemm`) winners are `pick(problem)`.
+fn table(
+    name: &str,
+    problems: &[Problem],
+    pick: impl Fn(&Problem) -> Option<(&'static str, serde_json::Value)>,
+) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tt-qgemm-prefill-{}-{name}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sel.db");
+    let mut db = SelectorDb::open(&path).unwrap();
+    db.register_soc(&SocRecord {
+        fingerprint: SOC.into(),
+        name: "test".into(),
+        probe: serde_json::json!({}),
+        first_seen: 0,
+    })
+    .unwrap();
+    for p in problems.iter().filter(|p| p.op() == "gemm") {
+        if let Some((variant, params)) = pick(p) {
+            db.put_selection(&Selection {
+                soc: SOC.into(),
+                kernel_abi: KERNEL_ABI,
+                problem: p.clone(),
+                thread_budget: THREADS,
+                winner: Candidate::new(variant, params, 1).unwrap(),
+                median_ns: 1.0,
+                default_ns: None,
+                speedup: None,
+                campaign: None,
+                selected_at: 0,
+            })
+            .unwrap();
+        }
+    }
+    path
+}
+
+fn plan(g: &GgufFile, db: std::path::PathBuf) -> ExecutionPlan {
+    let opts = PlanOptions {
+        db: Some(db),
+        threads: THREADS,
+        qmode: None,
+    };
+    ExecutionPlan::build(
+        &kernel_problems(g).unwrap(),
+        SOC,
+        &CpuCaps::default(),
+        &opts,
+    )
+}
+
+fn last_logits(cfg: &ModelConfig, g: &GgufFile, p: &ExecutionPlan, tokens: &[u32]) -> Vec<f32> {
+    let fast = FastModel::new(cfg, g, p, 64).unwrap();
+    let mut st = fast.new_state();
+    fast.forward(tokens, &mut st, false).unwrap().to_vec()
+}
+
+#[test]
+fn gemm_prefill_equals_per_row_scalar_gemv_prefill() {
+    // 19 tokens: the 64-row bucket, tiles of 8 plus a remainder of 3.
+    let tokens: Vec<u32> = (0..19).map(|i| (i * 7 + 3) % 40).collect();
+    for arch in [Arch::Llama, Arch::Qwen2] {
+        let cfg = config(arch);
+        for fmt in [
+            QuantFormat::Q4_0,
+            QuantFormat::Q4_1,
+            QuantFormat::Q5_0,
+            QuantFormat::Q8_0,
+        ] {
+            let g = gguf(&cfg, fmt, 31);
+            let problems = kernel_problems(&g).unwrap();
+            let none = std::env::temp_dir().join("tt-qgemm-prefill-no-such.db");
+            let gemm = plan(&g, none);
+            assert!(
+                gemm.entries
+                    .iter()
+                    .any(|e| e.problem.op() == "gemm" && matches!(e.kernel, Kernel::QGemm(_))),
+                "{arch:?} {fmt}: the default plan should use the quantized GEMM"
+            );
+            let rows_db = table("rows", &problems, |_| {
+                Some(("scalar.a8", serde_json::json!({"rows_per_block": 1})))
+            });
+            let rows = plan(&g, rows_db.clone());
+            assert!(
+                rows.entries
+                    .iter()
+                    .filter(|e| e.problem.op() == "gemm")
+                    .all(|e| matches!(e.kernel, Kernel::QGemv(_))),
+                "{arch:?} {fmt}: the table should force the per-row GEMV"
+            );
+            let mixed_db = table("mixed", &problems, |p| {
+                (p.dim("m") == Some(16))
+                    .then(|| ("scalar.qgemm", serde_json::json!({"mr": 2, "nr": 4})))
+            });
+            let mixed = plan(&g, mixed_db.clone());
+            let want = last_logits(&cfg, &g, &rows, &tokens);
+            assert_eq!(
+                last_logits(&cfg, &g, &gemm, &tokens),
+                want,
+                "{arch:?} {fmt}: quantized GEMM prefill"
+            );
+            // The 16-row bucket (7 tokens) with the other plan's interleave.
+            let short = &tokens[..7];
+            assert_eq!(
+                last_logits(&cfg, &g, &mixed, short),
+                last_logits(&cfg, &g, &rows, short),
+                "{arch:?} {fmt}: mixed interleaves"
+            );
+            for db in [rows_db, mixed_db] {
+                let _ = std::fs::remove_dir_all(db.parent().unwrap());
+            }
+        }
+    }
+}

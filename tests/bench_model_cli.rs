@@ -1,0 +1,328 @@
+//! `tiletune bench model` through the real binary on a tiny synthetic GGUF
+//! model built here: the JSON output carries llama-bench's field names with
+//! the same meanings (one record per thread count and test, in llama-bench's
+//! order, statistics consistent with the samples), jsonl and markdown print
+//! the same tests, and bad flags give clear errors.
+//!
+//! These spawn the built binary, which qemu-user cannot do from inside an
+//! emulated test process, so under qemu they report a skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tiletune_runtime::gguf::write::GgufWriter;
+
+fn under_qemu() -> bool {
+    std::env::var_os("QEMU_CPU").is_some()
+}
+
+fn tiletune(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tiletune"))
+        .args(args)
+        .output()
+        .expect("the tiletune binary runs")
+}
+
+/// A 2-layer llama model (hidden 32, 4 heads, 2 KV heads, head_dim 8,
+/// vocab 31) with random f32 weights and a small BPE vocabulary.
+fn tiny_model(dir: &Path) -> PathBuf {
+    let (d, f, nh, nkv, hd, layers) = (32usize, 64usize, 4usize, 2usize, 8usize, 2usize);
+    let mut tokens: Vec<String> = (b'a'..=b'z').map(|b| (b as char).to_string()).collect();
+    tokens.extend(["Ġ", "ab", "abc", "<s>", "</s>"].map(String::from));
+    let vocab = tokens.len();
+    let types: Vec<i32> = tokens
+        .iter()
+        .map(|t| if t.starts_with('<') { 3 } else { 1 })
+        .collect();
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", "llama")
+        .kv("general.file_type", 0u32)
+        .kv("llama.vocab_size", vocab as u32)
+        .kv("llama.embedding_length", d as u32)
+        .kv("llama.feed_forward_length", f as u32)
+        .kv("llama.block_count", layers as u32)
+        .kv("llama.attention.head_count", nh as u32)
+        .kv("llama.attention.head_count_kv", nkv as u32)
+        .kv("llama.rope.freq_base", 10000f32)
+        .kv("llama.attention.layer_norm_rms_epsilon", 1e-5f32)
+        .kv("llama.context_length", 128u32)
+        .kv("tokenizer.ggml.model", "gpt2")
+        .kv("tokenizer.ggml.pre", "gpt2")
+        .kv("tokenizer.ggml.tokens", tokens)
+        .kv("tokenizer.ggml.token_type", types)
+        .kv(
+            "tokenizer.ggml.merges",
+            vec!["a b".to_string(), "ab c".to_string()],
+        )
+        .kv("tokenizer.ggml.bos_token_id", 29u32)
+        .kv("tokenizer.ggml.eos_token_id", 30u32)
+        .kv("tokenizer.ggml.add_bos_token", true);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut add = |w: &mut GgufWriter, name: &str, shape: &[usize], norm: bool| {
+        let n: usize = shape.iter().product();
+        let vals: Vec<f32> = (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let r = ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.4;
+                if norm { 1.0 + r } else { r }
+            })
+            .collect();
+        let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
+        w.tensor_f32(name, &dims, &vals).unwrap();
+    };
+    add(&mut w, "token_embd.weight", &[vocab, d], false);
+    add(&mut w, "output_norm.weight", &[d], true);
+    add(&mut w, "output.weight", &[vocab, d], false);
+    for l in 0..layers {
+        let b = format!("blk.{l}");
+        add(&mut w, &format!("{b}.attn_norm.weight"), &[d], true);
+        add(&mut w, &format!("{b}.attn_q.weight"), &[nh * hd, d], false);
+        add(&mut w, &format!("{b}.attn_k.weight"), &[nkv * hd, d], false);
+        add(&mut w, &format!("{b}.attn_v.weight"), &[nkv * hd, d], false);
+        add(
+            &mut w,
+            &format!("{b}.attn_output.weight"),
+            &[d, nh * hd],
+            false,
+        );
+        add(&mut w, &format!("{b}.ffn_norm.weight"), &[d], true);
+        add(&mut w, &format!("{b}.ffn_gate.weight"), &[f, d], false);
+        add(&mut w, &format!("{b}.ffn_up.weight"), &[f, d], false);
+        add(&mut w, &format!("{b}.ffn_down.weight"), &[d, f], false);
+    }
+    let path = dir.join("tiny.gguf");
+    w.write(&path).unwrap();
+    path
+}
+
+/// A selector table path that does not exist: every plan entry is a default.
+fn no_db(dir: &Path) -> String {
+    dir.join("no-such.db").to_str().unwrap().to_string()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn json_has_llama_bench_fields_and_consistent_statistics() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let db = no_db(dir.path());
+    let out = tiletune(&[
+        "bench",
+        "model",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "16,0",
+        "-n",
+        "8",
+        "-t",
+        "1,2",
+        "-r",
+        "3",
+        "-o",
+        "json",
+        "--db",
+        &db,
+    ]);
+    let recs: Vec<serde_json::Value> = serde_json::from_str(&ok(&out)).expect("a JSON array");
+    // llama-bench's order: per thread count, prompt tests then generation tests.
+    let order: Vec<(u64, u64, u64)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["n_threads"].as_u64().unwrap(),
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(order, [(1, 16, 0), (1, 0, 8), (2, 16, 0), (2, 0, 8)]);
+    for r in &recs {
+        for s in [
+            "build_commit",
+            "cpu_info",
+            "backends",
+            "model_filename",
+            "model_type",
+            "type_k",
+            "type_v",
+            "test_time",
+        ] {
+            assert!(r[s].is_string(), "{s} is a string in {r}");
+        }
+        for n in [
+            "build_number",
+            "model_size",
+            "model_n_params",
+            "n_batch",
+            "n_threads",
+            "n_depth",
+            "avg_ns",
+            "stddev_ns",
+        ] {
+            assert!(r[n].is_u64(), "{n} is an integer in {r}");
+        }
+        assert!(r["backends"].as_str().unwrap().starts_with("tiletune ("));
+        assert_eq!(r["model_filename"], model.to_str().unwrap());
+        assert_eq!(r["model_type"], "llama 0M all F32");
+        assert_eq!(r["n_depth"], 0);
+        // llama-bench's default cache type, and ours.
+        assert_eq!((&r["type_k"], &r["type_v"]), (&"f16".into(), &"f16".into()));
+        assert_eq!(r["n_batch"], 2048);
+        // Every tensor's elements: embeddings, output norm, output, layers.
+        let per_layer = 32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 64 * 32;
+        assert_eq!(r["model_n_params"], 2 * 31 * 32 + 32 + 2 * per_layer);
+        assert_eq!(
+            r["model_size"].as_u64().unwrap(),
+            4 * r["model_n_params"].as_u64().unwrap()
+        );
+        let ns: Vec<u64> = r["samples_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let ts: Vec<f64> = r["samples_ts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(ns.len(), 3);
+        assert_eq!(ts.len(), 3);
+        let tokens = r["n_prompt"].as_u64().unwrap() + r["n_gen"].as_u64().unwrap();
+        for (&n, &t) in ns.iter().zip(&ts) {
+            assert!(close(t, 1e9 * tokens as f64 / n as f64), "{t} vs {n} ns");
+        }
+        let mean = ts.iter().sum::<f64>() / 3.0;
+        assert!(close(r["avg_ts"].as_f64().unwrap(), mean));
+        let var = ts.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / 2.0;
+        let sd = r["stddev_ts"].as_f64().unwrap();
+        assert!(
+            (sd - var.sqrt()).abs() <= 1e-6 * mean.max(1.0),
+            "{sd} vs {}",
+            var.sqrt()
+        );
+        assert_eq!(r["avg_ns"].as_u64().unwrap(), ns.iter().sum::<u64>() / 3);
+        let plan = &r["plan"];
+        assert!(plan["tuned"].is_u64() && plan["nearest"].is_u64() && plan["default"].is_u64());
+        assert_eq!(plan["tuned"], 0, "no table, so nothing is tuned");
+        assert!(plan["default"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn jsonl_and_markdown_print_the_same_tests() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = no_db(dir.path());
+    let common = [
+        "-m", m, "-p", "4,8", "-n", "0", "-t", "1", "-r", "1", "--db", &db,
+    ];
+    let mut args = vec!["bench", "model", "-o", "jsonl"];
+    args.extend(common);
+    let lines: Vec<serde_json::Value> = ok(&tiletune(&args))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+        .collect();
+    let prompts: Vec<u64> = lines
+        .iter()
+        .map(|r| r["n_prompt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(prompts, [4, 8]);
+    assert!(lines.iter().all(|r| r["n_gen"] == 0));
+
+    let mut args = vec!["bench", "model"];
+    args.extend(common);
+    let md = ok(&tiletune(&args));
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+    assert_eq!(rows.len(), 4, "header, rule and two tests:\n{md}");
+    assert!(rows[0].contains("t/s") && rows[0].contains("test"));
+    assert!(
+        rows[2].contains(" pp4 ") && rows[3].contains(" pp8 "),
+        "{md}"
+    );
+    assert!(rows[2].contains(" ± "), "{md}");
+
+    // A non-default cache type shows in llama-bench's type_k/type_v columns.
+    let mut args = vec!["bench", "model", "--kv-type", "f32"];
+    args.extend(common);
+    let md = ok(&tiletune(&args));
+    let header = md.lines().next().unwrap();
+    assert!(
+        header.contains("type_k") && header.contains("type_v"),
+        "{md}"
+    );
+    assert!(md.lines().nth(2).unwrap().contains(" f32 "), "{md}");
+
+    // --json is -o json.
+    let mut args = vec!["--json", "bench", "model"];
+    args.extend(common);
+    let recs: Vec<serde_json::Value> = serde_json::from_str(&ok(&tiletune(&args))).unwrap();
+    assert_eq!(recs.len(), 2);
+}
+
+#[test]
+fn bad_flags_give_clear_errors() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = no_db(dir.path());
+    let missing = dir.path().join("missing.gguf");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["-m", m, "-r", "0"], "--repetitions"),
+        (vec!["-m", m, "-t", "0"], "--threads"),
+        (vec!["-m", m, "-t", "1,x"], "invalid value 'x'"),
+        (vec!["-m", m, "-p", "-4"], "-4"),
+        (vec!["-m", m, "-p", "0", "-n", "0"], "nothing to run"),
+        (vec!["-m", m, "-o", "xml"], "possible values"),
+        (vec!["-m", m, "-b", "0"], "--batch-size"),
+        (vec!["-m", m, "--qmode", "a4"], "use a8 or a32"),
+        (
+            vec!["-m", m, "-p", "1000", "-n", "0", "-r", "1"],
+            "at most 128",
+        ),
+        (vec!["-m", missing.to_str().unwrap()], "does not exist"),
+        (vec!["-m", m, "--kv-type", "q4_0"], "use f32, f16 or q8_0"),
+        // head_dim 8: Q8_0 pages need a multiple of 32.
+        (vec!["-m", m, "--kv-type", "q8_0"], "multiple of 32"),
+    ];
+    for (flags, want) in cases {
+        let mut args = vec!["bench", "model", "--db", &db];
+        args.extend(&flags);
+        let out = tiletune(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} should fail");
+        assert!(
+            err.contains(want),
+            "{flags:?}: stderr lacks `{want}`:\n{err}"
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! Quantized prefill (`gemm` with a GGUF weight dtype, `m` activation rows)
+//! as the tuner sees it: the W·A8 quantized GEMM on repacked weights
+//! (variants `<isa>.qgemm`: every available ISA × its `mr` × interleave
+//! candidates × thread counts), beside the per-row W·A8 GEMV the runtime
+//! falls back to (`<isa>.a8`, default params, × thread counts), so the
+//! table records which one wins. Formats without a GEMM search the per-row
+//! GEMV only. The runtime's plan reads the kind back from the variant name.
+//!
+//! Both kinds compute the W·A8 product of the same quantized activations,
+//! so one reference serves: the scalar GEMV on each row
+//! (`qgemm::scalar::reference`), with the W·A8 bound
+//! `|got − want| ≤ 1e-6 + 1e-5 · Σ|w·x|` per output. Activations are
+//! quantized inside the timed run, as the runtime does per call; weights
+//! are repacked once per interleave outside it (the runtime repacks at
+//! load).
+
+use super::{Machine, candidate_named, thread_counts};
+use crate::TunerError;
+use crate::campaign::{KernelProblem, Work};
+use tiletune_kernels::qgemm::{self, PackedQ, QGemm, QGemmParams, QGemmShape};
+use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QGemvShape, QMode};
+use tiletune_kernels::quant::{self, QuantFormat};
+use tiletune_kernels::testing::Rng;
+use tiletune_kernels::{Isa, Tunable};
+use tiletune_tables::{Candidate, Problem};
+
+/// One configuration of the search space.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Config {
+    Gemm(QGemm),
+    Rows(QGemv),
+}
+
+pub(super) struct QGemmTune {
+    spec: Problem,
+    m: usize,
+    n: usize,
+    k: usize,
+    w: Vec<u8>,
+    /// The weights repacked for each interleave a candidate reads.
+    packed: Vec<PackedQ>,
+    a: Vec<f32>,
+    c: Vec<f32>,
+    scratch: Vec<u8>,
+    reference: Vec<f64>,
+    magnitude: Vec<f64>,
+    cands: Vec<Candidate>,
+    configs: Vec<Config>,
+}
+
+impl QGemmTune {
+    pub(super) fn new(
+        spec: Problem,
+        format: QuantFormat,
+        m: usize,
+        n: usize,
+        k: usize,
+        mach: &Machine,
+    ) -> Result<Self, TunerError> {
+        let mut rng = Rng::new(mach.seed);
+        let w = quant::quantize(format, &rng.vec_f32(n * k))?;
+        let a = rng.vec_f32(m * k);
+        let mut c = vec![0.0f32; m * n];
+        qgemm::scalar::reference(format, &w, &a, m, n, k, &mut c)?;
+        let reference = c.iter().map(|&v| v as f64).collect();
+        // Σ|w·x| per output from the dequantized operands the kernels see.
+        let mut wd = vec![0.0f32; n * k];
+        quant::dequantize(format, &w, &mut wd)?;
+        let mut magnitude = Vec::with_capacity(m * n);
+        for row in a.chunks_exact(k.max(1)).take(m) {
+            let xq = qgemv::quantize_activations(format, row)?;
+            let mut xd = vec![0.0f32; k];
+            quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
+            for wr in wd.chunks_exact(k.max(1)).take(n) {
+                magnitude.push(
+                    wr.iter()
+                        .zip(&xd)
+                        .map(|(&p, &q)| (p as f64 * q as f64).abs())
+                        .sum(),
+                );
+            }
+        }
+        magnitude.resize(m * n, 0.0);
+
+        let threads = thread_counts(mach.max_threads);
+        let shape = QGemmShape { format, m, n, k };
+        let mut configs = Vec::new();
+        // Default first: what the runtime's plan picks without a table.
+        let best = Isa::best_of(qgemm::variants(format));
+        let mut isas: Vec<Isa> = qgemm::variants(format)
+            .iter()
+            .copied()
+            .filter(|i| i.is_available())
+            .collect();
+        isas.sort_by_key(|&i| i != best);
+        for &isa in &isas {
+            let mut params = vec![QGemmParams::default_for_isa(&shape, &mach.caps, isa)];
+            for p in QGemmParams::candidates_for_isa(&shape, &mach.caps, isa) {
+                if !params.contains(&p) {
+                    params.push(p);
+                }
+            }
+            for &p in &params {
+                for &t in threads.iter().rev() {
+                    configs.push(Config::Gemm(
+                        QGemm::new(format).isa(isa).params(p).threads(t),
+                    ));
+                }
+            }
+        }
+        let rows_params = QGemvParams::default_for(
+            &QGemvShape {
+                format,
+                mode: QMode::A8,
+                n,
+                k,
+            },
+            &mach.caps,
+        );
+        for &isa in qgemv::variants(format, QMode::A8).iter().rev() {
+            if isa.is_available() {
+                for &t in threads.iter().rev() {
+                    configs.push(Config::Rows(
+                        QGemv::new(format, QMode::A8)
+                            .isa(isa)
+                            .params(rows_params)
+                            .threads(t),
+                    ));
+                }
+            }
+        }
+        let mut packed: Vec<PackedQ> = Vec::new();
+        for cfg in &configs {
+            if let Config::Gemm(q) = cfg
+                && !packed.iter().any(|p| p.nr() == q.params.nr)
+            {
+                packed.push(q.pack(&w, n, k)?);
+            }
+        }
+        let cands = configs
+            .iter()
+            .map(|cfg| match cfg {
+                Config::Gemm(q) => candidate_named(
+                    &format!("{}{}", q.isa.name(), ".qgemm"),
+                    &q.params,
+                    q.threads,
+                ),
+                Config::Rows(q) => candidate_named(
+                    &super::quant::variant_name(q.isa, q.mode),
+                    &q.params,
+                    q.threads,
+                ),
+            })
+            .collect();
+        Ok(QGemmTune {
+            spec,
+            m,
+            n,
+            k,
+            w,
+            packed,
+            a,
+            c,
+            scratch: Vec::new(),
+            reference,
+            magnitude,
+            cands,
+            configs,
+        })
+    }
+
+    fn call(&mut self, i: usize) -> tiletune_kernels::Result<()> {
+        let (m, n, k) = (self.m, self.n, self.k);
+        match self.configs[i] {
+            Config::Gemm(q) => {
+                let p = self
+                    .packed
+                    .iter()
+                    .find(|p| p.nr() == q.params.nr)
+                    .expect("every interleave was packed");
+                q.run(p, &self.a, m, &mut self.c, &mut self.scratch)
+            }
+            Config::Rows(q) => {
+                if k == 0 || n == 0 {
+                    self.c.fill(0.0);
+                    return Ok(());
+                }
+                for (x, y) in self.a.chunks_exact(k).zip(self.c.chunks_exact_mut(n)) {
+                    let xq = qgemv::quantize_activations(q.format, x)?;
+                    q.run_prequantized(&self.w, &xq, k, y)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl KernelProblem for QGemmTune {
+    fn spec(&self) -> &Problem {
+        &self.spec
+    }
+    fn candidates(&self) -> &[Candidate] {
+        &self.cands
+    }
+    fn default_index(&self) -> usize {
+        0
+    }
+    fn validate(&mut self, i: usize) -> Result<f32, String> {
+        self.c.fill(f32::NAN);
+        self.call(i).map_err(|e| e.to_string())?;
+        Ok(super::row_scaled_err(
+            &self.c,
+            &self.reference,
+            &self.magnitude,
+        ))
+    }
+    fn tolerance(&self) -> f32 {
+        1e-5
+    }
+    fn run(&mut self, i: usize) {
+        let _ = self.call(i);
+    }
+    fn work(&self) -> Work {
+        let (m, n, k) = (self.m as u64, self.n as u64, self.k as u64);
+        Work {
+            bytes: self.w.len() as u64 + 4 * m * k + 4 * m * n,
+            flops: 2 * m * n * k,
+        }
+    }
+}
