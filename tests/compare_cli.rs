@@ -176,6 +176,89 @@ fn model_compare_reports_every_peer_and_stores_what_was_measured() {
 }
 
 #[test]
+fn mnn_runs_per_thread_count_and_is_stored() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    std::fs::write(&model, b"x").unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, "{}").unwrap();
+    // A fake llm_bench writing the recorded SmolLM2 report (threads set to -t) to -j.
+    let mnn = script(
+        dir.path(),
+        "llm_bench",
+        &format!(
+            "t=; out=; while [ $# -gt 0 ]; do case \"$1\" in -t) t=$2;; -j) out=$2;; esac; shift; done; \
+             sed \"s/\\\"threads\\\":2/\\\"threads\\\":$t/\" '{}' > \"$out\"",
+            fixture("mnn-llm_bench-smollm2-p512-n128.json").display()
+        ),
+    );
+    let db = dir.path().join("sel.db");
+    let out_json = dir.path().join("cmp.json");
+    let o = tiletune(
+        &[
+            "compare",
+            "-m",
+            model.to_str().unwrap(),
+            "--mnn-bench",
+            mnn.to_str().unwrap(),
+            "--mnn-config",
+            cfg.to_str().unwrap(),
+            "-t",
+            "1,2",
+            "-r",
+            "2",
+            "--db",
+            db.to_str().unwrap(),
+            "--out",
+            out_json.to_str().unwrap(),
+        ],
+        Some(Path::new("/usr/bin:/bin")), // sed, but no llama-bench
+    );
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(out.contains("llama.cpp skipped"), "{out}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
+    let rows: Vec<(String, String, u64, usize)> = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["engine"].as_str().unwrap().to_string(),
+                r["test"].as_str().unwrap().to_string(),
+                r["threads"].as_u64().unwrap(),
+                r["samples"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("mnn".into(), "pp512".into(), 1, 2),
+            ("mnn".into(), "pp512".into(), 2, 2),
+            ("mnn".into(), "tg128".into(), 1, 2),
+            ("mnn".into(), "tg128".into(), 2, 2),
+        ]
+    );
+    let stored = peer_results(&db);
+    assert_eq!(stored.len(), 4);
+    assert!(
+        stored.iter().all(|p| p["engine"] == "mnn"
+            && p["engine_version"].as_str().unwrap().starts_with("sha256:"))
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|p| p["tokens_per_s"] == 363.55954150065596)
+    );
+}
+
+#[test]
 fn garbage_failing_and_missing_peers_never_crash_the_comparison() {
     if under_qemu() {
         eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
