@@ -285,3 +285,41 @@ fn q8_0_pages_need_head_dim_a_multiple_of_32() {
     let m = m.with_kv_dtype(KvDtype::F16).unwrap();
     assert!(m.forward(&[1, 2, 3], &mut m.new_state(), false).is_ok());
 }
+
+/// On SmolLM2 (head_dim 64, 3 query heads per KV head, real page sizes), a
+/// 100-token prefill of the fast model with each page dtype against the
+/// reference decoder (W·A32, so only the cache and summation order differ).
+#[test]
+fn smollm2_long_prefill_matches_reference() {
+    let Some(dir) = std::env::var_os("TILETUNE_MODELS_DIR") else {
+        eprintln!("skipped: TILETUNE_MODELS_DIR is not set");
+        return;
+    };
+    let path = std::path::Path::new(&dir).join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let g = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(&g).unwrap();
+    let toks: Vec<u32> = (0..100u32)
+        .map(|i| (i * 7919 + 13) % cfg.vocab as u32)
+        .collect();
+    let reference = Model::new(&cfg, &g).unwrap();
+    let want = reference
+        .forward(&toks, &mut reference.new_cache())
+        .unwrap();
+    let opts = PlanOptions {
+        db: Some(std::env::temp_dir().join("tiletune-paged-kv-tests-no-such.db")),
+        threads: 2,
+        qmode: Some(QMode::A32),
+    };
+    let (_, caps) = tiletune_runtime::plan::this_soc();
+    let plan = ExecutionPlan::build(&kernel_problems(&g).unwrap(), "test-soc", &caps, &opts);
+    for dtype in KvDtype::ALL {
+        let m = FastModel::new(&cfg, &g, &plan, 128)
+            .unwrap()
+            .with_kv_dtype(dtype)
+            .unwrap();
+        let got = m.forward(&toks, &mut m.new_state(), true).unwrap().to_vec();
+        let e = rel_err(&got, &want);
+        eprintln!("{dtype:?}: {e}");
+        assert!(e <= tolerance(dtype), "{dtype:?}: {e}");
+    }
+}

@@ -317,9 +317,11 @@ impl ModelInfo {
 enum Printer {
     /// `kv` adds llama-bench's type_k/type_v columns (shown when the cache
     /// type is not llama-bench's default, f16).
+    /// `backend` is the backend column's width (all rows share the backend).
     Markdown {
         header: bool,
         kv: bool,
+        backend: usize,
     },
     Json {
         first: bool,
@@ -328,12 +330,12 @@ enum Printer {
 }
 
 /// llama-bench's markdown columns and widths (negative: left aligned).
-fn md_columns(kv: bool) -> Vec<(&'static str, i32)> {
+fn md_columns(kv: bool, backend: usize) -> Vec<(&'static str, i32)> {
     let mut c = vec![
         ("model", -30),
         ("size", 10),
         ("params", 10),
-        ("backend", 16),
+        ("backend", backend.max(10) as i32),
         ("threads", 7),
     ];
     if kv {
@@ -367,8 +369,12 @@ fn test_name(r: &TestRecord) -> String {
 impl Printer {
     fn print(&mut self, out: &mut impl Write, r: &TestRecord) -> anyhow::Result<()> {
         match self {
-            Printer::Markdown { header, kv } => {
-                let cols = md_columns(*kv);
+            Printer::Markdown {
+                header,
+                kv,
+                backend,
+            } => {
+                let cols = md_columns(*kv, *backend);
                 if !*header {
                     *header = true;
                     let names: Vec<String> = cols.iter().map(|(n, _)| n.to_string()).collect();
@@ -476,6 +482,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
     let ctx = prompts.iter().chain(&gens).copied().max().unwrap_or(1);
     let cpu_info = tiletune_soc::probe().map_or_else(|_| "unknown".to_string(), |s| s.model_name);
     let isa = Isa::best().name();
+    let backend = format!("tiletune ({isa})");
     let format = if g.json { "json" } else { a.output.as_str() };
     let mut printer = match format {
         "json" => Printer::Json { first: true },
@@ -483,6 +490,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
         _ => Printer::Markdown {
             header: false,
             kv: a.kv_type != KvDtype::F16,
+            backend: backend.chars().count(),
         },
     };
     let runs_per_test = a.reps + usize::from(!a.no_warmup);
@@ -560,7 +568,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                     build_number: 0,
                     cpu_info: cpu_info.clone(),
                     gpu_info: String::new(),
-                    backends: format!("tiletune ({isa})"),
+                    backends: backend.clone(),
                     model_filename: info.filename.clone(),
                     model_type: info.desc.clone(),
                     model_size: info.size,

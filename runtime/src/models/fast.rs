@@ -15,7 +15,9 @@
 //! attention is its paged kernel: online softmax over pages, GQA, split over
 //! the plan's threads. The library defaults to f32 pages, which reproduce
 //! the reference decoder to rounding; [`FastModel::with_kv_dtype`] picks
-//! f16 (the command line's default, as llama.cpp's) or Q8_0.
+//! f16 (the command line's default, as llama.cpp's) or Q8_0. (The attention
+//! kernel itself still allocates a few small per-call buffers: its row
+//! statistics and one page of scores per worker.)
 
 use half::f16;
 use tiletune_kernels::attention::{
