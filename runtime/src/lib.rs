@@ -21,6 +21,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod convert;
 pub mod error;
 pub mod generate;
 pub mod gguf;

@@ -510,6 +510,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                 db: a.db.clone(),
                 threads: Some(t),
                 qmode: a.qmode,
+                quant: None,
                 kv_type: a.kv_type,
             };
             bar.set_message(format!("loading with {t} threads"));
@@ -525,8 +526,15 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
             }
             let info = ModelInfo::of(&a.model, &l.gguf, l.cfg.arch.gguf_name());
             let (tuned, nearest, default) = l.plan.counts();
-            let n_vocab = l.tok.vocab_size().min(l.cfg.vocab).max(1) as u32;
-            let bos = l.tok.adds_bos().then(|| l.tok.bos()).flatten();
+            // A Hugging Face folder may come without tokenizer.json: the
+            // config's vocabulary and BOS id serve for random prompts.
+            let (n_vocab, bos) = match l.tok() {
+                Ok(t) => (
+                    t.vocab_size().min(l.cfg.vocab).max(1) as u32,
+                    t.adds_bos().then(|| t.bos()).flatten(),
+                ),
+                Err(_) => (l.cfg.vocab.max(1) as u32, l.cfg.bos_id),
+            };
             let mut st = l.model.new_state();
             let tests = prompts
                 .iter()

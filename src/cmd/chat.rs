@@ -33,7 +33,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if g.verbose {
         eprintln!("{}", l.plan.summary());
     }
-    let template = ChatTemplate::from_gguf(&l.gguf, &l.tok)?;
+    let template = ChatTemplate::from_gguf(&l.gguf, l.tok()?)?;
     let mut sampler = args.s.sampler()?;
     let mut st = l.model.new_state();
     let start: Vec<Message> = args
@@ -64,7 +64,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             _ => {}
         }
         messages.push(Message::new("user", line.trim()));
-        let full = encode_chat(&l.tok, &template.render(&messages, true)?)?;
+        let full = encode_chat(l.tok()?, &template.render(&messages, true)?)?;
         // Reuse the cached prefix; at least one token must run to get logits.
         let mut keep = cached.iter().zip(&full).take_while(|(a, b)| a == b).count();
         keep = keep.min(full.len().saturating_sub(1));
@@ -77,17 +77,17 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             keep = 0;
         }
         let full = if keep == 0 {
-            encode_chat(&l.tok, &template.render(&messages, true)?)?
+            encode_chat(l.tok()?, &template.render(&messages, true)?)?
         } else {
             full
         };
         st.truncate(keep);
         cached.truncate(keep);
-        let mut stop = StopCriteria::new(l.tok.eog_ids(), Vec::new(), args.n);
+        let mut stop = StopCriteria::new(l.tok()?.eog_ids(), Vec::new(), args.n);
         let mut out = std::io::stdout().lock();
         let res = generate_fast(
             &l.model,
-            &l.tok,
+            l.tok()?,
             &mut st,
             &full[keep..],
             &mut sampler,

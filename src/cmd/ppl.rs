@@ -44,7 +44,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if g.verbose {
         eprintln!("{}", l.plan.summary());
     }
-    let tokens = l.tok.encode(&text, true, false)?;
+    let tokens = l.tok()?.encode(&text, true, false)?;
     let n_ctx = args.ctx.min(l.model.max_ctx());
     let mut n_chunk = tokens.len() / n_ctx;
     if let Some(c) = args.chunks {
@@ -56,7 +56,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             tokens.len()
         );
     }
-    let add_bos = l.tok.adds_bos().then_some(l.tok.bos()).flatten();
+    let add_bos = l.tok()?.adds_bos().then_some(l.tok()?.bos()).flatten();
     eprintln!(
         "{} tokens, {n_chunk} chunks of {n_ctx}, scoring the second half of each",
         tokens.len()

@@ -19,6 +19,7 @@ use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::chat::{ChatTemplate, Message};
 use tiletune_runtime::config::ModelConfig;
+use tiletune_runtime::convert::{WeightType, cached_gguf, default_cache_dir};
 use tiletune_runtime::models::{FastModel, generate_fast};
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, this_soc};
 use tiletune_runtime::sampling::{Sampler, SamplerConfig, StopCriteria};
@@ -27,9 +28,16 @@ use tiletune_runtime::tokenizer::Tokenizer;
 /// Model and plan flags shared by `run`, `plan`, `ppl` and `chat`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// GGUF model file.
-    #[arg(long, short = 'm', value_name = "FILE")]
+    /// GGUF model file, or a Hugging Face model folder (config.json +
+    /// *.safetensors, tokenizer.json for text): the folder is converted once
+    /// to a GGUF image cached under $XDG_CACHE_HOME/tiletune/converted.
+    #[arg(long, short = 'm', value_name = "FILE|DIR")]
     pub model: PathBuf,
+    /// Weight type of 2-D weights when converting a Hugging Face folder:
+    /// f32, f16, q8_0, q4_0, q4_1, q5_0 or mxfp4 (default: keep the
+    /// checkpoint's f32/f16; bf16 becomes f32). Ignored for GGUF files.
+    #[arg(long, value_parser = parse_quant, value_name = "TYPE")]
+    pub quant: Option<WeightType>,
     /// Selector table (default: the user's table, see `tiletune table`).
     #[arg(long, value_name = "PATH")]
     pub db: Option<PathBuf>,
@@ -58,6 +66,10 @@ pub fn parse_kv_type(s: &str) -> Result<KvDtype, String> {
         .ok_or_else(|| format!("`{s}` is not a KV cache type; use f32, f16 or q8_0"))
 }
 
+fn parse_quant(s: &str) -> Result<WeightType, String> {
+    WeightType::parse(s)
+}
+
 fn parse_qmode(s: &str) -> Result<QMode, String> {
     match s {
         "a8" => Ok(QMode::A8),
@@ -70,10 +82,22 @@ fn parse_qmode(s: &str) -> Result<QMode, String> {
 pub struct Loaded {
     pub gguf: GgufFile,
     pub cfg: ModelConfig,
-    pub tok: Tokenizer,
+    /// `None` for a Hugging Face folder without tokenizer.json.
+    tokenizer: Option<Tokenizer>,
     pub plan: ExecutionPlan,
     pub model: FastModel,
     pub load_time: Duration,
+}
+
+impl Loaded {
+    /// The tokenizer, or an error saying how to get one.
+    pub fn tok(&self) -> anyhow::Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "the model folder has no tokenizer.json; copy it from the model repository, or pass --token-ids"
+            )
+        })
+    }
 }
 
 /// The execution plan of the model in `a` on this machine.
@@ -91,15 +115,28 @@ pub fn plan_for(a: &ModelArgs, g: &GgufFile) -> anyhow::Result<ExecutionPlan> {
 /// Opens the model, plans it and builds the fast decoder for `ctx` positions.
 pub fn load(a: &ModelArgs, ctx: usize) -> anyhow::Result<Loaded> {
     let t0 = Instant::now();
-    let gguf = GgufFile::open(&a.model)?;
+    let (gguf, tokenizer) = if a.model.is_dir() {
+        let path = cached_gguf(&a.model, a.quant, &default_cache_dir())
+            .with_context(|| format!("cannot convert the model folder {}", a.model.display()))?;
+        let tok_path = a.model.join("tokenizer.json");
+        let tok = if tok_path.is_file() {
+            Some(Tokenizer::from_json_file(&tok_path)?)
+        } else {
+            None
+        };
+        (GgufFile::open(&path)?, tok)
+    } else {
+        let g = GgufFile::open(&a.model)?;
+        let tok = Tokenizer::from_gguf(&g)?;
+        (g, Some(tok))
+    };
     let cfg = ModelConfig::from_gguf(&gguf)?;
-    let tok = Tokenizer::from_gguf(&gguf)?;
     let plan = plan_for(a, &gguf)?;
     let model = FastModel::new(&cfg, &gguf, &plan, ctx)?.with_kv_dtype(a.kv_type)?;
     Ok(Loaded {
         gguf,
         cfg,
-        tok,
+        tokenizer,
         plan,
         model,
         load_time: t0.elapsed(),
@@ -211,10 +248,10 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             .collect::<Result<_, _>>()
             .context("--token-ids takes comma-separated integers, e.g. 1,2,3")?,
         (None, Some(p)) if args.chat_template => {
-            let t = ChatTemplate::from_gguf(&l.gguf, &l.tok)?;
-            encode_chat(&l.tok, &t.render(&[Message::new("user", p)], true)?)?
+            let t = ChatTemplate::from_gguf(&l.gguf, l.tok()?)?;
+            encode_chat(l.tok()?, &t.render(&[Message::new("user", p)], true)?)?
         }
-        (None, Some(p)) => l.tok.encode(p, true, true)?,
+        (None, Some(p)) => l.tok()?.encode(p, true, true)?,
         (None, None) => anyhow::bail!("pass --prompt TEXT or --token-ids 1,2,3"),
     };
     if prompt.is_empty() {
@@ -225,7 +262,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut st = l.model.new_state();
     let mut sampler = args.s.sampler()?;
-    let mut stop = StopCriteria::new(l.tok.eog_ids(), Vec::new(), args.n);
+    let mut stop = StopCriteria::new(l.tok()?.eog_ids(), Vec::new(), args.n);
     let mut out = std::io::stdout().lock();
     if !g.json && args.token_ids.is_none() && !args.chat_template {
         write!(out, "{}", args.prompt.as_deref().unwrap_or(""))?;
@@ -233,7 +270,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut top2 = Vec::new();
     let res = generate_fast(
         &l.model,
-        &l.tok,
+        l.tok()?,
         &mut st,
         &prompt,
         &mut sampler,

@@ -1,0 +1,359 @@
+//! Hugging Face folder → GGUF image, so everything downstream of a GGUF file
+//! (config, planning, the fast decoder, the chat template) runs a
+//! `config.json` + `*.safetensors` checkpoint unchanged. Tensors get
+//! llama.cpp's names and layout (dims innermost first, llama q/k rows
+//! permuted for ggml's adjacent-pair RoPE), metadata gets the keys
+//! [`ModelConfig::from_gguf`] and [`crate::chat::ChatTemplate::from_gguf`]
+//! read. 2-D weights can be quantized at conversion with the kernel crate's
+//! quantizers. [`cached_gguf`] writes the image once per (folder contents,
+//! weight type) under a cache directory, atomically.
+
+use crate::config::{Arch, RopeScaling};
+use crate::error::{LoadError, Result};
+use crate::gguf::GgmlType;
+use crate::gguf::write::GgufWriter;
+use crate::models::Weight;
+use crate::safetensors::{HfModelDir, StDtype};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use tiletune_kernels::quant::{self, QuantFormat};
+
+/// Storage type of converted 2-D weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightType {
+    F32,
+    F16,
+    Quant(QuantFormat),
+}
+
+impl WeightType {
+    /// The `--quant` names accepted.
+    pub const NAMES: &'static str = "f32, f16, q8_0, q4_0, q4_1, q5_0, mxfp4";
+
+    /// Parses a `--quant` value; the error names the accepted values.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            "q8_0" => Ok(Self::Quant(QuantFormat::Q8_0)),
+            "q4_0" => Ok(Self::Quant(QuantFormat::Q4_0)),
+            "q4_1" => Ok(Self::Quant(QuantFormat::Q4_1)),
+            "q5_0" => Ok(Self::Quant(QuantFormat::Q5_0)),
+            "mxfp4" => Ok(Self::Quant(QuantFormat::Mxfp4)),
+            _ => Err(format!(
+                "`{s}` is not a weight type to convert to; use one of {}",
+                Self::NAMES
+            )),
+        }
+    }
+
+    /// Short name (also part of the cache key).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Quant(q) => q.name(),
+        }
+    }
+}
+
+/// Bumped whenever the image layout changes, so stale cache files are not reused.
+const CONVERTER_VERSION: u32 = 1;
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+        .collect()
+}
+
+/// llama.cpp's `permute` for llama q/k: within each head, rows `[a0..a_{d/2}, b0..]`
+/// become `[a0, b0, a1, b1, ...]`, so rotating adjacent pairs equals HF's rotate_half.
+fn permute_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> {
+    let hd = rows / n_head;
+    let half = hd / 2;
+    let mut out = vec![0f32; w.len()];
+    for h in 0..n_head {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = h * hd + j * half + i;
+                let dst = h * hd + 2 * i + j;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// Converts the folder `dir` into a GGUF image. `quant = None` keeps f32 and
+/// f16 checkpoints as they are (bf16 becomes f32); 1-D tensors are always f32.
+/// A 2-D weight whose rows are not a whole number of quant blocks is kept f32.
+pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
+    if !dir.join("config.json").is_file() {
+        return Err(LoadError::Config(format!(
+            "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
+            dir.display()
+        )));
+    }
+    let hf = HfModelDir::open(dir)?;
+    let cfg = &hf.config;
+    let a = cfg.arch.gguf_name();
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", a)
+        .kv(
+            "general.name",
+            dir.file_name().and_then(|n| n.to_str()).unwrap_or("hf"),
+        )
+        .kv(&format!("{a}.vocab_size"), cfg.vocab as u32)
+        .kv(&format!("{a}.embedding_length"), cfg.hidden as u32)
+        .kv(&format!("{a}.feed_forward_length"), cfg.intermediate as u32)
+        .kv(&format!("{a}.block_count"), cfg.n_layers as u32)
+        .kv(&format!("{a}.attention.head_count"), cfg.n_heads as u32)
+        .kv(
+            &format!("{a}.attention.head_count_kv"),
+            cfg.n_kv_heads as u32,
+        )
+        .kv(&format!("{a}.attention.key_length"), cfg.head_dim as u32)
+        .kv(&format!("{a}.attention.value_length"), cfg.head_dim as u32)
+        .kv(&format!("{a}.rope.freq_base"), cfg.rope_theta)
+        .kv(
+            &format!("{a}.attention.layer_norm_rms_epsilon"),
+            cfg.rms_eps,
+        )
+        .kv(&format!("{a}.context_length"), cfg.max_pos as u32);
+    match cfg.rope_scaling {
+        None => {}
+        Some(RopeScaling::Linear { factor }) => {
+            w.kv(&format!("{a}.rope.scaling.type"), "linear")
+                .kv(&format!("{a}.rope.scaling.factor"), factor);
+        }
+        Some(RopeScaling::Yarn {
+            factor,
+            original_max_pos,
+        }) => {
+            w.kv(&format!("{a}.rope.scaling.type"), "yarn")
+                .kv(&format!("{a}.rope.scaling.factor"), factor)
+                .kv(
+                    &format!("{a}.rope.scaling.original_context_length"),
+                    original_max_pos as u32,
+                );
+        }
+        Some(RopeScaling::Llama3 { .. }) => {
+            return Err(LoadError::Config(
+                "llama3 RoPE scaling cannot be converted yet (GGUF stores it as a rope_freqs tensor the runtime does not read); convert the model with llama.cpp's convert_hf_to_gguf.py".into(),
+            ));
+        }
+    }
+    if let Some(b) = cfg.bos_id {
+        w.kv("tokenizer.ggml.bos_token_id", b);
+    }
+    if let Some(&e) = cfg.eos_ids.first() {
+        w.kv("tokenizer.ggml.eos_token_id", e);
+    }
+    if let Some(&e) = cfg.eos_ids.get(1) {
+        w.kv("tokenizer.ggml.eot_token_id", e);
+    }
+    if let Some(t) = &hf.chat_template {
+        w.kv("tokenizer.chat_template", t.as_str());
+    }
+
+    let mut weights = vec![Weight::TokenEmbedding, Weight::OutputNorm];
+    if !cfg.tied_embeddings || hf.weights.contains(&Weight::Output.hf_name()) {
+        weights.push(Weight::Output);
+    }
+    for l in 0..cfg.n_layers {
+        weights.extend([
+            Weight::AttnNorm(l),
+            Weight::Q(l),
+            Weight::K(l),
+            Weight::V(l),
+            Weight::O(l),
+        ]);
+        if cfg.qkv_bias {
+            weights.extend([Weight::QBias(l), Weight::KBias(l), Weight::VBias(l)]);
+        }
+        if cfg.qk_norm {
+            weights.extend([Weight::QNorm(l), Weight::KNorm(l)]);
+        }
+        weights.extend([
+            Weight::FfnNorm(l),
+            Weight::Gate(l),
+            Weight::Up(l),
+            Weight::Down(l),
+        ]);
+    }
+    for wt in weights {
+        let hf_name = wt.hf_name();
+        let (info, raw) = hf.weights.tensor(&hf_name)?;
+        let shape = info.shape.clone();
+        let src_dtype = info.dtype;
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        let name = wt.gguf_name();
+        let bad = |what: String| LoadError::BadTensor {
+            path: dir.to_path_buf(),
+            tensor: hf_name.clone(),
+            what,
+        };
+        if shape.len() == 1 {
+            let (_, v) = hf.weights.tensor_f32(&hf_name)?;
+            w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?;
+            continue;
+        }
+        if shape.len() != 2 {
+            return Err(bad(format!(
+                "shape {shape:?} is not 2-D; the checkpoint does not match its config"
+            )));
+        }
+        let (rows, cols) = (shape[0], shape[1]);
+        let permute = match (cfg.arch, wt) {
+            (Arch::Llama, Weight::Q(_)) => Some(cfg.n_heads),
+            (Arch::Llama, Weight::K(_)) => Some(cfg.n_kv_heads),
+            _ => None,
+        };
+        if let Some(h) = permute
+            && (rows % h != 0 || (rows / h) % 2 != 0)
+        {
+            return Err(bad(format!(
+                "{rows} rows do not split into {h} heads of even size"
+            )));
+        }
+        let target = quant.unwrap_or(match src_dtype {
+            StDtype::F16 => WeightType::F16,
+            _ => WeightType::F32,
+        });
+        // Unchanged f16 needs no round trip through f32.
+        if target == WeightType::F16 && src_dtype == StDtype::F16 && permute.is_none() {
+            w.tensor(&name, &dims, GgmlType::F16, raw.to_vec())?;
+            continue;
+        }
+        let (_, mut v) = hf.weights.tensor_f32(&hf_name)?;
+        if let Some(h) = permute {
+            v = permute_rows(&v, h, rows, cols);
+        }
+        match target {
+            WeightType::F32 => w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?,
+            WeightType::F16 => w.tensor(&name, &dims, GgmlType::F16, f16_bytes(&v))?,
+            WeightType::Quant(q) if cols % q.block_size() == 0 => {
+                let ty = GgmlType::from_id(q.ggml_type_id())
+                    .ok_or_else(|| bad(format!("{} has no ggml type", q.name())))?;
+                let mut data = Vec::with_capacity(q.row_bytes(cols) * rows);
+                for row in v.chunks_exact(cols) {
+                    data.extend(
+                        quant::quantize(q, row).map_err(|e| bad(format!("quantizing: {e}")))?,
+                    );
+                }
+                w.tensor(&name, &dims, ty, data)?
+            }
+            // llama.cpp also falls back for rows that are not whole blocks.
+            WeightType::Quant(_) => w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?,
+        };
+    }
+    Ok(w.to_bytes())
+}
+
+/// Cache key: converter version, weight type, and every file's name, size
+/// and modification time (hashing contents would read a multi-GB checkpoint
+/// on every start; any rewrite of a file changes its mtime).
+fn cache_key(dir: &Path, quant: Option<WeightType>) -> Result<String> {
+    let io = |path: &Path, source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| io(dir, e))?
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| io(dir, e))?;
+    entries.sort_by_key(|e| e.file_name());
+    let mut h = Sha256::new();
+    h.update(CONVERTER_VERSION.to_le_bytes());
+    h.update(quant.map_or("native", WeightType::name).as_bytes());
+    for e in entries {
+        let md = e.metadata().map_err(|err| io(&e.path(), err))?;
+        if !md.is_file() {
+            continue;
+        }
+        let mtime = md
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        h.update(e.file_name().as_encoded_bytes());
+        h.update([0]);
+        h.update(md.len().to_le_bytes());
+        h.update(mtime.to_le_bytes());
+    }
+    let digest = h.finalize();
+    Ok(digest.iter().take(16).map(|b| format!("{b:02x}")).collect())
+}
+
+/// The default cache directory: `$XDG_CACHE_HOME/tiletune/converted`, else
+/// `$HOME/.cache/tiletune/converted`, else the system temp directory.
+pub fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|s| !s.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("tiletune").join("converted")
+}
+
+/// The path of `dir` converted with `quant` under `cache_dir`, converting
+/// first if no cached image exists. The image is written to a temporary file
+/// and renamed into place, so a reader never sees a partial file.
+pub fn cached_gguf(dir: &Path, quant: Option<WeightType>, cache_dir: &Path) -> Result<PathBuf> {
+    if !dir.join("config.json").is_file() {
+        return Err(LoadError::Config(format!(
+            "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
+            dir.display()
+        )));
+    }
+    let key = cache_key(dir, quant)?;
+    let path = cache_dir.join(format!("{key}.gguf"));
+    if path.is_file() {
+        return Ok(path);
+    }
+    let bytes = hf_to_gguf(dir, quant)?;
+    let io = |p: &Path, source| LoadError::Io {
+        path: p.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(cache_dir).map_err(|e| io(cache_dir, e))?;
+    let tmp = cache_dir.join(format!("{key}.gguf.tmp{}", std::process::id()));
+    std::fs::write(&tmp, &bytes).map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(&path, e)
+    })?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permute_matches_llama_cpp() {
+        // One head of 4 rows × 1 col: halves [a0 a1 | b0 b1] → [a0 b0 a1 b1].
+        let w = [0.0, 1.0, 2.0, 3.0];
+        assert_eq!(permute_rows(&w, 1, 4, 1), vec![0.0, 2.0, 1.0, 3.0]);
+        // Two heads of 2 rows × 2 cols: each head is already pairwise.
+        let w: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        assert_eq!(permute_rows(&w, 2, 4, 2), w);
+    }
+
+    #[test]
+    fn weight_type_names() {
+        for n in ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "mxfp4"] {
+            assert_eq!(WeightType::parse(n).unwrap().name(), n);
+        }
+        let e = WeightType::parse("q3_k").unwrap_err();
+        assert!(e.contains("q3_k") && e.contains("q8_0"), "{e}");
+    }
+}

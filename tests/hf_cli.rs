@@ -1,0 +1,210 @@
+//! `tiletune run --model <Hugging Face folder>` through the real binary: the
+//! folder is converted to a cached GGUF image and run by the fast decoder,
+//! whose logits must reproduce transformers' (the fixtures of
+//! runtime/tests/fixtures/hf_qwen3, made by make_hf_qwen3.py), also after
+//! Q8_0 quantization at load within a stated bound; bad folders and bad
+//! `--quant` values give clear errors.
+//!
+//! These spawn the built binary, which qemu-user cannot do from inside an
+//! emulated test process, so under qemu they report a skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn under_qemu() -> bool {
+    std::env::var_os("QEMU_CPU").is_some()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("runtime/tests/fixtures/hf_qwen3")
+        .join(name)
+}
+
+/// A scratch directory removed on drop; also the cache root, so each test
+/// converts afresh and never touches the user's cache.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("tiletune-hf-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tiletune(cache: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tiletune"))
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .expect("the tiletune binary runs")
+}
+
+struct Expected {
+    tokens: Vec<u32>,
+    prefill: Vec<Vec<f32>>,
+    greedy: Vec<u32>,
+}
+
+fn expected(name: &str) -> Expected {
+    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    Expected {
+        tokens: serde_json::from_value(v["tokens"].clone()).unwrap(),
+        prefill: serde_json::from_value(v["prefill_logits"].clone()).unwrap(),
+        greedy: serde_json::from_value(v["greedy"].clone()).unwrap(),
+    }
+}
+
+/// Runs the folder `name` with `extra` flags, dumping prompt logits and
+/// `n` greedy steps; returns (max abs error / largest |logit| over the
+/// prompt, generated ids).
+fn run_fixture(name: &str, extra: &[&str], n: usize) -> (f32, Vec<u32>) {
+    let s = Scratch::new(&format!("{name}{}", extra.join("")));
+    let exp = expected(name);
+    let ids: Vec<String> = exp.tokens.iter().map(u32::to_string).collect();
+    let ids = ids.join(",");
+    let dump = s.0.join("logits.json");
+    let n = n.to_string();
+    let model = fixture(name);
+    let mut args = vec![
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--token-ids",
+        &ids,
+        "-n",
+        &n,
+        "--temp",
+        "0",
+        "--dump-logits",
+        dump.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = tiletune(&s.0, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The converted image lands in the cache, once.
+    let cached: Vec<_> = std::fs::read_dir(s.0.join("tiletune/converted"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    assert!(cached[0].ends_with(".gguf"), "{cached:?}");
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&dump).unwrap()).unwrap();
+    let got: Vec<Vec<f32>> = serde_json::from_value(v["prompt_logits"].clone()).unwrap();
+    assert_eq!(got.len(), exp.prefill.len());
+    let mut err = 0f32;
+    let mut big = 0f32;
+    for (g, e) in got.iter().zip(&exp.prefill) {
+        assert_eq!(g.len(), e.len());
+        for (a, b) in g.iter().zip(e) {
+            err = err.max((a - b).abs());
+            big = big.max(b.abs());
+        }
+    }
+    let generated = v["generated"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["token"].as_u64().unwrap() as u32)
+        .collect();
+    (err / big, generated)
+}
+
+#[test]
+fn f32_folders_reproduce_transformers() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    for name in ["tied", "untied"] {
+        let exp = expected(name);
+        let (e, greedy) = run_fixture(name, &[], exp.greedy.len());
+        // Issue 7's bound, as runtime/tests/hf_qwen3.rs holds the library to.
+        assert!(e <= 1e-4, "{name}: prefill relative error {e} > 1e-4");
+        assert_eq!(greedy, exp.greedy, "{name}: greedy tokens");
+    }
+}
+
+// Bounds are max abs error over the largest |logit|. With f32 activations
+// (--qmode a32) Q8_0 weights measure 2.1% (tied) / 3.9% (untied), the same
+// as the reference decoder on Q8_0-rounded weights in
+// runtime/tests/hf_qwen3.rs, so they get its 5% bound. The default a8 mode
+// also rounds activations to 8 bits and measures 3.7% / 6.1%: held to 10%.
+#[test]
+fn q8_0_folders_stay_close_to_transformers() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    for name in ["tied", "untied"] {
+        let (e, _) = run_fixture(name, &["--quant", "q8_0", "--qmode", "a32"], 0);
+        assert!(e <= 0.05, "{name} q8_0 a32: relative error {e} > 5%");
+        let (e, _) = run_fixture(name, &["--quant", "q8_0", "--qmode", "a8"], 0);
+        assert!(e <= 0.10, "{name} q8_0 a8: relative error {e} > 10%");
+    }
+}
+
+fn assert_fails(out: &Output, needles: &[&str]) {
+    assert!(!out.status.success(), "expected a failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_folders_and_quant_give_clear_errors() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let s = Scratch::new("bad");
+    let ids = ["--token-ids", "1,2,3", "-n", "0"];
+
+    // A folder without config.json.
+    let empty = s.0.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut args = vec!["run", "--model", empty.to_str().unwrap()];
+    args.extend_from_slice(&ids);
+    assert_fails(&tiletune(&s.0, &args), &["no config.json", "Hugging Face"]);
+
+    // A truncated safetensors file.
+    let cut = s.0.join("cut");
+    std::fs::create_dir_all(&cut).unwrap();
+    let src = fixture("tied");
+    std::fs::copy(src.join("config.json"), cut.join("config.json")).unwrap();
+    let st = std::fs::read(src.join("model.safetensors")).unwrap();
+    std::fs::write(cut.join("model.safetensors"), &st[..st.len() / 2]).unwrap();
+    let mut args = vec!["run", "--model", cut.to_str().unwrap()];
+    args.extend_from_slice(&ids);
+    assert_fails(&tiletune(&s.0, &args), &["model.safetensors"]);
+    // Nothing half-written is left in the cache.
+    let conv = s.0.join("tiletune/converted");
+    let left = std::fs::read_dir(&conv).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "cache holds files after a failed conversion");
+
+    // An unknown --quant.
+    let mut args = vec!["run", "--model", src.to_str().unwrap(), "--quant", "q3_k"];
+    args.extend_from_slice(&ids);
+    assert_fails(&tiletune(&s.0, &args), &["q3_k", "q8_0", "mxfp4"]);
+
+    // Text prompts need tokenizer.json, which these fixtures lack.
+    let args = ["run", "--model", src.to_str().unwrap(), "--prompt", "hi"];
+    assert_fails(&tiletune(&s.0, &args), &["tokenizer.json", "--token-ids"]);
+}
