@@ -1,0 +1,189 @@
+//! Hugging Face folder → GGUF conversion (`tiletune_runtime::convert`) for
+//! every architecture: small random Llama (q/k rows permuted for ggml's
+//! adjacent-pair RoPE, untied, bf16 weights) and Qwen2 (qkv bias, tied)
+//! folders are written, converted, and the reference decoder run on the
+//! GGUF image must give the logits it gives on the safetensors folder.
+//! Also: the cache writes one file per (folder, weight type) and reuses it.
+
+use std::path::{Path, PathBuf};
+use tiletune_runtime::GgufFile;
+use tiletune_runtime::config::ModelConfig;
+use tiletune_runtime::convert::{WeightType, cached_gguf, hf_to_gguf};
+use tiletune_runtime::models::{Model, Weight};
+use tiletune_runtime::safetensors::{SafetensorsModel, StDtype, write_safetensors};
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let p =
+            std::env::temp_dir().join(format!("tiletune-hf-convert-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Seeded uniform values in [-scale, scale) (64-bit LCG, top bits).
+fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Writes a random model folder for `config` (JSON text) and returns it.
+fn write_folder(dir: &Path, config: &str, dtype: StDtype) {
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let cfg = ModelConfig::from_hf_json(config).unwrap();
+    let (h, hd, i) = (cfg.hidden, cfg.head_dim, cfg.intermediate);
+    let (q, kv) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+    let mut shapes: Vec<(Weight, Vec<usize>)> = vec![
+        (Weight::TokenEmbedding, vec![cfg.vocab, h]),
+        (Weight::OutputNorm, vec![h]),
+    ];
+    if !cfg.tied_embeddings {
+        shapes.push((Weight::Output, vec![cfg.vocab, h]));
+    }
+    for l in 0..cfg.n_layers {
+        shapes.extend([
+            (Weight::AttnNorm(l), vec![h]),
+            (Weight::Q(l), vec![q, h]),
+            (Weight::K(l), vec![kv, h]),
+            (Weight::V(l), vec![kv, h]),
+            (Weight::O(l), vec![h, q]),
+            (Weight::FfnNorm(l), vec![h]),
+            (Weight::Gate(l), vec![i, h]),
+            (Weight::Up(l), vec![i, h]),
+            (Weight::Down(l), vec![h, i]),
+        ]);
+        if cfg.qkv_bias {
+            shapes.extend([
+                (Weight::QBias(l), vec![q]),
+                (Weight::KBias(l), vec![kv]),
+                (Weight::VBias(l), vec![kv]),
+            ]);
+        }
+    }
+    let data: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
+        .iter()
+        .enumerate()
+        .map(|(k, (w, shape))| {
+            let n: usize = shape.iter().product();
+            let norm = shape.len() == 1
+                && !matches!(w, Weight::QBias(_) | Weight::KBias(_) | Weight::VBias(_));
+            let v = random(n, k as u64 + 1, 0.5);
+            let v: Vec<f32> = if norm {
+                v.iter().map(|x| 1.0 + x).collect()
+            } else {
+                v
+            };
+            let bytes = match dtype {
+                StDtype::BF16 => v
+                    .iter()
+                    .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                    .collect(),
+                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            };
+            (w.hf_name(), shape.clone(), bytes)
+        })
+        .collect();
+    let refs: Vec<(&str, StDtype, &[usize], &[u8])> = data
+        .iter()
+        .map(|(n, s, b)| (n.as_str(), dtype, s.as_slice(), b.as_slice()))
+        .collect();
+    std::fs::write(dir.join("model.safetensors"), write_safetensors(&refs)).unwrap();
+}
+
+const LLAMA: &str = r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "vocab_size": 48, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+ "max_position_embeddings": 64, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}"#;
+
+const QWEN2: &str = r#"{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 96,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "vocab_size": 48, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+ "max_position_embeddings": 64, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}"#;
+
+fn check_arch(tag: &str, config: &str, dtype: StDtype) {
+    let s = Scratch::new(tag);
+    write_folder(&s.0, config, dtype);
+    let hf_cfg = ModelConfig::from_hf_file(&s.0.join("config.json")).unwrap();
+    let st = SafetensorsModel::open_dir(&s.0).unwrap();
+    let want_model = Model::new(&hf_cfg, &st).unwrap();
+
+    let g = GgufFile::from_vec(hf_to_gguf(&s.0, None).unwrap()).unwrap();
+    let g_cfg = ModelConfig::from_gguf(&g).unwrap();
+    assert_eq!(g_cfg, hf_cfg, "{tag}: config through GGUF metadata");
+    let got_model = Model::new(&g_cfg, &g).unwrap();
+
+    let tokens = [1u32, 7, 30, 47, 0, 12, 12, 5];
+    let want = want_model
+        .forward(&tokens, &mut want_model.new_cache())
+        .unwrap();
+    let got = got_model
+        .forward(&tokens, &mut got_model.new_cache())
+        .unwrap();
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let err = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    // Same f32 weights, same math; only the RoPE pairing differs for llama.
+    assert!(
+        err <= 1e-5 * scale,
+        "{tag}: max abs error {err}, largest logit {scale}"
+    );
+}
+
+#[test]
+fn llama_bf16_untied_converts_exactly() {
+    check_arch("llama", LLAMA, StDtype::BF16);
+}
+
+#[test]
+fn qwen2_f32_tied_with_bias_converts_exactly() {
+    check_arch("qwen2", QWEN2, StDtype::F32);
+}
+
+#[test]
+fn cache_converts_once_per_weight_type() {
+    let s = Scratch::new("cache");
+    let model = s.0.join("m");
+    std::fs::create_dir_all(&model).unwrap();
+    write_folder(&model, QWEN2, StDtype::F32);
+    let cache = s.0.join("cache");
+    let a = cached_gguf(&model, None, &cache).unwrap();
+    let b = cached_gguf(&model, None, &cache).unwrap();
+    assert_eq!(a, b);
+    let q = cached_gguf(
+        &model,
+        Some(WeightType::Quant(
+            tiletune_kernels::quant::QuantFormat::Q8_0,
+        )),
+        &cache,
+    )
+    .unwrap();
+    assert_ne!(a, q);
+    let g = GgufFile::open(&q).unwrap();
+    let t = g.tensor_info("blk.0.attn_q.weight").unwrap();
+    assert_eq!(t.ggml_type.id(), 8, "q8_0 weights");
+    let t = g.tensor_info("blk.0.attn_norm.weight").unwrap();
+    assert_eq!(t.ggml_type.id(), 0, "norms stay f32");
+    let files = std::fs::read_dir(&cache).unwrap().count();
+    assert_eq!(files, 2, "one image per weight type, no temp files left");
+}
