@@ -208,3 +208,30 @@ fn bad_folders_and_quant_give_clear_errors() {
     let args = ["run", "--model", src.to_str().unwrap(), "--prompt", "hi"];
     assert_fails(&tiletune(&s.0, &args), &["tokenizer.json", "--token-ids"]);
 }
+
+#[test]
+fn plan_takes_a_folder_and_quant() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let s = Scratch::new("plan");
+    let model = fixture("untied");
+    for (quant, want) in [("q4_0", "q4_0"), ("f16", "f16")] {
+        let out = tiletune(
+            &s.0,
+            &["plan", "--model", model.to_str().unwrap(), "--quant", quant],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("gemv") && l.contains(want)),
+            "{quant}: no {want} gemv in the plan:\n{text}"
+        );
+    }
+}

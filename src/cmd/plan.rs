@@ -4,10 +4,9 @@
 //! with the time the lookup and planning took.
 
 use super::Global;
-use super::run::{ModelArgs, plan_for};
+use super::run::{ModelArgs, open_gguf, plan_for};
 use std::io::Write;
 use std::process::ExitCode;
-use tiletune_runtime::GgufFile;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -16,7 +15,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    let gguf = GgufFile::open(&args.m.model)?;
+    let gguf = open_gguf(&args.m)?;
     let plan = plan_for(&args.m, &gguf)?;
     let mut out = std::io::stdout().lock();
     if g.json {

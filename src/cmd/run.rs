@@ -112,23 +112,29 @@ pub fn plan_for(a: &ModelArgs, g: &GgufFile) -> anyhow::Result<ExecutionPlan> {
     Ok(ExecutionPlan::build(&problems, &soc, &caps, &opts))
 }
 
+/// The model's GGUF file; a Hugging Face folder is converted (with
+/// `--quant`) to a GGUF image in the cache first, or its cached image reused.
+pub fn open_gguf(a: &ModelArgs) -> anyhow::Result<GgufFile> {
+    if !a.model.is_dir() {
+        return Ok(GgufFile::open(&a.model)?);
+    }
+    let path = cached_gguf(&a.model, a.quant, &default_cache_dir())
+        .with_context(|| format!("cannot convert the model folder {}", a.model.display()))?;
+    Ok(GgufFile::open(&path)?)
+}
+
 /// Opens the model, plans it and builds the fast decoder for `ctx` positions.
 pub fn load(a: &ModelArgs, ctx: usize) -> anyhow::Result<Loaded> {
     let t0 = Instant::now();
-    let (gguf, tokenizer) = if a.model.is_dir() {
-        let path = cached_gguf(&a.model, a.quant, &default_cache_dir())
-            .with_context(|| format!("cannot convert the model folder {}", a.model.display()))?;
+    let gguf = open_gguf(a)?;
+    let tokenizer = if a.model.is_dir() {
         let tok_path = a.model.join("tokenizer.json");
-        let tok = if tok_path.is_file() {
-            Some(Tokenizer::from_json_file(&tok_path)?)
-        } else {
-            None
-        };
-        (GgufFile::open(&path)?, tok)
+        match tok_path.is_file() {
+            true => Some(Tokenizer::from_json_file(&tok_path)?),
+            false => None,
+        }
     } else {
-        let g = GgufFile::open(&a.model)?;
-        let tok = Tokenizer::from_gguf(&g)?;
-        (g, Some(tok))
+        Some(Tokenizer::from_gguf(&gguf)?)
     };
     let cfg = ModelConfig::from_gguf(&gguf)?;
     let plan = plan_for(a, &gguf)?;
