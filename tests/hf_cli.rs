@@ -235,3 +235,83 @@ fn plan_takes_a_folder_and_quant() {
         );
     }
 }
+
+/// GPT-2's byte → printable char map, which byte-level BPE vocabularies use.
+fn byte_chars() -> Vec<char> {
+    let printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut chars = vec!['\0'; 256];
+    for &b in &printable {
+        chars[b as usize] = char::from_u32(b).unwrap();
+    }
+    let mut extra = 0;
+    for (b, c) in chars.iter_mut().enumerate() {
+        if !printable.contains(&(b as u32)) {
+            *c = char::from_u32(256 + extra).unwrap();
+            extra += 1;
+        }
+    }
+    chars
+}
+
+#[test]
+fn text_prompts_use_tokenizer_json_and_the_folders_chat_template() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let s = Scratch::new("tok");
+    let model = s.0.join("m");
+    std::fs::create_dir_all(&model).unwrap();
+    let src = fixture("tied");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), model.join(f)).unwrap();
+    }
+    // A byte-level BPE over the fixture's 256 ids: id = byte, no merges.
+    let vocab: serde_json::Map<String, serde_json::Value> = byte_chars()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), i.into()))
+        .collect();
+    let tok = serde_json::json!({
+        "model": {"type": "BPE", "vocab": vocab, "merges": []},
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+        "decoder": {"type": "ByteLevel"},
+    });
+    std::fs::write(model.join("tokenizer.json"), tok.to_string()).unwrap();
+    let tmpl = serde_json::json!({
+        "chat_template": "{% for m in messages %}[{{ m.content }}]{% endfor %}"
+    });
+    std::fs::write(model.join("tokenizer_config.json"), tmpl.to_string()).unwrap();
+
+    let prompt_ids = |extra: &[&str]| -> Vec<u32> {
+        let mut args = vec![
+            "--json",
+            "run",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt",
+            "hi",
+            "-n",
+            "1",
+            "--temp",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        let out = tiletune(&s.0, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        serde_json::from_value(v["prompt_ids"].clone()).unwrap()
+    };
+    assert_eq!(prompt_ids(&[]), b"hi".map(u32::from).to_vec());
+    assert_eq!(
+        prompt_ids(&["--chat-template"]),
+        b"[hi]".map(u32::from).to_vec()
+    );
+}
