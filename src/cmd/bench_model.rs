@@ -18,7 +18,7 @@
 //! llama-bench draws them, so the same run order feeds the same tokens.
 
 use super::Global;
-use super::run::{ModelArgs, load, parse_kv_type};
+use super::run::{ModelArgs, load, parse_kv_type, parse_quant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -34,9 +34,13 @@ use tiletune_runtime::models::{FastModel, RunState};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// GGUF model file.
-    #[arg(long, short = 'm', value_name = "FILE")]
+    /// GGUF model file or Hugging Face model folder (see `tiletune run --help`).
+    #[arg(long, short = 'm', value_name = "FILE|DIR")]
     pub model: PathBuf,
+    /// Weight type of 2-D weights when converting a Hugging Face folder
+    /// (f32, f16, q8_0, q4_0, q4_1, q5_0, mxfp4; default: the checkpoint's).
+    #[arg(long, value_parser = parse_quant, value_name = "TYPE")]
+    pub quant: Option<tiletune_runtime::convert::WeightType>,
     /// Prompt lengths to test (pp<N>), comma separated; 0 skips the test.
     #[arg(
         short = 'p',
@@ -461,9 +465,9 @@ fn check(a: &Args) -> anyhow::Result<()> {
     if a.n_prompt.iter().chain(&a.n_gen).all(|&n| n == 0) {
         anyhow::bail!("nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128");
     }
-    if !a.model.is_file() {
+    if !a.model.exists() {
         anyhow::bail!(
-            "model file {} does not exist; pass a GGUF file with --model",
+            "model {} does not exist; pass a GGUF file or a Hugging Face model folder with --model",
             a.model.display()
         );
     }
@@ -510,7 +514,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                 db: a.db.clone(),
                 threads: Some(t),
                 qmode: a.qmode,
-                quant: None,
+                quant: a.quant,
                 kv_type: a.kv_type,
             };
             bar.set_message(format!("loading with {t} threads"));

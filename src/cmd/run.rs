@@ -66,7 +66,8 @@ pub fn parse_kv_type(s: &str) -> Result<KvDtype, String> {
         .ok_or_else(|| format!("`{s}` is not a KV cache type; use f32, f16 or q8_0"))
 }
 
-fn parse_quant(s: &str) -> Result<WeightType, String> {
+/// A `--quant` value.
+pub fn parse_quant(s: &str) -> Result<WeightType, String> {
     WeightType::parse(s)
 }
 
