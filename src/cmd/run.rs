@@ -1,4 +1,4 @@
-//! `tiletune run`: load a GGUF model with its tuned execution plan, run a
+//! `tiletune run`: load a GGUF model (or a Hugging Face folder, converted once to a cached GGUF image) with its tuned execution plan, run a
 //! prompt and stream the generated text, then print load time, prefill and
 //! decode speed and peak memory. `--token-ids` + `--dump-logits` bypass the
 //! tokenizer and write logits as JSON for checking against other
