@@ -68,7 +68,8 @@ pub fn bench_optional_dims(op: &str) -> &'static [&'static str] {
 /// The dtypes [`instantiate_one`] accepts for `op`.
 pub fn bench_dtypes(op: &str) -> &'static [&'static str] {
     match op {
-        "gemv" | "gemm" => &["f32", "f16"],
+        "gemv" => &["f32", "f16"],
+        "gemm" => &["f32", "f16", "q4_0", "q4_1", "q5_0", "q8_0"],
         "qgemv_a32" | "qgemv_a8" => &[
             "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
         ],
@@ -204,6 +205,44 @@ pub fn instantiate_one(
                     one.cold,
                 )),
             })
+        }
+        "gemm" if spec.dtype() != "f32" && spec.dtype() != "f16" => {
+            // Quantized weights: the W·A8 GEMM on repacked weights.
+            let format: QuantFormat = spec
+                .dtype()
+                .parse()
+                .ok()
+                .filter(|&f| tiletune_kernels::qgemm::supports(f))
+                .ok_or_else(|| TunerError::UnsupportedDtype {
+                    op: op.to_string(),
+                    dtype: spec.dtype().to_string(),
+                    supported: bench_dtypes(op).join(", "),
+                })?;
+            let (mm, n, k) = (dims[0], dims[1], dims[2]);
+            let qshape = tiletune_kernels::qgemm::QGemmShape {
+                format,
+                m: mm,
+                n,
+                k,
+            };
+            let isa = one
+                .isa
+                .unwrap_or_else(|| Isa::best_of(tiletune_kernels::qgemm::variants(format)));
+            let params: tiletune_kernels::qgemm::QGemmParams = params_or(sop, one, || {
+                tiletune_kernels::qgemm::QGemmParams::default_for_isa(&qshape, &m.caps, isa)
+            })?;
+            let q = tiletune_kernels::qgemm::QGemm::new(format)
+                .isa(isa)
+                .params(params)
+                .threads(threads(m.max_threads));
+            Ok(Box::new(super::qgemm::QGemmTune::one(
+                spec.clone(),
+                q,
+                mm,
+                n,
+                k,
+                m,
+            )?))
         }
         "gemm" => {
             let shape = GemmShape {
@@ -747,6 +786,8 @@ mod tests {
             ("gemv", "f32", "7x33"),
             ("gemv", "f16", "5x17"),
             ("gemm", "f32", "3x5x19"),
+            ("gemm", "q4_1", "3x5x64"),
+            ("gemm", "q8_0", "5x19x96"),
             ("qgemv_a32", "q5_1", "3x64"),
             ("qgemv_a8", "q6_k", "2x256"),
             ("qgemv_a8", "q8_0", "5x96"),

@@ -31,6 +31,57 @@ enum Config {
     Rows(QGemv),
 }
 
+/// The random operands and the scalar reference of one problem.
+struct Operands {
+    w: Vec<u8>,
+    a: Vec<f32>,
+    c: Vec<f32>,
+    reference: Vec<f64>,
+    magnitude: Vec<f64>,
+}
+
+impl Operands {
+    fn new(
+        format: QuantFormat,
+        m: usize,
+        n: usize,
+        k: usize,
+        seed: u64,
+    ) -> Result<Self, TunerError> {
+        let mut rng = Rng::new(seed);
+        let w = quant::quantize(format, &rng.vec_f32(n * k))?;
+        let a = rng.vec_f32(m * k);
+        let mut c = vec![0.0f32; m * n];
+        qgemm::scalar::reference(format, &w, &a, m, n, k, &mut c)?;
+        let reference = c.iter().map(|&v| v as f64).collect();
+        // Σ|w·x| per output from the dequantized operands the kernels see.
+        let mut wd = vec![0.0f32; n * k];
+        quant::dequantize(format, &w, &mut wd)?;
+        let mut magnitude = Vec::with_capacity(m * n);
+        for row in a.chunks_exact(k.max(1)).take(m) {
+            let xq = qgemv::quantize_activations(format, row)?;
+            let mut xd = vec![0.0f32; k];
+            quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
+            for wr in wd.chunks_exact(k.max(1)).take(n) {
+                magnitude.push(
+                    wr.iter()
+                        .zip(&xd)
+                        .map(|(&p, &q)| (p as f64 * q as f64).abs())
+                        .sum(),
+                );
+            }
+        }
+        magnitude.resize(m * n, 0.0);
+        Ok(Operands {
+            w,
+            a,
+            c,
+            reference,
+            magnitude,
+        })
+    }
+}
+
 pub(super) struct QGemmTune {
     spec: Problem,
     m: usize,
@@ -57,31 +108,7 @@ impl QGemmTune {
         k: usize,
         mach: &Machine,
     ) -> Result<Self, TunerError> {
-        let mut rng = Rng::new(mach.seed);
-        let w = quant::quantize(format, &rng.vec_f32(n * k))?;
-        let a = rng.vec_f32(m * k);
-        let mut c = vec![0.0f32; m * n];
-        qgemm::scalar::reference(format, &w, &a, m, n, k, &mut c)?;
-        let reference = c.iter().map(|&v| v as f64).collect();
-        // Σ|w·x| per output from the dequantized operands the kernels see.
-        let mut wd = vec![0.0f32; n * k];
-        quant::dequantize(format, &w, &mut wd)?;
-        let mut magnitude = Vec::with_capacity(m * n);
-        for row in a.chunks_exact(k.max(1)).take(m) {
-            let xq = qgemv::quantize_activations(format, row)?;
-            let mut xd = vec![0.0f32; k];
-            quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
-            for wr in wd.chunks_exact(k.max(1)).take(n) {
-                magnitude.push(
-                    wr.iter()
-                        .zip(&xd)
-                        .map(|(&p, &q)| (p as f64 * q as f64).abs())
-                        .sum(),
-                );
-            }
-        }
-        magnitude.resize(m * n, 0.0);
-
+        let operands = Operands::new(format, m, n, k, mach.seed)?;
         let threads = thread_counts(mach.max_threads);
         let shape = QGemmShape { format, m, n, k };
         let mut configs = Vec::new();
@@ -129,6 +156,35 @@ impl QGemmTune {
                 }
             }
         }
+        Self::build(spec, (m, n, k), operands, configs)
+    }
+
+    /// One forced GEMM configuration (`tiletune bench gemm --dtype q4_1`).
+    pub(super) fn one(
+        spec: Problem,
+        q: QGemm,
+        m: usize,
+        n: usize,
+        k: usize,
+        mach: &Machine,
+    ) -> Result<Self, TunerError> {
+        let operands = Operands::new(q.format, m, n, k, mach.seed)?;
+        Self::build(spec, (m, n, k), operands, vec![Config::Gemm(q)])
+    }
+
+    fn build(
+        spec: Problem,
+        (m, n, k): (usize, usize, usize),
+        operands: Operands,
+        configs: Vec<Config>,
+    ) -> Result<Self, TunerError> {
+        let Operands {
+            w,
+            a,
+            c,
+            reference,
+            magnitude,
+        } = operands;
         let mut packed: Vec<PackedQ> = Vec::new();
         for cfg in &configs {
             if let Config::Gemm(q) = cfg
