@@ -783,7 +783,8 @@ pub struct PplRow {
     pub threads: usize,
     /// From the raw record's `ppl` (or `perplexity`) field.
     pub ppl: Option<f64>,
-    /// From `ppl_err` / `ppl_std` / `perplexity_err`.
+    /// From `ppl_err` / `ppl_std` / `perplexity_err` / `plus_minus` (what
+    /// `tiletune compare ppl` stores for llama-perplexity's `± x`).
     pub ppl_err: Option<f64>,
     pub tokens_per_s: f64,
 }
@@ -813,7 +814,7 @@ pub fn peers(results: &[PeerResult]) -> Peers {
             test: r.test.clone(),
             threads: r.threads,
             ppl: num(r, &["ppl", "perplexity"]),
-            ppl_err: num(r, &["ppl_err", "ppl_std", "perplexity_err"]),
+            ppl_err: num(r, &["ppl_err", "ppl_std", "perplexity_err", "plus_minus"]),
             tokens_per_s: r.tokens_per_s,
         });
     }

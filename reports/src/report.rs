@@ -746,8 +746,10 @@ fn peer_section(results: &[tiletune_tables::PeerResult]) -> Result<Section> {
                 r.version.clone(),
                 r.test.clone(),
                 r.threads.to_string(),
-                opt(r.ppl, fmt_num),
-                opt(r.ppl_err, fmt_num),
+                // Four decimals: engines agree to a few tenths of a percent,
+                // which three significant digits would hide.
+                opt(r.ppl, |v| format!("{v:.4}")),
+                opt(r.ppl_err, |v| format!("{v:.4}")),
                 fmt_num(r.tokens_per_s),
             ]);
         }
