@@ -471,22 +471,27 @@ fn tiletune_ops(s: &MulMatShape) -> Vec<(String, String, String)> {
     if s.type_b != "f32" {
         return v;
     }
+    let gemm = (
+        "gemm".to_string(),
+        dtype.clone(),
+        format!("{}x{}x{}", s.n, s.m, s.k),
+    );
     if s.n == 1 && fits("gemv") {
         v.push(("gemv".into(), dtype.clone(), format!("{}x{}", s.m, s.k)));
-    } else if fits("gemm") {
-        v.push((
-            "gemm".into(),
-            dtype.clone(),
-            format!("{}x{}x{}", s.n, s.m, s.k),
-        ));
     } else if s.n == 1 {
         // llama.cpp's CPU backend quantizes activations to 8 bits (a8);
-        // a32 shows what keeping them in f32 costs.
+        // a32 shows what keeping them in f32 costs; the repacked GEMM at
+        // m = 1 shows what decode would gain from its layout.
         for op in ["qgemv_a8", "qgemv_a32"] {
             if fits(op) {
                 v.push((op.into(), dtype.clone(), format!("{}x{}", s.m, s.k)));
             }
         }
+        if fits("gemm") {
+            v.push(gemm);
+        }
+    } else if fits("gemm") {
+        v.push(gemm);
     }
     v
 }
@@ -975,6 +980,7 @@ mod tests {
             vec![
                 ("qgemv_a8".into(), "q4_0".into(), "4096x14336".into()),
                 ("qgemv_a32".into(), "q4_0".into(), "4096x14336".into()),
+                ("gemm".into(), "q4_0".into(), "1x4096x14336".into()),
             ]
         );
         let s = MulMatShape::parse("type_a=f16,type_b=f32,m=64,n=8,k=32").unwrap();
@@ -987,8 +993,13 @@ mod tests {
             tiletune_ops(&s),
             vec![("gemv".into(), "f32".into(), "64x32".into())]
         );
-        // Quantized GEMM is not a tiletune bench op (yet): no row, a note.
+        // Quantized GEMM for formats the repacked GEMM reads; others: no row, a note.
         let s = MulMatShape::parse("type_a=q8_0,type_b=f32,m=64,n=512,k=32").unwrap();
+        assert_eq!(
+            tiletune_ops(&s),
+            vec![("gemm".into(), "q8_0".into(), "512x64x32".into())]
+        );
+        let s = MulMatShape::parse("type_a=q6_K,type_b=f32,m=64,n=512,k=256").unwrap();
         assert!(tiletune_ops(&s).is_empty());
         let s = MulMatShape::parse("type_a=iq2_xs,type_b=f32,m=64,n=1,k=32").unwrap();
         assert!(tiletune_ops(&s).is_empty());
