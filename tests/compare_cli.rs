@@ -391,8 +391,9 @@ fn kernel_compare_runs_tiletune_at_the_peer_shapes() {
         .iter()
         .map(|r| format!("{} {} {}", r["type_a"], r["n"], r["engine"]))
         .collect();
-    // n=1: llama.cpp, tiletune a8 and a32; n=8: llama.cpp only, with a note.
-    assert_eq!(rows.len(), 8, "{engines:?}");
+    // n=1: llama.cpp, tiletune a8, a32 and the repacked GEMM at m=1;
+    // n=8: llama.cpp and the repacked GEMM.
+    assert_eq!(rows.len(), 12, "{engines:?}");
     assert_eq!(rows[0]["engine"], "llama.cpp");
     assert_eq!(rows[0]["us_per_run"], 7847.724638);
     assert!(
@@ -410,8 +411,21 @@ fn kernel_compare_runs_tiletune_at_the_peer_shapes() {
     let sp = rows[1]["speedup_vs_llama"].as_f64().unwrap();
     let us = rows[1]["us_per_run"].as_f64().unwrap();
     assert!((sp - 7847.724638 / us).abs() < 1e-9 * sp);
-    let notes = doc["notes"].to_string();
-    assert!(notes.contains("no kernel for q4_0 with n=8"), "{notes}");
+    assert!(
+        rows[3]["engine"]
+            .as_str()
+            .unwrap()
+            .starts_with("tiletune gemm"),
+        "{engines:?}"
+    );
+    assert_eq!(
+        engines
+            .iter()
+            .filter(|e| e.starts_with("\"q4_0\" 8 \"tiletune gemm"))
+            .count(),
+        1,
+        "{engines:?}"
+    );
     assert!(out.contains("vs llama"), "{out}");
 
     let failing = script(
