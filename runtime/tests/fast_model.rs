@@ -6,13 +6,14 @@
 //! quantized W·A32 1e-4 (same weights, only summation order differs);
 //! quantized W·A8 5e-2 (activations rounded to 8 bits per block).
 
+mod common;
+use common::rel_err;
 use tiletune_kernels::CpuCaps;
 use tiletune_kernels::qgemv::QMode;
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_runtime::GgmlType;
 use tiletune_runtime::config::{Arch, ModelConfig};
 use tiletune_runtime::gguf::GgufFile;
-use tiletune_runtime::gguf::write::GgufWriter;
 use tiletune_runtime::models::{FastModel, Model, Weight};
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
 use tiletune_runtime::problems::kernel_problems;
@@ -58,22 +59,7 @@ fn gguf(cfg: &ModelConfig, store: Store, seed: u64) -> GgufFile {
         cfg.n_kv_heads,
         cfg.vocab,
     );
-    let a = cfg.arch.gguf_name();
-    let mut g = GgufWriter::new();
-    g.kv("general.architecture", a)
-        .kv(&format!("{a}.vocab_size"), v as u32)
-        .kv(&format!("{a}.embedding_length"), d as u32)
-        .kv(&format!("{a}.feed_forward_length"), f as u32)
-        .kv(&format!("{a}.block_count"), cfg.n_layers as u32)
-        .kv(&format!("{a}.attention.head_count"), nh as u32)
-        .kv(&format!("{a}.attention.head_count_kv"), nkv as u32)
-        .kv(&format!("{a}.attention.key_length"), hd as u32)
-        .kv(&format!("{a}.rope.freq_base"), cfg.rope_theta)
-        .kv(
-            &format!("{a}.attention.layer_norm_rms_epsilon"),
-            cfg.rms_eps,
-        )
-        .kv(&format!("{a}.context_length"), cfg.max_pos as u32);
+    let mut g = common::header(cfg);
     let mut add = |w: Weight, shape: &[usize], norm: bool| {
         let n: usize = shape.iter().product();
         let vals: Vec<f32> = (0..n)
@@ -140,17 +126,6 @@ fn plan_for(g: &GgufFile, qmode: Option<QMode>) -> ExecutionPlan {
         &CpuCaps::default(),
         &opts,
     )
-}
-
-/// max |a - b| / max |b|.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-        / scale
 }
 
 const TOKENS: [u32; 7] = [3, 17, 42, 0, 49, 17, 8];

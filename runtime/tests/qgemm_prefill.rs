@@ -11,12 +11,12 @@
 //! 16-row bucket, the default elsewhere) checks that buckets planned with
 //! different interleaves share one repacked copy correctly.
 
+mod common;
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::{CpuCaps, KERNEL_ABI};
 use tiletune_runtime::GgmlType;
 use tiletune_runtime::config::{Arch, ModelConfig};
 use tiletune_runtime::gguf::GgufFile;
-use tiletune_runtime::gguf::write::GgufWriter;
 use tiletune_runtime::models::{FastModel, Weight};
 use tiletune_runtime::plan::{ExecutionPlan, Kernel, PlanOptions};
 use tiletune_runtime::problems::kernel_problems;
@@ -44,22 +44,7 @@ fn gguf(cfg: &ModelConfig, fmt: QuantFormat, seed: u64) -> GgufFile {
         cfg.n_kv_heads,
         cfg.vocab,
     );
-    let a = cfg.arch.gguf_name();
-    let mut g = GgufWriter::new();
-    g.kv("general.architecture", a)
-        .kv(&format!("{a}.vocab_size"), v as u32)
-        .kv(&format!("{a}.embedding_length"), d as u32)
-        .kv(&format!("{a}.feed_forward_length"), f as u32)
-        .kv(&format!("{a}.block_count"), cfg.n_layers as u32)
-        .kv(&format!("{a}.attention.head_count"), nh as u32)
-        .kv(&format!("{a}.attention.head_count_kv"), nkv as u32)
-        .kv(&format!("{a}.attention.key_length"), hd as u32)
-        .kv(&format!("{a}.rope.freq_base"), cfg.rope_theta)
-        .kv(
-            &format!("{a}.attention.layer_norm_rms_epsilon"),
-            cfg.rms_eps,
-        )
-        .kv(&format!("{a}.context_length"), cfg.max_pos as u32);
+    let mut g = common::header(cfg);
     let mut add = |w: Weight, shape: &[usize], norm: bool| {
         let n: usize = shape.iter().product();
         let vals: Vec<f32> = (0..n)
