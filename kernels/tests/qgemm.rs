@@ -1,4 +1,5 @@
-//! Quantized GEMM (W·A8): the repack is lossless, and every variant the CPU
+//! Quantized GEMM (W·A8): the repack is lossless (and its rows dequantize
+//! exactly as the GGUF rows do), and every variant the CPU
 //! runs (every interleave it reads, every `mr`, 1 or 3 threads) is
 //! **bit-identical** to the definition — the scalar W·A8 GEMV on each
 //! activation row — for Q4_0, Q4_1, Q5_0, Q8_0 over m ∈ {1, 2, 3, 5, 17, 64},
@@ -72,6 +73,15 @@ fn repack_round_trips() {
                 assert_eq!((p.n(), p.k(), p.nr()), (n, k, nr));
                 assert_eq!(p.groups(), n.div_ceil(nr));
                 assert_eq!(p.unpack(), c.w, "{f} nr={nr} n={n} k={k}");
+                let mut want = vec![0.0f32; n * k];
+                quant::dequantize(f, &c.w, &mut want).unwrap();
+                let mut row = vec![f32::NAN; k];
+                for (r, w) in want.chunks_exact(k.max(1)).take(n).enumerate() {
+                    p.dequantize_row(r, &mut row).unwrap();
+                    let same = row.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{f} nr={nr} n={n} k={k} row {r}");
+                }
+                assert!(p.dequantize_row(n, &mut row).is_err());
             }
         }
     }

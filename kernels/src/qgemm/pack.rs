@@ -115,6 +115,53 @@ impl PackedQ {
         Kind::of(self.format).expect("checked by repack")
     }
 
+    /// Row `row` of the weights dequantized into `out` (`k` values), equal
+    /// to `quant::dequantize` of the GGUF row this was packed from. Lets a
+    /// caller that keeps only the packed copy (the runtime's tied embedding)
+    /// still look rows up.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<()> {
+        if row >= self.n {
+            return Err(KernelError::InvalidShape {
+                op: OP,
+                reason: format!("row {row} is outside the {} rows", self.n),
+            });
+        }
+        check_len(OP, "out", out.len(), self.k)?;
+        let (nr, nb) = (self.nr, self.k / QK);
+        let kind = self.kind();
+        let rb = kind.row_bytes();
+        let (g, r) = (row / nr, row % nr);
+        for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+            let gb = g * nb + b;
+            let base = gb * nr * rb;
+            let byte = |j: usize| self.qs[base + 4 * nr * (j / 4) + 4 * r + j % 4];
+            let d = self.d[gb * nr + r];
+            match kind {
+                Kind::Q4_0 => {
+                    for j in 0..QK / 2 {
+                        let q = byte(j);
+                        o[j] = ((q & 0x0F) as i32 - 8) as f32 * d;
+                        o[j + QK / 2] = ((q >> 4) as i32 - 8) as f32 * d;
+                    }
+                }
+                Kind::Q4_1 => {
+                    let m = self.m[gb * nr + r];
+                    for j in 0..QK / 2 {
+                        let q = byte(j);
+                        o[j] = (q & 0x0F) as f32 * d + m;
+                        o[j + QK / 2] = (q >> 4) as f32 * d + m;
+                    }
+                }
+                Kind::I8 => {
+                    for (j, v) in o.iter_mut().enumerate() {
+                        *v = byte(j) as i8 as f32 * d;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The GGUF bytes this was made from (the inverse of [`repack`]).
     pub fn unpack(&self) -> Vec<u8> {
         let (n, nr) = (self.n, self.nr);
