@@ -439,9 +439,7 @@ pub fn default_kernel(
     qmode: Option<QMode>,
 ) -> Kernel {
     match kind {
-        WeightKind::Quant(format)
-            if op == "gemm" && qgemm::supports(format) && qmode != Some(QMode::A32) =>
-        {
+        WeightKind::Quant(format) if qgemm::supports(format) && qmode != Some(QMode::A32) => {
             let isa = best(qgemm::variants(format));
             let shape = QGemmShape { format, m, n, k };
             Kernel::QGemm(QGemm {
@@ -505,9 +503,6 @@ fn from_candidate(
     };
     match kind {
         WeightKind::Quant(format) if variant.ends_with(QGEMM_SUFFIX) => {
-            if op != "gemm" {
-                return Err("the quantized GEMM runs several rows, not a gemv".into());
-            }
             if qmode == Some(QMode::A32) {
                 return Err("the quantized GEMM is W·A8, the forced mode is a32".into());
             }
@@ -621,7 +616,7 @@ mod tests {
         assert_eq!(p.counts(), (0, 0, 4));
         assert!(p.db_status.contains("not found"), "{}", p.db_status);
         assert!(matches!(p.entries[0].kernel, Kernel::Gemv(_)));
-        assert!(matches!(p.entries[1].kernel, Kernel::QGemv(_)));
+        assert!(matches!(p.entries[1].kernel, Kernel::QGemm(q) if q.params.mr == 1));
         assert!(matches!(p.entries[2].kernel, Kernel::Gemm(_)));
         assert!(matches!(p.entries[3].kernel, Kernel::Gemv(_)));
         assert!(p.to_string().contains("default"));
@@ -682,9 +677,22 @@ mod tests {
             "{g:?}"
         );
         assert!(g.variant().ends_with(".qgemm"));
-        // No GEMM for Q6_K, and a forced W·A32 keeps the per-row GEMV.
-        let q6 = default_kernel("gemm", k(QuantFormat::Q6K), 64, 64, 256, &caps, 1, None);
-        assert!(matches!(q6, Kernel::QGemv(_)));
+        // Decode and prefill both take the GEMM (decode as its m = 1 case)
+        // for every format that has one, the per-row GEMV for the others;
+        // a forced W·A32 keeps the per-row GEMV.
+        for f in QGEMV_FORMATS {
+            for (op, m) in [("gemv", 1), ("gemm", 64)] {
+                let d = default_kernel(op, k(f), m, 64, 256, &caps, 1, None);
+                match d {
+                    Kernel::QGemm(q) => {
+                        assert!(qgemm::supports(f), "{f}");
+                        assert_eq!(q.params.mr, if m == 1 { 1 } else { q.params.mr });
+                    }
+                    Kernel::QGemv(_) => assert!(!qgemm::supports(f), "{f}"),
+                    _ => panic!("{f}: {d:?}"),
+                }
+            }
+        }
         let a32 = default_kernel(
             "gemm",
             k(QuantFormat::Q8_0),
@@ -697,7 +705,10 @@ mod tests {
         );
         assert!(matches!(a32, Kernel::QGemv(q) if q.mode == QMode::A32));
         let dec = default_kernel("gemv", k(QuantFormat::Q8_0), 1, 64, 64, &caps, 1, None);
-        assert!(matches!(dec, Kernel::QGemv(_)));
+        assert!(
+            matches!(dec, Kernel::QGemm(q) if q.params.mr == 1),
+            "{dec:?}"
+        );
         // Stored winners round-trip through their names.
         let pj = g.params_json();
         let back = from_candidate("gemm", k(QuantFormat::Q4_1), &g.variant(), &pj, 2, 2, None);
@@ -728,6 +739,7 @@ mod tests {
             )
             .is_ok()
         );
+        // Decode (a gemv problem) runs the GEMM at m = 1.
         assert!(
             from_candidate(
                 "gemv",
@@ -738,10 +750,19 @@ mod tests {
                 2,
                 None
             )
-            .is_err()
+            .is_ok()
         );
         assert!(
-            from_candidate("gemm", k(QuantFormat::Q6K), "scalar.qgemm", &sp, 1, 2, None).is_err()
+            from_candidate(
+                "gemm",
+                k(QuantFormat::Q8_1),
+                "scalar.qgemm",
+                &sp,
+                1,
+                2,
+                None
+            )
+            .is_err()
         );
         assert!(
             from_candidate(

@@ -90,7 +90,8 @@ fn gguf(cfg: &ModelConfig, fmt: QuantFormat, seed: u64) -> GgufFile {
 const SOC: &str = "qgemm-test-soc";
 const THREADS: usize = 2;
 
-/// A table whose prefill (`gemm`) winners are `pick(problem)`.
+/// A table whose winners are `pick(problem)` (decode `gemv` and prefill
+/// `gemm` problems).
 fn table(
     name: &str,
     problems: &[Problem],
@@ -112,7 +113,7 @@ fn table(
         first_seen: 0,
     })
     .unwrap();
-    for p in problems.iter().filter(|p| p.op() == "gemm") {
+    for p in problems {
         if let Some((variant, params)) = pick(p) {
             db.put_selection(&Selection {
                 soc: SOC.into(),
@@ -150,6 +151,87 @@ fn last_logits(cfg: &ModelConfig, g: &GgufFile, p: &ExecutionPlan, tokens: &[u32
     let fast = FastModel::new(cfg, g, p, 64).unwrap();
     let mut st = fast.new_state();
     fast.forward(tokens, &mut st, false).unwrap().to_vec()
+}
+
+/// The logits of a prefill of `tokens[..3]` then of each later token
+/// decoded one at a time.
+fn decode_logits(cfg: &ModelConfig, g: &GgufFile, p: &ExecutionPlan, tokens: &[u32]) -> Vec<f32> {
+    let fast = FastModel::new(cfg, g, p, 64).unwrap();
+    let mut st = fast.new_state();
+    let mut out = fast.forward(&tokens[..3], &mut st, false).unwrap().to_vec();
+    for &t in &tokens[3..] {
+        out.extend_from_slice(fast.forward(&[t], &mut st, false).unwrap());
+    }
+    out
+}
+
+fn weight_bytes(cfg: &ModelConfig, g: &GgufFile, p: &ExecutionPlan) -> usize {
+    FastModel::new(cfg, g, p, 64).unwrap().weight_bytes()
+}
+
+/// Decode (m = 1) runs the GEMM on the packed copy, which is then the only
+/// copy kept (a tied embedding looks its rows up in it): its logits equal
+/// the per-row scalar GEMV's step by step, and the weights held are the
+/// packed ones alone; a table that keeps a per-row decode kernel beside
+/// the prefill GEMM makes the model hold both.
+#[test]
+fn gemm_decode_equals_per_row_decode_and_keeps_one_copy() {
+    let tokens: Vec<u32> = (0..9).map(|i| (i * 11 + 5) % 40).collect();
+    for arch in [Arch::Llama, Arch::Qwen2] {
+        let cfg = config(arch);
+        for fmt in [
+            QuantFormat::Q4_0,
+            QuantFormat::Q4_1,
+            QuantFormat::Q5_0,
+            QuantFormat::Q8_0,
+        ] {
+            let g = gguf(&cfg, fmt, 47);
+            let problems = kernel_problems(&g).unwrap();
+            let gemm = plan(&g, std::env::temp_dir().join("tt-qgemm-decode-no-such.db"));
+            assert!(
+                gemm.entries
+                    .iter()
+                    .filter(|e| e.problem.op() == "gemv")
+                    .all(|e| matches!(e.kernel, Kernel::QGemm(q) if q.params.mr == 1)),
+                "{arch:?} {fmt}: decode defaults to the GEMM at m = 1"
+            );
+            let rows_db = table("drows", &problems, |_| {
+                Some(("scalar.a8", serde_json::json!({"rows_per_block": 1})))
+            });
+            let rows = plan(&g, rows_db.clone());
+            let both_db = table("dboth", &problems, |p| {
+                (p.op() == "gemv").then(|| ("scalar.a8", serde_json::json!({"rows_per_block": 1})))
+            });
+            let both = plan(&g, both_db.clone());
+            assert_eq!(
+                decode_logits(&cfg, &g, &gemm, &tokens),
+                decode_logits(&cfg, &g, &rows, &tokens),
+                "{arch:?} {fmt}: GEMM decode"
+            );
+            assert_eq!(
+                decode_logits(&cfg, &g, &both, &tokens),
+                decode_logits(&cfg, &g, &rows, &tokens),
+                "{arch:?} {fmt}: per-row decode beside GEMM prefill"
+            );
+            // An untied embedding is only looked up: its blocks are held
+            // by every plan and never packed.
+            let embed = if cfg.tied_embeddings {
+                0
+            } else {
+                cfg.vocab * fmt.row_bytes(cfg.hidden)
+            };
+            let (wg, wr, wb) = (
+                weight_bytes(&cfg, &g, &gemm),
+                weight_bytes(&cfg, &g, &rows),
+                weight_bytes(&cfg, &g, &both),
+            );
+            assert_eq!(wb + embed, wg + wr, "{arch:?} {fmt}: {wg} {wr} {wb}");
+            assert!(wg < wb && wr < wb, "{arch:?} {fmt}");
+            for db in [rows_db, both_db] {
+                let _ = std::fs::remove_dir_all(db.parent().unwrap());
+            }
+        }
+    }
 }
 
 #[test]

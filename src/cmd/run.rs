@@ -240,6 +240,10 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let l = load(&args.m, args.ctx)?;
     if g.verbose {
         eprintln!("{}", l.plan.summary());
+        eprintln!(
+            "weights held: {:.1} MiB (quantized matrices repacked for the quantized GEMM where the format has one)",
+            l.model.weight_bytes() as f64 / (1024.0 * 1024.0)
+        );
     }
     eprintln!(
         "loaded {} ({} layers, {} threads) in {:.2} s",

@@ -66,6 +66,24 @@ pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>
             expected: n.to_string(),
         })
     };
+    // Decode with a quantized weight: where the format has a GEMM, the
+    // runtime runs it at m = 1 on the packed copy it keeps, so the search
+    // is that GEMM (and the per-row W·A8 GEMV beside it); W·A32 stays a
+    // candidate only where there is no GEMM (it would need the GGUF blocks
+    // kept as a second copy).
+    if spec.op() == "gemv"
+        && let Some(format) = quant::format_of(spec.dtype())
+        && tiletune_kernels::qgemm::supports(format)
+    {
+        return Ok(Box::new(qgemm::QGemmTune::new(
+            spec.clone(),
+            format,
+            1,
+            dim("n")?,
+            dim("k")?,
+            m,
+        )?));
+    }
     if spec.op() == "gemv"
         && let Some(format) = quant::format_of(spec.dtype())
     {
@@ -561,19 +579,38 @@ mod tests {
     }
 
     #[test]
-    fn quantized_gemv_searches_both_activation_modes() {
-        let p = instantiate(
-            &Problem::new("gemv", "q8_0", [("n", 4), ("k", 64)]).unwrap(),
-            &machine(),
-        )
-        .unwrap();
-        let variants: Vec<&str> = p.candidates().iter().map(|c| c.variant()).collect();
-        assert!(variants.iter().any(|v| v.ends_with(".a8")), "{variants:?}");
-        assert!(variants.iter().any(|v| v.ends_with(".a32")), "{variants:?}");
-        assert!(variants.iter().all(|v| {
-            let (isa, mode) = v.split_once('.').unwrap();
-            isa.parse::<Isa>().is_ok() && matches!(mode, "a8" | "a32")
-        }));
+    fn quantized_decode_searches_the_gemm_where_it_exists_else_both_activation_modes() {
+        for dtype in [
+            "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
+        ] {
+            let format = quant::format_of(dtype).unwrap();
+            let k = if dtype.ends_with("_k") { 256 } else { 64 };
+            let p = instantiate(
+                &Problem::new("gemv", dtype, [("n", 4), ("k", k)]).unwrap(),
+                &machine(),
+            )
+            .unwrap();
+            let variants: Vec<&str> = p.candidates().iter().map(|c| c.variant()).collect();
+            assert!(variants.iter().any(|v| v.ends_with(".a8")), "{variants:?}");
+            let kinds: &[&str] = if tiletune_kernels::qgemm::supports(format) {
+                assert!(variants[0].ends_with(".qgemm"), "{dtype}: {variants:?}");
+                assert!(
+                    p.candidates()
+                        .iter()
+                        .filter(|c| c.variant().ends_with(".qgemm"))
+                        .all(|c| c.params()["mr"] == 1),
+                    "{dtype}: decode is m = 1"
+                );
+                &["a8", "qgemm"]
+            } else {
+                assert!(variants.iter().any(|v| v.ends_with(".a32")), "{variants:?}");
+                &["a8", "a32"]
+            };
+            assert!(variants.iter().all(|v| {
+                let (isa, kind) = v.split_once('.').unwrap();
+                isa.parse::<Isa>().is_ok() && kinds.contains(&kind)
+            }));
+        }
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! The fast decoder: the reference decoder's math on the kernel crate, with
 //! each linear layer run by the kernel the [`ExecutionPlan`] chose for it.
 //!
-//! Weights stay in their GGUF format: f32 and f16 run through GEMV (decode)
-//! and GEMM (prefill); the quantized formats the quantized GEMV reads (Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4) stay in their blocks for
-//! decode, and in prefill run the quantized GEMM on a copy repacked at load
-//! (Q4_0, Q4_1, Q5_0, Q8_0) or the GEMV one activation row at a time (the
-//! others); any other type is dequantized to f32 at load. RMSNorm, SwiGLU, RoPE, softmax and residual adds are the kernel
+//! f32 and f16 weights stay as they are and run through GEMV (decode) and
+//! GEMM (prefill). A quantized weight whose format has a quantized GEMM
+//! (`qgemm::FORMATS`) is repacked once at load and that packed copy is the
+//! only one kept: decode runs the GEMM at m = 1 (several times faster than
+//! the per-row GEMV: no horizontal sums), prefill at m rows, and a tied
+//! embedding looks its rows up in it. The other quantized formats the
+//! quantized GEMV reads stay in their GGUF blocks and run the GEMV row by
+//! row, as does a forced W·A32 (`--qmode a32`) or a per-row winner from the
+//! selector table (then both copies are kept). Any other type is
+//! dequantized to f32 at load. RMSNorm, SwiGLU, RoPE, softmax and residual adds are the kernel
 //! crate's. A [`RunState`] holds the KV cache and every scratch buffer, so a
 //! decode step allocates nothing once the first step has sized them.
 //!
@@ -46,17 +50,25 @@ fn kerr(e: tiletune_kernels::KernelError) -> LoadError {
     ))
 }
 
-/// A weight matrix `(n, k)` in the form its kernel reads.
+/// A weight matrix `(n, k)` in the form its kernels read.
 #[derive(Clone, Debug)]
 enum WData {
     F32(Vec<f32>),
     F16(Vec<f16>),
-    Quant(QuantFormat, Vec<u8>),
+    /// A quantized weight: its GGUF `blocks` while a per-row quantized
+    /// GEMV (or the embedding lookup alone) reads them, and/or the same
+    /// weights `packed` for the quantized GEMM. At least one is present;
+    /// both only when the plan mixes the two kinds (a forced W·A32 decode,
+    /// or a table whose winners differ between decode and prefill).
+    Quant {
+        format: QuantFormat,
+        blocks: Option<Vec<u8>>,
+        packed: Option<PackedQ>,
+    },
 }
 
 /// One linear layer with its kernels: decode (m = 1) and one per prefill
-/// bucket. When a prefill kernel is the quantized GEMM, the weight is also
-/// kept repacked for it (`packed`; decode keeps reading the GGUF blocks).
+/// bucket.
 #[derive(Clone, Debug)]
 struct Linear {
     w: WData,
@@ -65,11 +77,19 @@ struct Linear {
     bias: Option<Vec<f32>>,
     decode: Kernel,
     prefill: [Kernel; PREFILL_BUCKETS.len()],
-    packed: Option<PackedQ>,
 }
 
 impl Linear {
-    fn load(g: &GgufFile, plan: &ExecutionPlan, w: Weight, n: usize, k: usize) -> Result<Self> {
+    /// Loads weight `w` as an `(n, k)` matrix; `matmul` is false for an
+    /// untied token embedding, which is only looked up row by row.
+    fn load(
+        g: &GgufFile,
+        plan: &ExecutionPlan,
+        w: Weight,
+        n: usize,
+        k: usize,
+        matmul: bool,
+    ) -> Result<Self> {
         let name = w.gguf_name();
         let (info, data) = g.tensor_data(&name)?;
         let bad = |what: String| LoadError::BadTensor {
@@ -84,6 +104,8 @@ impl Linear {
             )));
         }
         let dtype = info.ggml_type.name().to_ascii_lowercase();
+        let mut decode = plan.kernel("gemv", &dtype, 1, n, k);
+        let mut prefill = PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k));
         let wd = match WeightKind::of_dtype(&dtype) {
             WeightKind::F32 => WData::F32(
                 data.chunks_exact(4)
@@ -97,7 +119,25 @@ impl Linear {
             ),
             WeightKind::Quant(f) => {
                 f.check_k("load", k).map_err(|e| bad(e.to_string()))?;
-                WData::Quant(f, data.to_vec())
+                if data.len() != n * f.row_bytes(k) {
+                    return Err(bad(format!("data does not hold {n} rows of {k} elements")));
+                }
+                let packed = if matmul {
+                    Self::pack(f, data, n, k, &mut decode, &mut prefill)
+                        .map_err(|e| bad(e.to_string()))?
+                } else {
+                    None
+                };
+                let rows_needed = !matmul
+                    || packed.is_none()
+                    || std::iter::once(&decode)
+                        .chain(&prefill)
+                        .any(|p| matches!(p, Kernel::QGemv(_)));
+                WData::Quant {
+                    format: f,
+                    blocks: rows_needed.then(|| data.to_vec()),
+                    packed,
+                }
             }
             WeightKind::Dequantized => WData::F32(
                 dequant::dequantize(info.ggml_type, data).ok_or_else(|| {
@@ -111,58 +151,52 @@ impl Linear {
         let ok = match &wd {
             WData::F32(v) => v.len() == n * k,
             WData::F16(v) => v.len() == n * k,
-            WData::Quant(f, b) => b.len() == n * f.row_bytes(k),
+            WData::Quant { .. } => true,
         };
         if !ok {
             return Err(bad(format!("data does not hold {n} rows of {k} elements")));
         }
-        let mut prefill = PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k));
-        // The embedding and the LM head run one row in prefill (the last
-        // token's logits), so their repacked copy would only cost memory;
-        // with `all` logits they take the per-row GEMV.
-        let one_row = matches!(w, Weight::TokenEmbedding | Weight::Output);
-        let packed = match &wd {
-            WData::Quant(f, b) if !one_row => {
-                Self::pack_for_prefill(*f, b, n, k, &mut prefill).map_err(|e| bad(e.to_string()))?
-            }
-            _ => None,
-        };
         Ok(Linear {
             w: wd,
             n,
             k,
             bias: None,
-            decode: plan.kernel("gemv", &dtype, 1, n, k),
+            decode,
             prefill,
-            packed,
         })
     }
 
-    /// Repacks the weight once for the quantized GEMM kernels of the prefill
-    /// buckets. The interleave is the largest bucket's (long prompts are
-    /// where prefill time goes); a bucket planned with another interleave
+    /// Repacks the weight once when a kernel of the layer (decode
+    /// included, as the GEMM's m = 1 case) is the quantized GEMM. The
+    /// interleave is the decode kernel's when it is the GEMM (decode reads
+    /// every weight byte once per token: most of a generation's time), else
+    /// the largest prefill bucket's. A GEMM planned with another interleave
     /// keeps its variant if that reads this one, else takes the scalar GEMM
-    /// (every interleave) — never a second copy of the weight.
-    fn pack_for_prefill(
+    /// (every interleave): never a second packed copy. A per-row GEMV the
+    /// table chose (W·A32, or a W·A8 that measured faster) is kept as
+    /// chosen, and then the GGUF blocks are kept too.
+    fn pack(
         f: QuantFormat,
         b: &[u8],
         n: usize,
         k: usize,
+        decode: &mut Kernel,
         prefill: &mut [Kernel],
     ) -> std::result::Result<Option<PackedQ>, tiletune_kernels::KernelError> {
-        let Some(nr) = prefill.iter().rev().find_map(|p| match p {
+        let gemm_nr = |p: &Kernel| match p {
             Kernel::QGemm(q) if q.format == f => Some(q.params.nr),
             _ => None,
-        }) else {
+        };
+        let Some(nr) = gemm_nr(decode).or_else(|| prefill.iter().rev().find_map(gemm_nr)) else {
             return Ok(None);
         };
-        for p in prefill.iter_mut() {
+        for p in std::iter::once(decode).chain(prefill.iter_mut()) {
             if let Kernel::QGemm(q) = p
                 && q.params.nr != nr
             {
                 q.params.nr = nr;
                 if !qgemm::interleaves(q.isa).contains(&nr) {
-                    q.isa = tiletune_kernels::Isa::Scalar;
+                    q.isa = Isa::Scalar;
                 }
             }
         }
@@ -178,12 +212,36 @@ impl Linear {
                 .iter_mut()
                 .zip(&w[r * k..(r + 1) * k])
                 .for_each(|(o, h)| *o = h.to_f32()),
-            WData::Quant(f, b) => {
-                let rb = f.row_bytes(k);
-                quant::dequantize(*f, &b[r * rb..(r + 1) * rb], out).map_err(kerr)?;
+            WData::Quant {
+                format,
+                blocks: Some(b),
+                ..
+            } => {
+                let rb = format.row_bytes(k);
+                quant::dequantize(*format, &b[r * rb..(r + 1) * rb], out).map_err(kerr)?;
+            }
+            WData::Quant {
+                packed: Some(p), ..
+            } => p.dequantize_row(r, out).map_err(kerr)?,
+            WData::Quant { .. } => {
+                return Err(LoadError::Config(
+                    "a quantized weight holds neither blocks nor a packed copy; report this as a bug"
+                        .into(),
+                ));
             }
         }
         Ok(())
+    }
+
+    /// Bytes of weights held (the packed copy and/or the GGUF blocks).
+    fn weight_bytes(&self) -> usize {
+        match &self.w {
+            WData::F32(v) => 4 * v.len(),
+            WData::F16(v) => 2 * v.len(),
+            WData::Quant { blocks, packed, .. } => {
+                blocks.as_ref().map_or(0, Vec::len) + packed.as_ref().map_or(0, PackedQ::bytes)
+            }
+        }
     }
 
     /// `y (m, n) = x (m, k) · Wᵀ (+ bias)`; `xq` is scratch for W·A8.
@@ -212,26 +270,30 @@ impl Linear {
             (WData::F16(w), Kernel::Gemm(c)) => {
                 gemm_f16w_f32(x, w, bias, y, GemmShape::new(m, n, k), false, c).map_err(kerr)
             }
-            (WData::Quant(f, w), Kernel::QGemv(q)) if q.format == *f => {
-                qgemv_rows(q, w, x, k, n, y, bias, xq)
-            }
-            (WData::Quant(f, w), Kernel::QGemm(q)) if q.format == *f => match &self.packed {
-                Some(p) if p.nr() == q.params.nr => {
-                    q.run(p, x, m, y, xq).map_err(kerr)?;
-                    if let Some(b) = bias {
-                        for yr in y.chunks_exact_mut(n) {
-                            eltwise::add_from(yr, b).map_err(kerr)?;
-                        }
+            (
+                WData::Quant {
+                    format,
+                    blocks: Some(w),
+                    ..
+                },
+                Kernel::QGemv(q),
+            ) if q.format == *format => qgemv_rows(q, w, x, k, n, y, bias, xq),
+            (
+                WData::Quant {
+                    format,
+                    packed: Some(p),
+                    ..
+                },
+                Kernel::QGemm(q),
+            ) if q.format == *format && p.nr() == q.params.nr => {
+                q.run(p, x, m, y, xq).map_err(kerr)?;
+                if let Some(b) = bias {
+                    for yr in y.chunks_exact_mut(n) {
+                        eltwise::add_from(yr, b).map_err(kerr)?;
                     }
-                    Ok(())
                 }
-                // Not repacked (the embedding or LM head with several
-                // rows): the per-row W·A8 GEMV computes the same values.
-                _ => {
-                    let g = QGemv::new(*f, QMode::A8).threads(q.threads);
-                    qgemv_rows(&g, w, x, k, n, y, bias, xq)
-                }
-            },
+                Ok(())
+            }
             (_, k) => Err(LoadError::Config(format!(
                 "the plan gave {} to a weight it cannot run; report this as a bug",
                 k.variant()
@@ -403,9 +465,9 @@ impl FastModel {
         let max_ctx = max_ctx.min(cfg.max_pos).max(1);
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
-            let mut q = Linear::load(g, plan, Weight::Q(l), qd, d)?;
-            let mut k = Linear::load(g, plan, Weight::K(l), kvd, d)?;
-            let mut v = Linear::load(g, plan, Weight::V(l), kvd, d)?;
+            let mut q = Linear::load(g, plan, Weight::Q(l), qd, d, true)?;
+            let mut k = Linear::load(g, plan, Weight::K(l), kvd, d, true)?;
+            let mut v = Linear::load(g, plan, Weight::V(l), kvd, d, true)?;
             if cfg.qkv_bias {
                 q.bias = Some(load_vec(g, Weight::QBias(l), qd)?);
                 k.bias = Some(load_vec(g, Weight::KBias(l), kvd)?);
@@ -424,19 +486,27 @@ impl FastModel {
                 q,
                 k,
                 v,
-                o: Linear::load(g, plan, Weight::O(l), d, qd)?,
+                o: Linear::load(g, plan, Weight::O(l), d, qd, true)?,
                 qk_norm,
                 ffn_norm: load_vec(g, Weight::FfnNorm(l), d)?,
-                gate: Linear::load(g, plan, Weight::Gate(l), f, d)?,
-                up: Linear::load(g, plan, Weight::Up(l), f, d)?,
-                down: Linear::load(g, plan, Weight::Down(l), d, f)?,
+                gate: Linear::load(g, plan, Weight::Gate(l), f, d, true)?,
+                up: Linear::load(g, plan, Weight::Up(l), f, d, true)?,
+                down: Linear::load(g, plan, Weight::Down(l), d, f, true)?,
             });
         }
         let output = if !cfg.tied_embeddings && g.has(Weight::Output) {
-            Some(Linear::load(g, plan, Weight::Output, cfg.vocab, d)?)
+            Some(Linear::load(g, plan, Weight::Output, cfg.vocab, d, true)?)
         } else {
             None
         };
+        let embed = Linear::load(
+            g,
+            plan,
+            Weight::TokenEmbedding,
+            cfg.vocab,
+            d,
+            output.is_none(),
+        )?;
         let layout = g.rope_layout(cfg);
         let rope = if cfg.rope_scaling.is_some() {
             Rope::Reference(RotaryEmbedding::new(cfg, layout)?)
@@ -450,7 +520,7 @@ impl FastModel {
         };
         Ok(FastModel {
             cfg: cfg.clone(),
-            embed: Linear::load(g, plan, Weight::TokenEmbedding, cfg.vocab, d)?,
+            embed,
             output,
             layers,
             norm: load_vec(g, Weight::OutputNorm, d)?,
@@ -480,6 +550,22 @@ impl FastModel {
     /// The dtype of the KV cache pages of new states.
     pub fn kv_dtype(&self) -> KvDtype {
         self.kv_dtype
+    }
+
+    /// Bytes of weight matrices held (packed copies and GGUF blocks; norms
+    /// and biases are not counted).
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|w| w.weight_bytes())
+                    .sum::<usize>()
+            })
+            .sum();
+        layers + self.embed.weight_bytes() + self.output.as_ref().map_or(0, Linear::weight_bytes)
     }
 
     /// The configuration it was built from.
@@ -531,6 +617,25 @@ impl FastModel {
     /// Runs `tokens` after the positions in `st`; returns the logits of the
     /// last token (`vocab`), or of every token (`n × vocab`) with `all`.
     pub fn forward<'s>(
+        &self,
+        tokens: &[u32],
+        st: &'s mut RunState,
+        all: bool,
+    ) -> Result<&'s [f32]> {
+        // The pass runs on a worker of the plan's pool: each kernel's
+        // parallel section then starts from inside the pool (its tasks go to
+        // workers that are still spinning from the previous kernel) instead
+        // of injecting from outside and sleeping on a latch, which costs two
+        // thread wake-ups per call — hundreds per token in decode.
+        let threads = self.attn_caps.cores;
+        if threads > 1 {
+            tiletune_kernels::pool::pool(threads).install(|| self.forward_in_pool(tokens, st, all))
+        } else {
+            self.forward_in_pool(tokens, st, all)
+        }
+    }
+
+    fn forward_in_pool<'s>(
         &self,
         tokens: &[u32],
         st: &'s mut RunState,
