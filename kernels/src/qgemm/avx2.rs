@@ -15,6 +15,10 @@ use super::Job;
 use super::pack::Kind;
 use std::arch::x86_64::*;
 
+/// Prefetch distance in bytes (16 blocks ahead): see `avx512.rs`.
+const PF_Q4: usize = 2048;
+const PF_I8: usize = 4096;
+
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
 /// # Safety
@@ -96,6 +100,9 @@ macro_rules! tiles {
                 )
             };
             for b in 0..nb {
+                for l in 0..2 {
+                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 128 + 64 * l + PF_Q4).cast());
+                }
                 let mut s = [_mm256_setzero_si256(); MR];
                 for c in 0..4 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.
@@ -155,6 +162,9 @@ macro_rules! tiles {
                 )
             };
             for b in 0..nb {
+                for l in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 256 + 64 * l + PF_I8).cast());
+                }
                 let mut s = [_mm256_setzero_si256(); MR];
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.

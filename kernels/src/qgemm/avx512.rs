@@ -13,6 +13,14 @@ use super::Job;
 use super::pack::Kind;
 use std::arch::x86_64::*;
 
+/// How far ahead of the block being read the quants are prefetched, in
+/// bytes (16 blocks). At m = 1 (decode) the tile is a pure stream from
+/// DRAM and one core's hardware prefetcher keeps too few lines in flight:
+/// software prefetch raised SmolLM2 decode on one thread by ~20% here
+/// (2 KiB ahead helped less; 8 KiB no more).
+const PF_Q4: usize = 4096;
+const PF_I8: usize = 8192;
+
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
 /// # Safety
@@ -94,6 +102,9 @@ macro_rules! tiles {
                 )
             };
             for b in 0..nb {
+                for l in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 256 + 64 * l + PF_Q4).cast());
+                }
                 let mut s = [_mm512_setzero_si512(); MR];
                 for c in 0..4 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
@@ -153,6 +164,9 @@ macro_rules! tiles {
                 )
             };
             for b in 0..nb {
+                for l in 0..8 {
+                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 512 + 64 * l + PF_I8).cast());
+                }
                 let mut s = [_mm512_setzero_si512(); MR];
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
