@@ -246,6 +246,22 @@ impl Linear {
 
     /// `y (m, n) = x (m, k) · Wᵀ (+ bias)`; `xq` is scratch for W·A8.
     fn forward(&self, x: &[f32], m: usize, y: &mut [f32], xq: &mut Vec<u8>) -> Result<()> {
+        self.forward_shared(x, m, y, xq, &mut false)
+    }
+
+    /// [`forward`](Self::forward) for layers that read the same `x` one
+    /// after another (q, k, v; gate, up): `quantized` says that `xq`
+    /// already holds `x` quantized for the quantized GEMM (every format's
+    /// GEMM takes the same activation blocks), so only the first layer
+    /// quantizes. Set it false whenever `x` changes.
+    fn forward_shared(
+        &self,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        xq: &mut Vec<u8>,
+        quantized: &mut bool,
+    ) -> Result<()> {
         let (n, k) = (self.n, self.k);
         let x = &x[..m * k];
         let y = &mut y[..m * n];
@@ -277,7 +293,10 @@ impl Linear {
                     ..
                 },
                 Kernel::QGemv(q),
-            ) if q.format == *format => qgemv_rows(q, w, x, k, n, y, bias, xq),
+            ) if q.format == *format => {
+                *quantized = false;
+                qgemv_rows(q, w, x, k, n, y, bias, xq)
+            }
             (
                 WData::Quant {
                     format,
@@ -286,7 +305,15 @@ impl Linear {
                 },
                 Kernel::QGemm(q),
             ) if q.format == *format && p.nr() == q.params.nr => {
-                q.run(p, x, m, y, xq).map_err(kerr)?;
+                let bytes = qgemm::act_bytes(m, k);
+                if !*quantized {
+                    if xq.len() < bytes {
+                        xq.resize(bytes, 0);
+                    }
+                    qgemm::quantize_activations_into(x, m, k, &mut xq[..bytes]).map_err(kerr)?;
+                    *quantized = true;
+                }
+                q.run_prequantized(p, &xq[..bytes], m, y).map_err(kerr)?;
                 if let Some(b) = bias {
                     for yr in y.chunks_exact_mut(n) {
                         eltwise::add_from(yr, b).map_err(kerr)?;
@@ -693,9 +720,16 @@ impl FastModel {
             Norm::rms(&layer.attn_norm, eps)
                 .forward(x, h, n)
                 .map_err(kerr)?;
-            layer.q.forward(h, n, &mut st.q, &mut st.xq)?;
-            layer.k.forward(h, n, &mut st.kk, &mut st.xq)?;
-            layer.v.forward(h, n, &mut st.vv, &mut st.xq)?;
+            let mut quantized = false;
+            layer
+                .q
+                .forward_shared(h, n, &mut st.q, &mut st.xq, &mut quantized)?;
+            layer
+                .k
+                .forward_shared(h, n, &mut st.kk, &mut st.xq, &mut quantized)?;
+            layer
+                .v
+                .forward_shared(h, n, &mut st.vv, &mut st.xq, &mut quantized)?;
             let (q, k) = (&mut st.q[..n * qd], &mut st.kk[..n * kvd]);
             if let Some([qn, kn]) = &layer.qk_norm {
                 Norm::rms(qn, eps)
@@ -751,8 +785,13 @@ impl FastModel {
             Norm::rms(&layer.ffn_norm, eps)
                 .forward(x, h, n)
                 .map_err(kerr)?;
-            layer.gate.forward(h, n, &mut st.g, &mut st.xq)?;
-            layer.up.forward(h, n, &mut st.u, &mut st.xq)?;
+            let mut quantized = false;
+            layer
+                .gate
+                .forward_shared(h, n, &mut st.g, &mut st.xq, &mut quantized)?;
+            layer
+                .up
+                .forward_shared(h, n, &mut st.u, &mut st.xq, &mut quantized)?;
             eltwise::swiglu(&mut st.g[..n * f], &st.u[..n * f]).map_err(kerr)?;
             layer
                 .down
