@@ -283,6 +283,35 @@ fn jsonl_and_markdown_print_the_same_tests() {
     args.extend(common);
     let recs: Vec<serde_json::Value> = serde_json::from_str(&ok(&tiletune(&args))).unwrap();
     assert_eq!(recs.len(), 2);
+
+    // -d: every test again at each depth, named as llama-bench names it,
+    // with n_depth in the records; the context must hold depth + test.
+    let depth = [
+        "-m", m, "-p", "4", "-n", "3", "-d", "0,16", "-t", "1", "-r", "2", "--db", &db,
+    ];
+    let mut args = vec!["bench", "model", "-o", "jsonl"];
+    args.extend(depth);
+    let recs: Vec<(u64, u64, u64)> = ok(&tiletune(&args))
+        .lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            let f = |k: &str| r[k].as_u64().unwrap();
+            (f("n_depth"), f("n_prompt"), f("n_gen"))
+        })
+        .collect();
+    assert_eq!(recs, [(0, 4, 0), (0, 0, 3), (16, 4, 0), (16, 0, 3)]);
+    let mut args = vec!["bench", "model"];
+    args.extend(depth);
+    let md = ok(&tiletune(&args));
+    assert!(
+        md.contains(" pp4 @ d16 ") && md.contains(" tg3 @ d16 "),
+        "{md}"
+    );
+    let mut args = vec!["bench", "model", "--db", &db];
+    args.extend(["-m", m, "-p", "100", "-n", "0", "-d", "100", "-r", "1"]);
+    let out = tiletune(&args);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-d"));
 }
 
 #[test]

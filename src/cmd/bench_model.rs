@@ -57,6 +57,16 @@ pub struct Args {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+    /// Context depths, comma separated (llama-bench's -d): each test runs
+    /// after this many prompt tokens are already in the KV cache (filled
+    /// once per depth, untimed, and restored before every repetition).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
     /// Thread counts, comma separated [default: online cores].
     #[arg(short = 't', long = "threads", value_delimiter = ',')]
     pub threads: Vec<usize>,
@@ -363,10 +373,15 @@ fn md_row(out: &mut impl Write, cols: &[(&str, i32)], cells: &[String]) -> std::
 }
 
 fn test_name(r: &TestRecord) -> String {
-    match (r.n_prompt, r.n_gen) {
+    let name = match (r.n_prompt, r.n_gen) {
         (p, 0) => format!("pp{p}"),
         (0, n) => format!("tg{n}"),
         (p, n) => format!("pp{p}+tg{n}"),
+    };
+    if r.n_depth > 0 {
+        format!("{name} @ d{}", r.n_depth)
+    } else {
+        name
     }
 }
 
@@ -483,7 +498,13 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
     };
     let prompts: Vec<usize> = a.n_prompt.iter().copied().filter(|&n| n > 0).collect();
     let gens: Vec<usize> = a.n_gen.iter().copied().filter(|&n| n > 0).collect();
-    let ctx = prompts.iter().chain(&gens).copied().max().unwrap_or(1);
+    let depths: Vec<usize> = if a.n_depth.is_empty() {
+        vec![0]
+    } else {
+        a.n_depth.clone()
+    };
+    let ctx = prompts.iter().chain(&gens).copied().max().unwrap_or(1)
+        + depths.iter().copied().max().unwrap_or(0);
     let cpu_info = tiletune_soc::probe().map_or_else(|_| "unknown".to_string(), |s| s.model_name);
     let isa = Isa::best().name();
     let backend = format!("tiletune ({isa})");
@@ -498,8 +519,9 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
         },
     };
     let runs_per_test = a.reps + usize::from(!a.no_warmup);
-    let bar =
-        ProgressBar::new((threads.len() * (prompts.len() + gens.len()) * runs_per_test) as u64);
+    let bar = ProgressBar::new(
+        (threads.len() * depths.len() * (prompts.len() + gens.len()) * runs_per_test) as u64,
+    );
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .expect("static template")
@@ -524,7 +546,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
             }
             if ctx > l.model.max_ctx() {
                 anyhow::bail!(
-                    "a test needs {ctx} positions but the model holds at most {}; use smaller -p/-n",
+                    "a test needs {ctx} positions but the model holds at most {}; use smaller -p/-n/-d",
                     l.model.max_ctx()
                 );
             }
@@ -540,16 +562,23 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                 Err(_) => (l.cfg.vocab.max(1) as u32, l.cfg.bos_id),
             };
             let mut st = l.model.new_state();
-            let tests = prompts
-                .iter()
-                .map(|&p| (p, 0))
-                .chain(gens.iter().map(|&n| (0, n)));
-            for (n_prompt, n_gen) in tests {
-                let name = if n_gen == 0 {
+            // The cache after the last depth fill, as llama-bench keeps it.
+            let mut depth_state: Option<(usize, RunState)> = None;
+            let tests = depths.iter().flat_map(|&d| {
+                prompts
+                    .iter()
+                    .map(move |&p| (d, p, 0))
+                    .chain(gens.iter().map(move |&n| (d, 0, n)))
+            });
+            for (n_depth, n_prompt, n_gen) in tests {
+                let mut name = if n_gen == 0 {
                     format!("pp{n_prompt}")
                 } else {
                     format!("tg{n_gen}")
                 };
+                if n_depth > 0 {
+                    name += &format!(" @ d{n_depth}");
+                }
                 let test_time = rfc3339_now();
                 let run = |st: &mut RunState, rng: &mut GlibcRand, p: usize, n: usize| {
                     run_test(&l.model, st, rng, p, n, a.n_batch, bos, n_vocab)
@@ -563,8 +592,20 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                 }
                 let mut samples_ns = Vec::with_capacity(a.reps);
                 for rep in 0..a.reps {
-                    bar.set_message(format!("t={t} {name} run {}/{}", rep + 1, a.reps));
                     st.reset();
+                    if n_depth > 0 {
+                        match &depth_state {
+                            Some((d, cached)) if *d == n_depth => st.clone_from(cached),
+                            _ => {
+                                bar.set_message(format!("t={t} {name} filling depth"));
+                                test_prompt(
+                                    &l.model, &mut st, &mut rng, n_depth, a.n_batch, bos, n_vocab,
+                                )?;
+                                depth_state = Some((n_depth, st.clone()));
+                            }
+                        }
+                    }
+                    bar.set_message(format!("t={t} {name} run {}/{}", rep + 1, a.reps));
                     let t0 = Instant::now();
                     run(&mut st, &mut rng, n_prompt, n_gen)?;
                     samples_ns.push(t0.elapsed().as_nanos().max(1) as u64);
@@ -592,7 +633,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                     type_v: a.kv_type.name().into(),
                     n_prompt,
                     n_gen,
-                    n_depth: 0,
+                    n_depth,
                     test_time,
                     avg_ns: avg_u64(&samples_ns),
                     stddev_ns: stdev_u64(&samples_ns),
