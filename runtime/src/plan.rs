@@ -682,9 +682,9 @@ mod tests {
             "{g:?}"
         );
         assert!(g.variant().ends_with(".qgemm"));
-        // No GEMM for Q6_K, and a forced W·A32 keeps the per-row GEMV.
+        // The K-quants have a GEMM too; a forced W·A32 keeps the per-row GEMV.
         let q6 = default_kernel("gemm", k(QuantFormat::Q6K), 64, 64, 256, &caps, 1, None);
-        assert!(matches!(q6, Kernel::QGemv(_)));
+        assert!(matches!(q6, Kernel::QGemm(q) if q.format == QuantFormat::Q6K));
         let a32 = default_kernel(
             "gemm",
             k(QuantFormat::Q8_0),
@@ -741,7 +741,10 @@ mod tests {
             .is_err()
         );
         assert!(
-            from_candidate("gemm", k(QuantFormat::Q6K), "scalar.qgemm", &sp, 1, 2, None).is_err()
+            from_candidate("gemm", k(QuantFormat::Q6K), "scalar.qgemm", &sp, 1, 2, None).is_ok()
+        );
+        assert!(
+            from_candidate("gemm", k(QuantFormat::Q8K), "scalar.qgemm", &sp, 1, 2, None).is_err()
         );
         assert!(
             from_candidate(

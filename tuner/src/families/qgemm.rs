@@ -3,18 +3,20 @@
 //! (variants `<isa>.qgemm`: every available ISA × its `mr` × interleave
 //! candidates × thread counts), beside the per-row W·A8 GEMV the runtime
 //! falls back to (`<isa>.a8`, default params, × thread counts), so the
-//! table records which one wins. Formats without a GEMM search the per-row
-//! GEMV only. The runtime's plan reads the kind back from the variant name.
+//! table records which one wins (every quantized weight format has both).
+//! The runtime's plan reads the kind back from the variant name.
 //!
 //! Each kind is checked against its own scalar definition with the W·A8
 //! bound `|got − want| ≤ 1e-6 + 1e-5 · Σ|w·x|` per output: the per-row GEMV
 //! against the scalar GEMV on each row (`qgemm::scalar::reference`), the
 //! GEMM against `qgemm::scalar::definition` — the same thing for every
 //! format but Q4_K and Q6_K, whose GEMV quantizes activations to Q8_K while
-//! the GEMM uses Q8_1, so there the GEMM's definition is the scalar GEMM. Activations are
-//! quantized inside the timed run, as the runtime does per call; weights
-//! are repacked once per interleave outside it (the runtime repacks at
-//! load).
+//! the GEMM uses Q8_1, so there the GEMM's definition is the scalar GEMM
+//! (`Σ|w·x|` is taken with the GEMV's activations for both; it only scales
+//! the bound, which GEMM variants, bit-identical to their definition, meet
+//! with zero error). Activations are quantized
+//! inside the timed run, as the runtime does per call; weights are repacked
+//! once per interleave outside it (the runtime repacks at load).
 
 use super::{Machine, candidate_named, thread_counts};
 use crate::TunerError;
