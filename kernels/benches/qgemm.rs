@@ -1,7 +1,8 @@
 //! Quantized GEMM (W·A8, repacked weights) benches: prefill shapes of the
 //! two real models (SmolLM2-135M: Q4_1 576×576, 1536×576, 576×1536;
-//! Qwen2.5-0.5B: Q5_0/Q8_0 896×896, 4864×896, 896×4864) at m = 16, 64 and
-//! 256 rows, 1 and 2 threads, best variant of the running CPU with its
+//! Qwen2.5-0.5B: Q5_0/Q8_0 896×896, 4864×896, 896×4864, and its ffn_down
+//! in Q4_K and Q6_K, 896×4864) at m = 1 (decode), 16,
+//! 64 and 256 rows, 1 and 2 threads, best variant of the running CPU with its
 //! default tile; the per-row GEMV (what prefill ran before) beside it.
 //! Throughput is in activation rows (elements = m). Activations are
 //! quantized inside the timed region, as the runtime does per call.
@@ -14,13 +15,15 @@ use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::testing::Rng;
 
 /// (format, n, k).
-const SHAPES: [(QuantFormat, usize, usize); 6] = [
+const SHAPES: [(QuantFormat, usize, usize); 8] = [
     (QuantFormat::Q4_1, 576, 576),
     (QuantFormat::Q4_1, 1536, 576),
     (QuantFormat::Q4_1, 576, 1536),
     (QuantFormat::Q5_0, 896, 896),
     (QuantFormat::Q8_0, 4864, 896),
     (QuantFormat::Q4_0, 896, 4864),
+    (QuantFormat::Q4K, 896, 4864),
+    (QuantFormat::Q6K, 896, 4864),
 ];
 
 pub fn benches(c: &mut Criterion) {
@@ -28,8 +31,8 @@ pub fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("qgemm");
     group.sample_size(10);
     for (format, n, k) in SHAPES {
-        let w = quant::quantize(format, &rng.vec_f32(n * k)).expect("k is a multiple of 32");
-        for m in [16, 64, 256] {
+        let w = quant::quantize(format, &rng.vec_f32(n * k)).expect("k is whole blocks");
+        for m in [1, 16, 64, 256] {
             let a = rng.vec_f32(m * k);
             let mut out = vec![0.0f32; m * n];
             group.throughput(Throughput::Elements(m as u64));
@@ -57,7 +60,7 @@ pub fn benches(c: &mut Criterion) {
                     b.iter(|| {
                         for (x, y) in a.chunks_exact(k).zip(out.chunks_exact_mut(n)) {
                             let xq = quantize_activations(format, black_box(x))
-                                .expect("k is a multiple of 32");
+                                .expect("k is whole blocks");
                             v.run_prequantized(&w, &xq, k, y)
                                 .expect("shapes are consistent");
                         }

@@ -693,6 +693,8 @@ mod tests {
                 }
             }
         }
+        let q6 = default_kernel("gemm", k(QuantFormat::Q6K), 64, 64, 256, &caps, 1, None);
+        assert!(matches!(q6, Kernel::QGemm(q) if q.format == QuantFormat::Q6K));
         let a32 = default_kernel(
             "gemm",
             k(QuantFormat::Q8_0),
@@ -763,6 +765,9 @@ mod tests {
                 None
             )
             .is_err()
+        );
+        assert!(
+            from_candidate("gemm", k(QuantFormat::Q6K), "scalar.qgemm", &sp, 1, 2, None).is_ok()
         );
         assert!(
             from_candidate(

@@ -567,6 +567,9 @@ mod tests {
             Problem::new("gemm", "q4_1", [("m", 5), ("n", 19), ("k", 64)]).unwrap(),
             Problem::new("gemm", "q5_0", [("m", 17), ("n", 9), ("k", 96)]).unwrap(),
             Problem::new("gemm", "q6_k", [("m", 3), ("n", 4), ("k", 256)]).unwrap(),
+            Problem::new("gemm", "q4_k", [("m", 2), ("n", 9), ("k", 512)]).unwrap(),
+            Problem::new("gemm", "q5_1", [("m", 5), ("n", 7), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "mxfp4", [("m", 3), ("n", 5), ("k", 96)]).unwrap(),
         ] {
             let mut p = instantiate(&spec, &machine()).unwrap();
             assert!(!p.candidates().is_empty());
@@ -627,13 +630,14 @@ mod tests {
             let (isa, kind) = v.split_once('.').unwrap();
             isa.parse::<Isa>().is_ok() && matches!(kind, "a8" | "qgemm")
         }));
-        // No GEMM for Q4_K: the per-row GEMV only.
+        // The K-quants have both too.
         let p = instantiate(
             &Problem::new("gemm", "q4_k", [("m", 4), ("n", 4), ("k", 256)]).unwrap(),
             &machine(),
         )
         .unwrap();
-        assert!(p.candidates().iter().all(|c| c.variant().ends_with(".a8")));
+        assert!(p.candidates()[0].variant().ends_with(".qgemm"));
+        assert!(p.candidates().iter().any(|c| c.variant().ends_with(".a8")));
     }
 
     #[test]

@@ -9,10 +9,12 @@
 //! of a whole block are summed in i16 (≤ 8 · 2 · 15 · 128 < 2¹⁵, so no
 //! saturation) before one `vpmaddwd`; int8 products go to i32 per chunk.
 //! Each block's i32 sums are converted and scaled with separately rounded
-//! multiplies and adds, as the scalar GEMV does (bit-equal results).
+//! multiplies and adds, as the scalar micro-kernel does (bit-equal results);
+//! Q6_K's two half-block sums are scaled and added one after the other.
 
 use super::Job;
 use super::pack::Kind;
+use super::pack::{I8, I8_MIN, I8_X16};
 use std::arch::x86_64::*;
 
 /// Prefetch distance in bytes (16 blocks ahead): see `avx512.rs`.
@@ -143,12 +145,19 @@ macro_rules! tiles {
             }
         }
 
-        /// Signed int8 (Q8_0, Q5_0) tile, interleave 8.
+        /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0, Q5_0, MXFP4),
+        /// [`I8_MIN`] (Q5_1) or [`I8_X16`] (Q6_K: the half-block sums are
+        /// scaled and added after chunks 0..4 and 4..8).
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize>(job: &Job<'_>, g: usize, i0: usize, out: &mut [f32]) {
+        unsafe fn $i8<const MR: usize, const MODE: u8>(
+            job: &Job<'_>,
+            g: usize,
+            i0: usize,
+            out: &mut [f32],
+        ) {
             let nb = job.nb;
             debug_assert!(job.nr == 8 && out.len() >= MR * 8);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
@@ -166,6 +175,8 @@ macro_rules! tiles {
                     _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 256 + 64 * l + PF_I8).cast());
                 }
                 let mut s = [_mm256_setzero_si256(); MR];
+                // SAFETY: 8 scales of block b.
+                let dw = unsafe { _mm256_loadu_ps(db.add(b * 8)) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.
                     let w = unsafe { _mm256_loadu_si256(qb.add(b * 256 + 32 * c).cast()) };
@@ -175,14 +186,33 @@ macro_rules! tiles {
                         let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
                         *si = $i8step(*si, aw, _mm256_sign_epi8(xb, w));
                     }
+                    if MODE == I8_X16 && c == 3 {
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            // SAFETY: block b of row i0 + i.
+                            let x = unsafe { &*ab.add(i * nb + b) };
+                            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
+                            *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i])));
+                            s[i] = _mm256_setzero_si256();
+                        }
+                    }
                 }
-                // SAFETY: 8 scales of block b.
-                let dw = unsafe { _mm256_loadu_ps(db.add(b * 8)) };
+                // Mins (I8_MIN) or upper-half scales (I8_X16).
+                let mw = if MODE == I8 {
+                    dw
+                } else {
+                    // SAFETY: jobs of these modes carry `m` shaped like the scales.
+                    unsafe { _mm256_loadu_ps(job.m.as_ptr().add((g * nb + b) * 8)) }
+                };
+                let dw = if MODE == I8_X16 { mw } else { dw };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i])));
+                    let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i]));
+                    if MODE == I8_MIN {
+                        t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
+                    }
+                    *a = _mm256_add_ps(*a, t);
                 }
             }
             for (i, a) in acc.iter().enumerate() {
@@ -214,10 +244,18 @@ macro_rules! tiles {
                     (Kind::Q4_1, 4) => $q4::<4, true>(job, g, i0, out),
                     (Kind::Q4_1, 2) => $q4::<2, true>(job, g, i0, out),
                     (Kind::Q4_1, _) => $q4::<1, true>(job, g, i0, out),
-                    (Kind::I8, 8) => $i8::<8>(job, g, i0, out),
-                    (Kind::I8, 4) => $i8::<4>(job, g, i0, out),
-                    (Kind::I8, 2) => $i8::<2>(job, g, i0, out),
-                    (Kind::I8, _) => $i8::<1>(job, g, i0, out),
+                    (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
+                    (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
+                    (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),
+                    (Kind::I8, _) => $i8::<1, I8>(job, g, i0, out),
+                    (Kind::I8Min, 8) => $i8::<8, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, 4) => $i8::<4, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, 2) => $i8::<2, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, _) => $i8::<1, I8_MIN>(job, g, i0, out),
+                    (Kind::I8x16, 8) => $i8::<8, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, 4) => $i8::<4, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, 2) => $i8::<2, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, _) => $i8::<1, I8_X16>(job, g, i0, out),
                 }
             }
         }

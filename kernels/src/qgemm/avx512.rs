@@ -7,10 +7,12 @@
 //! activations under the mask of negative weights (`vpmovb2m` +
 //! masked `vpsubb`). Without VNNI the nibble products of a block are summed
 //! in i16 (no saturation, as on AVX2) before one `vpmaddwd`. Scaling uses
-//! separately rounded multiplies and adds (bit-equal to the scalar GEMV).
+//! separately rounded multiplies and adds (bit-equal to the scalar
+//! micro-kernel).
 
 use super::Job;
 use super::pack::Kind;
+use super::pack::{I8, I8_MIN, I8_X16};
 use std::arch::x86_64::*;
 
 /// How far ahead of the block being read the quants are prefetched, in
@@ -145,12 +147,19 @@ macro_rules! tiles {
             }
         }
 
-        /// Signed int8 (Q8_0, Q5_0) tile, interleave 16.
+        /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0, Q5_0, MXFP4),
+        /// [`I8_MIN`] (Q5_1) or [`I8_X16`] (Q6_K: the half-block sums are
+        /// scaled and added after chunks 0..4 and 4..8).
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize>(job: &Job<'_>, g: usize, i0: usize, out: &mut [f32]) {
+        unsafe fn $i8<const MR: usize, const MODE: u8>(
+            job: &Job<'_>,
+            g: usize,
+            i0: usize,
+            out: &mut [f32],
+        ) {
             let nb = job.nb;
             debug_assert!(job.nr == 16 && out.len() >= MR * 16);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
@@ -168,6 +177,8 @@ macro_rules! tiles {
                     _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 512 + 64 * l + PF_I8).cast());
                 }
                 let mut s = [_mm512_setzero_si512(); MR];
+                // SAFETY: 16 scales of block b.
+                let dw = unsafe { _mm512_loadu_ps(db.add(b * 16)) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
                     let w = unsafe { _mm512_loadu_si512(qb.add(b * 512 + 64 * c).cast()) };
@@ -179,14 +190,33 @@ macro_rules! tiles {
                         let sx = _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb);
                         *si = $i8step(*si, aw, sx);
                     }
+                    if MODE == I8_X16 && c == 3 {
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            // SAFETY: block b of row i0 + i.
+                            let x = unsafe { &*ab.add(i * nb + b) };
+                            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+                            *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i])));
+                            s[i] = _mm512_setzero_si512();
+                        }
+                    }
                 }
-                // SAFETY: 16 scales of block b.
-                let dw = unsafe { _mm512_loadu_ps(db.add(b * 16)) };
+                // Mins (I8_MIN) or upper-half scales (I8_X16).
+                let mw = if MODE == I8 {
+                    dw
+                } else {
+                    // SAFETY: jobs of these modes carry `m` shaped like the scales.
+                    unsafe { _mm512_loadu_ps(job.m.as_ptr().add((g * nb + b) * 16)) }
+                };
+                let dw = if MODE == I8_X16 { mw } else { dw };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
-                    *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i])));
+                    let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i]));
+                    if MODE == I8_MIN {
+                        t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
+                    }
+                    *a = _mm512_add_ps(*a, t);
                 }
             }
             for (i, a) in acc.iter().enumerate() {
@@ -218,10 +248,18 @@ macro_rules! tiles {
                     (Kind::Q4_1, 4) => $q4::<4, true>(job, g, i0, out),
                     (Kind::Q4_1, 2) => $q4::<2, true>(job, g, i0, out),
                     (Kind::Q4_1, _) => $q4::<1, true>(job, g, i0, out),
-                    (Kind::I8, 8) => $i8::<8>(job, g, i0, out),
-                    (Kind::I8, 4) => $i8::<4>(job, g, i0, out),
-                    (Kind::I8, 2) => $i8::<2>(job, g, i0, out),
-                    (Kind::I8, _) => $i8::<1>(job, g, i0, out),
+                    (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
+                    (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
+                    (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),
+                    (Kind::I8, _) => $i8::<1, I8>(job, g, i0, out),
+                    (Kind::I8Min, 8) => $i8::<8, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, 4) => $i8::<4, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, 2) => $i8::<2, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, _) => $i8::<1, I8_MIN>(job, g, i0, out),
+                    (Kind::I8x16, 8) => $i8::<8, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, 4) => $i8::<4, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, 2) => $i8::<2, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, _) => $i8::<1, I8_X16>(job, g, i0, out),
                 }
             }
         }

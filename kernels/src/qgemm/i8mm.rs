@@ -11,7 +11,8 @@
 //! of k where `sdot` takes `MR · 2`. Lanes come out as
 //! `[i0·r0, i0·r1, i1·r0, i1·r1]` and are unzipped (64-bit `zip1`/`zip2`)
 //! into the rows once per block; scaling is the NEON tiles' (bit-equal to
-//! the scalar GEMV). A tile of one row runs the `sdot` tile. `vmmlaq_s32`
+//! the scalar micro-kernel; Q6_K's half-block sums are scaled after the
+//! second and the fourth step). A tile of one row runs the `sdot` tile. `vmmlaq_s32`
 //! is unstable in Rust 1.95, so `smmla` is emitted with `asm!`.
 
 use super::Job;
@@ -70,11 +71,65 @@ fn unzip_rows(s01: int32x4_t, s23: int32x4_t) -> (int32x4_t, int32x4_t) {
     )
 }
 
-/// Shared tile body: `MR` rows (even) × `4V` columns; `KIND` 0 = Q4_0,
-/// 1 = Q4_1, 2 = int8.
+/// `KIND` of [`tile_mmla`]: Q4_0 nibbles.
+const K_Q4_0: u8 = 0;
+/// Q4_1-kind nibbles (Q4_1, Q4_K): plus `m · s_x`.
+const K_Q4_1: u8 = 1;
+/// Int8 (Q8_0, Q5_0, MXFP4).
+const K_I8: u8 = 2;
+/// Int8 plus `m · s_x` (Q5_1).
+const K_I8_MIN: u8 = 3;
+/// Int8 with half-block scales (Q6_K).
+const K_I8_X16: u8 = 4;
+
+/// `acc[i][v] += (w · dx_i) · Σ` for the `2·pairs` rows of a tile from the
+/// `smmla` sums `s` (reset to zero), plus `m · s_x` when `mw` is given.
 ///
 /// # Safety
-/// Needs FEAT_I8MM; `g` a group of the job, rows `i0 .. i0 + 2P` inside its
+/// `ab` points at the tile's first activation row, rows `nb` blocks apart,
+/// `b` a block of them.
+#[inline]
+#[target_feature(enable = "neon,dotprod,i8mm")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scale_into<const MR: usize, const V: usize>(
+    acc: &mut [[float32x4_t; V]; MR],
+    s: &mut [[(int32x4_t, int32x4_t); V]; MR],
+    ab: *const super::ActBlock,
+    nb: usize,
+    b: usize,
+    w: [float32x4_t; V],
+    mw: Option<[float32x4_t; V]>,
+    q4_0: bool,
+) {
+    for (p, sp) in s.iter_mut().enumerate().take(MR / 2) {
+        for v in 0..V {
+            let (r0, r1) = unzip_rows(sp[v].0, sp[v].1);
+            sp[v] = (vdupq_n_s32(0), vdupq_n_s32(0));
+            for (h, si) in [(0, r0), (1, r1)] {
+                let i = 2 * p + h;
+                // SAFETY: block b of row i0 + i (the caller's bounds).
+                let x = unsafe { &*ab.add(i * nb + b) };
+                let si = if q4_0 {
+                    vsubq_s32(si, vdupq_n_s32(8 * x.sum()))
+                } else {
+                    si
+                };
+                let dd = vmulq_f32(w[v], vdupq_n_f32(x.d()));
+                let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
+                if let Some(mw) = mw {
+                    t = vaddq_f32(t, vmulq_f32(mw[v], vdupq_n_f32(x.s())));
+                }
+                acc[i][v] = vaddq_f32(acc[i][v], t);
+            }
+        }
+    }
+}
+
+/// Shared tile body: `MR` rows (even) × `4V` columns; `KIND` one of the
+/// `K_*` constants.
+///
+/// # Safety
+/// Needs FEAT_I8MM; `g` a group of the job, rows `i0 .. i0 + MR` inside its
 /// activations, `out` ≥ `MR · 4V`.
 #[target_feature(enable = "neon,dotprod,i8mm")]
 unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
@@ -86,37 +141,51 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
     let (nb, nr, pairs) = (job.nb, 4 * V, MR / 2);
     debug_assert!(MR.is_multiple_of(2) && job.nr == nr && out.len() >= MR * nr);
     debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-    let rb = if KIND == 2 { 32 } else { 16 };
+    let int8 = KIND >= K_I8;
+    let rb = if int8 { 32 } else { 16 };
     let mask = vdupq_n_u8(0x0F);
     let mut acc = [[vdupq_n_f32(0.0); V]; MR];
     // SAFETY (pointer offsets below): group g has nb blocks of nr scales
     // (and mins) and rb·nr quant bytes; rows i0 .. i0 + MR hold nb blocks.
-    let (qb, db, ab) = unsafe {
+    let (qb, ab) = unsafe {
         (
             job.qs.as_ptr().add(g * nb * rb * nr),
-            job.d.as_ptr().add(g * nb * nr),
             job.acts.as_ptr().add(i0 * nb),
         )
     };
+    // Each step: two chunks of weights (k offsets ka .. ka + 8 in the
+    // activation block); int8 steps 0, 1 cover values 0..16, steps 2, 3
+    // values 16..32.
+    let steps: &[(usize, usize, bool)] = if int8 {
+        &[(0, 0, false), (2, 8, false), (4, 16, false), (6, 24, false)]
+    } else {
+        &[(0, 0, false), (0, 16, true), (2, 8, false), (2, 24, true)]
+    };
     for b in 0..nb {
+        let at = (g * nb + b) * nr;
+        // SAFETY: nr scales (and, for the kinds with one, second values)
+        // of block b.
+        let (dw, mw): ([float32x4_t; V], [float32x4_t; V]) = unsafe {
+            (
+                std::array::from_fn(|v| vld1q_f32(job.d.as_ptr().add(at + 4 * v))),
+                if matches!(KIND, K_Q4_1 | K_I8_MIN | K_I8_X16) {
+                    std::array::from_fn(|v| vld1q_f32(job.m.as_ptr().add(at + 4 * v)))
+                } else {
+                    [vdupq_n_f32(0.0); V]
+                },
+            )
+        };
         // [pair][v] → (rows 0-1 product, rows 2-3 product); the first
         // MR / 2 entries are used.
         let mut s = [[(vdupq_n_s32(0), vdupq_n_s32(0)); V]; MR];
-        // Each step: two chunks of weights (k offsets ka .. ka + 8 in the
-        // activation block).
-        let steps: &[(usize, usize, bool)] = if KIND == 2 {
-            &[(0, 0, false), (2, 8, false), (4, 16, false), (6, 24, false)]
-        } else {
-            &[(0, 0, false), (0, 16, true), (2, 8, false), (2, 24, true)]
-        };
-        for &(c, ka, high) in steps {
+        for (step, &(c, ka, high)) in steps.iter().enumerate() {
             for v in 0..V {
                 // SAFETY: chunks c and c + 1 of block b, 16 bytes each.
                 let (wa, wb) = unsafe {
                     let p = qb.add(b * rb * nr + 4 * nr * c + 16 * v);
                     (vld1q_u8(p), vld1q_u8(p.add(4 * nr)))
                 };
-                let (wa, wb) = if KIND == 2 {
+                let (wa, wb) = if int8 {
                     (vreinterpretq_s8_u8(wa), vreinterpretq_s8_u8(wb))
                 } else if high {
                     (
@@ -142,33 +211,18 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
                     sp[v] = (smmla(sp[v].0, a, w01), smmla(sp[v].1, a, w23));
                 }
             }
-        }
-        for (p, sp) in s.iter().enumerate().take(pairs) {
-            for v in 0..V {
-                let (r0, r1) = unzip_rows(sp[v].0, sp[v].1);
-                for (h, si) in [(0, r0), (1, r1)] {
-                    let i = 2 * p + h;
-                    // SAFETY: block b of row i0 + i.
-                    let x = unsafe { &*ab.add(i * nb + b) };
-                    let si = if KIND == 0 {
-                        vsubq_s32(si, vdupq_n_s32(8 * x.sum()))
-                    } else {
-                        si
-                    };
-                    // SAFETY: 4 of the nr scales of block b.
-                    let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
-                    let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                    let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
-                    if KIND == 1 {
-                        // SAFETY: Q4_1 jobs carry mins shaped like the scales.
-                        let mw =
-                            unsafe { vld1q_f32(job.m.as_ptr().add((g * nb + b) * nr + 4 * v)) };
-                        t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
-                    }
-                    acc[i][v] = vaddq_f32(acc[i][v], t);
-                }
+            if KIND == K_I8_X16 && step == 1 {
+                // SAFETY: rows and block as above.
+                unsafe { scale_into(&mut acc, &mut s, ab, nb, b, dw, None, false) };
             }
         }
+        let (w, m) = match KIND {
+            K_I8_X16 => (mw, None),
+            K_Q4_1 | K_I8_MIN => (dw, Some(mw)),
+            _ => (dw, None),
+        };
+        // SAFETY: rows and block as above.
+        unsafe { scale_into(&mut acc, &mut s, ab, nb, b, w, m, KIND == K_Q4_0) };
     }
     for (i, ai) in acc.iter().enumerate() {
         for (v, a) in ai.iter().enumerate() {
@@ -184,32 +238,36 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
 /// Needs FEAT_I8MM (and so dotprod); shapes as the driver guarantees.
 pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32]) {
     let k = match job.kind {
-        Kind::Q4_0 => 0,
-        Kind::Q4_1 => 1,
-        Kind::I8 => 2,
+        Kind::Q4_0 => K_Q4_0,
+        Kind::Q4_1 => K_Q4_1,
+        Kind::I8 => K_I8,
+        Kind::I8Min => K_I8_MIN,
+        Kind::I8x16 => K_I8_X16,
     };
+    if mr == 1 {
+        // SAFETY: FEAT_I8MM implies the dot product; forwarded.
+        return unsafe { super::dotprod::tile(job, g, i0, 1, out) };
+    }
+    macro_rules! by_shape {
+        ($k:ident) => {
+            match (job.nr, mr) {
+                (4, 8) => tile_mmla::<8, 1, $k>(job, g, i0, out),
+                (4, 4) => tile_mmla::<4, 1, $k>(job, g, i0, out),
+                (4, _) => tile_mmla::<2, 1, $k>(job, g, i0, out),
+                (_, 8) => tile_mmla::<8, 2, $k>(job, g, i0, out),
+                (_, 4) => tile_mmla::<4, 2, $k>(job, g, i0, out),
+                (_, _) => tile_mmla::<2, 2, $k>(job, g, i0, out),
+            }
+        };
+    }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match (k, job.nr, mr) {
-            (_, _, 1) => super::dotprod::tile(job, g, i0, 1, out),
-            (0, 4, 8) => tile_mmla::<8, 1, 0>(job, g, i0, out),
-            (0, 4, 4) => tile_mmla::<4, 1, 0>(job, g, i0, out),
-            (0, 4, _) => tile_mmla::<2, 1, 0>(job, g, i0, out),
-            (0, _, 8) => tile_mmla::<8, 2, 0>(job, g, i0, out),
-            (0, _, 4) => tile_mmla::<4, 2, 0>(job, g, i0, out),
-            (0, _, _) => tile_mmla::<2, 2, 0>(job, g, i0, out),
-            (1, 4, 8) => tile_mmla::<8, 1, 1>(job, g, i0, out),
-            (1, 4, 4) => tile_mmla::<4, 1, 1>(job, g, i0, out),
-            (1, 4, _) => tile_mmla::<2, 1, 1>(job, g, i0, out),
-            (1, _, 8) => tile_mmla::<8, 2, 1>(job, g, i0, out),
-            (1, _, 4) => tile_mmla::<4, 2, 1>(job, g, i0, out),
-            (1, _, _) => tile_mmla::<2, 2, 1>(job, g, i0, out),
-            (_, 4, 8) => tile_mmla::<8, 1, 2>(job, g, i0, out),
-            (_, 4, 4) => tile_mmla::<4, 1, 2>(job, g, i0, out),
-            (_, 4, _) => tile_mmla::<2, 1, 2>(job, g, i0, out),
-            (_, _, 8) => tile_mmla::<8, 2, 2>(job, g, i0, out),
-            (_, _, 4) => tile_mmla::<4, 2, 2>(job, g, i0, out),
-            (_, _, _) => tile_mmla::<2, 2, 2>(job, g, i0, out),
+        match k {
+            K_Q4_0 => by_shape!(K_Q4_0),
+            K_Q4_1 => by_shape!(K_Q4_1),
+            K_I8 => by_shape!(K_I8),
+            K_I8_MIN => by_shape!(K_I8_MIN),
+            _ => by_shape!(K_I8_X16),
         }
     }
 }

@@ -1,18 +1,21 @@
 //! Quantized GEMM, W·A8: `C (m×n) = A (m×k) · Wᵀ` with `W (n×k)` in a GGUF
-//! block format and `A` f32, quantized once per call to Q8 blocks (the
-//! activations the W·A8 GEMV uses), then integer dot products.
+//! block format and `A` f32, quantized once per call to Q8_1 blocks, then
+//! integer dot products.
 //!
-//! This is the prefill path: the GEMV reads every weight byte once per
-//! activation row, the GEMM once per tile of `mr` rows. Weights are
+//! This is the prefill path (the GEMV reads every weight byte once per
+//! activation row, the GEMM once per tile of `mr` rows) and, with `mr = 1`,
+//! also decode: the interleaved rows need no horizontal sums. Weights are
 //! repacked at load ([`repack`], layout in [`pack`]) into groups of `nr`
 //! interleaved rows, so the i32 lanes of one dot product instruction are
 //! `nr` columns of C; an `mr × nr` register tile reuses each loaded (and,
 //! for 4-bit formats, unpacked) weight chunk for `mr` activation rows.
 //! Threads split the weight groups (`crate::pool`).
 //!
-//! Formats ([`FORMATS`]): Q4_0, Q4_1 (nibbles kept), Q8_0, Q5_0 (int8 values).
-//! Every other format has no GEMM here; callers run the per-row quantized
-//! GEMV (`crate::qgemv`), which is still correct.
+//! Formats ([`FORMATS`]): every quantized GGUF weight format tiletune reads —
+//! Q4_0, Q4_1, Q4_K (4-bit nibbles kept), Q8_0, Q5_0, Q5_1, Q6_K, MXFP4
+//! (int8 values); the kinds and what each block adds are tabled in [`pack`].
+//! Activations are always Q8_1 blocks (one f32 scale per 32 values), also
+//! for the K-quants, whose per-row GEMV uses Q8_K (one per 256).
 //!
 //! | variant | interleave `nr` | dot product |
 //! |---|---|---|
@@ -24,11 +27,15 @@
 //! | neon_i8mm | 4, 8 | `smmla` on activation row pairs (`asm!`; 1-row tiles use `sdot`) |
 //!
 //! **Exactness.** Every variant computes, per (row, column), the same i32
-//! block sums as ggml's generic `vec_dot` and accumulates
-//! `acc += (d_w·d_x)·Σ` (plus `m_w·s_x` for Q4_1) block by block with
-//! separately rounded multiplies and adds, in block order: the result is
-//! bit-identical to the scalar W·A8 GEMV (`qgemv::scalar`) on each row, on
-//! every ISA. The tests assert equality, not a tolerance.
+//! block sums (for Q6_K: half-block sums) and accumulates
+//! `acc += (d_w·d_x)·Σ` (plus `m_w·s_x` for the kinds with a min; Q6_K adds
+//! its two halves one after the other) block by block with separately
+//! rounded multiplies and adds, in block order, so all variants are
+//! bit-identical to the scalar micro-kernel on every ISA. For the formats
+//! whose GEMV uses the same activations (all but Q4_K and Q6_K) this is
+//! also bit-identical to the scalar W·A8 GEMV (`qgemv::scalar`) on each row,
+//! ggml's `vec_dot` order. [`scalar::definition`] is what the tests and the
+//! tuner compare against.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -58,12 +65,17 @@ use serde::{Deserialize, Serialize};
 
 const OP: &str = "qgemm";
 
-/// Weight formats with a GEMM (the rest run the per-row GEMV).
-pub const FORMATS: [QuantFormat; 4] = [
+/// Weight formats with a GEMM: every weight format (the activation-only
+/// Q8_1 and Q8_K have none).
+pub const FORMATS: [QuantFormat; 8] = [
     QuantFormat::Q4_0,
     QuantFormat::Q4_1,
     QuantFormat::Q5_0,
+    QuantFormat::Q5_1,
     QuantFormat::Q8_0,
+    QuantFormat::Q4K,
+    QuantFormat::Q6K,
+    QuantFormat::Mxfp4,
 ];
 
 /// Whether `format` has a quantized GEMM.
@@ -232,7 +244,8 @@ impl Job<'_> {
         &self.d[at..at + self.nr]
     }
 
-    /// Mins of group `g`, block `b` (Q4_1 only).
+    /// Second values of group `g`, block `b`: mins (Q4_1 kind, I8Min) or
+    /// upper-half scales (I8x16).
     #[inline]
     pub fn m_at(&self, g: usize, b: usize) -> &[f32] {
         let at = (g * self.nb + b) * self.nr;

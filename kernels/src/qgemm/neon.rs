@@ -9,7 +9,7 @@
 //! 4 row sums. Weight chunks (for 4-bit formats, their nibbles) are loaded
 //! and split once and used for `MR` activation rows; the 4 activation bytes
 //! are broadcast with `ld1r`. Scaling uses separately rounded multiplies
-//! and adds (bit-equal to the scalar GEMV). `tiles!` is shared with the
+//! and adds (bit-equal to the scalar micro-kernel). `tiles!` is shared with the
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
 
 use std::arch::aarch64::*;
@@ -134,17 +134,20 @@ macro_rules! tiles {
             }
         }
 
-        /// Signed int8 (Q8_0, Q5_0) tile, interleave `4·V`.
+        /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0, Q5_0, MXFP4),
+        /// `I8_MIN` (Q5_1) or `I8_X16` (Q6_K: the half-block sums are
+        /// scaled and added after chunks 0..4 and 4..8).
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const V: usize>(
+        unsafe fn $i8<const MR: usize, const V: usize, const MODE: u8>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
         ) {
+            use $crate::qgemm::pack::{I8, I8_MIN, I8_X16};
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
@@ -173,15 +176,44 @@ macro_rules! tiles {
                             si[v] = $step(si[v], w, xb);
                         }
                     }
+                    if MODE == I8_X16 && c == 3 {
+                        for (i, ai) in acc.iter_mut().enumerate() {
+                            // SAFETY: block b of row i0 + i.
+                            let x = unsafe { &*ab.add(i * nb + b) };
+                            for v in 0..V {
+                                // SAFETY: 4 of the nr scales of block b.
+                                let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
+                                let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
+                                let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
+                                ai[v] = vaddq_f32(ai[v], t);
+                                s[i][v] = $crate::qgemm::neon::zero_acc();
+                            }
+                        }
+                    }
                 }
                 for (i, ai) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     for v in 0..V {
-                        // SAFETY: 4 of the nr scales of block b.
-                        let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
+                        let at = (g * nb + b) * nr + 4 * v;
+                        // Mins (I8_MIN) or upper-half scales (I8_X16).
+                        // SAFETY: 4 of the nr values of block b; jobs of
+                        // these modes carry `m` shaped like the scales.
+                        let (dw, mw) = unsafe {
+                            let dw = vld1q_f32(job.d.as_ptr().add(at));
+                            let mw = if MODE == I8 {
+                                dw
+                            } else {
+                                vld1q_f32(job.m.as_ptr().add(at))
+                            };
+                            (if MODE == I8_X16 { mw } else { dw }, mw)
+                        };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                        ai[v] = vaddq_f32(ai[v], vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v]))));
+                        let mut t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
+                        if MODE == I8_MIN {
+                            t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
+                        }
+                        ai[v] = vaddq_f32(ai[v], t);
                     }
                 }
             }
@@ -204,7 +236,7 @@ macro_rules! tiles {
             mr: usize,
             out: &mut [f32],
         ) {
-            use $crate::qgemm::pack::Kind;
+            use $crate::qgemm::pack::{I8, I8_MIN, I8_X16, Kind};
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, job.nr, mr) {
@@ -224,14 +256,30 @@ macro_rules! tiles {
                     (Kind::Q4_1, _, 4) => $q4::<4, 2, true>(job, g, i0, out),
                     (Kind::Q4_1, _, 2) => $q4::<2, 2, true>(job, g, i0, out),
                     (Kind::Q4_1, _, _) => $q4::<1, 2, true>(job, g, i0, out),
-                    (Kind::I8, 4, 8) => $i8::<8, 1>(job, g, i0, out),
-                    (Kind::I8, 4, 4) => $i8::<4, 1>(job, g, i0, out),
-                    (Kind::I8, 4, 2) => $i8::<2, 1>(job, g, i0, out),
-                    (Kind::I8, 4, _) => $i8::<1, 1>(job, g, i0, out),
-                    (Kind::I8, _, 8) => $i8::<8, 2>(job, g, i0, out),
-                    (Kind::I8, _, 4) => $i8::<4, 2>(job, g, i0, out),
-                    (Kind::I8, _, 2) => $i8::<2, 2>(job, g, i0, out),
-                    (Kind::I8, _, _) => $i8::<1, 2>(job, g, i0, out),
+                    (Kind::I8, 4, 8) => $i8::<8, 1, I8>(job, g, i0, out),
+                    (Kind::I8, 4, 4) => $i8::<4, 1, I8>(job, g, i0, out),
+                    (Kind::I8, 4, 2) => $i8::<2, 1, I8>(job, g, i0, out),
+                    (Kind::I8, 4, _) => $i8::<1, 1, I8>(job, g, i0, out),
+                    (Kind::I8, _, 8) => $i8::<8, 2, I8>(job, g, i0, out),
+                    (Kind::I8, _, 4) => $i8::<4, 2, I8>(job, g, i0, out),
+                    (Kind::I8, _, 2) => $i8::<2, 2, I8>(job, g, i0, out),
+                    (Kind::I8, _, _) => $i8::<1, 2, I8>(job, g, i0, out),
+                    (Kind::I8Min, 4, 8) => $i8::<8, 1, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, 4, 4) => $i8::<4, 1, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, 4, 2) => $i8::<2, 1, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, 4, _) => $i8::<1, 1, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, _, 8) => $i8::<8, 2, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, _, 4) => $i8::<4, 2, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, _, 2) => $i8::<2, 2, I8_MIN>(job, g, i0, out),
+                    (Kind::I8Min, _, _) => $i8::<1, 2, I8_MIN>(job, g, i0, out),
+                    (Kind::I8x16, 4, 8) => $i8::<8, 1, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, 4, 4) => $i8::<4, 1, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, 4, 2) => $i8::<2, 1, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, 4, _) => $i8::<1, 1, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, _, 8) => $i8::<8, 2, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, _, 4) => $i8::<4, 2, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, _, 2) => $i8::<2, 2, I8_X16>(job, g, i0, out),
+                    (Kind::I8x16, _, _) => $i8::<1, 2, I8_X16>(job, g, i0, out),
                 }
             }
         }

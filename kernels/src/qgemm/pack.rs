@@ -8,35 +8,67 @@
 //! 4-byte groups (the idea of llama.cpp's `block_q4_0x8`) puts weight row r
 //! in i32 lane r instead: one `vpmaddubsw`/`vpdpbusd`/`sdot` multiplies the
 //! same 4 activation bytes (broadcast) by 4 bytes of each of NR rows, the NR
-//! scales multiply a whole vector, and the lanes are C's columns. Per
-//! (group of NR rows, block b) a [`PackedQ`] holds NR scales `d` as f32 (the
-//! exact widening of the f16 in GGUF, so no conversion runs in the hot loop),
-//! NR mins `m` for Q4_1, and the quants, chunk-major: byte
-//! `4·NR·c + 4·r + t` is byte `4c + t` of row r's quants.
+//! scales multiply a whole vector, and the lanes are C's columns. Every
+//! format is cut into 32-value blocks (a K-quant super-block of 256 gives 8).
+//! Per (group of NR rows, block b) a [`PackedQ`] holds NR scales `d` as f32
+//! (exact: the widening of GGUF's f16, or for the K-quants the product of
+//! the f16 super-block scale and a 6/8-bit sub-block scale, which has at most
+//! 19 significant bits), NR second values `m` for the kinds that have one,
+//! and the quants, chunk-major: byte `4·NR·c + 4·r + t` is byte `4c + t` of
+//! row r's quants.
 //!
-//! - Q4_0, Q4_1 keep their nibbles (the layout is as small as GGUF's): chunk
-//!   c ∈ 0..4 of nibble bytes; the low nibbles are values `4c + t`, the high
-//!   ones values `16 + 4c + t`, both unsigned 0..15 (Q4_0's `-8` is applied
-//!   through the activation block sum: `Σ(q−8)x = Σqx − 8Σx`).
-//! - Q8_0 and Q5_0 become signed int8 values (Q5_0's `q − 16`, so the two
-//!   share one kernel): chunk c ∈ 0..8 holds values `4c + t`.
+//! | kind | formats | quants per block | `d` | `m` | a block adds |
+//! |---|---|---|---|---|---|
+//! | Q4_0 | Q4_0 | 16 nibble bytes | scale | – | `d·dx·(Σqx − 8Σx)` |
+//! | Q4_1 | Q4_1, Q4_K | 16 nibble bytes | scale | min | `d·dx·Σqx + m·s_x` |
+//! | I8 | Q8_0, Q5_0, MXFP4 | 32 int8 | scale | – | `d·dx·Σqx` |
+//! | I8Min | Q5_1 | 32 int8 (0..31) | scale | min | `d·dx·Σqx + m·s_x` |
+//! | I8x16 | Q6_K | 32 int8 (−32..31) | scale of values 0..15 | scale of 16..31 | `d·dx·Σ₀..₁₅qx`, then `m·dx·Σ₁₆..₃₁qx` |
+//!
+//! - Nibble kinds keep 4 bits (chunk c ∈ 0..4 of nibble bytes; the low
+//!   nibbles are values `4c + t`, the high ones values `16 + 4c + t`, both
+//!   unsigned 0..15). Q4_0's `−8` is applied through the activation block
+//!   sum: `Σ(q−8)x = Σqx − 8Σx`. Q4_K's sub-block j (value `d·sc_j·q −
+//!   dmin·m_j`) becomes a Q4_1 block with `d = d·sc_j`, `m = −(dmin·m_j)`,
+//!   its nibbles moved from Q4_K's layout (64 values per 32 bytes: low
+//!   nibbles sub-block 2i, high 2i+1) to Q4_1's.
+//! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. Q5_0 stores `q − 16`,
+//!   MXFP4 ggml's doubled E2M1 values (`kvalues_mxfp4`, `d` =
+//!   `GGML_E8M0_TO_FP32_HALF(e)`), Q5_1 its unsigned `q`, Q6_K `q − 32` with
+//!   one scale `d·sc` per 16 values (two per block: chunks 0..4 and 4..8).
+//!
+//! Each packed block dequantizes to exactly the value ggml's
+//! `dequantize_row_*` computes (the same f32 products; Q4_K's `d1·q − m1`
+//! equals `q·d1 + (−m1)` in IEEE arithmetic), see
+//! [`PackedQ::dequantize_row`]. The padding costs memory: scales are f32 per
+//! 32 values, so Q4_K takes 6 bits per value (GGUF: 4.5), Q6_K 10 (6.56),
+//! MXFP4 9 (4.25), Q5_1 10 (6) — the price of one kernel per kind that needs
+//! no scale decoding in the hot loop.
 //!
 //! The last group is padded with zero rows (scale 0, quants 0) when NR does
 //! not divide n; the driver writes only the real columns.
 //!
-//! **Activations.** Each row of A is quantized with ggml's Q8_0/Q8_1
-//! quantizer, the exact blocks the W·A8 GEMV uses, and stored with its scale
-//! widened to f32, Q8_1's `s` widened to f32, and the integer sum of its
-//! quants (for Q4_0).
+//! **Activations.** Each row of A is quantized with ggml's Q8_1 quantizer
+//! (its `d` and quants are exactly Q8_0's), stored with its scale widened to
+//! f32, Q8_1's `s` widened to f32, and the integer sum of its quants (for
+//! Q4_0). For the legacy formats and MXFP4 these are the blocks the W·A8
+//! GEMV uses. The K-quant GEMV quantizes activations to Q8_K (one scale per
+//! 256 values); the GEMM keeps Q8_1 (one per 32, slightly more accurate), so
+//! for Q4_K and Q6_K the two agree within the activation quantization
+//! difference, not bit for bit.
 
 use crate::error::check_len;
 use crate::quant::blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, F16Le, QK, RawBlock, cast_blocks, cast_blocks_mut,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, F16Le,
+    KVALUES_MXFP4, QK, RawBlock, cast_blocks, cast_blocks_mut, e8m0_to_f32_half,
 };
-use crate::quant::{QuantFormat, legacy};
+use crate::quant::{QuantFormat, kquants, legacy};
 use crate::{KernelError, Result};
 
 const OP: &str = "qgemm_repack";
+
+/// `cast_blocks` of a row whose length `check_len` verified.
+const WHOLE: &str = "whole blocks checked above";
 
 /// The interleave widths (rows per group) any kernel reads.
 pub const INTERLEAVES: [usize; 3] = [4, 8, 16];
@@ -44,21 +76,36 @@ pub const INTERLEAVES: [usize; 3] = [4, 8, 16];
 /// How the packed quants are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// Unsigned nibbles with offset 8, Q8 activation sums.
+    /// Unsigned nibbles with offset 8, Q8 activation sums (Q4_0).
     Q4_0,
-    /// Unsigned nibbles with a min, Q8_1 activation `s`.
+    /// Unsigned nibbles with a min, Q8_1 activation `s` (Q4_1, Q4_K).
     Q4_1,
-    /// Signed int8 values (Q8_0, Q5_0).
+    /// Signed int8 values (Q8_0, Q5_0, MXFP4).
     I8,
+    /// Int8 values with a min, Q8_1 activation `s` (Q5_1).
+    I8Min,
+    /// Signed int8 values with one scale per 16 (Q6_K): `d` scales values
+    /// 0..16 of a block, `m` values 16..32.
+    I8x16,
 }
+
+/// The int8 micro-kernels' `MODE` parameter: plain int8 (Q8_0, Q5_0,
+/// MXFP4).
+pub(crate) const I8: u8 = 0;
+/// Int8 plus `m · s_x` (Q5_1).
+pub(crate) const I8_MIN: u8 = 1;
+/// Int8 with two half-block scales (Q6_K).
+pub(crate) const I8_X16: u8 = 2;
 
 impl Kind {
     pub(crate) fn of(format: QuantFormat) -> Option<Kind> {
         match format {
             QuantFormat::Q4_0 => Some(Kind::Q4_0),
-            QuantFormat::Q4_1 => Some(Kind::Q4_1),
-            QuantFormat::Q8_0 | QuantFormat::Q5_0 => Some(Kind::I8),
-            _ => None,
+            QuantFormat::Q4_1 | QuantFormat::Q4K => Some(Kind::Q4_1),
+            QuantFormat::Q8_0 | QuantFormat::Q5_0 | QuantFormat::Mxfp4 => Some(Kind::I8),
+            QuantFormat::Q5_1 => Some(Kind::I8Min),
+            QuantFormat::Q6K => Some(Kind::I8x16),
+            QuantFormat::Q8_1 | QuantFormat::Q8K => None,
         }
     }
 
@@ -66,8 +113,13 @@ impl Kind {
     pub(crate) fn row_bytes(self) -> usize {
         match self {
             Kind::Q4_0 | Kind::Q4_1 => QK / 2,
-            Kind::I8 => QK,
+            Kind::I8 | Kind::I8Min | Kind::I8x16 => QK,
         }
+    }
+
+    /// Whether the kind has the second per-(row, block) value `m`.
+    pub(crate) fn has_m(self) -> bool {
+        matches!(self, Kind::Q4_1 | Kind::I8Min | Kind::I8x16)
     }
 }
 
@@ -78,7 +130,11 @@ pub struct PackedQ {
     n: usize,
     k: usize,
     nr: usize,
+    /// Some MXFP4 quant was code 8 (−0), which packs like code 0 (+0): the
+    /// GGUF bytes cannot be rebuilt (the values can).
+    mxfp4_neg_zero: bool,
     pub(crate) d: Vec<f32>,
+    /// Mins (Q4_1 kind, I8Min) or upper-half scales (I8x16); empty otherwise.
     pub(crate) m: Vec<f32>,
     pub(crate) qs: Vec<u8>,
 }
@@ -115,10 +171,17 @@ impl PackedQ {
         Kind::of(self.format).expect("checked by repack")
     }
 
-    /// Row `row` of the weights dequantized into `out` (`k` values), equal
-    /// to `quant::dequantize` of the GGUF row this was packed from. Lets a
-    /// caller that keeps only the packed copy (the runtime's tied embedding)
-    /// still look rows up.
+    /// Quant byte `j` of row `r` in group block `gb`.
+    #[inline]
+    fn byte(&self, gb: usize, r: usize, j: usize) -> u8 {
+        let (nr, rb) = (self.nr, self.kind().row_bytes());
+        self.qs[gb * nr * rb + 4 * nr * (j / 4) + 4 * r + j % 4]
+    }
+
+    /// Row `row` of the weights dequantized into `out` (`k` values),
+    /// bit-identical to `quant::dequantize` of the GGUF row this was packed
+    /// from, for every format. Lets a caller that keeps only the packed copy
+    /// (the runtime's tied embedding) still look rows up.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<()> {
         if row >= self.n {
             return Err(KernelError::InvalidShape {
@@ -129,13 +192,16 @@ impl PackedQ {
         check_len(OP, "out", out.len(), self.k)?;
         let (nr, nb) = (self.nr, self.k / QK);
         let kind = self.kind();
-        let rb = kind.row_bytes();
         let (g, r) = (row / nr, row % nr);
         for (b, o) in out.chunks_exact_mut(QK).enumerate() {
             let gb = g * nb + b;
-            let base = gb * nr * rb;
-            let byte = |j: usize| self.qs[base + 4 * nr * (j / 4) + 4 * r + j % 4];
+            let byte = |j: usize| self.byte(gb, r, j);
             let d = self.d[gb * nr + r];
+            let m = if kind.has_m() {
+                self.m[gb * nr + r]
+            } else {
+                0.0
+            };
             match kind {
                 Kind::Q4_0 => {
                     for j in 0..QK / 2 {
@@ -145,7 +211,6 @@ impl PackedQ {
                     }
                 }
                 Kind::Q4_1 => {
-                    let m = self.m[gb * nr + r];
                     for j in 0..QK / 2 {
                         let q = byte(j);
                         o[j] = (q & 0x0F) as f32 * d + m;
@@ -157,30 +222,53 @@ impl PackedQ {
                         *v = byte(j) as i8 as f32 * d;
                     }
                 }
+                Kind::I8Min => {
+                    for (j, v) in o.iter_mut().enumerate() {
+                        *v = byte(j) as i8 as f32 * d + m;
+                    }
+                }
+                Kind::I8x16 => {
+                    for (j, v) in o.iter_mut().enumerate() {
+                        *v = byte(j) as i8 as f32 * if j < QK / 2 { d } else { m };
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    /// The GGUF bytes this was made from (the inverse of [`repack`]).
-    pub fn unpack(&self) -> Vec<u8> {
+    /// The GGUF bytes this was made from (the inverse of [`repack`]), or
+    /// `None` where the packed form does not determine them: Q4_K and Q6_K
+    /// (the pack keeps each sub-block's product `d·sc`, not the super-block
+    /// scale and the 6/8-bit factor) and MXFP4 weights that use code 8 (−0,
+    /// packed like +0). The values always survive: see
+    /// [`dequantize_row`](Self::dequantize_row).
+    pub fn unpack(&self) -> Option<Vec<u8>> {
+        if matches!(self.format, QuantFormat::Q4K | QuantFormat::Q6K) || self.mxfp4_neg_zero {
+            return None;
+        }
         let (n, nr) = (self.n, self.nr);
         let nb = self.k / QK;
         let kind = self.kind();
-        let rb = kind.row_bytes();
+        let bb = self.format.block_bytes();
         let mut out = vec![0u8; n * self.format.row_bytes(self.k)];
         for row in 0..n {
             let (g, r) = (row / nr, row % nr);
             for b in 0..nb {
                 let gb = g * nb + b;
-                let base = gb * nr * rb;
                 let mut q = [0u8; QK];
-                for (j, v) in q.iter_mut().enumerate().take(rb) {
-                    *v = self.qs[base + 4 * nr * (j / 4) + 4 * r + j % 4];
+                for (j, v) in q.iter_mut().enumerate().take(kind.row_bytes()) {
+                    *v = self.byte(gb, r, j);
                 }
-                let d = F16Le::from_f32(self.d[gb * nr + r]);
-                let at = (row * nb + b) * self.format.block_bytes();
-                let dst = &mut out[at..at + self.format.block_bytes()];
+                let dv = self.d[gb * nr + r];
+                let d = F16Le::from_f32(dv);
+                let m = if kind.has_m() {
+                    F16Le::from_f32(self.m[gb * nr + r])
+                } else {
+                    F16Le::from_f32(0.0)
+                };
+                let at = (row * nb + b) * bb;
+                let dst = &mut out[at..at + bb];
                 match self.format {
                     QuantFormat::Q4_0 => {
                         let blk: &mut [BlockQ4_0] = cast_blocks_mut(dst).expect("one block");
@@ -190,7 +278,7 @@ impl PackedQ {
                     QuantFormat::Q4_1 => {
                         let blk: &mut [BlockQ4_1] = cast_blocks_mut(dst).expect("one block");
                         blk[0].d = d;
-                        blk[0].m = F16Le::from_f32(self.m[gb * nr + r]);
+                        blk[0].m = m;
                         blk[0].qs.copy_from_slice(&q[..QK / 2]);
                     }
                     QuantFormat::Q8_0 => {
@@ -200,14 +288,18 @@ impl PackedQ {
                             *o = v as i8;
                         }
                     }
-                    _ => {
-                        // Q5_0: value v = q - 16, q = 5 bits (low nibble | fifth bit).
-                        let blk: &mut [BlockQ5_0] = cast_blocks_mut(dst).expect("one block");
-                        blk[0].d = d;
+                    QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
+                        // Q5_0 packs q − 16, Q5_1 q; q = 5 bits (low nibble
+                        // | fifth bit in qh).
+                        let off = if self.format == QuantFormat::Q5_0 {
+                            16
+                        } else {
+                            0
+                        };
                         let mut qh = 0u32;
                         let mut qs = [0u8; QK / 2];
                         for (j, &v) in q.iter().enumerate() {
-                            let u = (v as i8 as i32 + 16) as u8;
+                            let u = (v as i8 as i32 + off) as u8;
                             qh |= ((u >> 4) as u32 & 1) << j;
                             if j < QK / 2 {
                                 qs[j] |= u & 0x0F;
@@ -215,23 +307,61 @@ impl PackedQ {
                                 qs[j - QK / 2] |= (u & 0x0F) << 4;
                             }
                         }
-                        blk[0].qs = qs;
-                        blk[0].qh = qh.to_le_bytes();
+                        if self.format == QuantFormat::Q5_0 {
+                            let blk: &mut [BlockQ5_0] = cast_blocks_mut(dst).expect("one block");
+                            blk[0].d = d;
+                            blk[0].qs = qs;
+                            blk[0].qh = qh.to_le_bytes();
+                        } else {
+                            let blk: &mut [BlockQ5_1] = cast_blocks_mut(dst).expect("one block");
+                            blk[0].d = d;
+                            blk[0].m = m;
+                            blk[0].qs = qs;
+                            blk[0].qh = qh.to_le_bytes();
+                        }
+                    }
+                    _ => {
+                        // MXFP4 (the K-quants returned above).
+                        let blk: &mut [BlockMxfp4] = cast_blocks_mut(dst).expect("one block");
+                        blk[0].e = e8m0_from_f32_half(dv);
+                        let code = |v: u8| mxfp4_code(v as i8);
+                        for j in 0..QK / 2 {
+                            blk[0].qs[j] = code(q[j]) | (code(q[j + QK / 2]) << 4);
+                        }
                     }
                 }
             }
         }
-        out
+        Some(out)
     }
 }
 
-/// Repacks `n` GGUF rows of `k` values in `format` (Q4_0, Q4_1, Q5_0 or
-/// Q8_0) into groups of `nr` ∈ [`INTERLEAVES`] interleaved rows.
+/// The E8M0 code of `GGML_E8M0_TO_FP32_HALF`'s value `d` (its inverse).
+fn e8m0_from_f32_half(d: f32) -> u8 {
+    let bits = d.to_bits();
+    match bits {
+        0x0020_0000 => 0,
+        0x0040_0000 => 1,
+        _ => ((bits >> 23) + 1) as u8,
+    }
+}
+
+/// The MXFP4 code of a doubled E2M1 value (code 0 for zero).
+fn mxfp4_code(v: i8) -> u8 {
+    KVALUES_MXFP4
+        .iter()
+        .position(|&k| k == v)
+        .expect("packed from the table") as u8
+}
+
+/// Repacks `n` GGUF rows of `k` values in `format` (one of
+/// [`FORMATS`](super::FORMATS): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K,
+/// MXFP4) into groups of `nr` ∈ [`INTERLEAVES`] interleaved rows.
 pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> Result<PackedQ> {
     let kind = Kind::of(format).ok_or(KernelError::InvalidShape {
         op: OP,
         reason: format!(
-            "{format} has no quantized GEMM layout; use the per-row quantized GEMV (q4_0, q4_1, q5_0 and q8_0 repack)"
+            "{format} is an activation format with no quantized GEMM layout; weights in q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q6_K and mxfp4 repack"
         ),
     })?;
     if !INTERLEAVES.contains(&nr) {
@@ -246,51 +376,149 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
     let groups = n.div_ceil(nr);
     let rb = kind.row_bytes();
     let mut d = vec![0.0f32; groups * nb * nr];
-    let mut m = if kind == Kind::Q4_1 {
+    let mut m = if kind.has_m() {
         vec![0.0f32; groups * nb * nr]
     } else {
         Vec::new()
     };
     let mut qs = vec![0u8; groups * nb * nr * rb];
-    let bb = format.block_bytes();
+    let mut neg_zero = false;
+    let row_bytes = format.row_bytes(k);
     for row in 0..n {
         let (g, r) = (row / nr, row % nr);
-        for b in 0..nb {
+        let src = &w[row * row_bytes..(row + 1) * row_bytes];
+        // Stores block b of this row: scale, second value, quant bytes.
+        let mut put = |b: usize, dv: f32, mv: f32, q: &[u8; QK]| {
             let gb = g * nb + b;
-            let src = &w[(row * nb + b) * bb..(row * nb + b + 1) * bb];
-            let mut q = [0u8; QK];
-            match format {
-                QuantFormat::Q4_0 => {
-                    let blk = &cast_blocks::<BlockQ4_0>(src).expect("one block")[0];
-                    d[gb * nr + r] = blk.d.to_f32();
-                    q[..QK / 2].copy_from_slice(&blk.qs);
-                }
-                QuantFormat::Q4_1 => {
-                    let blk = &cast_blocks::<BlockQ4_1>(src).expect("one block")[0];
-                    d[gb * nr + r] = blk.d.to_f32();
-                    m[gb * nr + r] = blk.m.to_f32();
-                    q[..QK / 2].copy_from_slice(&blk.qs);
-                }
-                QuantFormat::Q8_0 => {
-                    let blk = &cast_blocks::<BlockQ8_0>(src).expect("one block")[0];
-                    d[gb * nr + r] = blk.d.to_f32();
-                    for (o, &v) in q.iter_mut().zip(&blk.qs) {
-                        *o = v as u8;
-                    }
-                }
-                _ => {
-                    let blk = &cast_blocks::<BlockQ5_0>(src).expect("one block")[0];
-                    d[gb * nr + r] = blk.d.to_f32();
-                    let qh = u32::from_le_bytes(blk.qh);
-                    for (j, o) in q.iter_mut().enumerate() {
-                        *o = (legacy::q5_value(&blk.qs, qh, j) as i8 - 16) as u8;
-                    }
-                }
+            d[gb * nr + r] = dv;
+            if kind.has_m() {
+                m[gb * nr + r] = mv;
             }
             let base = gb * nr * rb;
             for (j, &v) in q.iter().enumerate().take(rb) {
                 qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
             }
+        };
+        match format {
+            QuantFormat::Q4_0 => {
+                for (b, blk) in cast_blocks::<BlockQ4_0>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let mut q = [0u8; QK];
+                    q[..QK / 2].copy_from_slice(&blk.qs);
+                    put(b, blk.d.to_f32(), 0.0, &q);
+                }
+            }
+            QuantFormat::Q4_1 => {
+                for (b, blk) in cast_blocks::<BlockQ4_1>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let mut q = [0u8; QK];
+                    q[..QK / 2].copy_from_slice(&blk.qs);
+                    put(b, blk.d.to_f32(), blk.m.to_f32(), &q);
+                }
+            }
+            QuantFormat::Q8_0 => {
+                for (b, blk) in cast_blocks::<BlockQ8_0>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let q: [u8; QK] = std::array::from_fn(|j| blk.qs[j] as u8);
+                    put(b, blk.d.to_f32(), 0.0, &q);
+                }
+            }
+            QuantFormat::Q5_0 => {
+                for (b, blk) in cast_blocks::<BlockQ5_0>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let qh = u32::from_le_bytes(blk.qh);
+                    let q: [u8; QK] = std::array::from_fn(|j| {
+                        (legacy::q5_value(&blk.qs, qh, j) as i8 - 16) as u8
+                    });
+                    put(b, blk.d.to_f32(), 0.0, &q);
+                }
+            }
+            QuantFormat::Q5_1 => {
+                for (b, blk) in cast_blocks::<BlockQ5_1>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let qh = u32::from_le_bytes(blk.qh);
+                    let q: [u8; QK] = std::array::from_fn(|j| legacy::q5_value(&blk.qs, qh, j));
+                    put(b, blk.d.to_f32(), blk.m.to_f32(), &q);
+                }
+            }
+            QuantFormat::Mxfp4 => {
+                for (b, blk) in cast_blocks::<BlockMxfp4>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let code = |j: usize| {
+                        if j < QK / 2 {
+                            blk.qs[j] & 0x0F
+                        } else {
+                            blk.qs[j - QK / 2] >> 4
+                        }
+                    };
+                    neg_zero |= (0..QK).any(|j| code(j) == 8);
+                    let q: [u8; QK] =
+                        std::array::from_fn(|j| KVALUES_MXFP4[code(j) as usize] as u8);
+                    put(b, e8m0_to_f32_half(blk.e), 0.0, &q);
+                }
+            }
+            QuantFormat::Q4K => {
+                for (sb, blk) in cast_blocks::<BlockQ4K>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let (dd, dmin) = (blk.d.to_f32(), blk.dmin.to_f32());
+                    for j in 0..8 {
+                        let (sc, mn) = kquants::get_scale_min_k4(j, &blk.scales);
+                        // Sub-block j: nibble (j mod 2) of bytes 32·(j/2) ..+32.
+                        let src = &blk.qs[32 * (j / 2)..32 * (j / 2) + 32];
+                        let nib = |l: usize| {
+                            if j % 2 == 0 {
+                                src[l] & 0x0F
+                            } else {
+                                src[l] >> 4
+                            }
+                        };
+                        let mut q = [0u8; QK];
+                        for (t, v) in q.iter_mut().enumerate().take(QK / 2) {
+                            *v = nib(t) | (nib(t + QK / 2) << 4);
+                        }
+                        // ggml: d1 = d·sc, m1 = min·m, y = d1·q − m1.
+                        put(8 * sb + j, dd * sc as f32, -(dmin * mn as f32), &q);
+                    }
+                }
+            }
+            QuantFormat::Q6K => {
+                for (sb, blk) in cast_blocks::<BlockQ6K>(src)
+                    .expect(WHOLE)
+                    .iter()
+                    .enumerate()
+                {
+                    let dd = blk.d.to_f32();
+                    for j in 0..8 {
+                        let q: [u8; QK] =
+                            std::array::from_fn(|l| kquants::q6_k_value(blk, QK * j + l) as u8);
+                        // ggml: y = d·sc·q, sc per 16 values.
+                        let (s0, s1) = (blk.scales[2 * j], blk.scales[2 * j + 1]);
+                        put(8 * sb + j, dd * s0 as f32, dd * s1 as f32, &q);
+                    }
+                }
+            }
+            QuantFormat::Q8_1 | QuantFormat::Q8K => unreachable!("refused above"),
         }
     }
     Ok(PackedQ {
@@ -298,6 +526,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
         n,
         k,
         nr,
+        mxfp4_neg_zero: neg_zero,
         d,
         m,
         qs,

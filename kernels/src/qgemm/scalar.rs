@@ -1,11 +1,12 @@
-//! The quantized GEMM in plain Rust: the definition ([`reference`]: the
-//! scalar W·A8 GEMV of `crate::qgemv` on each activation row, which is what
-//! "the GEMM computes" means) and the scalar micro-kernel over the packed
-//! layout ([`tile`]), which walks the interleaved bytes exactly as the ISA
-//! kernels do and is bit-equal to the definition.
+//! The quantized GEMM in plain Rust: the definitions ([`reference`]: the
+//! scalar W·A8 GEMV of `crate::qgemv` on each activation row; [`definition`]:
+//! what every variant equals bit for bit) and the scalar micro-kernel over
+//! the packed layout ([`tile`]), which walks the interleaved bytes exactly
+//! as the ISA kernels do.
 
 use super::Job;
 use super::pack::Kind;
+use super::{QGemm, QGemmParams, repack};
 use crate::Isa;
 use crate::Result;
 use crate::error::check_len;
@@ -41,6 +42,35 @@ pub fn reference(
     Ok(())
 }
 
+/// Whether the GEMM of `format` is bit-identical to [`reference`]: it is
+/// when the GEMV quantizes activations as the GEMM does (Q8_0/Q8_1 blocks
+/// of 32), i.e. for every format but the K-quants (Q8_K activations).
+pub fn matches_reference(format: QuantFormat) -> bool {
+    !matches!(format, QuantFormat::Q4K | QuantFormat::Q6K)
+}
+
+/// `C = A · Wᵀ` exactly as every GEMM variant computes it (bit for bit):
+/// [`reference`] where [`matches_reference`], else (Q4_K, Q6_K) the scalar
+/// micro-kernel over `w` repacked with interleave 4 (the result does not
+/// depend on the interleave or `mr`). `format` must have a GEMM.
+pub fn definition(
+    format: QuantFormat,
+    w: &[u8],
+    a: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    c: &mut [f32],
+) -> Result<()> {
+    if matches_reference(format) {
+        return reference(format, w, a, m, n, k, c);
+    }
+    let q = QGemm::new(format)
+        .isa(Isa::Scalar)
+        .params(QGemmParams { mr: 1, nr: 4 });
+    q.run(&repack(format, w, n, k, 4)?, a, m, c, &mut Vec::new())
+}
+
 /// The scalar micro-kernel: rows `i0 .. i0 + mr` × group `g`'s `nr`
 /// columns into `out[i · nr + r]`. Any interleave.
 pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32]) {
@@ -54,29 +84,38 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
             let x = job.act(i0 + i, b);
             let dx = x.d();
             for r in 0..nr {
-                let mut sumi = 0i32;
-                if job.kind == Kind::I8 {
+                // Sums of values 0..16 and 16..32 (one sum for the nibble
+                // kinds, which walk both halves per byte).
+                let mut s = [0i32; 2];
+                if job.kind.row_bytes() == 32 {
                     for c in 0..8 {
                         for t in 0..4 {
                             let v = q[4 * nr * c + 4 * r + t] as i8;
-                            sumi += v as i32 * x.qs[4 * c + t] as i32;
+                            s[c / 4] += v as i32 * x.qs[4 * c + t] as i32;
                         }
                     }
                 } else {
                     for c in 0..4 {
                         for t in 0..4 {
                             let v = q[4 * nr * c + 4 * r + t];
-                            sumi += (v & 0x0F) as i32 * x.qs[4 * c + t] as i32;
-                            sumi += (v >> 4) as i32 * x.qs[16 + 4 * c + t] as i32;
+                            s[0] += (v & 0x0F) as i32 * x.qs[4 * c + t] as i32;
+                            s[0] += (v >> 4) as i32 * x.qs[16 + 4 * c + t] as i32;
                         }
                     }
                 }
-                let t = match job.kind {
-                    Kind::Q4_0 => (d[r] * dx) * (sumi - 8 * x.sum()) as f32,
-                    Kind::Q4_1 => (d[r] * dx) * sumi as f32 + job.m_at(g, b)[r] * x.s(),
-                    Kind::I8 => (d[r] * dx) * sumi as f32,
-                };
-                acc[i * nr + r] += t;
+                let a = &mut acc[i * nr + r];
+                match job.kind {
+                    Kind::Q4_0 => *a += (d[r] * dx) * (s[0] - 8 * x.sum()) as f32,
+                    Kind::Q4_1 => *a += (d[r] * dx) * s[0] as f32 + job.m_at(g, b)[r] * x.s(),
+                    Kind::I8 => *a += (d[r] * dx) * (s[0] + s[1]) as f32,
+                    Kind::I8Min => {
+                        *a += (d[r] * dx) * (s[0] + s[1]) as f32 + job.m_at(g, b)[r] * x.s()
+                    }
+                    Kind::I8x16 => {
+                        *a += (d[r] * dx) * s[0] as f32;
+                        *a += (job.m_at(g, b)[r] * dx) * s[1] as f32;
+                    }
+                }
             }
         }
     }

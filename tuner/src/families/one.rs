@@ -69,7 +69,9 @@ pub fn bench_optional_dims(op: &str) -> &'static [&'static str] {
 pub fn bench_dtypes(op: &str) -> &'static [&'static str] {
     match op {
         "gemv" => &["f32", "f16"],
-        "gemm" => &["f32", "f16", "q4_0", "q4_1", "q5_0", "q8_0"],
+        "gemm" => &[
+            "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
+        ],
         "qgemv_a32" | "qgemv_a8" => &[
             "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
         ],
