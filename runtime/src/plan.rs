@@ -69,10 +69,12 @@ pub enum Kernel {
     Gemv(GemvConfig),
     /// f32 or f16 weights, several rows.
     Gemm(GemmConfig),
-    /// Quantized weights, one row; prefill with this kernel runs it once
-    /// per row (formats without a GEMM, or a forced W·A32).
+    /// Quantized weights read in their GGUF blocks, one row; prefill with
+    /// this kernel runs it once per row (a forced W·A32, or a per-row
+    /// winner from the table).
     QGemv(QGemv),
-    /// Quantized weights (repacked at load), several rows, W·A8.
+    /// Quantized weights repacked at load, W·A8: decode (m = 1) and
+    /// prefill of every format with a GEMM (the default).
     QGemm(QGemm),
 }
 

@@ -483,6 +483,37 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// Lets the OS drop the resident pages of `data` (a slice this file
+    /// returned) once the caller has copied what it needs: the runtime
+    /// copies or repacks every weight at load, and without this the file's
+    /// pages stay resident beside the copies (Qwen2.5-0.5B: +530 MiB of
+    /// peak RSS). The bytes stay readable: a later access faults them in
+    /// from the file again. A no-op for in-memory images and on failure
+    /// (the hint is only about memory use).
+    pub fn release(&self, data: &[u8]) {
+        let Backing::Mmap(map) = &self.backing else {
+            return;
+        };
+        let base = map.as_ptr() as usize;
+        let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
+        if start < base || end > base + map.len() {
+            return;
+        }
+        let page = 4096;
+        let first = (start - base).div_ceil(page) * page;
+        let last = (end - base) / page * page;
+        if last > first {
+            // SAFETY: the map is a read-only private mapping of a file that,
+            // as for the map itself, nobody modifies while it is open; for
+            // such a mapping MADV_DONTNEED only drops the resident copy and
+            // the next read repopulates it from the file (madvise(2)), so
+            // every slice borrowed from it keeps reading the same bytes.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+            };
+        }
+    }
+
     /// A tensor's info and its bytes (already checked to lie inside the file).
     /// For a file from [`GgufFile::open`] the slice starts at a multiple of
     /// [`GgufFile::alignment`] from the page-aligned map, so it may be viewed

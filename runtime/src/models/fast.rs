@@ -156,6 +156,7 @@ impl Linear {
         if !ok {
             return Err(bad(format!("data does not hold {n} rows of {k} elements")));
         }
+        g.release(data);
         Ok(Linear {
             w: wd,
             n,
