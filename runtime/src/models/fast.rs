@@ -33,7 +33,7 @@ use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::rope::{self, Positions, RopeCache, RopeShape};
 use tiletune_kernels::{CpuCaps, Isa, Tunable};
 
-use super::{RopeLayout, RotaryEmbedding, Weight, WeightSource, dequant};
+use super::{RopeLayout, Weight, WeightSource, dequant};
 use crate::config::ModelConfig;
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;
@@ -287,11 +287,12 @@ struct Layer {
     down: Linear,
 }
 
+/// How q and k are rotated. One way today: the kernel crate's RoPE on a
+/// cos/sin table with the model's frequency scaling (Llama 3 `rope_freqs`,
+/// linear) folded in; a scheme the table cannot hold would be a variant.
 #[derive(Clone, Debug)]
 enum Rope {
     Kernel(RopeCache, rope::RopeLayout),
-    /// Scaled frequencies (Llama 3, linear), which the kernel's cache does not model.
-    Reference(RotaryEmbedding),
 }
 
 /// The KV cache and scratch buffers of one sequence.
@@ -438,10 +439,13 @@ impl FastModel {
             None
         };
         let layout = g.rope_layout(cfg);
-        let rope = if cfg.rope_scaling.is_some() {
-            Rope::Reference(RotaryEmbedding::new(cfg, layout)?)
-        } else {
-            let cache = RopeCache::new(cfg.rope_theta as f64, hd, max_ctx).map_err(kerr)?;
+        let rope = {
+            let theta = cfg.rope_theta as f64;
+            let cache = match cfg.rope_freq_divisors()? {
+                None => RopeCache::new(theta, hd, max_ctx),
+                Some(d) => RopeCache::with_freq_factors(theta, hd, max_ctx, &d),
+            }
+            .map_err(kerr)?;
             let l = match layout {
                 RopeLayout::Halves => rope::RopeLayout::RotateHalf,
                 RopeLayout::Interleaved => rope::RopeLayout::Interleaved,
@@ -615,12 +619,6 @@ impl FastModel {
                         head_dim: hd,
                     };
                     rope::rope(k, sk, pos, cache, *lay).map_err(kerr)?;
-                }
-                Rope::Reference(r) => {
-                    for i in 0..n {
-                        r.apply(&mut q[i * qd..(i + 1) * qd], hd, start + i);
-                        r.apply(&mut k[i * kvd..(i + 1) * kvd], hd, start + i);
-                    }
                 }
             }
             st.kv
