@@ -15,13 +15,14 @@
 //! attention is its paged kernel: online softmax over pages, GQA, split over
 //! the plan's threads. The library defaults to f32 pages, which reproduce
 //! the reference decoder to rounding; [`FastModel::with_kv_dtype`] picks
-//! f16 (the command line's default, as llama.cpp's) or Q8_0. (The attention
-//! kernel itself still allocates a few small per-call buffers: its row
-//! statistics and one page of scores per worker.)
+//! f16 (the command line's default, as llama.cpp's) or Q8_0. The attention
+//! kernel's own buffers (row statistics, a page of scores per worker, split-K
+//! partial states) are the state's [`AttnScratch`], reused from call to call.
 
 use half::f16;
 use tiletune_kernels::attention::{
-    self, AttnParams, AttnQuery, AttnShape, KvDtype, PagedKvCache, SeqId, default_page_size,
+    self, AttnParams, AttnQuery, AttnScratch, AttnShape, KvDtype, PagedKvCache, SeqId,
+    default_page_size,
 };
 use tiletune_kernels::eltwise;
 use tiletune_kernels::gemm::{GemmShape, gemm_f16w_f32, gemm_f32};
@@ -314,6 +315,7 @@ pub struct RunState {
     u: Vec<f32>,
     logits: Vec<f32>,
     xq: Vec<u8>,
+    attn: AttnScratch,
 }
 
 impl RunState {
@@ -529,6 +531,7 @@ impl FastModel {
             u: Vec::new(),
             logits: Vec::new(),
             xq: Vec::new(),
+            attn: AttnScratch::new(),
         }
     }
 
@@ -625,7 +628,7 @@ impl FastModel {
                 .append_batch(st.seq, l, k, &st.vv[..n * kvd])
                 .map_err(kerr)?;
             let att = &mut st.att[..n * qd];
-            attention::paged_attention_with(
+            attention::paged_attention_scratch(
                 &st.kv,
                 st.seq,
                 l,
@@ -635,6 +638,7 @@ impl FastModel {
                 None,
                 attn_isa,
                 &attn_params,
+                &mut st.attn,
             )
             .map_err(kerr)?;
             layer.o.forward(att, n, &mut st.o, &mut st.xq)?;
