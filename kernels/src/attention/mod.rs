@@ -7,6 +7,10 @@
 //! and an unnormalized output accumulator, and rescales both by `e^(m_old -
 //! m_new)` whenever a page raises the max; the full score row is never
 //! materialized. Only a page's scores (`page_size` floats) live at a time.
+//! Those, the per-row statistics and the split-K partial states are an
+//! [`AttnScratch`] the caller keeps between calls
+//! ([`paged_attention_scratch`]), so a warmed call allocates nothing; the
+//! threads are forked with `rayon::join` inside the pool (stack-held jobs).
 //!
 //! Shapes: `q` and `out` are `[q_rows, n_q_heads, head_dim]` (token-major, as
 //! a QKV projection writes them); query head `h` reads KV head
