@@ -14,7 +14,8 @@
 //! way a llama.cpp-made GGUF states it: the tensor equals the values
 //! llama.cpp's own converter computed for this config, and there is no
 //! scaling key). A model with the scaling dropped is far off, so the
-//! comparison does see it.
+//! comparison does see it. Gated (`TILETUNE_LLAMA3_LLAMACPP_GGUF`): the same
+//! on a GGUF made by llama.cpp's own converter from the fixture folder.
 
 mod common;
 
@@ -293,4 +294,45 @@ fn bad_rope_freqs_are_errors() {
         let e = ModelConfig::from_gguf(&g).unwrap_err().to_string();
         assert!(e.contains("rope_freqs"), "{e}");
     }
+}
+
+/// Gated: the GGUF llama.cpp's own converter writes for the fixture folder
+/// (path in `TILETUNE_LLAMA3_LLAMACPP_GGUF`; how to make it is in the
+/// fixture's README.md), run by the reference and fast decoders, matches
+/// transformers as the converter's image does.
+#[test]
+fn llamacpp_made_gguf_matches_transformers() {
+    let Some(path) = std::env::var_os("TILETUNE_LLAMA3_LLAMACPP_GGUF") else {
+        eprintln!("skipped: set TILETUNE_LLAMA3_LLAMACPP_GGUF to run it");
+        return;
+    };
+    let (hf, exp) = fixture();
+    let g = GgufFile::open(std::path::Path::new(&path)).unwrap();
+    let cfg = ModelConfig::from_gguf(&g).unwrap();
+    assert_eq!(cfg.rope_scaling, None, "llama.cpp writes no scaling keys");
+    let f = cfg.rope_freqs.as_ref().expect("a rope_freqs.weight tensor");
+    assert_eq!(f, &exp.llamacpp_rope_freqs);
+    let model = Model::new(&cfg, &g).unwrap();
+    let mut lm = Reference {
+        model: &model,
+        cache: model.new_cache(),
+    };
+    check("llama.cpp gguf, reference", &mut lm, &exp, hf.config.vocab);
+    let opts = PlanOptions {
+        db: Some(std::env::temp_dir().join("tiletune-hf-llama3-tests-no-such.db")),
+        threads: 2,
+        qmode: None,
+    };
+    let plan = ExecutionPlan::build(
+        &kernel_problems(&g).unwrap(),
+        "test-soc",
+        &CpuCaps::default(),
+        &opts,
+    );
+    let fast = FastModel::new(&cfg, &g, &plan, 64).unwrap();
+    let mut lm = Fast {
+        model: &fast,
+        st: fast.new_state(),
+    };
+    check("llama.cpp gguf, fast", &mut lm, &exp, hf.config.vocab);
 }
