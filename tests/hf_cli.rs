@@ -1,7 +1,8 @@
 //! `tiletune run --model <Hugging Face folder>` through the real binary: the
 //! folder is converted to a cached GGUF image and run by the fast decoder,
 //! whose logits must reproduce transformers' (the fixtures of
-//! runtime/tests/fixtures/hf_qwen3, made by make_hf_qwen3.py), also after
+//! runtime/tests/fixtures/hf_qwen3, made by make_hf_qwen3.py, and the
+//! Llama 3 RoPE scaling one of hf_llama3, bf16), also after
 //! Q8_0 quantization at load within a stated bound; bad folders and bad
 //! `--quant` values give clear errors.
 //!
@@ -15,10 +16,14 @@ fn under_qemu() -> bool {
     std::env::var_os("QEMU_CPU").is_some()
 }
 
+/// A fixture folder: `hf_qwen3/<name>`, or for `llama3` the Llama 3 RoPE
+/// scaling checkpoint (runtime/tests/fixtures/hf_llama3).
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("runtime/tests/fixtures/hf_qwen3")
-        .join(name)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/tests/fixtures");
+    match name {
+        "llama3" => root.join("hf_llama3"),
+        _ => root.join("hf_qwen3").join(name),
+    }
 }
 
 /// A scratch directory removed on drop; also the cache root, so each test
@@ -131,7 +136,7 @@ fn f32_folders_reproduce_transformers() {
         eprintln!("skipped under qemu: spawns the tiletune binary");
         return;
     }
-    for name in ["tied", "untied"] {
+    for name in ["tied", "untied", "llama3"] {
         let exp = expected(name);
         let (e, greedy) = run_fixture(name, &[], exp.greedy.len());
         // Issue 7's bound, as runtime/tests/hf_qwen3.rs holds the library to.

@@ -15,7 +15,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
 use tiletune_kernels::attention::{
-    AttnParams, AttnQuery, AttnShape, ISAS, KvDtype, PagedKvCache, paged_attention_with,
+    AttnParams, AttnQuery, AttnScratch, AttnShape, ISAS, KvDtype, PagedKvCache,
+    paged_attention_scratch,
 };
 use tiletune_kernels::testing::Rng;
 use tiletune_kernels::{CpuCaps, Isa, Tunable};
@@ -79,10 +80,21 @@ pub fn benches(c: &mut Criterion) {
                             dtype.name(),
                             p.kv_block
                         );
+                        // Reused, as the runtime reuses it.
+                        let mut scratch = AttnScratch::new();
                         g.bench_function(BenchmarkId::from_parameter(id), |b| {
                             b.iter(|| {
-                                paged_attention_with(
-                                    &cache, seq, 0, &query, &q, &mut out, None, isa, &p,
+                                paged_attention_scratch(
+                                    &cache,
+                                    seq,
+                                    0,
+                                    &query,
+                                    &q,
+                                    &mut out,
+                                    None,
+                                    isa,
+                                    &p,
+                                    &mut scratch,
                                 )
                                 .unwrap();
                                 black_box(&out);

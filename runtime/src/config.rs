@@ -73,6 +73,12 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub rope_theta: f32,
     pub rope_scaling: Option<RopeScaling>,
+    /// Per-pair RoPE frequency divisors (`head_dim / 2`): pair `i` turns at
+    /// `θ^(-2i/hd) / rope_freqs[i]`. This is llama.cpp's `rope_freqs.weight`
+    /// tensor, read from a GGUF that has one, or computed from
+    /// [`RopeScaling::Llama3`] as llama.cpp's converter computes it; a
+    /// llama.cpp GGUF states Llama 3 scaling only through this tensor.
+    pub rope_freqs: Option<Vec<f32>>,
     pub rms_eps: f32,
     pub max_pos: usize,
     /// The output projection reuses the token embedding.
@@ -96,6 +102,8 @@ pub struct RawConfig {
     pub head_dim: Option<u64>,
     pub rope_theta: Option<f64>,
     pub rope_scaling: Option<RopeScaling>,
+    /// llama.cpp's `rope_freqs` tensor, when the source has one.
+    pub rope_freqs: Option<Vec<f32>>,
     pub rms_eps: Option<f64>,
     pub max_pos: Option<u64>,
     pub tied_embeddings: Option<bool>,
@@ -105,9 +113,62 @@ pub struct RawConfig {
     pub eos_ids: Vec<u32>,
 }
 
+/// The GGUF tensor of per-pair RoPE frequency divisors (llama.cpp's name).
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// Upper bound on any dimension: larger values are corrupt metadata, and
 /// refusing them early keeps later size computations far from overflow.
 const MAX_DIM: u64 = 1 << 24;
+
+/// The `rope_freqs` values (one frequency divisor per RoPE pair) of Llama 3
+/// scaling, computed as llama.cpp's converter does (`LlamaModel.
+/// generate_extra_tensors`, the same bands as transformers'
+/// `_compute_llama3_parameters`): a pair whose wavelength `2π / f` is
+/// shorter than `original_max_pos / high_freq_factor` keeps its frequency
+/// (1), one longer than `original_max_pos / low_freq_factor` is slowed by
+/// `factor`, and in between the divisor is `1 / ((1 - s) / factor + s)` with
+/// `s = (original_max_pos / wavelength - low) / (high - low)`.
+pub fn llama3_rope_freqs(scaling: RopeScaling, theta: f32, head_dim: usize) -> Result<Vec<f32>> {
+    let RopeScaling::Llama3 {
+        factor,
+        low_freq_factor: low,
+        high_freq_factor: high,
+        original_max_pos,
+    } = scaling
+    else {
+        return Err(LoadError::Config(
+            "llama3_rope_freqs needs llama3 rope scaling; report this as a bug".into(),
+        ));
+    };
+    let ok = |v: f32| v.is_finite() && v > 0.0;
+    if !(ok(factor) && ok(low) && ok(high) && high > low && original_max_pos > 0) {
+        return Err(LoadError::Config(format!(
+            "llama3 rope scaling needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings all positive, got {factor}, {low}, {high}, {original_max_pos}; fix config.json"
+        )));
+    }
+    let (old, factor, low, high) = (
+        original_max_pos as f64,
+        factor as f64,
+        low as f64,
+        high as f64,
+    );
+    let (low_wl, high_wl) = (old / low, old / high);
+    Ok((0..head_dim / 2)
+        .map(|i| {
+            let f = 1.0 / (theta as f64).powf((2 * i) as f64 / head_dim as f64);
+            let wl = 2.0 * std::f64::consts::PI / f;
+            let d = if wl < high_wl {
+                1.0
+            } else if wl > low_wl {
+                factor
+            } else {
+                let s = (old / wl - low) / (high - low);
+                1.0 / ((1.0 - s) / factor + s)
+            };
+            d as f32
+        })
+        .collect())
+}
 
 impl RawConfig {
     /// Applies defaults and checks consistency.
@@ -158,6 +219,27 @@ impl RawConfig {
                 "rms eps {rms_eps} must be non-negative"
             )));
         }
+        let half = head_dim / 2;
+        let rope_freqs = match (self.rope_freqs, self.rope_scaling) {
+            (Some(f), _) => {
+                if f.len() != half {
+                    return Err(LoadError::Config(format!(
+                        "rope_freqs has {} values, head dim {head_dim} needs {half}; the file does not match its config",
+                        f.len()
+                    )));
+                }
+                if let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                    return Err(LoadError::Config(format!(
+                        "rope_freqs value {bad} must be finite and positive; the file is corrupt"
+                    )));
+                }
+                Some(f)
+            }
+            (None, Some(s @ RopeScaling::Llama3 { .. })) => {
+                Some(llama3_rope_freqs(s, rope_theta, head_dim)?)
+            }
+            (None, _) => None,
+        };
         Ok(ModelConfig {
             arch,
             vocab: need(self.vocab, "vocab size")?,
@@ -169,6 +251,7 @@ impl RawConfig {
             head_dim,
             rope_theta,
             rope_scaling: self.rope_scaling,
+            rope_freqs,
             rms_eps,
             max_pos: need(self.max_pos.or(Some(4096)), "max positions")?,
             tied_embeddings: self.tied_embeddings.unwrap_or(false),
@@ -228,6 +311,27 @@ impl ModelConfig {
                 }
             }
         };
+        // llama.cpp states Llama 3 scaling only as this tensor (no
+        // `rope.scaling.type`); its length is checked against head_dim in
+        // `finish`.
+        let rope_freqs = match g.tensor_info(ROPE_FREQS) {
+            None => None,
+            Some(_) => {
+                let (info, data) = g.tensor_data(ROPE_FREQS)?;
+                let v =
+                    crate::models::dequant::dequantize(info.ggml_type, data).ok_or_else(|| {
+                        LoadError::BadTensor {
+                            path: g.path().to_path_buf(),
+                            tensor: ROPE_FREQS.into(),
+                            what: format!(
+                                "type {} is not readable; llama.cpp writes it as f32",
+                                info.ggml_type
+                            ),
+                        }
+                    })?;
+                Some(v)
+            }
+        };
         let id = |key: &str| -> Result<Option<u32>> {
             match g.get(key) {
                 None => Ok(None),
@@ -250,6 +354,7 @@ impl ModelConfig {
             head_dim: opt_u64(&format!("{a}.attention.key_length"))?,
             rope_theta: opt_f64(&format!("{a}.rope.freq_base"))?,
             rope_scaling,
+            rope_freqs,
             rms_eps: opt_f64(&format!("{a}.attention.layer_norm_rms_epsilon"))?,
             max_pos: opt_u64(&format!("{a}.context_length"))?,
             tied_embeddings: Some(g.tensor_info("output.weight").is_none()),
@@ -320,11 +425,12 @@ impl ModelConfig {
                     "linear" => Some(RopeScaling::Linear {
                         factor: sf("factor", 1.0),
                     }),
+                    // Defaults as llama.cpp's converter.
                     "llama3" => Some(RopeScaling::Llama3 {
                         factor: sf("factor", 8.0),
                         low_freq_factor: sf("low_freq_factor", 1.0),
                         high_freq_factor: sf("high_freq_factor", 4.0),
-                        original_max_pos: orig,
+                        original_max_pos: if orig == 0 { 8192 } else { orig },
                     }),
                     "yarn" => Some(RopeScaling::Yarn {
                         factor: sf("factor", 1.0),
@@ -349,6 +455,7 @@ impl ModelConfig {
             head_dim: u("head_dim"),
             rope_theta,
             rope_scaling,
+            rope_freqs: None,
             rms_eps: f("rms_norm_eps"),
             max_pos: u("max_position_embeddings"),
             tied_embeddings: b("tie_word_embeddings"),
@@ -371,6 +478,33 @@ impl ModelConfig {
             source,
         })?;
         Self::from_hf_json(&text)
+    }
+
+    /// What each RoPE pair's frequency `θ^(-2i/hd)` is divided by:
+    /// [`Self::rope_freqs`] times a linear scaling factor, `None` for plain
+    /// RoPE. YaRN is an error: no decoder here implements it.
+    pub fn rope_freq_divisors(&self) -> Result<Option<Vec<f32>>> {
+        let linear = match self.rope_scaling {
+            Some(RopeScaling::Yarn { .. }) => {
+                return Err(LoadError::Config(
+                    "yarn rope scaling is not implemented; use a model without it".into(),
+                ));
+            }
+            Some(RopeScaling::Linear { factor }) => {
+                if !(factor.is_finite() && factor > 0.0) {
+                    return Err(LoadError::Config(format!(
+                        "linear rope scaling factor {factor} must be positive; fix the model's config"
+                    )));
+                }
+                Some(factor)
+            }
+            _ => None,
+        };
+        Ok(match (&self.rope_freqs, linear) {
+            (None, None) => None,
+            (Some(f), l) => Some(f.iter().map(|v| v * l.unwrap_or(1.0)).collect()),
+            (None, Some(l)) => Some(vec![l; self.head_dim / 2]),
+        })
     }
 
     /// Query heads per kv head (GQA group size).
@@ -458,6 +592,53 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Llama 3.1's own scaling (θ 5e5, hd 128, factor 8, original context
+    /// 8192): short wavelengths keep their frequency, long ones are slowed
+    /// by the factor, the band between rises monotonically; linear scaling
+    /// is one divisor for every pair; YaRN is refused.
+    #[test]
+    fn rope_freq_divisors() {
+        let base = r#""model_type": "llama", "vocab_size": 10, "hidden_size": 256,
+            "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "rope_theta": 500000.0"#;
+        let cfg = |scaling: &str| {
+            ModelConfig::from_hf_json(&format!(r#"{{{base}, "rope_scaling": {scaling}}}"#))
+        };
+        let c = cfg(
+            r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        let f = c.rope_freqs.clone().unwrap();
+        assert_eq!(f.len(), 64);
+        assert!(f.windows(2).all(|w| w[0] <= w[1]), "{f:?}");
+        let wl = |i: usize| 2.0 * std::f64::consts::PI * 5e5f64.powf(2.0 * i as f64 / 128.0);
+        for (i, &d) in f.iter().enumerate() {
+            match wl(i) {
+                w if w < 2048.0 => assert_eq!(d, 1.0, "pair {i}"),
+                w if w > 8192.0 => assert_eq!(d, 8.0, "pair {i}"),
+                _ => assert!(d > 1.0 && d < 8.0, "pair {i}: {d}"),
+            }
+        }
+        assert!(f.iter().any(|&d| d > 1.0 && d < 8.0));
+        assert_eq!(c.rope_freq_divisors().unwrap(), Some(f));
+        let c = cfg(r#"{"type": "linear", "factor": 4.0}"#).unwrap();
+        assert_eq!(
+            (c.rope_freqs.clone(), c.rope_freq_divisors().unwrap()),
+            (None, Some(vec![4.0; 64]))
+        );
+        let c = cfg(r#"{"rope_type": "yarn", "factor": 4.0}"#).unwrap();
+        assert!(c.rope_freq_divisors().is_err());
+        let c = cfg("null").unwrap();
+        assert_eq!(c.rope_freq_divisors().unwrap(), None);
+        for bad in [
+            r#"{"rope_type": "llama3", "factor": 0.0}"#,
+            r#"{"rope_type": "llama3", "low_freq_factor": 4.0, "high_freq_factor": 4.0}"#,
+        ] {
+            assert!(cfg(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! quantizers. [`cached_gguf`] writes the image once per (folder contents,
 //! weight type) under a cache directory, atomically.
 
-use crate::config::{Arch, RopeScaling};
+use crate::config::{Arch, ROPE_FREQS, RopeScaling};
 use crate::error::{LoadError, Result};
 use crate::gguf::GgmlType;
 use crate::gguf::write::GgufWriter;
@@ -58,7 +58,7 @@ impl WeightType {
 }
 
 /// Bumped whenever the image layout changes, so stale cache files are not reused.
-const CONVERTER_VERSION: u32 = 1;
+const CONVERTER_VERSION: u32 = 2;
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -90,6 +90,8 @@ fn permute_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> 
 
 /// Converts the folder `dir` into a GGUF image. `quant = None` keeps f32 and
 /// f16 checkpoints as they are (bf16 becomes f32); 1-D tensors are always f32.
+/// Llama 3 RoPE scaling becomes a `rope_freqs.weight` tensor (f32, one
+/// frequency divisor per pair), as llama.cpp's converter writes it.
 /// A 2-D weight whose rows are not a whole number of quant blocks is kept f32.
 pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
     if !dir.join("config.json").is_file() {
@@ -119,6 +121,7 @@ pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
         .kv(&format!("{a}.attention.key_length"), cfg.head_dim as u32)
         .kv(&format!("{a}.attention.value_length"), cfg.head_dim as u32)
         .kv(&format!("{a}.rope.freq_base"), cfg.rope_theta)
+        .kv(&format!("{a}.rope.dimension_count"), cfg.head_dim as u32)
         .kv(
             &format!("{a}.attention.layer_norm_rms_epsilon"),
             cfg.rms_eps,
@@ -141,11 +144,9 @@ pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
                     original_max_pos as u32,
                 );
         }
-        Some(RopeScaling::Llama3 { .. }) => {
-            return Err(LoadError::Config(
-                "llama3 RoPE scaling cannot be converted yet (GGUF stores it as a rope_freqs tensor the runtime does not read); convert the model with llama.cpp's convert_hf_to_gguf.py".into(),
-            ));
-        }
+        // As llama.cpp's converter: no scaling keys, the per-pair frequency
+        // divisors go into the `rope_freqs.weight` tensor (written below).
+        Some(RopeScaling::Llama3 { .. }) => {}
     }
     if let Some(b) = cfg.bos_id {
         w.kv("tokenizer.ggml.bos_token_id", b);
@@ -158,6 +159,10 @@ pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
     }
     if let Some(t) = &hf.chat_template {
         w.kv("tokenizer.chat_template", t.as_str());
+    }
+
+    if let Some(f) = &cfg.rope_freqs {
+        w.tensor(ROPE_FREQS, &[f.len() as u64], GgmlType::F32, f32_bytes(f))?;
     }
 
     let mut weights = vec![Weight::TokenEmbedding, Weight::OutputNorm];

@@ -7,6 +7,10 @@
 //! and an unnormalized output accumulator, and rescales both by `e^(m_old -
 //! m_new)` whenever a page raises the max; the full score row is never
 //! materialized. Only a page's scores (`page_size` floats) live at a time.
+//! Those, the per-row statistics and the split-K partial states are an
+//! [`AttnScratch`] the caller keeps between calls
+//! ([`paged_attention_scratch`]), so a warmed call allocates nothing; the
+//! threads are forked with `rayon::join` inside the pool (stack-held jobs).
 //!
 //! Shapes: `q` and `out` are `[q_rows, n_q_heads, head_dim]` (token-major, as
 //! a QKV projection writes them); query head `h` reads KV head
@@ -50,7 +54,7 @@ pub use scalar::dense_reference;
 
 use crate::eltwise::{best_isa, resolve_isa};
 use crate::error::check_len;
-use crate::pool::{pool, split_range};
+use crate::pool::pool;
 use crate::quant::{BlockQ8_0, QK};
 use crate::tune::{CpuCaps, Tunable};
 use crate::{Isa, KernelError, Result};
@@ -415,9 +419,54 @@ impl<T: PageElem> Ctx<'_, T> {
     }
 }
 
-/// Runs `f(units, a_block, b_block)` over `0..n` units split into
-/// `threads` contiguous ranges, with `a` and `b` split to match (`a_w` and
-/// `b_w` elements per unit), on exactly `threads` workers (inline for 1).
+/// Reusable buffers of the attention kernel: the per-row softmax
+/// statistics, one page of scores per worker, and the split-K partial
+/// states. The caller owns one (e.g. next to its KV cache) and passes it to
+/// [`paged_attention_scratch`]; buffers grow on demand and are never shrunk,
+/// so once a call of a given shape has run, calls of that shape or smaller
+/// allocate nothing (a decode step with the KV split allocates again only
+/// when the context outgrows the blocks seen so far, geometrically).
+#[derive(Debug, Clone, Default)]
+pub struct AttnScratch {
+    /// `(m, l)` per (row, head).
+    stats: Vec<f32>,
+    /// `page_size` scores per worker.
+    scores: Vec<f32>,
+    /// Split-K `[m, l per head][acc per head]` per (unit, block).
+    part: Vec<f32>,
+}
+
+impl AttnScratch {
+    /// An empty scratch; the first call sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes currently held.
+    pub fn bytes(&self) -> usize {
+        4 * (self.stats.capacity() + self.scores.capacity() + self.part.capacity())
+    }
+}
+
+/// `v[..len]`, growing `v` first if it is shorter (values are stale: every
+/// user overwrites before reading).
+fn grown(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+/// Runs `f(units, a_block, b_block, scores)` over `0..n` units split into
+/// at most `threads` contiguous ranges (as [`crate::pool::split_range`]), with `a` and
+/// `b` split to match (`a_w` and `b_w` elements per unit) and each range
+/// given its own `ps` floats of `scores` (`threads · ps` long), on exactly
+/// `threads` workers (inline for 1).
+///
+/// The ranges are forked with `rayon::join` inside the pool rather than
+/// spawned into a scope: a join keeps its jobs on the stack, where a scope
+/// boxes every spawn, so a warmed call allocates nothing.
+#[allow(clippy::too_many_arguments)]
 fn par_units<A: Send, B: Send, F>(
     n: usize,
     threads: usize,
@@ -425,29 +474,66 @@ fn par_units<A: Send, B: Send, F>(
     a_w: usize,
     b: &mut [B],
     b_w: usize,
+    scores: &mut [f32],
+    ps: usize,
     f: F,
 ) where
-    F: Fn(std::ops::Range<usize>, &mut [A], &mut [B]) + Sync,
+    F: Fn(std::ops::Range<usize>, &mut [A], &mut [B], &mut [f32]) + Sync,
 {
     if threads <= 1 || n <= 1 {
-        f(0..n, a, b);
+        f(0..n, a, b, &mut scores[..ps]);
         return;
     }
-    let ranges = split_range(n, threads, 1);
-    pool(threads).scope(|s| {
-        let (mut a, mut b) = (a, b);
-        for r in ranges {
-            let (ha, ta) = std::mem::take(&mut a).split_at_mut(r.len() * a_w);
-            let (hb, tb) = std::mem::take(&mut b).split_at_mut(r.len() * b_w);
-            a = ta;
-            b = tb;
-            let f = &f;
-            s.spawn(move |_| f(r, ha, hb));
-        }
-    });
+    // split_range's ranges: `per` units each, the last takes what is left.
+    let per = n.div_ceil(threads);
+    let parts = n.div_ceil(per);
+    let job = Fork {
+        per,
+        a_w,
+        b_w,
+        ps,
+        f: &f,
+    };
+    pool(threads).install(|| job.run(0..n, parts, a, b, &mut scores[..parts * ps]));
 }
 
-/// The body of [`paged_attention_with`] for one page dtype, after every check.
+/// The recursive halving of [`par_units`].
+struct Fork<'f, F> {
+    per: usize,
+    a_w: usize,
+    b_w: usize,
+    ps: usize,
+    f: &'f F,
+}
+
+impl<F> Fork<'_, F> {
+    fn run<A: Send, B: Send>(
+        &self,
+        r: std::ops::Range<usize>,
+        parts: usize,
+        a: &mut [A],
+        b: &mut [B],
+        scores: &mut [f32],
+    ) where
+        F: Fn(std::ops::Range<usize>, &mut [A], &mut [B], &mut [f32]) + Sync,
+    {
+        if parts <= 1 {
+            (self.f)(r, a, b, scores);
+            return;
+        }
+        let left = parts / 2;
+        let mid = r.start + left * self.per;
+        let (al, ar) = a.split_at_mut((mid - r.start) * self.a_w);
+        let (bl, br) = b.split_at_mut((mid - r.start) * self.b_w);
+        let (sl, sr) = scores.split_at_mut(left * self.ps);
+        rayon::join(
+            || self.run(r.start..mid, left, al, bl, sl),
+            || self.run(mid..r.end, parts - left, ar, br, sr),
+        );
+    }
+}
+
+/// The body of [`paged_attention_scratch`] for one page dtype, after every check.
 #[allow(clippy::too_many_arguments)]
 fn run<T: PageElem>(
     cache: &PagedKvCache,
@@ -460,6 +546,7 @@ fn run<T: PageElem>(
     probs: Option<&mut [f32]>,
     isa: Isa,
     params: &AttnParams,
+    scratch: &mut AttnScratch,
 ) {
     let le = cache.layer_elems();
     let ctx = Ctx {
@@ -478,11 +565,17 @@ fn run<T: PageElem>(
         scale: query.scale,
         q,
     };
-    let hd = ctx.hd;
+    let (hd, ps) = (ctx.hd, ctx.ps);
     let pairs = query.q_rows * query.n_q_heads;
     let threads = params.threads;
+    let AttnScratch {
+        stats,
+        scores,
+        part,
+    } = scratch;
     // (m, l) per pair, for the probabilities pass.
-    let mut stats = vec![0.0f32; 2 * pairs];
+    let stats = grown(stats, 2 * pairs);
+    let scores = grown(scores, threads * ps);
     let blocks = if params.kv_block == 0 {
         1
     } else {
@@ -498,15 +591,16 @@ fn run<T: PageElem>(
             threads,
             out,
             g * hd,
-            &mut stats,
+            stats,
             2 * g,
-            |r, out, st| {
-                let mut scratch = vec![0.0f32; ctx.ps];
+            scores,
+            ps,
+            |r, out, st, scratch| {
                 for (j, u) in r.enumerate() {
                     let (i, kvh) = (u / ctx.n_kv, u % ctx.n_kv);
                     let accs = &mut out[j * g * hd..(j + 1) * g * hd];
                     let ml = &mut st[j * 2 * g..(j + 1) * 2 * g];
-                    ctx.attend_group(i, kvh, 0, ctx.pos0 + i + 1, &mut scratch, accs, ml);
+                    ctx.attend_group(i, kvh, 0, ctx.pos0 + i + 1, scratch, accs, ml);
                     for (acc, st) in accs.chunks_exact_mut(hd).zip(ml.chunks_exact(2)) {
                         let inv = 1.0 / st[1];
                         acc.iter_mut().for_each(|a| *a *= inv);
@@ -519,65 +613,76 @@ fn run<T: PageElem>(
         // [m, l per head][acc per head], then a merge per (row, head).
         let kb = params.kv_block;
         let w = g * (hd + 2);
-        let mut part = vec![0.0f32; units * blocks * w];
+        let part = grown(part, units * blocks * w);
         par_units(
             units * blocks,
             threads,
-            &mut part,
+            part,
             w,
             &mut [] as &mut [u8],
             0,
-            |r, part, _| {
-                let mut scratch = vec![0.0f32; ctx.ps];
+            scores,
+            ps,
+            |r, part, _, scratch| {
                 for (j, task) in r.enumerate() {
                     let (u, b) = (task / blocks, task % blocks);
                     let (i, kvh) = (u / ctx.n_kv, u % ctx.n_kv);
                     let vis = ctx.pos0 + i + 1;
                     let (t0, t1) = ((b * kb).min(vis), ((b + 1) * kb).min(vis));
                     let (ml, accs) = part[j * w..(j + 1) * w].split_at_mut(2 * g);
-                    ctx.attend_group(i, kvh, t0, t1, &mut scratch, accs, ml);
+                    ctx.attend_group(i, kvh, t0, t1, scratch, accs, ml);
                 }
             },
         );
-        let part = &part;
-        par_units(pairs, threads, out, hd, &mut stats, 2, |r, out, st| {
-            for (j, pair) in r.enumerate() {
-                let (u, gj) = (pair / g, pair % g);
-                let state = |b: usize| {
-                    let base = (u * blocks + b) * w;
-                    let acc = base + 2 * g + gj * hd;
-                    (
-                        part[base + 2 * gj],
-                        part[base + 2 * gj + 1],
-                        &part[acc..acc + hd],
-                    )
-                };
-                let m = (0..blocks).fold(f32::NEG_INFINITY, |a, b| a.max(state(b).0));
-                let acc = &mut out[j * hd..(j + 1) * hd];
-                acc.fill(0.0);
-                let mut l = 0.0f32;
-                for b in 0..blocks {
-                    let (mb, lb, ab) = state(b);
-                    // Empty blocks (past the causal limit) have l = 0.
-                    if lb == 0.0 {
-                        continue;
+        let part = &*part;
+        par_units(
+            pairs,
+            threads,
+            out,
+            hd,
+            stats,
+            2,
+            scores,
+            ps,
+            |r, out, st, _| {
+                for (j, pair) in r.enumerate() {
+                    let (u, gj) = (pair / g, pair % g);
+                    let state = |b: usize| {
+                        let base = (u * blocks + b) * w;
+                        let acc = base + 2 * g + gj * hd;
+                        (
+                            part[base + 2 * gj],
+                            part[base + 2 * gj + 1],
+                            &part[acc..acc + hd],
+                        )
+                    };
+                    let m = (0..blocks).fold(f32::NEG_INFINITY, |a, b| a.max(state(b).0));
+                    let acc = &mut out[j * hd..(j + 1) * hd];
+                    acc.fill(0.0);
+                    let mut l = 0.0f32;
+                    for b in 0..blocks {
+                        let (mb, lb, ab) = state(b);
+                        // Empty blocks (past the causal limit) have l = 0.
+                        if lb == 0.0 {
+                            continue;
+                        }
+                        let c = (mb - m).exp();
+                        l += lb * c;
+                        for (a, &x) in acc.iter_mut().zip(ab) {
+                            *a += c * x;
+                        }
                     }
-                    let c = (mb - m).exp();
-                    l += lb * c;
-                    for (a, &x) in acc.iter_mut().zip(ab) {
-                        *a += c * x;
-                    }
+                    let inv = 1.0 / l;
+                    acc.iter_mut().for_each(|a| *a *= inv);
+                    st[2 * j] = m;
+                    st[2 * j + 1] = l;
                 }
-                let inv = 1.0 / l;
-                acc.iter_mut().for_each(|a| *a *= inv);
-                st[2 * j] = m;
-                st[2 * j + 1] = l;
-            }
-        });
+            },
+        );
     }
     if let Some(probs) = probs {
         // Rows of probs are ordered (head, row); stats are ordered (row, head).
-        let stats = &stats;
+        let stats = &*stats;
         par_units(
             pairs,
             threads,
@@ -585,7 +690,9 @@ fn run<T: PageElem>(
             kv_len,
             &mut [] as &mut [u8],
             0,
-            |r, pr, _| {
+            scores,
+            ps,
+            |r, pr, _, _| {
                 for (j, u) in r.enumerate() {
                     let (h, i) = (u / ctx.q_rows, u % ctx.q_rows);
                     let s = 2 * (i * ctx.n_q_heads + h);
@@ -707,7 +814,8 @@ pub fn paged_attention(
     paged_attention_with(cache, seq, layer, query, q, out, probs, best_isa(), &p)
 }
 
-/// [`paged_attention`] with a forced variant and parameters.
+/// [`paged_attention`] with a forced variant and parameters. Its buffers
+/// are allocated for the call; [`paged_attention_scratch`] reuses them.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention_with(
     cache: &PagedKvCache,
@@ -720,6 +828,37 @@ pub fn paged_attention_with(
     isa: Isa,
     params: &AttnParams,
 ) -> Result<()> {
+    let mut scratch = AttnScratch::new();
+    paged_attention_scratch(
+        cache,
+        seq,
+        layer,
+        query,
+        q,
+        out,
+        probs,
+        isa,
+        params,
+        &mut scratch,
+    )
+}
+
+/// [`paged_attention_with`] on the caller's reusable buffers: once
+/// `scratch` has served a call of this shape, the call allocates nothing
+/// (decode and prefill, with any thread count and KV split).
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_scratch(
+    cache: &PagedKvCache,
+    seq: SeqId,
+    layer: usize,
+    query: &AttnQuery,
+    q: &[f32],
+    out: &mut [f32],
+    probs: Option<&mut [f32]>,
+    isa: Isa,
+    params: &AttnParams,
+    scratch: &mut AttnScratch,
+) -> Result<()> {
     let kv_len = check(cache, seq, layer, query, q, out, probs.as_deref())?;
     let isa = resolve_isa(OP, isa)?;
     params.validate()?;
@@ -729,13 +868,13 @@ pub fn paged_attention_with(
     let pages = cache.page_table(seq)?;
     match cache.dtype() {
         KvDtype::F32 => run::<f32>(
-            cache, pages, layer, query, kv_len, q, out, probs, isa, params,
+            cache, pages, layer, query, kv_len, q, out, probs, isa, params, scratch,
         ),
         KvDtype::F16 => run::<f16>(
-            cache, pages, layer, query, kv_len, q, out, probs, isa, params,
+            cache, pages, layer, query, kv_len, q, out, probs, isa, params, scratch,
         ),
         KvDtype::Q8_0 => run::<BlockQ8_0>(
-            cache, pages, layer, query, kv_len, q, out, probs, isa, params,
+            cache, pages, layer, query, kv_len, q, out, probs, isa, params, scratch,
         ),
     }
     Ok(())

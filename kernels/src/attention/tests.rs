@@ -2,7 +2,8 @@
 //! out of order, the last one partial), GQA ratios 1/2/4, decode and
 //! prefill with `pos0 > 0`, every KV dtype, every available variant,
 //! threads 1/2/3 with and without the KV split, with and without the
-//! probabilities; plus the cache's bookkeeping and the error paths.
+//! probabilities, on fresh and on reused scratch buffers; plus the cache's
+//! bookkeeping and the error paths.
 //!
 //! Tolerances: against the oracle run on the K/V the kernel actually sees
 //! (f16-rounded, or Q8_0-dequantized), outputs agree within
@@ -98,8 +99,14 @@ fn fixture(
     Fixture { cache, seq, k, v }
 }
 
+thread_local! {
+    /// One scratch reused by every `check` of a test, across shapes.
+    static SCRATCH: std::cell::RefCell<AttnScratch> = Default::default();
+}
+
 /// Runs every variant × params × probs on one query block and compares
-/// with the oracle on the stored K/V (and, for Q8_0, loosely with the raw one).
+/// with the oracle on the stored K/V (and, for Q8_0, loosely with the raw
+/// one); the same calls on a reused [`AttnScratch`] give identical bits.
 fn check(
     rng: &mut Rng,
     f: &Fixture,
@@ -172,6 +179,19 @@ fn check(
             let mut out = vec![f32::NAN; q.len()];
             paged_attention_with(c, f.seq, LAYER, &query, &q, &mut out, None, isa, p).unwrap();
             assert_close(&out, &want, ATOL, RTOL, &what(isa, p));
+            // A scratch that served other shapes, dtypes, thread counts and
+            // splits before gives the same bits as a fresh one.
+            let mut again = vec![f32::NAN; q.len()];
+            SCRATCH.with_borrow_mut(|s| {
+                paged_attention_scratch(c, f.seq, LAYER, &query, &q, &mut again, None, isa, p, s)
+                    .unwrap()
+            });
+            assert_eq!(
+                again.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "reused scratch: {}",
+                what(isa, p)
+            );
             let mut out2 = vec![f32::NAN; q.len()];
             let mut probs = vec![f32::NAN; want_p.len()];
             paged_attention_with(
@@ -193,6 +213,28 @@ fn check(
                 P_ATOL,
                 RTOL,
                 &format!("probs {}", what(isa, p)),
+            );
+            let mut probs2 = vec![f32::NAN; want_p.len()];
+            SCRATCH.with_borrow_mut(|s| {
+                paged_attention_scratch(
+                    c,
+                    f.seq,
+                    LAYER,
+                    &query,
+                    &q,
+                    &mut out2,
+                    Some(&mut probs2),
+                    isa,
+                    p,
+                    s,
+                )
+                .unwrap()
+            });
+            assert_eq!(
+                probs2.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                probs.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "reused scratch, probs: {}",
+                what(isa, p)
             );
         }
     }

@@ -7,7 +7,9 @@
 //!
 //! where `r = rotary_dim ≤ head_dim` is the number of rotated features (partial
 //! rotary, e.g. Phi / GPT-NeoX `rotary_pct`); features `r..head_dim` are left
-//! untouched. Pair `i` at position `p` is rotated by `p · θ^(-2i/r)`.
+//! untouched. Pair `i` at position `p` is rotated by `p · θ^(-2i/r)`, or by
+//! `p · θ^(-2i/r) / factor[i]` with per-pair frequency factors (llama.cpp's
+//! `rope_freqs`: Llama 3 and linear scaling, [`RopeCache::with_freq_factors`]).
 //!
 //! The angles live in a [`RopeCache`] built once per `(θ, r, max_pos)`.
 //! They are computed in f64 (`inv_freq`, `p · inv_freq`, `cos`, `sin`) and
@@ -77,6 +79,29 @@ impl RopeCache {
     /// and > 1 (10 000 for Llama 2, 1 000 000 for Qwen2); `rotary_dim` even
     /// and ≥ 2; `max_pos` ≥ 1.
     pub fn new(theta: f64, rotary_dim: usize, max_pos: usize) -> Result<Self> {
+        Self::build(theta, rotary_dim, max_pos, None)
+    }
+
+    /// As [`Self::new`], with pair `i`'s frequency divided by `factors[i]`
+    /// (`rotary_dim / 2` finite values > 0): the angle is `p · θ^(-2i/r) /
+    /// factors[i]`. This is llama.cpp's `rope_freqs` tensor (ggml's
+    /// `freq_factors`), which carries Llama 3 frequency scaling; linear
+    /// scaling is every factor equal to the scale.
+    pub fn with_freq_factors(
+        theta: f64,
+        rotary_dim: usize,
+        max_pos: usize,
+        factors: &[f32],
+    ) -> Result<Self> {
+        Self::build(theta, rotary_dim, max_pos, Some(factors))
+    }
+
+    fn build(
+        theta: f64,
+        rotary_dim: usize,
+        max_pos: usize,
+        factors: Option<&[f32]>,
+    ) -> Result<Self> {
         const OP: &str = "rope_cache";
         if !(theta.is_finite() && theta > 1.0) {
             return Err(KernelError::InvalidParams {
@@ -99,8 +124,28 @@ impl RopeCache {
                 ),
             });
         }
+        if let Some(f) = factors {
+            if f.len() != half {
+                return Err(KernelError::InvalidShape {
+                    op: OP,
+                    reason: format!(
+                        "{} frequency factors for rotary_dim = {rotary_dim}; pass rotary_dim / 2 = {half}",
+                        f.len()
+                    ),
+                });
+            }
+            if let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                return Err(KernelError::InvalidParams {
+                    op: OP,
+                    reason: format!("frequency factor {bad} must be finite and greater than 0"),
+                });
+            }
+        }
         let inv_freq: Vec<f64> = (0..half)
-            .map(|i| theta.powf(-((2 * i) as f64) / rotary_dim as f64))
+            .map(|i| {
+                let f = theta.powf(-((2 * i) as f64) / rotary_dim as f64);
+                factors.map_or(f, |d| f / d[i] as f64)
+            })
             .collect();
         let mut cos = Vec::with_capacity(max_pos * half);
         let mut sin = Vec::with_capacity(max_pos * half);
@@ -437,6 +482,62 @@ mod tests {
         let (c, s) = cache.at(0);
         scalar::head(&mut got, c, s, RopeLayout::RotateHalf);
         assert_eq!(got, x);
+    }
+
+    /// Frequency factors divide each pair's frequency: the tables equal a
+    /// direct evaluation of `p · θ^(-2i/r) / factor[i]`, all-ones factors
+    /// give [`RopeCache::new`]'s tables, and the kernels read them like any
+    /// other cache.
+    #[test]
+    fn freq_factors_divide_the_frequencies() {
+        let (r, theta, max_pos) = (8usize, 500_000.0f64, 40usize);
+        let factors = [1.7359413f32, 6.234267, 8.0, 8.0];
+        let cache = RopeCache::with_freq_factors(theta, r, max_pos, &factors).unwrap();
+        for p in [0usize, 1, 17, 39] {
+            let (c, s) = cache.at(p);
+            for i in 0..r / 2 {
+                let a = p as f64 * theta.powf(-(2.0 * i as f64) / r as f64) / factors[i] as f64;
+                assert_eq!(
+                    (c[i], s[i]),
+                    (a.cos() as f32, a.sin() as f32),
+                    "p {p} i {i}"
+                );
+            }
+        }
+        let ones = RopeCache::with_freq_factors(theta, r, max_pos, &[1.0; 4]).unwrap();
+        assert_eq!(ones, RopeCache::new(theta, r, max_pos).unwrap());
+        let shape = RopeShape {
+            rows: 3,
+            n_heads: 2,
+            head_dim: r,
+        };
+        let x: Vec<f32> = Rng::new(9).vec_f32(3 * 2 * r);
+        for isa in available_isas() {
+            let mut got = x.clone();
+            let p = RopeParams { threads: 1 };
+            let pos = Positions::Offset(30);
+            rope_with(
+                &mut got,
+                shape,
+                pos,
+                &cache,
+                RopeLayout::Interleaved,
+                isa,
+                &p,
+            )
+            .unwrap();
+            let mut want = x.clone();
+            for (u, h) in want.chunks_exact_mut(r).enumerate() {
+                let (c, s) = cache.at(30 + u / 2);
+                scalar::head(h, c, s, RopeLayout::Interleaved);
+            }
+            assert_close(&got, &want, 1e-6, 1e-6, &format!("{isa} freq factors"));
+        }
+        assert!(RopeCache::with_freq_factors(theta, r, max_pos, &factors[..3]).is_err());
+        for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            let f = [1.0, bad, 1.0, 1.0];
+            assert!(RopeCache::with_freq_factors(theta, r, max_pos, &f).is_err());
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! share.
 
 use super::{Weight, WeightSource};
-use crate::config::{ModelConfig, RopeScaling};
+use crate::config::ModelConfig;
 use crate::error::{LoadError, Result};
 
 /// How RoPE pairs the dimensions of a head.
@@ -53,40 +53,18 @@ pub struct RotaryEmbedding {
 }
 
 impl RotaryEmbedding {
+    /// Frequencies `θ^(-2i/hd)`, each divided by the config's
+    /// [`ModelConfig::rope_freq_divisors`] (Llama 3 and linear scaling);
+    /// YaRN is an error.
     pub fn new(cfg: &ModelConfig, layout: RopeLayout) -> Result<Self> {
         let hd = cfg.head_dim;
-        let mut inv_freq: Vec<f32> = (0..hd / 2)
-            .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / hd as f32))
+        let divisors = cfg.rope_freq_divisors()?;
+        let inv_freq: Vec<f32> = (0..hd / 2)
+            .map(|i| {
+                let f = 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / hd as f32);
+                divisors.as_ref().map_or(f, |d| f / d[i])
+            })
             .collect();
-        match cfg.rope_scaling {
-            None => {}
-            Some(RopeScaling::Linear { factor }) => inv_freq.iter_mut().for_each(|f| *f /= factor),
-            Some(RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_pos,
-            }) => {
-                // transformers' `_compute_llama3_parameters`.
-                let old = original_max_pos as f32;
-                let low_wl = old / low_freq_factor;
-                let high_wl = old / high_freq_factor;
-                for f in &mut inv_freq {
-                    let wl = 2.0 * std::f32::consts::PI / *f;
-                    if wl > low_wl {
-                        *f /= factor;
-                    } else if wl >= high_wl {
-                        let s = (old / wl - low_freq_factor) / (high_freq_factor - low_freq_factor);
-                        *f = (1.0 - s) * *f / factor + s * *f;
-                    }
-                }
-            }
-            Some(RopeScaling::Yarn { .. }) => {
-                return Err(LoadError::Config(
-                    "yarn rope scaling is not implemented in the reference model".into(),
-                ));
-            }
-        }
         Ok(RotaryEmbedding { inv_freq, layout })
     }
 

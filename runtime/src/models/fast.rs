@@ -19,13 +19,14 @@
 //! attention is its paged kernel: online softmax over pages, GQA, split over
 //! the plan's threads. The library defaults to f32 pages, which reproduce
 //! the reference decoder to rounding; [`FastModel::with_kv_dtype`] picks
-//! f16 (the command line's default, as llama.cpp's) or Q8_0. (The attention
-//! kernel itself still allocates a few small per-call buffers: its row
-//! statistics and one page of scores per worker.)
+//! f16 (the command line's default, as llama.cpp's) or Q8_0. The attention
+//! kernel's own buffers (row statistics, a page of scores per worker, split-K
+//! partial states) are the state's [`AttnScratch`], reused from call to call.
 
 use half::f16;
 use tiletune_kernels::attention::{
-    self, AttnParams, AttnQuery, AttnShape, KvDtype, PagedKvCache, SeqId, default_page_size,
+    self, AttnParams, AttnQuery, AttnScratch, AttnShape, KvDtype, PagedKvCache, SeqId,
+    default_page_size,
 };
 use tiletune_kernels::eltwise;
 use tiletune_kernels::gemm::{GemmShape, gemm_f16w_f32, gemm_f32};
@@ -37,7 +38,7 @@ use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::rope::{self, Positions, RopeCache, RopeShape};
 use tiletune_kernels::{CpuCaps, Isa, Tunable};
 
-use super::{RopeLayout, RotaryEmbedding, Weight, WeightSource, dequant};
+use super::{RopeLayout, Weight, WeightSource, dequant};
 use crate::config::ModelConfig;
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;
@@ -377,11 +378,12 @@ struct Layer {
     down: Linear,
 }
 
+/// How q and k are rotated. One way today: the kernel crate's RoPE on a
+/// cos/sin table with the model's frequency scaling (Llama 3 `rope_freqs`,
+/// linear) folded in; a scheme the table cannot hold would be a variant.
 #[derive(Clone, Debug)]
 enum Rope {
     Kernel(RopeCache, rope::RopeLayout),
-    /// Scaled frequencies (Llama 3, linear), which the kernel's cache does not model.
-    Reference(RotaryEmbedding),
 }
 
 /// The KV cache and scratch buffers of one sequence.
@@ -403,6 +405,7 @@ pub struct RunState {
     u: Vec<f32>,
     logits: Vec<f32>,
     xq: Vec<u8>,
+    attn: AttnScratch,
 }
 
 impl RunState {
@@ -536,10 +539,13 @@ impl FastModel {
             output.is_none(),
         )?;
         let layout = g.rope_layout(cfg);
-        let rope = if cfg.rope_scaling.is_some() {
-            Rope::Reference(RotaryEmbedding::new(cfg, layout)?)
-        } else {
-            let cache = RopeCache::new(cfg.rope_theta as f64, hd, max_ctx).map_err(kerr)?;
+        let rope = {
+            let theta = cfg.rope_theta as f64;
+            let cache = match cfg.rope_freq_divisors()? {
+                None => RopeCache::new(theta, hd, max_ctx),
+                Some(d) => RopeCache::with_freq_factors(theta, hd, max_ctx, &d),
+            }
+            .map_err(kerr)?;
             let l = match layout {
                 RopeLayout::Halves => rope::RopeLayout::RotateHalf,
                 RopeLayout::Interleaved => rope::RopeLayout::Interleaved,
@@ -639,6 +645,7 @@ impl FastModel {
             u: Vec::new(),
             logits: Vec::new(),
             xq: Vec::new(),
+            attn: AttnScratch::new(),
         }
     }
 
@@ -756,18 +763,12 @@ impl FastModel {
                     };
                     rope::rope(k, sk, pos, cache, *lay).map_err(kerr)?;
                 }
-                Rope::Reference(r) => {
-                    for i in 0..n {
-                        r.apply(&mut q[i * qd..(i + 1) * qd], hd, start + i);
-                        r.apply(&mut k[i * kvd..(i + 1) * kvd], hd, start + i);
-                    }
-                }
             }
             st.kv
                 .append_batch(st.seq, l, k, &st.vv[..n * kvd])
                 .map_err(kerr)?;
             let att = &mut st.att[..n * qd];
-            attention::paged_attention_with(
+            attention::paged_attention_scratch(
                 &st.kv,
                 st.seq,
                 l,
@@ -777,6 +778,7 @@ impl FastModel {
                 None,
                 attn_isa,
                 &attn_params,
+                &mut st.attn,
             )
             .map_err(kerr)?;
             layer.o.forward(att, n, &mut st.o, &mut st.xq)?;

@@ -26,7 +26,8 @@ use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
 use half::f16;
 use tiletune_kernels::attention::{
-    self, AttnParams, AttnQuery, AttnShape, KvDtype, PagedKvCache, SeqId, default_page_size,
+    self, AttnParams, AttnQuery, AttnScratch, AttnShape, KvDtype, PagedKvCache, SeqId,
+    default_page_size,
 };
 use tiletune_kernels::embed::{self, LmHead, LmHeadParams, LmHeadShape, PackedEmbedding};
 use tiletune_kernels::gemm::{GemmConfig, GemmParams, GemmShape};
@@ -275,6 +276,8 @@ struct AttnOne {
     next: usize,
     q: Vec<f32>,
     out: Vec<f32>,
+    /// The kernel's buffers, reused across calls as the runtime does.
+    scratch: AttnScratch,
     reference: Vec<f32>,
     cands: Vec<Candidate>,
     work: Work,
@@ -345,6 +348,7 @@ impl AttnOne {
             caches,
             next: 0,
             out: vec![0.0; q.len()],
+            scratch: AttnScratch::new(),
             q,
             reference,
             work,
@@ -353,7 +357,7 @@ impl AttnOne {
 
     fn call(&mut self, copy: usize) -> tiletune_kernels::Result<()> {
         let (cache, seq) = &self.caches[copy];
-        attention::paged_attention_with(
+        attention::paged_attention_scratch(
             cache,
             *seq,
             0,
@@ -363,6 +367,7 @@ impl AttnOne {
             None,
             self.isa,
             &self.params,
+            &mut self.scratch,
         )
     }
 }
