@@ -13,14 +13,18 @@
 //! were timed on cluster 1's CPUs). The entry keeps that placement
 //! ([`PlanEntry::placement`]); a placement naming CPUs this process cannot
 //! run on rejects the winner like any other inapplicable choice (default,
-//! with a note). The runtime pins once per plan, not per call: when every
-//! pinned entry names the same CPU set, [`ExecutionPlan::pinned_cpus`] is
-//! that set and [`ExecutionPlan::apply_placement`] pins the calling thread
-//! to it and each pool worker of the pinned entries' thread counts to one of
-//! its CPUs — the layout the tuner measured (`tiletune_bench::pin`), with no
-//! system call on the kernel path. Entries pinned to different sets would
-//! need a re-pin around every call, so then nothing is pinned and those
-//! entries say so. On a single-cluster machine nothing is ever pinned.
+//! with a note). The runtime pins once per plan, not per call, and only
+//! when the whole plan fits one CPU set: every pinned entry names the same
+//! set S, and no entry (nor the plan's own thread count, which runs the
+//! forward pass and attention) needs more workers than S has CPUs. Then
+//! [`ExecutionPlan::pinned_cpus`] is S and [`ExecutionPlan::apply_placement`]
+//! pins the calling thread to S and every pool the plan uses one worker per
+//! CPU of S — the layout the tuner measured (`tiletune_bench::pin`), with no
+//! system call on the kernel path, whichever thread runs the model. A plan
+//! that does not fit one set would need a re-pin around calls, so then
+//! nothing is pinned and the pinned entries say why (e.g. tuned with
+//! `--threads 4` but run with `-t 8`). On a single-cluster machine nothing
+//! is ever pinned.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -240,7 +244,7 @@ impl ExecutionPlan {
                 place(e, &l, cpus, caps, threads, opts.qmode)
             })
             .collect();
-        let pinned_cpus = agree_on_cpus(&mut entries);
+        let pinned_cpus = agree_on_cpus(&mut entries, threads);
         let index = entries
             .iter()
             .enumerate()
@@ -261,42 +265,46 @@ impl ExecutionPlan {
         }
     }
 
-    /// Pins this process the way the plan's placements were tuned: the
-    /// calling thread (which runs one-thread kernels and waits for the
-    /// others) to [`Self::pinned_cpus`], and worker `i` of the pool of each
-    /// pinned entry's thread count to `pinned_cpus[i % len]`. Every other
-    /// pool the plan uses, and everything a previous call pinned, is set back
-    /// to the process's CPUs, so applying the plans of several models in turn
-    /// leaves the last one's layout. Pools are set up before the caller is
-    /// pinned because new threads inherit their creator's CPUs. Call it from
-    /// the thread that runs the model, once, after building the plan.
-    /// Returns the CPUs pinned to (empty: none).
+    /// Pins this process the way the plan's placements were tuned (see the
+    /// module docs): the calling thread to [`Self::pinned_cpus`], and worker
+    /// `i` of every pool the plan uses (each entry's thread count and the
+    /// plan's) to `pinned_cpus[i % len]`. With nothing to pin, those pools
+    /// and every pool a previous call pinned are set back to the process's
+    /// CPUs, so applying the plans of several models in turn leaves the last
+    /// one's layout. Pools are set up before the caller is pinned because new
+    /// threads inherit their creator's CPUs. Call it from the thread that
+    /// loads and runs the model, once, after building the plan. Returns the
+    /// CPUs pinned to (empty: none).
     pub fn apply_placement(&self) -> std::io::Result<Vec<usize>> {
         use tiletune_kernels::pool::{pin_caller, pin_workers};
-        static PINNED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
-        let mut before = PINNED.lock().unwrap_or_else(|e| e.into_inner());
-        let pinned: Vec<usize> = self
-            .entries
-            .iter()
-            .filter(|e| e.placement.is_some())
-            .map(|e| e.kernel.threads())
-            .collect();
-        let mut counts: Vec<usize> = self.entries.iter().map(|e| e.kernel.threads()).collect();
-        counts.push(self.threads);
-        counts.extend(before.iter().copied());
+        // What the last call pinned: `Some(pools)` when it pinned the caller
+        // and these pools' workers.
+        static PINNED: std::sync::Mutex<Option<Vec<usize>>> = std::sync::Mutex::new(None);
+        let mut last = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+        if self.pinned_cpus.is_empty() && last.is_none() {
+            // Nothing to pin, nothing to undo: the single-cluster case
+            // touches no thread and creates no pool.
+            return Ok(Vec::new());
+        }
+        let mut used: Vec<usize> = self.entries.iter().map(|e| e.kernel.threads()).collect();
+        used.push(self.threads);
+        let mut counts = used.clone();
+        counts.extend(last.iter().flatten().copied());
         counts.sort_unstable();
         counts.dedup();
+        // Should a step fail, the next call restores every pool touched here.
+        *last = Some(counts.clone());
         let mut now = Vec::new();
         for t in counts.into_iter().filter(|&t| t > 1) {
-            if !self.pinned_cpus.is_empty() && pinned.contains(&t) {
+            if used.contains(&t) && !self.pinned_cpus.is_empty() {
                 pin_workers(t, &self.pinned_cpus)?;
                 now.push(t);
             } else {
                 pin_workers(t, &[])?;
             }
         }
-        *before = now;
         pin_caller(&self.pinned_cpus)?;
+        *last = (!self.pinned_cpus.is_empty()).then_some(now);
         Ok(self.pinned_cpus.clone())
     }
 
@@ -549,33 +557,47 @@ fn place(
     e
 }
 
-/// The CPU set every pinned entry names, or empty (and the pinned entries
-/// unpinned, with a note) when they name different sets.
-fn agree_on_cpus(entries: &mut [PlanEntry]) -> Vec<usize> {
+/// The CPU set the whole plan fits (see the module docs), or empty, with
+/// the pinned entries unpinned and told why.
+fn agree_on_cpus(entries: &mut [PlanEntry], threads: usize) -> Vec<usize> {
     let mut sets: Vec<&[usize]> = entries
         .iter()
         .filter_map(|e| e.placement.as_ref().map(Placement::cpus))
         .collect();
     sets.sort_unstable();
     sets.dedup();
-    match sets.len() {
-        0 => Vec::new(),
-        1 => sets[0].to_vec(),
-        n => {
-            for e in entries.iter_mut() {
-                if let Some(p) = e.placement.take() {
-                    let why = format!(
-                        "tuned as {p}, runs unpinned: the plan's entries are pinned to {n} different cpu sets"
-                    );
-                    e.note = Some(match e.note.take() {
-                        Some(old) => format!("{old}; {why}"),
-                        None => why,
-                    });
-                }
+    let why = match sets.as_slice() {
+        [] => return Vec::new(),
+        [one] => {
+            let most = entries
+                .iter()
+                .map(|e| e.kernel.threads())
+                .chain([threads])
+                .max()
+                .unwrap_or(threads);
+            if most <= one.len() {
+                return one.to_vec();
             }
-            Vec::new()
+            format!(
+                "the plan runs {most} threads, more than the {} cpu(s) of its placement",
+                one.len()
+            )
+        }
+        more => format!(
+            "the plan's entries are pinned to {} different cpu sets",
+            more.len()
+        ),
+    };
+    for e in entries.iter_mut() {
+        if let Some(p) = e.placement.take() {
+            let why = format!("tuned as {p}, runs unpinned: {why}");
+            e.note = Some(match e.note.take() {
+                Some(old) => format!("{old}; {why}"),
+                None => why,
+            });
         }
     }
+    Vec::new()
 }
 
 /// The best implemented and available ISA of a list.
@@ -931,10 +953,14 @@ mod tests {
         assert_eq!(WeightKind::of_dtype("bf16"), WeightKind::Dequantized);
     }
     /// A table at a fresh path holding one f32 GEMV winner per
-    /// `(n, placement)`, all on soc `soc` with thread budget 2.
-    fn placed_db(tag: &str, winners: &[(usize, Placement)]) -> (PathBuf, Vec<Problem>) {
+    /// `(n, placement)`, all on soc `soc` for thread budget `budget`.
+    fn placed_db(
+        tag: &str,
+        budget: usize,
+        winners: &[(usize, Placement)],
+    ) -> (PathBuf, Vec<Problem>) {
         use tiletune_tables::{Candidate, Selection, SocRecord};
-        let dir = std::env::temp_dir().join(format!("tt-plan-{tag}-{}", std::process::id()));
+        let dir = ps_dir(tag);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("sel.db");
@@ -965,7 +991,7 @@ mod tests {
                 soc: "soc".into(),
                 kernel_abi: KERNEL_ABI,
                 problem: problem.clone(),
-                thread_budget: 2,
+                thread_budget: budget,
                 winner,
                 median_ns: 10.0,
                 default_ns: None,
@@ -979,14 +1005,26 @@ mod tests {
         (path, problems)
     }
 
+    fn ps_dir(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("tt-plan-{tag}-{}", std::process::id()))
+    }
+
     fn pinned(threads: usize, cluster: usize, cpus: &[usize]) -> Placement {
         Placement::pinned(threads, vec![cluster], cpus.to_vec()).unwrap()
+    }
+
+    fn opts_t(db: PathBuf, threads: usize) -> PlanOptions {
+        PlanOptions {
+            threads,
+            ..opts(db)
+        }
     }
 
     #[test]
     fn placements_on_missing_cpus_are_rejected_and_others_kept() {
         let (path, ps) = placed_db(
             "cpus",
+            2,
             &[
                 (64, pinned(2, 3, &[6, 7])),
                 (128, pinned(1, 1, &[1])),
@@ -1005,29 +1043,65 @@ mod tests {
         );
         assert!(note.contains("[6, 7]"), "{note}");
         assert!(p.to_string().contains("rejected"), "{p}");
-        // CPU 1 exists: tuned, pinned, and the plan pins to it.
+        // CPU 1 exists, so the winner is used; but the plan runs 2 threads,
+        // which one CPU cannot hold: nothing is pinned, and it says so.
         assert_eq!(p.entries[1].source, Source::Tuned);
-        assert_eq!(p.entries[1].placement, Some(pinned(1, 1, &[1])));
+        assert_eq!(p.entries[1].placement, None);
+        let note = p.entries[1].note.as_deref().unwrap();
+        assert!(
+            note.contains("t1@cluster1, runs unpinned: the plan runs 2 threads"),
+            "{note}"
+        );
         assert_eq!(p.entries[2].source, Source::Tuned);
-        assert_eq!(p.entries[2].placement, None);
-        assert_eq!(p.pinned_cpus, [1]);
-        assert_eq!(p.to_json()["entries"][1]["placement"], "t1@cluster1");
-        assert_eq!(p.to_json()["pinned_cpus"], json!([1]));
-        assert!(p.to_string().contains("t1@cluster1"), "{p}");
-        // On a machine with all the CPUs, every tuned choice is kept.
+        assert!(p.pinned_cpus.is_empty());
+        // With every CPU present, the two placements disagree.
         let all = ExecutionPlan::build_on(&ps, "soc", &caps, &opts(path), &[0, 1, 6, 7]);
         assert_eq!(all.counts(), (3, 0, 0));
+        assert!(all.pinned_cpus.is_empty());
+        assert!(
+            all.entries[0]
+                .note
+                .as_deref()
+                .unwrap()
+                .contains("2 different cpu sets")
+        );
         let _ = std::fs::remove_dir_all(ps_dir("cpus"));
     }
 
-    fn ps_dir(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("tt-plan-{tag}-{}", std::process::id()))
+    #[test]
+    fn a_plan_that_fits_one_cpu_set_is_pinned_to_it() {
+        let (path, ps) = placed_db(
+            "fits",
+            2,
+            &[
+                (64, pinned(2, 0, &[0, 1])),
+                (128, pinned(1, 0, &[0, 1])),
+                (256, Placement::unpinned(2).unwrap()),
+            ],
+        );
+        let p = ExecutionPlan::build_on(&ps, "soc", &CpuCaps::default(), &opts(path), &[0, 1]);
+        assert_eq!(p.counts(), (3, 0, 0));
+        assert_eq!(p.pinned_cpus, [0, 1]);
+        assert_eq!(p.entries[0].placement, Some(pinned(2, 0, &[0, 1])));
+        assert_eq!(p.entries[1].placement, Some(pinned(1, 0, &[0, 1])));
+        assert_eq!(p.entries[2].placement, None);
+        let j = p.to_json();
+        assert_eq!(j["entries"][0]["placement"], "t2@cluster0");
+        assert_eq!(j["entries"][2]["placement"], Value::Null);
+        assert_eq!(j["pinned_cpus"], json!([0, 1]));
+        let text = p.to_string();
+        assert!(
+            text.contains("t1@cluster0") && text.contains("pinned to cpus [0, 1]"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(ps_dir("fits"));
     }
 
     #[test]
     fn entries_pinned_to_different_clusters_run_unpinned() {
         let (path, ps) = placed_db(
             "disagree",
+            2,
             &[(64, pinned(1, 0, &[0])), (128, pinned(1, 1, &[1]))],
         );
         let p = ExecutionPlan::build_on(&ps, "soc", &CpuCaps::default(), &opts(path), &[0, 1]);
@@ -1043,22 +1117,22 @@ mod tests {
         let _ = std::fs::remove_dir_all(ps_dir("disagree"));
     }
 
-    /// Applying plans really pins (on any machine with CPUs 0 and 1): the
-    /// workers of a pinned entry's pool one CPU each, the calling thread to
-    /// the set; the next plan's layout replaces it.
+    /// Applying plans really pins (on any machine with CPUs 0 and 1): each
+    /// pool the plan uses one worker per CPU, the calling thread to the set;
+    /// the next plan's layout replaces it.
     #[test]
-    fn applying_a_plan_pins_the_pool_and_the_caller() {
+    fn applying_a_plan_pins_the_pools_and_the_caller() {
         use tiletune_kernels::pool::{allowed_cpus, caller_affinity, worker_affinity};
         let all = allowed_cpus();
         if !(all.contains(&0) && all.contains(&1)) {
             eprintln!("skipped: needs CPUs 0 and 1");
             return;
         }
-        let (path2, ps2) = placed_db("apply2", &[(64, pinned(2, 0, &[0, 1]))]);
-        let (path1, ps1) = placed_db("apply1", &[(64, pinned(1, 1, &[1]))]);
+        let (path2, ps2) = placed_db("apply2", 2, &[(64, pinned(2, 0, &[0, 1]))]);
+        let (path1, ps1) = placed_db("apply1", 1, &[(64, pinned(1, 1, &[1]))]);
         let caps = CpuCaps::default();
         let two = ExecutionPlan::build_on(&ps2, "soc", &caps, &opts(path2), &all);
-        let one = ExecutionPlan::build_on(&ps1, "soc", &caps, &opts(path1), &all);
+        let one = ExecutionPlan::build_on(&ps1, "soc", &caps, &opts_t(path1, 1), &all);
         let none = ExecutionPlan::build_on(&ps1, "soc", &caps, &opts(ps_dir("no.db")), &all);
         assert!(none.pinned_cpus.is_empty());
         std::thread::spawn(move || {
