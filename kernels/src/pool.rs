@@ -4,6 +4,13 @@
 //! not oversubscribe, whatever the global rayon pool looks like; so every
 //! count gets its own explicit pool, built once and reused. `threads = 1`
 //! never touches rayon: it runs inline on the caller's thread.
+//!
+//! Placement: [`pin_workers`] pins the workers of the `t`-thread pool one
+//! CPU each (worker `i` to `cpus[i % cpus.len()]`) and [`pin_caller`] pins
+//! the calling thread to a CPU set, the same layout the tuner measures a
+//! pinned candidate with (big.LITTLE clusters); an empty set restores
+//! [`allowed_cpus`]. Both are one `sched_setaffinity` per thread, done once
+//! by the runtime when it applies a plan, never per kernel call.
 
 use crate::{KernelError, Result};
 use std::collections::HashMap;
@@ -26,6 +33,118 @@ pub fn pool(threads: usize) -> Arc<rayon::ThreadPool> {
             )
         })
         .clone()
+}
+
+/// The CPUs this process may run on: the calling thread's affinity the
+/// first time any placement function of this module runs (before it pins
+/// anything), so restoring never widens past what the process was given
+/// (e.g. by `taskset`).
+pub fn allowed_cpus() -> Vec<usize> {
+    static ALLOWED: OnceLock<Vec<usize>> = OnceLock::new();
+    ALLOWED
+        .get_or_init(|| {
+            affinity::get().unwrap_or_else(|_| {
+                (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+            })
+        })
+        .clone()
+}
+
+/// Pins the calling thread to `cpus` (the whole set); an empty list restores
+/// [`allowed_cpus`].
+pub fn pin_caller(cpus: &[usize]) -> std::io::Result<()> {
+    let all = allowed_cpus();
+    affinity::set(if cpus.is_empty() { &all } else { cpus })
+}
+
+/// Pins worker `i` of the `threads`-thread pool to `cpus[i % cpus.len()]`;
+/// an empty list restores every worker to [`allowed_cpus`]. One thread runs
+/// inline on the caller, so `threads <= 1` pins nothing (see [`pin_caller`]).
+/// On error some workers may be pinned already; pinning again or restoring
+/// repairs that.
+pub fn pin_workers(threads: usize, cpus: &[usize]) -> std::io::Result<()> {
+    if threads <= 1 {
+        return Ok(());
+    }
+    let all = allowed_cpus();
+    let results = pool(threads).broadcast(|ctx| {
+        if cpus.is_empty() {
+            affinity::set(&all)
+        } else {
+            affinity::set(&[cpus[ctx.index() % cpus.len()]])
+        }
+    });
+    results.into_iter().collect()
+}
+
+/// Each worker's allowed CPUs, in worker order (empty for `threads <= 1`).
+pub fn worker_affinity(threads: usize) -> std::io::Result<Vec<Vec<usize>>> {
+    if threads <= 1 {
+        return Ok(Vec::new());
+    }
+    pool(threads)
+        .broadcast(|_| affinity::get())
+        .into_iter()
+        .collect()
+}
+
+/// The calling thread's allowed CPUs.
+pub fn caller_affinity() -> std::io::Result<Vec<usize>> {
+    affinity::get()
+}
+
+/// `sched_{get,set}affinity` of the calling thread.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod affinity {
+    const SETSIZE: usize = libc::CPU_SETSIZE as usize;
+
+    pub fn get() -> std::io::Result<Vec<usize>> {
+        // SAFETY: cpu_set_t is plain data; the kernel writes at most its size.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok((0..SETSIZE).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+        }
+    }
+
+    pub fn set(cpus: &[usize]) -> std::io::Result<()> {
+        if cpus.is_empty() || cpus.iter().any(|&c| c >= SETSIZE) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("cpu set {cpus:?} is empty or names a cpu >= {SETSIZE}"),
+            ));
+        }
+        // SAFETY: as above; every index is < CPU_SETSIZE (checked).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// No thread affinity outside Linux: pinning is refused, never faked.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod affinity {
+    fn unsupported() -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "thread pinning needs linux sched_setaffinity",
+        )
+    }
+    pub fn get() -> std::io::Result<Vec<usize>> {
+        Err(unsupported())
+    }
+    pub fn set(_cpus: &[usize]) -> std::io::Result<()> {
+        Err(unsupported())
+    }
 }
 
 /// Validates a thread count at a kernel entry point.
@@ -94,6 +213,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// On any machine with two CPUs: the workers of a pool pinned to one
+    /// CPU each report exactly that CPU, and restoring gives them the
+    /// process's CPUs back. (Its own pool size, 5, so no other test's
+    /// kernels run pinned meanwhile.)
+    #[test]
+    fn pinned_workers_run_where_asked_and_are_restored() {
+        let all = allowed_cpus();
+        let Some(&last) = all.last() else { return };
+        let first = all[0];
+        pin_workers(5, &[first, last]).unwrap();
+        let got = worker_affinity(5).unwrap();
+        assert_eq!(got.len(), 5);
+        for (i, mask) in got.iter().enumerate() {
+            assert_eq!(
+                mask,
+                &vec![if i % 2 == 0 { first } else { last }],
+                "worker {i}"
+            );
+        }
+        pin_workers(5, &[]).unwrap();
+        assert!(worker_affinity(5).unwrap().iter().all(|m| m == &all));
+        // A bad set is an error and leaves the workers alone.
+        assert!(pin_workers(5, &[usize::MAX]).is_err());
+        assert!(worker_affinity(5).unwrap().iter().all(|m| m == &all));
+        assert!(pin_workers(1, &[first]).is_ok());
+        assert!(worker_affinity(1).unwrap().is_empty());
+    }
+
+    #[test]
+    fn pinned_caller_is_restored() {
+        let all = allowed_cpus();
+        let last = *all.last().unwrap();
+        std::thread::spawn(move || {
+            pin_caller(&[last]).unwrap();
+            assert_eq!(caller_affinity().unwrap(), vec![last]);
+            pin_caller(&[]).unwrap();
+            assert_eq!(caller_affinity().unwrap(), allowed_cpus());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -8,6 +8,23 @@
 //! analytic default ("default") when nothing usable is stored. A missing,
 //! corrupt or foreign table never stops inference: the reason is kept in
 //! [`ExecutionPlan::db_status`] and every problem gets its default.
+//!
+//! Placement. A stored winner may be pinned (`t2@cluster1`: its workers
+//! were timed on cluster 1's CPUs). The entry keeps that placement
+//! ([`PlanEntry::placement`]); a placement naming CPUs this process cannot
+//! run on rejects the winner like any other inapplicable choice (default,
+//! with a note). The runtime pins once per plan, not per call, and only
+//! when the whole plan fits one CPU set: every pinned entry names the same
+//! set S, and no entry (nor the plan's own thread count, which runs the
+//! forward pass and attention) needs more workers than S has CPUs. Then
+//! [`ExecutionPlan::pinned_cpus`] is S and [`ExecutionPlan::apply_placement`]
+//! pins the calling thread to S and every pool the plan uses one worker per
+//! CPU of S — the layout the tuner measured (`tiletune_bench::pin`), with no
+//! system call on the kernel path, whichever thread runs the model. A plan
+//! that does not fit one set would need a re-pin around calls, so then
+//! nothing is pinned and the pinned entries say why (e.g. tuned with
+//! `--threads 4` but run with `-t 8`). On a single-cluster machine nothing
+//! is ever pinned.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,7 +39,7 @@ use tiletune_kernels::qgemm::{self, QGemm, QGemmParams, QGemmShape};
 use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QGemvShape, QMode};
 use tiletune_kernels::quant::QuantFormat;
 use tiletune_kernels::{CpuCaps, Isa, KERNEL_ABI, Tunable};
-use tiletune_tables::{Lookup, OpenOptions, Problem, SelectorDb};
+use tiletune_tables::{Lookup, OpenOptions, Placement, Problem, SelectorDb};
 
 /// Weight formats the quantized GEMV reads straight from GGUF blocks.
 pub const QGEMV_FORMATS: [QuantFormat; 8] = [
@@ -143,6 +160,9 @@ pub struct PlanEntry {
     pub source: Source,
     /// Why a stored selection was not used, or what it was borrowed from.
     pub note: Option<String>,
+    /// The pinned placement the workers run on (the stored winner's), or
+    /// `None` when they are not pinned.
+    pub placement: Option<Placement>,
 }
 
 /// What the plan is built for.
@@ -171,6 +191,9 @@ pub struct ExecutionPlan {
     pub lookup_time: Duration,
     /// Mapping the answers to kernel configurations.
     pub plan_time: Duration,
+    /// The CPUs [`ExecutionPlan::apply_placement`] pins to: the one set all
+    /// pinned entries agree on (empty: nothing is pinned).
+    pub pinned_cpus: Vec<usize>,
     index: HashMap<String, usize>,
 }
 
@@ -193,6 +216,19 @@ impl ExecutionPlan {
     /// Looks `problems` up once in the table at `opts.db` for `soc` and builds
     /// the plan. Never fails: table problems become [`Self::db_status`].
     pub fn build(problems: &[Problem], soc: &str, caps: &CpuCaps, opts: &PlanOptions) -> Self {
+        let cpus = tiletune_kernels::pool::allowed_cpus();
+        Self::build_on(problems, soc, caps, opts, &cpus)
+    }
+
+    /// [`ExecutionPlan::build`] for a process that may run on `cpus`: a
+    /// stored placement pinning to any other CPU is rejected.
+    pub fn build_on(
+        problems: &[Problem],
+        soc: &str,
+        caps: &CpuCaps,
+        opts: &PlanOptions,
+        cpus: &[usize],
+    ) -> Self {
         let threads = opts.threads.max(1);
         let db_path = opts
             .db
@@ -202,11 +238,15 @@ impl ExecutionPlan {
         let (lookups, db_status) = lookup_all(&db_path, soc, threads, problems);
         let lookup_time = t0.elapsed();
         let t1 = Instant::now();
-        let entries: Vec<PlanEntry> = problems
+        let mut entries: Vec<PlanEntry> = problems
             .iter()
             .zip(lookups)
-            .map(|(p, l)| entry_for(p, &l, caps, threads, opts.qmode))
+            .map(|(p, l)| {
+                let e = entry_for(p, &l, caps, threads, opts.qmode);
+                place(e, &l, cpus, caps, threads, opts.qmode)
+            })
             .collect();
+        let pinned_cpus = agree_on_cpus(&mut entries, threads);
         let index = entries
             .iter()
             .enumerate()
@@ -222,8 +262,52 @@ impl ExecutionPlan {
             entries,
             lookup_time,
             plan_time,
+            pinned_cpus,
             index,
         }
+    }
+
+    /// Pins this process the way the plan's placements were tuned (see the
+    /// module docs): the calling thread to [`Self::pinned_cpus`], and worker
+    /// `i` of every pool the plan uses (each entry's thread count and the
+    /// plan's) to `pinned_cpus[i % len]`. With nothing to pin, those pools
+    /// and every pool a previous call pinned are set back to the process's
+    /// CPUs, so applying the plans of several models in turn leaves the last
+    /// one's layout. Pools are set up before the caller is pinned because new
+    /// threads inherit their creator's CPUs. Call it from the thread that
+    /// loads and runs the model, once, after building the plan. Returns the
+    /// CPUs pinned to (empty: none).
+    pub fn apply_placement(&self) -> std::io::Result<Vec<usize>> {
+        use tiletune_kernels::pool::{pin_caller, pin_workers};
+        // What the last call pinned: `Some(pools)` when it pinned the caller
+        // and these pools' workers.
+        static PINNED: std::sync::Mutex<Option<Vec<usize>>> = std::sync::Mutex::new(None);
+        let mut last = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+        if self.pinned_cpus.is_empty() && last.is_none() {
+            // Nothing to pin, nothing to undo: the single-cluster case
+            // touches no thread and creates no pool.
+            return Ok(Vec::new());
+        }
+        let mut used: Vec<usize> = self.entries.iter().map(|e| e.kernel.threads()).collect();
+        used.push(self.threads);
+        let mut counts = used.clone();
+        counts.extend(last.iter().flatten().copied());
+        counts.sort_unstable();
+        counts.dedup();
+        // Should a step fail, the next call restores every pool touched here.
+        *last = Some(counts.clone());
+        let mut now = Vec::new();
+        for t in counts.into_iter().filter(|&t| t > 1) {
+            if used.contains(&t) && !self.pinned_cpus.is_empty() {
+                pin_workers(t, &self.pinned_cpus)?;
+                now.push(t);
+            } else {
+                pin_workers(t, &[])?;
+            }
+        }
+        pin_caller(&self.pinned_cpus)?;
+        *last = (!self.pinned_cpus.is_empty()).then_some(now);
+        Ok(self.pinned_cpus.clone())
     }
 
     /// The plan of a GGUF model on this machine.
@@ -293,6 +377,7 @@ impl ExecutionPlan {
                     "variant": e.kernel.variant(),
                     "params": e.kernel.params_json(),
                     "threads": e.kernel.threads(),
+                    "placement": e.placement.as_ref().map(Placement::name),
                     "source": e.source.name(),
                     "note": e.note,
                 })
@@ -307,6 +392,7 @@ impl ExecutionPlan {
             "lookup_ms": self.lookup_time.as_secs_f64() * 1e3,
             "plan_ms": self.plan_time.as_secs_f64() * 1e3,
             "counts": { "tuned": t, "nearest": n, "default": d },
+            "pinned_cpus": self.pinned_cpus,
             "entries": entries,
         })
     }
@@ -317,26 +403,32 @@ impl fmt::Display for ExecutionPlan {
         writeln!(f, "soc {}  threads {}", self.soc, self.threads)?;
         writeln!(
             f,
-            "{:<5} {:<6} {:<22} {:<18} {:<48} {:>3}  source",
-            "op", "dtype", "shape", "variant", "params", "thr"
+            "{:<5} {:<6} {:<22} {:<18} {:<48} {:>3} {:<12} source",
+            "op", "dtype", "shape", "variant", "params", "thr", "placement"
         )?;
         for e in &self.entries {
             let params = e.kernel.params_json().to_string();
             write!(
                 f,
-                "{:<5} {:<6} {:<22} {:<18} {:<48} {:>3}  {}",
+                "{:<5} {:<6} {:<22} {:<18} {:<48} {:>3} {:<12} {}",
                 e.problem.op(),
                 e.problem.dtype(),
                 e.problem.dims_string(),
                 e.kernel.variant(),
                 params,
                 e.kernel.threads(),
+                e.placement
+                    .as_ref()
+                    .map_or("-".to_string(), Placement::name),
                 e.source.name()
             )?;
             if let Some(n) = &e.note {
                 write!(f, " ({n})")?;
             }
             writeln!(f)?;
+        }
+        if !self.pinned_cpus.is_empty() {
+            writeln!(f, "pinned to cpus {:?}", self.pinned_cpus)?;
         }
         write!(f, "{}", self.summary())
     }
@@ -394,6 +486,7 @@ fn entry_for(
         kernel: default_kernel(p.op(), kind, m, n, k, caps, threads, qmode),
         source: Source::Default,
         note,
+        placement: None,
     };
     let (sel, source, from) = match l {
         Lookup::Exact(s) => (s, Source::Tuned, None),
@@ -415,12 +508,98 @@ fn entry_for(
             kernel,
             source,
             note: from.map(|f| format!("from {}", f.dims_string())),
+            placement: None,
         },
         Err(why) => default(Some(format!(
             "stored winner `{}` rejected: {why}",
             w.variant()
         ))),
     }
+}
+
+/// Gives a used stored winner its pinned placement, or rejects the winner
+/// (default, with a note) when the placement pins to CPUs outside `cpus`.
+fn place(
+    mut e: PlanEntry,
+    l: &Lookup,
+    cpus: &[usize],
+    caps: &CpuCaps,
+    threads: usize,
+    qmode: Option<QMode>,
+) -> PlanEntry {
+    let Some(sel) = l.selection() else { return e };
+    let p = sel.winner.placement();
+    if e.source == Source::Default || !p.is_pinned() {
+        return e;
+    }
+    let missing: Vec<usize> = p
+        .cpus()
+        .iter()
+        .copied()
+        .filter(|c| !cpus.contains(c))
+        .collect();
+    if missing.is_empty() {
+        e.placement = Some(p.clone());
+        return e;
+    }
+    let (m, n, k) = (
+        e.problem.dim("m").unwrap_or(1),
+        e.problem.dim("n").unwrap_or(0),
+        e.problem.dim("k").unwrap_or(0),
+    );
+    let kind = WeightKind::of_dtype(e.problem.dtype());
+    e.kernel = default_kernel(e.problem.op(), kind, m, n, k, caps, threads, qmode);
+    e.source = Source::Default;
+    e.note = Some(format!(
+        "stored winner `{}` rejected: its placement {p} pins to cpus {:?}, this process runs on cpus {:?}",
+        sel.winner.variant(),
+        p.cpus(),
+        cpus
+    ));
+    e
+}
+
+/// The CPU set the whole plan fits (see the module docs), or empty, with
+/// the pinned entries unpinned and told why.
+fn agree_on_cpus(entries: &mut [PlanEntry], threads: usize) -> Vec<usize> {
+    let mut sets: Vec<&[usize]> = entries
+        .iter()
+        .filter_map(|e| e.placement.as_ref().map(Placement::cpus))
+        .collect();
+    sets.sort_unstable();
+    sets.dedup();
+    let why = match sets.as_slice() {
+        [] => return Vec::new(),
+        [one] => {
+            let most = entries
+                .iter()
+                .map(|e| e.kernel.threads())
+                .chain([threads])
+                .max()
+                .unwrap_or(threads);
+            if most <= one.len() {
+                return one.to_vec();
+            }
+            format!(
+                "the plan runs {most} threads, more than the {} cpu(s) of its placement",
+                one.len()
+            )
+        }
+        more => format!(
+            "the plan's entries are pinned to {} different cpu sets",
+            more.len()
+        ),
+    };
+    for e in entries.iter_mut() {
+        if let Some(p) = e.placement.take() {
+            let why = format!("tuned as {p}, runs unpinned: {why}");
+            e.note = Some(match e.note.take() {
+                Some(old) => format!("{old}; {why}"),
+                None => why,
+            });
+        }
+    }
+    Vec::new()
 }
 
 /// The best implemented and available ISA of a list.
@@ -801,6 +980,206 @@ mod tests {
         assert_eq!(WeightKind::of_dtype("q8_1"), WeightKind::Dequantized);
         assert_eq!(WeightKind::of_dtype("bf16"), WeightKind::Dequantized);
     }
+    /// A table at a fresh path holding one f32 GEMV winner per
+    /// `(n, placement)`, all on soc `soc` for thread budget `budget`.
+    fn placed_db(
+        tag: &str,
+        budget: usize,
+        winners: &[(usize, Placement)],
+    ) -> (PathBuf, Vec<Problem>) {
+        use tiletune_tables::{Candidate, Selection, SocRecord};
+        let dir = ps_dir(tag);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sel.db");
+        let mut db = SelectorDb::open(&path).unwrap();
+        db.register_soc(&SocRecord {
+            fingerprint: "soc".into(),
+            name: "test".into(),
+            probe: json!({}),
+            first_seen: 0,
+        })
+        .unwrap();
+        let gp = GemvParams {
+            nr: 2,
+            unroll: 1,
+            prefetch: 0,
+            kc: 0,
+        };
+        let mut problems = Vec::new();
+        for (n, placement) in winners {
+            let problem = Problem::new("gemv", "f32", [("n", *n), ("k", 32)]).unwrap();
+            let winner = Candidate::placed(
+                "scalar",
+                serde_json::to_value(gp).unwrap(),
+                placement.clone(),
+            )
+            .unwrap();
+            db.put_selection(&Selection {
+                soc: "soc".into(),
+                kernel_abi: KERNEL_ABI,
+                problem: problem.clone(),
+                thread_budget: budget,
+                winner,
+                median_ns: 10.0,
+                default_ns: None,
+                speedup: None,
+                campaign: None,
+                selected_at: 0,
+            })
+            .unwrap();
+            problems.push(problem);
+        }
+        (path, problems)
+    }
+
+    fn ps_dir(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("tt-plan-{tag}-{}", std::process::id()))
+    }
+
+    fn pinned(threads: usize, cluster: usize, cpus: &[usize]) -> Placement {
+        Placement::pinned(threads, vec![cluster], cpus.to_vec()).unwrap()
+    }
+
+    fn opts_t(db: PathBuf, threads: usize) -> PlanOptions {
+        PlanOptions {
+            threads,
+            ..opts(db)
+        }
+    }
+
+    #[test]
+    fn placements_on_missing_cpus_are_rejected_and_others_kept() {
+        let (path, ps) = placed_db(
+            "cpus",
+            2,
+            &[
+                (64, pinned(2, 3, &[6, 7])),
+                (128, pinned(1, 1, &[1])),
+                (256, Placement::unpinned(2).unwrap()),
+            ],
+        );
+        let caps = CpuCaps::default();
+        let p = ExecutionPlan::build_on(&ps, "soc", &caps, &opts(path.clone()), &[0, 1]);
+        // Cluster 3's CPUs 6 and 7 do not exist here: the default runs.
+        assert_eq!(p.entries[0].source, Source::Default);
+        assert_eq!(p.entries[0].placement, None);
+        let note = p.entries[0].note.as_deref().unwrap();
+        assert!(
+            note.contains("rejected") && note.contains("t2@cluster3"),
+            "{note}"
+        );
+        assert!(note.contains("[6, 7]"), "{note}");
+        assert!(p.to_string().contains("rejected"), "{p}");
+        // CPU 1 exists, so the winner is used; but the plan runs 2 threads,
+        // which one CPU cannot hold: nothing is pinned, and it says so.
+        assert_eq!(p.entries[1].source, Source::Tuned);
+        assert_eq!(p.entries[1].placement, None);
+        let note = p.entries[1].note.as_deref().unwrap();
+        assert!(
+            note.contains("t1@cluster1, runs unpinned: the plan runs 2 threads"),
+            "{note}"
+        );
+        assert_eq!(p.entries[2].source, Source::Tuned);
+        assert!(p.pinned_cpus.is_empty());
+        // With every CPU present, the two placements disagree.
+        let all = ExecutionPlan::build_on(&ps, "soc", &caps, &opts(path), &[0, 1, 6, 7]);
+        assert_eq!(all.counts(), (3, 0, 0));
+        assert!(all.pinned_cpus.is_empty());
+        assert!(
+            all.entries[0]
+                .note
+                .as_deref()
+                .unwrap()
+                .contains("2 different cpu sets")
+        );
+        let _ = std::fs::remove_dir_all(ps_dir("cpus"));
+    }
+
+    #[test]
+    fn a_plan_that_fits_one_cpu_set_is_pinned_to_it() {
+        let (path, ps) = placed_db(
+            "fits",
+            2,
+            &[
+                (64, pinned(2, 0, &[0, 1])),
+                (128, pinned(1, 0, &[0, 1])),
+                (256, Placement::unpinned(2).unwrap()),
+            ],
+        );
+        let p = ExecutionPlan::build_on(&ps, "soc", &CpuCaps::default(), &opts(path), &[0, 1]);
+        assert_eq!(p.counts(), (3, 0, 0));
+        assert_eq!(p.pinned_cpus, [0, 1]);
+        assert_eq!(p.entries[0].placement, Some(pinned(2, 0, &[0, 1])));
+        assert_eq!(p.entries[1].placement, Some(pinned(1, 0, &[0, 1])));
+        assert_eq!(p.entries[2].placement, None);
+        let j = p.to_json();
+        assert_eq!(j["entries"][0]["placement"], "t2@cluster0");
+        assert_eq!(j["entries"][2]["placement"], Value::Null);
+        assert_eq!(j["pinned_cpus"], json!([0, 1]));
+        let text = p.to_string();
+        assert!(
+            text.contains("t1@cluster0") && text.contains("pinned to cpus [0, 1]"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(ps_dir("fits"));
+    }
+
+    #[test]
+    fn entries_pinned_to_different_clusters_run_unpinned() {
+        let (path, ps) = placed_db(
+            "disagree",
+            2,
+            &[(64, pinned(1, 0, &[0])), (128, pinned(1, 1, &[1]))],
+        );
+        let p = ExecutionPlan::build_on(&ps, "soc", &CpuCaps::default(), &opts(path), &[0, 1]);
+        assert_eq!(p.counts(), (2, 0, 0));
+        assert!(p.pinned_cpus.is_empty());
+        for e in &p.entries {
+            assert_eq!(e.placement, None);
+            assert!(
+                e.note.as_deref().unwrap().contains("runs unpinned"),
+                "{e:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(ps_dir("disagree"));
+    }
+
+    /// Applying plans really pins (on any machine with CPUs 0 and 1): each
+    /// pool the plan uses one worker per CPU, the calling thread to the set;
+    /// the next plan's layout replaces it.
+    #[test]
+    fn applying_a_plan_pins_the_pools_and_the_caller() {
+        use tiletune_kernels::pool::{allowed_cpus, caller_affinity, worker_affinity};
+        let all = allowed_cpus();
+        if !(all.contains(&0) && all.contains(&1)) {
+            eprintln!("skipped: needs CPUs 0 and 1");
+            return;
+        }
+        let (path2, ps2) = placed_db("apply2", 2, &[(64, pinned(2, 0, &[0, 1]))]);
+        let (path1, ps1) = placed_db("apply1", 1, &[(64, pinned(1, 1, &[1]))]);
+        let caps = CpuCaps::default();
+        let two = ExecutionPlan::build_on(&ps2, "soc", &caps, &opts(path2), &all);
+        let one = ExecutionPlan::build_on(&ps1, "soc", &caps, &opts_t(path1, 1), &all);
+        let none = ExecutionPlan::build_on(&ps1, "soc", &caps, &opts(ps_dir("no.db")), &all);
+        assert!(none.pinned_cpus.is_empty());
+        std::thread::spawn(move || {
+            assert_eq!(two.apply_placement().unwrap(), [0, 1]);
+            assert_eq!(worker_affinity(2).unwrap(), [vec![0], vec![1]]);
+            assert_eq!(caller_affinity().unwrap(), [0, 1]);
+            assert_eq!(one.apply_placement().unwrap(), [1]);
+            assert_eq!(caller_affinity().unwrap(), [1]);
+            // The two-thread pool was the previous plan's: set back.
+            assert!(worker_affinity(2).unwrap().iter().all(|m| m == &all));
+            assert!(none.apply_placement().unwrap().is_empty());
+            assert_eq!(caller_affinity().unwrap(), all);
+        })
+        .join()
+        .unwrap();
+        let _ = std::fs::remove_dir_all(ps_dir("apply1"));
+        let _ = std::fs::remove_dir_all(ps_dir("apply2"));
+    }
+
     #[test]
     fn tuned_and_nearest_selections_are_used() {
         use tiletune_tables::{Candidate, Selection, SocRecord};

@@ -139,6 +139,14 @@ pub fn load(a: &ModelArgs, ctx: usize) -> anyhow::Result<Loaded> {
     };
     let cfg = ModelConfig::from_gguf(&gguf)?;
     let plan = plan_for(a, &gguf)?;
+    // Pin this thread and the kernel pools the way the plan's placements
+    // were tuned (a no-op unless the table holds pinned winners).
+    if let Err(e) = plan.apply_placement() {
+        eprintln!(
+            "warning: could not pin threads to {:?} ({e}); running unpinned",
+            plan.pinned_cpus
+        );
+    }
     let model = FastModel::new(&cfg, &gguf, &plan, ctx)?.with_kv_dtype(a.kv_type)?;
     Ok(Loaded {
         gguf,

@@ -23,7 +23,9 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TableCommand {
-    /// Print the tuned winners: op, dtype, shape, threads, winner, median, speedup.
+    /// Print the tuned winners: op, dtype, shape, thread budget, winner, its
+    /// placement (`t2`, or `t2@cluster1` when pinned to a cluster), median,
+    /// speedup.
     Show(ShowArgs),
     /// Write one JSON file per SoC (schema-versioned, for `import` or `merge` elsewhere).
     Export(ExportArgs),
@@ -276,9 +278,18 @@ fn print_selections(
     names: &std::collections::HashMap<String, String>,
 ) -> anyhow::Result<()> {
     let header = [
-        "soc", "abi", "op", "dtype", "shape", "budget", "winner", "median", "speedup",
+        "soc",
+        "abi",
+        "op",
+        "dtype",
+        "shape",
+        "budget",
+        "winner",
+        "placement",
+        "median",
+        "speedup",
     ];
-    let rows: Vec<[String; 9]> = sels
+    let rows: Vec<[String; 10]> = sels
         .iter()
         .map(|s| {
             [
@@ -290,12 +301,8 @@ fn print_selections(
                 s.problem.dtype().to_string(),
                 s.problem.dims_string(),
                 s.thread_budget.to_string(),
-                format!(
-                    "{} t{} {}",
-                    s.winner.variant(),
-                    s.winner.threads(),
-                    s.winner.params_json()
-                ),
+                format!("{} {}", s.winner.variant(), s.winner.params_json()),
+                placement_cell(s.winner.placement()),
                 fmt_ns(s.median_ns),
                 s.speedup.map_or("-".to_string(), |x| format!("{x:.2}x")),
             ]
@@ -315,7 +322,7 @@ fn print_selections(
             }
             // Numbers right-aligned, text left-aligned.
             let pad = w - c.chars().count();
-            if matches!(i, 1 | 5 | 7 | 8) {
+            if matches!(i, 1 | 5 | 8 | 9) {
                 s.push_str(&" ".repeat(pad));
                 s.push_str(c);
             } else {
@@ -333,7 +340,51 @@ fn print_selections(
     Ok(())
 }
 
+/// `t2`, or `t2@cluster1 (cpus 4,5)` when pinned.
+fn placement_cell(p: &tiletune_tables::Placement) -> String {
+    if !p.is_pinned() {
+        return p.name();
+    }
+    let cpus: Vec<String> = p.cpus().iter().map(|c| c.to_string()).collect();
+    format!("{} (cpus {})", p.name(), cpus.join(","))
+}
+
 /// The first 12 characters of a fingerprint: enough to tell SoCs apart on screen.
 fn short(fp: &str) -> &str {
     fp.char_indices().nth(12).map_or(fp, |(i, _)| &fp[..i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tiletune_tables::{Candidate, Placement, Problem};
+
+    #[test]
+    fn show_prints_the_placement_column() {
+        let sel = |winner: Candidate| Selection {
+            soc: "socA".into(),
+            kernel_abi: 1,
+            problem: Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
+            thread_budget: 2,
+            winner,
+            median_ns: 1500.0,
+            default_ns: Some(3000.0),
+            speedup: Some(2.0),
+            campaign: None,
+            selected_at: 0,
+        };
+        let pinned = Placement::pinned(2, vec![1], vec![4, 5]).unwrap();
+        let sels = [
+            sel(Candidate::placed("neon", serde_json::json!({"nr": 4}), pinned).unwrap()),
+            sel(Candidate::new("neon", serde_json::json!({"nr": 8}), 1).unwrap()),
+        ];
+        let mut out = Vec::new();
+        print_selections(&mut out, &sels, &Default::default()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("placement"), "{text}");
+        assert!(lines[1].contains("t2@cluster1 (cpus 4,5)"), "{text}");
+        assert!(lines[2].contains(" t1 "), "{text}");
+        assert!(lines[1].contains(r#"neon {"nr":4}"#), "{text}");
+    }
 }

@@ -1,6 +1,9 @@
 //! `tiletune tune`: sweep kernel candidates on this SoC and store the winners
 //! in the selector table. Wiring only: problems come from `tiletune-tuner`,
-//! timing from `tiletune-bench`, storage from `tiletune-tables`.
+//! timing from `tiletune-bench`, storage from `tiletune-tables`. The thread
+//! dimension of every candidate is a placement of this SoC
+//! (`tiletune_tuner::placement`): unpinned counts on one cluster, plus
+//! per-cluster pinned placements on big.LITTLE.
 
 use super::Global;
 use anyhow::{Context, bail};
@@ -13,6 +16,7 @@ use tiletune_tables::{Campaign, Problem, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
 use tiletune_tuner::campaign::{CampaignConfig, ProblemReport, Progress, run_campaign};
 use tiletune_tuner::families::{self, Machine};
+use tiletune_tuner::placement;
 use tiletune_tuner::{Candidate, KernelProblem, Strategy, suite};
 
 #[derive(Debug, clap::Args)]
@@ -46,7 +50,15 @@ pub struct Args {
     /// candidate found so far is kept when it runs out.
     #[arg(long, value_parser = parse_duration)]
     pub budget: Option<Duration>,
-    /// Most threads to search (default: every online core).
+    /// Most threads to search (default: every online core); also the
+    /// thread budget the winners are stored for. The thread dimension is a
+    /// list of placements: on a single-cluster CPU the counts 1..=N,
+    /// unpinned (`t1`, `t2`, ...); on big.LITTLE each cluster's counts with
+    /// the workers pinned to it (`t2@cluster1`: 2 workers on cluster 1 as
+    /// `tiletune probe` numbers them), clusters of one frequency domain
+    /// together (`t3@cluster1+2`), and the larger counts unpinned. The
+    /// winner's placement is stored with it and shown by `tiletune table
+    /// show`; the runtime pins its workers the same way.
     #[arg(long)]
     pub threads: Option<usize>,
     /// Selector table file [default: $TILETUNE_DB, else the XDG data directory].
@@ -147,9 +159,10 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
 
     let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
     let mut skipped: Vec<(Problem, String)> = Vec::new();
+    let places = placement::placements(&soc, max_threads);
     for p in &problems {
         match families::instantiate(p, &machine) {
-            Ok(i) => instances.push(i),
+            Ok(i) => instances.push(placement::with_placements(i, &places)?),
             // A model may hold weights no family tunes yet: say so, go on.
             Err(e @ tiletune_tuner::TunerError::UnsupportedDtype { .. })
                 if args.model.is_some() =>
@@ -228,7 +241,7 @@ fn short(c: &Candidate) -> String {
             .join(","),
         v => v.to_string(),
     };
-    format!("{} {} t{}", c.variant(), params, c.threads())
+    format!("{} {} {}", c.variant(), params, c.placement())
 }
 
 fn print_summary(
@@ -324,6 +337,16 @@ impl Progress for Bar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn help_documents_placements() {
+        use clap::Args as _;
+        let help = Args::augment_args(clap::Command::new("tune"))
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("t2@cluster1"), "{help}");
+        assert!(help.contains("placement"), "{help}");
+    }
 
     #[test]
     fn durations_parse() {

@@ -1,10 +1,16 @@
 //! Moving tables between devices: JSON export (one file per SoC, versioned),
 //! idempotent import, and merging several tables into one without mixing SoCs.
 //!
-//! Export format (`format: "tiletune-selector"`, `version: 1`): one object with
+//! Export format (`format: "tiletune-selector"`, `version: 2`): one object with
 //! the SoC record and every campaign, measurement, selection, ceiling and peer
 //! result of that SoC. Every row carries the SoC fingerprint, and an import
 //! rejects a file in which any row names another SoC.
+//!
+//! Versions: 2 adds a candidate's thread placement (`"placement": {"name":
+//! "t2@cluster1", "cpus": [4, 5]}`, present only when the workers were
+//! pinned); version 1 files have none and import as unpinned candidates. A
+//! reader older than a file's version refuses it, so a placement is never
+//! silently dropped.
 //!
 //! Conflict rules on import and merge (rows are keyed, so importing twice adds
 //! nothing):
@@ -34,7 +40,7 @@ use std::path::Path;
 /// The `format` field of every export.
 pub const EXPORT_FORMAT: &str = "tiletune-selector";
 /// The export format version this build writes and reads.
-pub const EXPORT_VERSION: u32 = 1;
+pub const EXPORT_VERSION: u32 = 2;
 
 /// Everything a table knows about one SoC.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,9 +8,14 @@
 //!   kernel family lists them (e.g. `gemv/q4_0/n=4864,k=896`,
 //!   `gemm/f32/m=1,n=4864,k=896`). The order is part of the key: a family
 //!   always lists its dims in one canonical order.
-//! - candidate: `{variant}/t{threads}/{params}`, where params is the canonical
-//!   JSON object (keys sorted bytewise at every level, no whitespace), e.g.
-//!   `avx512/t2/{"kc":256,"nr":8,"unroll":4}`.
+//! - candidate: `{variant}/{placement}/{params}`, where placement is the
+//!   thread placement's name (`t{threads}` when the workers are not pinned,
+//!   `t{threads}@cluster{c}[+{d}…]` when they are, see [`Placement`]) and
+//!   params is the canonical JSON object (keys sorted bytewise at every level,
+//!   no whitespace), e.g. `avx512/t2/{"kc":256,"nr":8,"unroll":4}` or
+//!   `neon/t2@cluster1/{"nr":4}`. An unpinned candidate's key is the key of
+//!   version 1 (`{variant}/t{threads}/{params}`), so rows written before
+//!   placements existed keep their keys.
 //!
 //! Names (op, dtype, variant, dim names) are restricted to ASCII letters,
 //! digits and `_ . -` so the separators `/ , = x` can never be ambiguous.
@@ -239,27 +244,218 @@ fn write_canonical(v: &Value, out: &mut String) {
     }
 }
 
+/// Where a candidate's workers run: `threads` workers, either not pinned
+/// (name `t{threads}`) or pinned to `cpus`, the CPUs of the SoC clusters
+/// `clusters` (indices in the order `tiletune probe` lists them; name
+/// `t{threads}@cluster{a}[+{b}…]`). The pool's worker `i` is pinned to
+/// `cpus[i % cpus.len()]` and the calling thread to the whole set.
+///
+/// The CPUs are stored with the name, so a reader (the runtime) can check
+/// that the machine has them without resolving cluster indices. Construct
+/// with [`Placement::unpinned`], [`Placement::pinned`] or
+/// [`Placement::from_name`] (all validated).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "PlacementRepr", into = "PlacementRepr")]
+pub struct Placement {
+    threads: usize,
+    clusters: Vec<usize>,
+    cpus: Vec<usize>,
+}
+
+/// Serialized as `{"name": "t2@cluster1", "cpus": [4, 5]}`.
+#[derive(Clone, Serialize, Deserialize)]
+struct PlacementRepr {
+    name: String,
+    #[serde(default)]
+    cpus: Vec<usize>,
+}
+
+impl TryFrom<PlacementRepr> for Placement {
+    type Error = TableError;
+    fn try_from(r: PlacementRepr) -> Result<Self> {
+        Placement::from_name(&r.name, r.cpus)
+    }
+}
+
+impl From<Placement> for PlacementRepr {
+    fn from(p: Placement) -> Self {
+        PlacementRepr {
+            name: p.name(),
+            cpus: p.cpus,
+        }
+    }
+}
+
+impl Placement {
+    /// `threads` workers, not pinned (`t{threads}`).
+    pub fn unpinned(threads: usize) -> Result<Self> {
+        check_threads(threads)?;
+        Ok(Placement {
+            threads,
+            clusters: Vec::new(),
+            cpus: Vec::new(),
+        })
+    }
+
+    /// `threads` workers pinned to `cpus`, the CPUs of `clusters`. Both
+    /// lists must be non-empty; they are sorted and deduplicated; the workers
+    /// must fit the CPUs (one CPU each).
+    pub fn pinned(threads: usize, clusters: Vec<usize>, cpus: Vec<usize>) -> Result<Self> {
+        check_threads(threads)?;
+        let bad = |reason: String| TableError::InvalidKey {
+            what: "placement",
+            value: format!("t{threads} on clusters {clusters:?}, cpus {cpus:?}"),
+            reason,
+        };
+        if clusters.is_empty() || cpus.is_empty() {
+            return Err(bad(
+                "a pinned placement names at least one cluster and one cpu".into(),
+            ));
+        }
+        let mut sorted_clusters = clusters.clone();
+        sorted_clusters.sort_unstable();
+        sorted_clusters.dedup();
+        let mut sorted_cpus = cpus.clone();
+        sorted_cpus.sort_unstable();
+        sorted_cpus.dedup();
+        if threads > sorted_cpus.len() {
+            return Err(bad(format!(
+                "{threads} workers do not fit {} cpu(s)",
+                sorted_cpus.len()
+            )));
+        }
+        Ok(Placement {
+            threads,
+            clusters: sorted_clusters,
+            cpus: sorted_cpus,
+        })
+    }
+
+    /// Parses a name written by [`Placement::name`] with the CPUs it pins to
+    /// (empty for an unpinned name).
+    pub fn from_name(name: &str, cpus: Vec<usize>) -> Result<Self> {
+        let bad = |reason: &str| TableError::InvalidKey {
+            what: "placement",
+            value: name.to_string(),
+            reason: reason.to_string(),
+        };
+        let (t, at) = match name.split_once('@') {
+            Some((t, at)) => (t, Some(at)),
+            None => (name, None),
+        };
+        let threads: usize = t
+            .strip_prefix('t')
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| bad("expected t<threads>[@cluster<a>[+<b>...]], e.g. t2@cluster1"))?;
+        let Some(at) = at else {
+            if !cpus.is_empty() {
+                return Err(bad("an unpinned placement lists no cpus"));
+            }
+            if t.len() > 1 && t.as_bytes()[1] == b'0' {
+                return Err(bad("the thread count has no leading zeros"));
+            }
+            return Placement::unpinned(threads);
+        };
+        let list = at
+            .strip_prefix("cluster")
+            .ok_or_else(|| bad("after @ comes cluster<index>, e.g. t2@cluster1"))?;
+        let clusters = list
+            .split('+')
+            .map(|c| {
+                c.parse::<usize>()
+                    .ok()
+                    .filter(|_| c.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| bad("cluster indices are decimal numbers joined by +"))?;
+        let p = Placement::pinned(threads, clusters, cpus)?;
+        // The name must be the canonical one, so that one placement has one key.
+        if p.name() != name {
+            return Err(bad(
+                "no leading zeros, and cluster indices ascending and listed once",
+            ));
+        }
+        Ok(p)
+    }
+
+    /// The stable name: `t4`, `t2@cluster1`, `t3@cluster1+2`.
+    pub fn name(&self) -> String {
+        if self.clusters.is_empty() {
+            return format!("t{}", self.threads);
+        }
+        let list: Vec<String> = self.clusters.iter().map(|c| c.to_string()).collect();
+        format!("t{}@cluster{}", self.threads, list.join("+"))
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Cluster indices (empty: not pinned).
+    pub fn clusters(&self) -> &[usize] {
+        &self.clusters
+    }
+
+    /// The CPUs the workers are pinned to, ascending (empty: not pinned).
+    pub fn cpus(&self) -> &[usize] {
+        &self.cpus
+    }
+
+    pub fn is_pinned(&self) -> bool {
+        !self.cpus.is_empty()
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+fn check_threads(threads: usize) -> Result<()> {
+    if threads == 0 {
+        return Err(TableError::InvalidKey {
+            what: "candidate threads",
+            value: "0".to_string(),
+            reason: "must be at least 1".to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// One way to run a problem: an ISA variant, its tile parameters (a JSON
-/// object), and a thread count. Construct with [`Candidate::new`] (validated).
+/// object), and a thread placement (a thread count, pinned or not).
+/// Construct with [`Candidate::new`] (unpinned) or [`Candidate::placed`]
+/// (validated).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "CandidateRepr", into = "CandidateRepr")]
 pub struct Candidate {
     variant: String,
     params: Value,
-    threads: usize,
+    placement: Placement,
 }
 
+/// `{"variant", "params", "threads"}` plus `"placement"` when pinned: an
+/// unpinned candidate serializes exactly as before placements existed, and
+/// JSON without `placement` reads as unpinned.
 #[derive(Clone, Serialize, Deserialize)]
 struct CandidateRepr {
     variant: String,
     params: Value,
     threads: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    placement: Option<Placement>,
 }
 
 impl TryFrom<CandidateRepr> for Candidate {
     type Error = TableError;
     fn try_from(r: CandidateRepr) -> Result<Self> {
-        Candidate::new(r.variant, r.params, r.threads)
+        let c = Candidate::new(r.variant, r.params, r.threads)?;
+        match r.placement {
+            Some(p) => c.with_placement(p),
+            None => Ok(c),
+        }
     }
 }
 
@@ -268,14 +464,16 @@ impl From<Candidate> for CandidateRepr {
         CandidateRepr {
             variant: c.variant,
             params: c.params,
-            threads: c.threads,
+            threads: c.placement.threads,
+            placement: c.placement.is_pinned().then_some(c.placement),
         }
     }
 }
 
 impl Candidate {
-    /// A validated candidate. `params` must be a JSON object (`null` means `{}`,
-    /// a kernel without tile parameters); `threads` at least 1.
+    /// A validated, unpinned candidate. `params` must be a JSON object
+    /// (`null` means `{}`, a kernel without tile parameters); `threads` at
+    /// least 1.
     pub fn new(variant: impl Into<String>, params: Value, threads: usize) -> Result<Self> {
         let variant = variant.into();
         check_name("variant", &variant)?;
@@ -290,18 +488,34 @@ impl Candidate {
                 });
             }
         };
-        if threads == 0 {
-            return Err(TableError::InvalidKey {
-                what: "candidate threads",
-                value: "0".to_string(),
-                reason: "must be at least 1".to_string(),
-            });
-        }
         Ok(Candidate {
             variant,
             params,
-            threads,
+            placement: Placement::unpinned(threads)?,
         })
+    }
+
+    /// A validated candidate running on `placement`.
+    pub fn placed(variant: impl Into<String>, params: Value, placement: Placement) -> Result<Self> {
+        Candidate::new(variant, params, placement.threads)?.with_placement(placement)
+    }
+
+    /// This candidate on another placement of the same thread count (the
+    /// thread count may be part of the kernel's parameters, so it cannot
+    /// change here).
+    pub fn with_placement(mut self, placement: Placement) -> Result<Self> {
+        if placement.threads != self.placement.threads {
+            return Err(TableError::InvalidKey {
+                what: "candidate placement",
+                value: placement.name(),
+                reason: format!(
+                    "runs {} threads, the candidate {}",
+                    placement.threads, self.placement.threads
+                ),
+            });
+        }
+        self.placement = placement;
+        Ok(self)
     }
 
     pub fn variant(&self) -> &str {
@@ -314,7 +528,12 @@ impl Candidate {
     }
 
     pub fn threads(&self) -> usize {
-        self.threads
+        self.placement.threads
+    }
+
+    /// Where the workers run (pinned or not).
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// Canonical JSON of the params (sorted keys, no whitespace).
@@ -322,9 +541,15 @@ impl Candidate {
         canonical_json(&self.params)
     }
 
-    /// The stable key, e.g. `avx512/t2/{"kc":256,"nr":8}`.
+    /// The stable key, e.g. `avx512/t2/{"kc":256,"nr":8}` or
+    /// `neon/t2@cluster1/{"nr":4}`.
     pub fn key(&self) -> String {
-        format!("{}/t{}/{}", self.variant, self.threads, self.params_json())
+        format!(
+            "{}/{}/{}",
+            self.variant,
+            self.placement.name(),
+            self.params_json()
+        )
     }
 }
 
@@ -407,6 +632,63 @@ mod tests {
         assert!(Candidate::new("ne/on", json!({}), 1).is_err());
         let back: Candidate = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back.key(), c.key());
+    }
+
+    #[test]
+    fn placements_name_parse_and_validate() {
+        let p = Placement::pinned(2, vec![2, 1], vec![5, 4, 3, 3]).unwrap();
+        assert_eq!(p.name(), "t2@cluster1+2");
+        assert_eq!(p.cpus(), [3, 4, 5]);
+        assert_eq!(Placement::from_name(&p.name(), vec![3, 4, 5]).unwrap(), p);
+        let u = Placement::unpinned(4).unwrap();
+        assert_eq!((u.name(), u.is_pinned()), ("t4".to_string(), false));
+        assert_eq!(Placement::from_name("t4", vec![]).unwrap(), u);
+        for (bad, cpus) in [
+            ("t0", vec![]),
+            ("4", vec![]),
+            ("t+4", vec![]),
+            ("t04", vec![]),
+            ("t4", vec![1]),
+            ("t2@cluster1", vec![]),
+            ("t2@cluster1", vec![4]),
+            ("t1@big", vec![4]),
+            ("t1@cluster", vec![4]),
+            ("t1@cluster2+1", vec![4]),
+            ("t1@cluster1+1", vec![4]),
+            ("t1@cluster+1", vec![4]),
+        ] {
+            assert!(Placement::from_name(bad, cpus).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pinned_candidates_key_and_serialize_their_placement() {
+        let p = Placement::pinned(2, vec![1], vec![4, 5]).unwrap();
+        let c = Candidate::placed("neon", json!({"nr": 4}), p.clone()).unwrap();
+        assert_eq!(c.key(), r#"neon/t2@cluster1/{"nr":4}"#);
+        assert_eq!(c.threads(), 2);
+        let s = serde_json::to_string(&c).unwrap();
+        assert_eq!(
+            s,
+            r#"{"variant":"neon","params":{"nr":4},"threads":2,"placement":{"name":"t2@cluster1","cpus":[4,5]}}"#
+        );
+        let back: Candidate = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, c);
+        // Unpinned candidates serialize as before placements existed, and
+        // old JSON reads as unpinned.
+        let u = Candidate::new("neon", json!({"nr": 4}), 2).unwrap();
+        let s = serde_json::to_string(&u).unwrap();
+        assert_eq!(s, r#"{"variant":"neon","params":{"nr":4},"threads":2}"#);
+        assert_eq!(serde_json::from_str::<Candidate>(&s).unwrap(), u);
+        assert_eq!(u.placement().name(), "t2");
+        // The thread count is the candidate's: a placement cannot change it.
+        assert!(
+            u.clone()
+                .with_placement(Placement::unpinned(3).unwrap())
+                .is_err()
+        );
+        let bad = r#"{"variant":"neon","params":{},"threads":1,"placement":{"name":"t2@cluster1","cpus":[4,5]}}"#;
+        assert!(serde_json::from_str::<Candidate>(bad).is_err());
     }
 
     #[test]

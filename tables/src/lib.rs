@@ -76,7 +76,7 @@ pub use error::{Result, TableError};
 pub use exchange::{
     EXPORT_FORMAT, EXPORT_VERSION, ImportStats, SocExport, read_any, read_export, write_export,
 };
-pub use key::{Candidate, Problem, canonical_json};
+pub use key::{Candidate, Placement, Problem, canonical_json};
 pub use lookup::Lookup;
 pub use path::{DB_ENV, default_db_path, default_db_path_from};
 pub use records::{Campaign, Ceiling, Measurement, PeerResult, Selection, SocRecord, now_unix};

@@ -2,7 +2,7 @@
 //! mappings, and the insert statements shared by the API (`store`) and import.
 
 use crate::error::{Result, TableError};
-use crate::key::{Candidate, Problem, canonical_json};
+use crate::key::{Candidate, Placement, Problem, canonical_json};
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
@@ -185,13 +185,29 @@ fn problem_cols(r: &Row<'_>, op: usize) -> rusqlite::Result<Problem> {
         .map_err(|e| conv_err(op, e))
 }
 
-fn candidate_cols(r: &Row<'_>, variant: usize) -> rusqlite::Result<Candidate> {
-    Candidate::new(
+/// The candidate in columns `variant, params, threads` (from `variant`) and
+/// `placement, placement_cpus` (from `placement`). An empty placement (a row
+/// no migration filled in) is the unpinned `t{threads}`.
+fn candidate_cols(r: &Row<'_>, variant: usize, placement: usize) -> rusqlite::Result<Candidate> {
+    let c = Candidate::new(
         r.get::<_, String>(variant)?,
         json_col(r, variant + 1)?,
         r.get(variant + 2)?,
     )
-    .map_err(|e| conv_err(variant, e))
+    .map_err(|e| conv_err(variant, e))?;
+    let name: String = r.get(placement)?;
+    if name.is_empty() {
+        return Ok(c);
+    }
+    let cpus: Vec<usize> = serde_json::from_str(&r.get::<_, String>(placement + 1)?)
+        .map_err(|e| conv_err(placement + 1, e))?;
+    Placement::from_name(&name, cpus)
+        .and_then(|p| c.with_placement(p))
+        .map_err(|e| conv_err(placement, e))
+}
+
+fn cpus_json(c: &Candidate) -> String {
+    serde_json::to_string(c.placement().cpus()).unwrap_or_else(|_| "[]".to_string())
 }
 
 fn dims_json(p: &Problem) -> String {
@@ -227,14 +243,15 @@ pub(crate) fn campaign_row(r: &Row<'_>) -> rusqlite::Result<Campaign> {
 }
 
 pub(crate) const MEAS_COLS: &str = "campaign, soc, kernel_abi, op, dtype, dims, variant, params, \
-     threads, median_ns, stats, counters, valid, invalid_reason, measured_at";
+     threads, median_ns, stats, counters, valid, invalid_reason, measured_at, placement, \
+     placement_cpus";
 pub(crate) fn measurement_row(r: &Row<'_>) -> rusqlite::Result<Measurement> {
     Ok(Measurement {
         campaign: r.get(0)?,
         soc: r.get(1)?,
         kernel_abi: r.get(2)?,
         problem: problem_cols(r, 3)?,
-        candidate: candidate_cols(r, 6)?,
+        candidate: candidate_cols(r, 6, 15)?,
         median_ns: r.get(9)?,
         stats: json_col(r, 10)?,
         counters: json_col(r, 11)?,
@@ -245,14 +262,14 @@ pub(crate) fn measurement_row(r: &Row<'_>) -> rusqlite::Result<Measurement> {
 }
 
 pub(crate) const SEL_COLS: &str = "soc, kernel_abi, op, dtype, dims, thread_budget, variant, params, \
-     threads, median_ns, default_ns, speedup, campaign, selected_at";
+     threads, median_ns, default_ns, speedup, campaign, selected_at, placement, placement_cpus";
 pub(crate) fn selection_row(r: &Row<'_>) -> rusqlite::Result<Selection> {
     Ok(Selection {
         soc: r.get(0)?,
         kernel_abi: r.get(1)?,
         problem: problem_cols(r, 2)?,
         thread_budget: r.get(5)?,
-        winner: candidate_cols(r, 6)?,
+        winner: candidate_cols(r, 6, 14)?,
         median_ns: r.get(9)?,
         default_ns: r.get(10)?,
         speedup: r.get(11)?,
@@ -364,7 +381,8 @@ pub(crate) mod insert {
         };
         let sql = format!(
             "{verb} INTO measurements (problem_key, candidate_key, {MEAS_COLS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                     ?18, ?19)"
         );
         let mut stmt = c.prepare_cached(&sql)?;
         let n = stmt.execute(params![
@@ -385,6 +403,8 @@ pub(crate) mod insert {
             m.valid,
             m.invalid_reason,
             m.measured_at,
+            m.candidate.placement().name(),
+            cpus_json(&m.candidate),
         ])?;
         Ok(n > 0)
     }
@@ -392,7 +412,8 @@ pub(crate) mod insert {
     pub fn selection(c: &Connection, s: &Selection) -> rusqlite::Result<()> {
         c.prepare_cached(&format!(
             "INSERT OR REPLACE INTO selections (problem_key, candidate_key, {SEL_COLS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                     ?18)"
         ))?
         .execute(params![
             s.problem.key(),
@@ -411,6 +432,8 @@ pub(crate) mod insert {
             s.computed_speedup(),
             s.campaign,
             s.selected_at,
+            s.winner.placement().name(),
+            cpus_json(&s.winner),
         ])?;
         Ok(())
     }

@@ -12,6 +12,10 @@
 //!   for the nearest-shape lookup (soc, kernel_abi, op, dtype, thread_budget).
 //! - v3: `ceilings` (machine limits from `bench roofline`) and `peer_results`
 //!   (llama.cpp / MNN numbers kept for comparisons).
+//! - v4: `placement` and `placement_cpus` on measurements and selections:
+//!   the thread placement a candidate ran on (`t2`, `t2@cluster1`) and the
+//!   CPUs it pinned to (JSON list, empty when not pinned). Older rows become
+//!   unpinned `t{threads}`, whose candidate key is unchanged.
 
 use rusqlite::{Connection, TransactionBehavior};
 
@@ -128,7 +132,18 @@ CREATE TABLE peer_results (
 ) STRICT;
 ";
 
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+/// v3 → v4: the placement of every candidate. Rows from before placements
+/// ran unpinned.
+const V4: &str = "
+ALTER TABLE measurements ADD COLUMN placement TEXT NOT NULL DEFAULT '';
+ALTER TABLE measurements ADD COLUMN placement_cpus TEXT NOT NULL DEFAULT '[]';
+UPDATE measurements SET placement = 't' || threads;
+ALTER TABLE selections ADD COLUMN placement TEXT NOT NULL DEFAULT '';
+ALTER TABLE selections ADD COLUMN placement_cpus TEXT NOT NULL DEFAULT '[]';
+UPDATE selections SET placement = 't' || threads;
+";
+
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// Reads `(application_id, user_version)` from the header.
 pub(crate) fn header_ids(conn: &Connection) -> rusqlite::Result<(u32, u32)> {

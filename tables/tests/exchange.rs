@@ -5,7 +5,8 @@ mod common;
 use common::*;
 use serde_json::json;
 use tiletune_tables::{
-    Ceiling, Lookup, PeerResult, SelectorDb, TableError, read_any, read_export, write_export,
+    Candidate, Ceiling, Lookup, PeerResult, Placement, SelectorDb, TableError, read_any,
+    read_export, write_export,
 };
 
 fn device_db(path: &std::path::Path, fp: &str, ns: f64) -> SelectorDb {
@@ -174,4 +175,89 @@ fn exports_that_mix_socs_or_formats_are_refused() {
         a.export_soc("nope"),
         Err(TableError::Unknown { .. })
     ));
+}
+
+/// A pinned winner's placement survives the table, an export file and an
+/// import; a version 1 export (written before placements) still imports,
+/// its candidates unpinned.
+#[test]
+fn placements_round_trip_and_version_1_exports_still_import() {
+    let dir = tmp();
+    let mut src = SelectorDb::open(dir.path().join("a.db")).unwrap();
+    let c = setup(&mut src, "socA");
+    let p = gemv(896, 896);
+    let pinned = |cluster: usize, cpus: Vec<usize>| {
+        Candidate::placed(
+            "neon",
+            json!({"nr": 4}),
+            Placement::pinned(2, vec![cluster], cpus).unwrap(),
+        )
+        .unwrap()
+    };
+    let big = pinned(1, vec![4, 5]);
+    let little = pinned(0, vec![0, 1, 2, 3]);
+    let plain = Candidate::new("neon", json!({"nr": 4}), 2).unwrap();
+    for (cand, ns) in [(&big, 900.0), (&little, 2000.0), (&plain, 1200.0)] {
+        assert!(
+            src.insert_measurement(&meas(&c, "socA", &p, cand, ns))
+                .unwrap()
+        );
+    }
+    src.put_selection(&sel("socA", Some(&c), &p, &big, 900.0))
+        .unwrap();
+    assert_eq!(src.count_measurements(None).unwrap(), 3);
+    let stored = src.selections(Some("socA")).unwrap();
+    assert_eq!(stored[0].winner, big);
+    assert_eq!(
+        src.lookup("socA", ABI, 2, &p).unwrap(),
+        Lookup::Exact(stored[0].clone())
+    );
+
+    let export = src.export_soc("socA").unwrap();
+    assert_eq!(export.version, tiletune_tables::EXPORT_VERSION);
+    let file = dir.path().join("socA.json");
+    write_export(&file, &export).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains(r#""name": "t2@cluster1""#), "{text}");
+    let mut dst = SelectorDb::open(dir.path().join("b.db")).unwrap();
+    dst.import(&read_export(&file).unwrap()).unwrap();
+    let got = dst.selections(Some("socA")).unwrap();
+    assert_eq!(got[0].winner, big);
+    assert_eq!(got[0].winner.placement().cpus(), [4, 5]);
+    assert_eq!(dst.export_soc("socA").unwrap(), export);
+
+    // The same table as a version 1 exporter wrote it: no placement fields.
+    let mut v1: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v1["version"] = json!(1);
+    let strip = |v: &mut serde_json::Value| {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("placement");
+        }
+    };
+    let mut only_unpinned = v1.clone();
+    let ms = only_unpinned["measurements"].as_array_mut().unwrap();
+    ms.retain(|m| m["candidate"].get("placement").is_none());
+    only_unpinned["selections"] = json!([]);
+    for m in v1["measurements"].as_array_mut().unwrap() {
+        strip(&mut m["candidate"]);
+    }
+    for s in v1["selections"].as_array_mut().unwrap() {
+        strip(&mut s["winner"]);
+    }
+    let old = dir.path().join("v1.json");
+    std::fs::write(&old, serde_json::to_vec(&only_unpinned).unwrap()).unwrap();
+    let mut third = SelectorDb::open(dir.path().join("c.db")).unwrap();
+    let st = third.import(&read_export(&old).unwrap()).unwrap();
+    assert_eq!(st.measurements_added, 1);
+    let m = third.measured("socA", ABI, &p, &plain).unwrap().unwrap();
+    assert!(!m.candidate.placement().is_pinned());
+    // Stripped of their placements, the pinned rows read as unpinned `t2`.
+    let stripped = dir.path().join("v1-stripped.json");
+    std::fs::write(&stripped, serde_json::to_vec(&v1).unwrap()).unwrap();
+    let e = read_export(&stripped).unwrap();
+    assert!(
+        e.measurements
+            .iter()
+            .all(|m| m.candidate.placement().name() == "t2")
+    );
 }

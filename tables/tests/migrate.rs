@@ -1,10 +1,12 @@
-//! A file written at schema v1 (and v2) opens, migrates to the current schema,
+//! A file written at schema v1 (and v2, v3) opens, migrates to the current schema,
 //! keeps its rows and gains what the later versions add.
 
 mod common;
 use common::*;
 use tiletune_tables::schema::create_at_version;
-use tiletune_tables::{Ceiling, OpenOptions, SCHEMA_VERSION, SelectorDb, TableError};
+use tiletune_tables::{
+    Candidate, Ceiling, OpenOptions, Placement, SCHEMA_VERSION, SelectorDb, TableError,
+};
 
 /// Rows inserted with v1's columns by raw SQL, the way a v1 build wrote them.
 fn write_v1_rows(c: &rusqlite::Connection) {
@@ -98,4 +100,70 @@ fn v2_file_migrates_to_current() {
     let db = SelectorDb::open(&path).unwrap();
     assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
     assert!(db.peer_results(None).unwrap().is_empty());
+}
+
+/// v3 → v4: rows written before placements existed read as unpinned
+/// `t{threads}` with unchanged keys, a resume still finds them, and pinned
+/// candidates can be stored next to them.
+#[test]
+fn v3_file_migrates_to_placements() {
+    let dir = tmp();
+    let path = db_path(dir.path());
+    {
+        let c = create_at_version(&path, 3).unwrap();
+        assert!(c.execute_batch("SELECT placement FROM selections").is_err());
+        write_v1_rows(&c);
+        // A two-thread winner too, to see the backfill use each row's count.
+        c.execute_batch(
+            r#"
+            INSERT INTO selections (soc, kernel_abi, problem_key, op, dtype, dims, thread_budget,
+                candidate_key, variant, params, threads, median_ns, default_ns, campaign, selected_at)
+            VALUES ('socA', 3, 'gemv/q4_0/n=4864,k=896', 'gemv', 'q4_0', '[["n",4864],["k",896]]', 2,
+                'neon/t2/{"nr":4}', 'neon', '{"nr":4}', 2, 1500.0, 3000.0, 'c-1', 1600000100);
+            "#,
+        )
+        .unwrap();
+    }
+    let err = SelectorDb::open_with(&path, OpenOptions::read_only()).unwrap_err();
+    assert!(
+        matches!(err, TableError::NeedsMigration { found: 3, .. }),
+        "{err}"
+    );
+    let mut db = SelectorDb::open(&path).unwrap();
+    assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
+    let sels = db.selections(Some("socA")).unwrap();
+    assert_eq!(sels.len(), 2);
+    for s in &sels {
+        let t = s.winner.threads();
+        assert_eq!(s.winner.placement().name(), format!("t{t}"));
+        assert!(!s.winner.placement().is_pinned());
+        assert_eq!(s.winner.key(), format!(r#"neon/t{t}/{{"nr":4}}"#));
+    }
+    let old = &sels[0].winner;
+    assert!(
+        db.measured("socA", 3, &gemv(4864, 896), old)
+            .unwrap()
+            .is_some()
+    );
+    // A pinned candidate of the same variant and params is another key.
+    let placed = Candidate::placed(
+        "neon",
+        serde_json::json!({"nr": 4}),
+        Placement::pinned(1, vec![1], vec![4, 5]).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        db.measured("socA", 3, &gemv(4864, 896), &placed)
+            .unwrap()
+            .is_none()
+    );
+    let mut m = meas("c-1", "socA", &gemv(4864, 896), &placed, 1800.0);
+    m.kernel_abi = 3;
+    assert!(db.insert_measurement(&m).unwrap());
+    let back = db
+        .measured("socA", 3, &gemv(4864, 896), &placed)
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.candidate, placed);
+    assert_eq!(back.candidate.placement().cpus(), [4, 5]);
 }

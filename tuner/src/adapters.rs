@@ -8,7 +8,7 @@ use serde_json::json;
 use std::time::Duration;
 use tiletune_bench::{Harness, MeasureConfig};
 use tiletune_pmu::EventSetKind;
-use tiletune_tables::{Candidate, Problem, SelectorDb, now_unix};
+use tiletune_tables::{Candidate, Placement, Problem, SelectorDb, now_unix};
 
 /// Writes a campaign's measurements and selections into a selector table,
 /// each in its own transaction, so a killed tuner loses at most the
@@ -120,6 +120,8 @@ pub struct HarnessMeasure {
     /// TIDs of the pool the next candidate runs on (see
     /// [`crate::families::worker_tids`]).
     workers: Vec<i32>,
+    /// CPUs the next candidate is pinned to (its placement's), if pinned.
+    pin: Option<Vec<usize>>,
 }
 
 impl HarnessMeasure {
@@ -132,6 +134,7 @@ impl HarnessMeasure {
                 .min(9, Duration::from_millis(120))
                 .max(400, Duration::from_millis(800)),
             workers: Vec::new(),
+            pin: None,
         }
     }
 
@@ -140,6 +143,7 @@ impl HarnessMeasure {
         HarnessMeasure {
             full,
             workers: Vec::new(),
+            pin: None,
         }
     }
 
@@ -160,8 +164,15 @@ impl Measure for HarnessMeasure {
         let cfg = self.config(fidelity);
         let mut fallback = None;
         let workers = self.workers.clone();
+        let pin = self.pin.clone();
         let measured = Harness::new(cfg).and_then(|h| {
+            // Pinned before the counters are attached, so they open on the
+            // placement's CPUs (that cluster's PMU); the harness pins the
+            // caller and each worker for the measurement and restores them.
             let mut h = h.workers(workers);
+            if let Some(cpus) = pin {
+                h = h.pinned(cpus);
+            }
             // Hardware counters where the PMU is readable, else software
             // events; the fallback is said once and flagged in every row.
             fallback = h.attach_counters(EventSetKind::Auto);
@@ -179,6 +190,8 @@ impl Measure for HarnessMeasure {
                     "counts": m.counts,
                     "metrics": m.metrics,
                     "fallback": fallback.map(|n| n.to_string()),
+                    // Where a pinned run was pinned and observed.
+                    "placement": m.placement,
                 }),
             },
             // The schedule above is valid by construction; should the harness
@@ -195,6 +208,14 @@ impl Measure for HarnessMeasure {
 
     fn use_threads(&mut self, threads: usize) {
         self.workers = crate::families::worker_tids(threads);
+        self.pin = None;
+    }
+
+    fn use_placement(&mut self, placement: &Placement) {
+        self.use_threads(placement.threads());
+        if placement.is_pinned() {
+            self.pin = Some(placement.cpus().to_vec());
+        }
     }
 }
 

@@ -9,10 +9,11 @@
 use crate::strategy::{self, Coords, Evaluator, FULL_FIDELITY, Score, Strategy};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
-use tiletune_tables::{Candidate, Problem};
+use tiletune_tables::{Candidate, Placement, Problem};
 
 /// Coordinates of a candidate for neighbourhood search: variant, each
-/// param, threads.
+/// param, and its thread placement (`t2`, or `t2@cluster1` when pinned), so
+/// moving along `threads` also moves between clusters.
 pub fn coords(c: &Candidate) -> Coords {
     let mut v = vec![("variant".to_string(), c.variant().to_string())];
     if let serde_json::Value::Object(m) = c.params() {
@@ -22,7 +23,7 @@ pub fn coords(c: &Candidate) -> Coords {
     } else {
         v.push(("params".into(), c.params().to_string()));
     }
-    v.push(("threads".into(), c.threads().to_string()));
+    v.push(("threads".into(), c.placement().name()));
     v
 }
 
@@ -69,8 +70,17 @@ pub trait Measure {
     fn measure(&mut self, fidelity: u32, run: &mut dyn FnMut()) -> Stats;
 
     /// The candidate measured next runs on `threads` threads: a harness
-    /// counts (and pins) that pool's workers with the caller.
+    /// counts that pool's workers with the caller.
     fn use_threads(&mut self, _threads: usize) {}
+
+    /// The candidate measured next runs on `placement`: a harness counts
+    /// that pool's workers and, when the placement is pinned, pins the
+    /// caller to its CPUs and each worker to one of them for the
+    /// measurement (restoring them afterwards). The default knows only the
+    /// thread count.
+    fn use_placement(&mut self, placement: &Placement) {
+        self.use_threads(placement.threads());
+    }
 }
 
 /// A measurement as the store records it.
@@ -287,7 +297,7 @@ impl Evaluator for CampaignEvaluator<'_> {
                         reason: format!("max relative error {err:.3e} exceeds tolerance {tol:.1e}"),
                     },
                     Ok(_) => {
-                        self.measure.use_threads(cand.threads());
+                        self.measure.use_placement(cand.placement());
                         let problem = &mut *self.problem;
                         let stats = self.measure.measure(fidelity, &mut || problem.run(i));
                         if stats.median_s.is_finite() && stats.median_s > 0.0 {

@@ -15,9 +15,20 @@
 //!
 //! Pinning itself is `tiletune_bench::pin` (the measuring thread and each
 //! pool worker, by TID, through `sched_setaffinity`).
+//!
+//! Every family enumerates its candidates over thread counts;
+//! [`with_placements`] turns that thread dimension into placements: each
+//! candidate of `t` threads becomes one candidate per placement of `t`
+//! workers (on a single-cluster machine exactly one, the unpinned `t{t}`, so
+//! the list is unchanged there). The placement is part of the candidate
+//! (`tiletune_tables::Placement`, in its key), so it is measured, stored and
+//! selected like an ISA or a tile size; the campaign's measure applies it
+//! around each timing ([`crate::Measure::use_placement`]).
 
 use crate::TunerError;
+use crate::campaign::{KernelProblem, Work};
 use tiletune_soc::SocInfo;
+use tiletune_tables::{Candidate, Placement, Problem};
 
 /// `threads` workers on `cpus` (empty: not pinned).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +52,15 @@ impl ThreadPlacement {
 
     pub fn pinned(&self) -> bool {
         !self.cpus.is_empty()
+    }
+
+    /// The placement as candidates and tables record it.
+    pub fn to_key(&self) -> Result<Placement, TunerError> {
+        Ok(if self.pinned() {
+            Placement::pinned(self.threads, self.clusters.clone(), self.cpus.clone())?
+        } else {
+            Placement::unpinned(self.threads)?
+        })
     }
 }
 
@@ -165,6 +185,91 @@ pub fn parse_placement(s: &str, soc: &SocInfo) -> Result<ThreadPlacement, TunerE
         clusters,
         cpus,
     })
+}
+
+/// `problem` with its thread dimension made of `placements`: candidate `c`
+/// of `t` threads becomes `c` on each placement of `t` workers, in list
+/// order; a count the list lacks keeps `c` unpinned. The default stays the
+/// unpinned default (what runs untuned), with the count's pinned
+/// placements as further candidates. Validation does not depend on where
+/// the workers run, so each underlying candidate is validated once.
+pub fn with_placements<'a>(
+    problem: Box<dyn KernelProblem + 'a>,
+    placements: &[ThreadPlacement],
+) -> Result<Box<dyn KernelProblem + 'a>, TunerError> {
+    let keys = placements
+        .iter()
+        .map(ThreadPlacement::to_key)
+        .collect::<Result<Vec<_>, _>>()?;
+    let inner_default = problem.default_index();
+    let mut cands = Vec::new();
+    let mut inner_of = Vec::new();
+    let mut default = 0;
+    for (i, c) in problem.candidates().iter().enumerate() {
+        let t = c.threads();
+        let mut here: Vec<&Placement> = keys.iter().filter(|p| p.threads() == t).collect();
+        if c.placement().is_pinned() || here.is_empty() {
+            here = vec![c.placement()];
+        } else if i == inner_default && !here.contains(&c.placement()) {
+            here.insert(0, c.placement());
+        }
+        for p in here {
+            if i == inner_default && p == c.placement() {
+                default = cands.len();
+            }
+            cands.push(c.clone().with_placement(p.clone())?);
+            inner_of.push(i);
+        }
+    }
+    let validated = vec![None; problem.candidates().len()];
+    Ok(Box::new(Placed {
+        inner: problem,
+        cands,
+        inner_of,
+        default,
+        validated,
+    }))
+}
+
+/// A problem whose candidates carry placements (see [`with_placements`]).
+struct Placed<'a> {
+    inner: Box<dyn KernelProblem + 'a>,
+    cands: Vec<Candidate>,
+    /// The inner candidate each of `cands` runs.
+    inner_of: Vec<usize>,
+    default: usize,
+    /// Validation result per inner candidate, once known.
+    validated: Vec<Option<Result<f32, String>>>,
+}
+
+impl KernelProblem for Placed<'_> {
+    fn spec(&self) -> &Problem {
+        self.inner.spec()
+    }
+    fn candidates(&self) -> &[Candidate] {
+        &self.cands
+    }
+    fn default_index(&self) -> usize {
+        self.default
+    }
+    fn validate(&mut self, i: usize) -> Result<f32, String> {
+        let j = self.inner_of[i];
+        if let Some(r) = &self.validated[j] {
+            return r.clone();
+        }
+        let r = self.inner.validate(j);
+        self.validated[j] = Some(r.clone());
+        r
+    }
+    fn tolerance(&self) -> f32 {
+        self.inner.tolerance()
+    }
+    fn run(&mut self, i: usize) {
+        self.inner.run(self.inner_of[i]);
+    }
+    fn work(&self) -> Work {
+        self.inner.work()
+    }
 }
 
 #[cfg(test)]
