@@ -240,10 +240,9 @@ pub fn instantiate_one(
             Ok(Box::new(super::qgemm::QGemmTune::one(
                 spec.clone(),
                 q,
-                mm,
-                n,
-                k,
+                (mm, n, k),
                 m,
+                one.cold,
             )?))
         }
         "gemm" => {

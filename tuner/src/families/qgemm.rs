@@ -101,9 +101,14 @@ pub(super) struct QGemmTune {
     m: usize,
     n: usize,
     k: usize,
-    w: Vec<u8>,
-    /// The weights repacked for each interleave a candidate reads.
-    packed: Vec<PackedQ>,
+    /// GGUF weight copies (the per-row GEMV reads these).
+    w: Vec<Vec<u8>>,
+    /// Per copy, the weights repacked for each interleave a candidate reads.
+    packed: Vec<Vec<PackedQ>>,
+    /// The copy the next timed run reads: rotating through more memory
+    /// than the last-level cache times weights streamed from DRAM, as the
+    /// runtime's decode reads them (a model does not fit the cache).
+    next: usize,
     a: Vec<f32>,
     c: Vec<f32>,
     scratch: Vec<u8>,
@@ -171,20 +176,30 @@ impl QGemmTune {
                 }
             }
         }
-        Self::build(spec, (m, n, k), operands, configs)
+        // Decode (m = 1) streams its weights from DRAM in a model: time it
+        // cold, as the per-row GEMV family does. Prefill reuses each weight
+        // chunk for many rows and stays warm.
+        Self::build(spec, (m, n, k), operands, configs, &mach.caps, m == 1)
     }
 
-    /// One forced GEMM configuration (`tiletune bench gemm --dtype q4_1`).
+    /// One forced GEMM configuration (`tiletune bench gemm --dtype q4_1`),
+    /// `cold`: weights rotated through more memory than the last-level cache.
     pub(super) fn one(
         spec: Problem,
         q: QGemm,
-        m: usize,
-        n: usize,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
         mach: &Machine,
+        cold: bool,
     ) -> Result<Self, TunerError> {
         let operands = Operands::new(q.format, m, n, k, mach.seed)?;
-        Self::build(spec, (m, n, k), operands, vec![Config::Gemm(q)])
+        Self::build(
+            spec,
+            (m, n, k),
+            operands,
+            vec![Config::Gemm(q)],
+            &mach.caps,
+            cold,
+        )
     }
 
     fn build(
@@ -192,6 +207,8 @@ impl QGemmTune {
         (m, n, k): (usize, usize, usize),
         operands: Operands,
         configs: Vec<Config>,
+        caps: &tiletune_kernels::CpuCaps,
+        cold: bool,
     ) -> Result<Self, TunerError> {
         let Operands {
             w,
@@ -201,14 +218,27 @@ impl QGemmTune {
             gemm_reference,
             magnitude,
         } = operands;
-        let mut packed: Vec<PackedQ> = Vec::new();
+        let mut packed0: Vec<PackedQ> = Vec::new();
         for cfg in &configs {
             if let Config::Gemm(q) = cfg
-                && !packed.iter().any(|p| p.nr() == q.params.nr)
+                && !packed0.iter().any(|p| p.nr() == q.params.nr)
             {
-                packed.push(q.pack(&w, n, k)?);
+                packed0.push(q.pack(&w, n, k)?);
             }
         }
+        let bytes = packed0
+            .iter()
+            .map(PackedQ::bytes)
+            .chain([w.len()])
+            .max()
+            .unwrap_or(0);
+        let copies = if cold {
+            super::cold_copies(bytes, caps)
+        } else {
+            1
+        };
+        let packed = vec![packed0; copies];
+        let w = vec![w; copies];
         let cands = configs
             .iter()
             .map(|cfg| match cfg {
@@ -231,6 +261,7 @@ impl QGemmTune {
             k,
             w,
             packed,
+            next: 0,
             a,
             c,
             scratch: Vec::new(),
@@ -242,12 +273,11 @@ impl QGemmTune {
         })
     }
 
-    fn call(&mut self, i: usize) -> tiletune_kernels::Result<()> {
+    fn call(&mut self, i: usize, copy: usize) -> tiletune_kernels::Result<()> {
         let (m, n, k) = (self.m, self.n, self.k);
         match self.configs[i] {
             Config::Gemm(q) => {
-                let p = self
-                    .packed
+                let p = self.packed[copy]
                     .iter()
                     .find(|p| p.nr() == q.params.nr)
                     .expect("every interleave was packed");
@@ -260,7 +290,7 @@ impl QGemmTune {
                 }
                 for (x, y) in self.a.chunks_exact(k).zip(self.c.chunks_exact_mut(n)) {
                     let xq = qgemv::quantize_activations(q.format, x)?;
-                    q.run_prequantized(&self.w, &xq, k, y)?;
+                    q.run_prequantized(&self.w[copy], &xq, k, y)?;
                 }
                 Ok(())
             }
@@ -280,7 +310,7 @@ impl KernelProblem for QGemmTune {
     }
     fn validate(&mut self, i: usize) -> Result<f32, String> {
         self.c.fill(f32::NAN);
-        self.call(i).map_err(|e| e.to_string())?;
+        self.call(i, 0).map_err(|e| e.to_string())?;
         let want = match (&self.configs[i], &self.gemm_reference) {
             (Config::Gemm(_), Some(g)) => g,
             _ => &self.reference,
@@ -291,12 +321,13 @@ impl KernelProblem for QGemmTune {
         1e-5
     }
     fn run(&mut self, i: usize) {
-        let _ = self.call(i);
+        self.next = (self.next + 1) % self.w.len();
+        let _ = self.call(i, self.next);
     }
     fn work(&self) -> Work {
         let (m, n, k) = (self.m as u64, self.n as u64, self.k as u64);
         Work {
-            bytes: self.w.len() as u64 + 4 * m * k + 4 * m * n,
+            bytes: self.w[0].len() as u64 + 4 * m * k + 4 * m * n,
             flops: 2 * m * n * k,
         }
     }
