@@ -993,14 +993,18 @@ mod tests {
             tiletune_ops(&s),
             vec![("gemv".into(), "f32".into(), "64x32".into())]
         );
-        // Quantized GEMM for formats the repacked GEMM reads; others: no row, a note.
+        // Quantized GEMM for formats the repacked GEMM reads (every GGUF weight
+        // format tiletune runs); others: no row, a note.
         let s = MulMatShape::parse("type_a=q8_0,type_b=f32,m=64,n=512,k=32").unwrap();
         assert_eq!(
             tiletune_ops(&s),
             vec![("gemm".into(), "q8_0".into(), "512x64x32".into())]
         );
         let s = MulMatShape::parse("type_a=q6_K,type_b=f32,m=64,n=512,k=256").unwrap();
-        assert!(tiletune_ops(&s).is_empty());
+        assert_eq!(
+            tiletune_ops(&s),
+            vec![("gemm".into(), "q6_k".into(), "512x64x256".into())]
+        );
         let s = MulMatShape::parse("type_a=iq2_xs,type_b=f32,m=64,n=1,k=32").unwrap();
         assert!(tiletune_ops(&s).is_empty());
     }
