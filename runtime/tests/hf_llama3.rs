@@ -255,22 +255,27 @@ fn reference_on_the_converted_gguf_matches_transformers() {
     check("gguf, reference", &mut lm, &exp, hf.config.vocab);
 }
 
-#[test]
-fn fast_on_the_converted_gguf_matches_transformers() {
-    let (hf, exp) = fixture();
-    let g = converted();
-    let cfg = ModelConfig::from_gguf(&g).unwrap();
+/// The plan without a selector table (every kernel its default), 2 threads.
+fn default_plan(g: &GgufFile) -> ExecutionPlan {
     let opts = PlanOptions {
         db: Some(std::env::temp_dir().join("tiletune-hf-llama3-tests-no-such.db")),
         threads: 2,
         qmode: None,
     };
-    let plan = ExecutionPlan::build(
-        &kernel_problems(&g).unwrap(),
+    ExecutionPlan::build(
+        &kernel_problems(g).unwrap(),
         "test-soc",
         &CpuCaps::default(),
         &opts,
-    );
+    )
+}
+
+#[test]
+fn fast_on_the_converted_gguf_matches_transformers() {
+    let (hf, exp) = fixture();
+    let g = converted();
+    let cfg = ModelConfig::from_gguf(&g).unwrap();
+    let plan = default_plan(&g);
     let model = FastModel::new(&cfg, &g, &plan, 64).unwrap();
     let mut lm = Fast {
         model: &model,
@@ -318,17 +323,7 @@ fn llamacpp_made_gguf_matches_transformers() {
         cache: model.new_cache(),
     };
     check("llama.cpp gguf, reference", &mut lm, &exp, hf.config.vocab);
-    let opts = PlanOptions {
-        db: Some(std::env::temp_dir().join("tiletune-hf-llama3-tests-no-such.db")),
-        threads: 2,
-        qmode: None,
-    };
-    let plan = ExecutionPlan::build(
-        &kernel_problems(&g).unwrap(),
-        "test-soc",
-        &CpuCaps::default(),
-        &opts,
-    );
+    let plan = default_plan(&g);
     let fast = FastModel::new(&cfg, &g, &plan, 64).unwrap();
     let mut lm = Fast {
         model: &fast,
