@@ -20,7 +20,8 @@ pub fn selection_label(s: &Selection) -> String {
     format!("{} ≤{}t", problem_label(&s.problem), s.thread_budget)
 }
 
-/// `avx512 kc=45,nr=8 t1`, as `tiletune tune` prints winners.
+/// `avx512 kc=45,nr=8 t1` (or `t2@cluster1` when pinned), as `tiletune
+/// tune` prints winners: two placements with one thread count differ.
 pub fn candidate_label(c: &Candidate) -> String {
     let params = match c.params() {
         Value::Object(m) if !m.is_empty() => m
@@ -32,9 +33,9 @@ pub fn candidate_label(c: &Candidate) -> String {
         other => value_text(other),
     };
     if params.is_empty() {
-        format!("{} t{}", c.variant(), c.threads())
+        format!("{} {}", c.variant(), c.placement().name())
     } else {
-        format!("{} {params} t{}", c.variant(), c.threads())
+        format!("{} {params} {}", c.variant(), c.placement().name())
     }
 }
 
@@ -899,6 +900,24 @@ fn test_order(test: &str) -> u8 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Two placements with the same thread count get different labels.
+    #[test]
+    fn candidate_labels_name_the_placement() {
+        use tiletune_tables::Placement;
+        let p = json!({"nr": 8});
+        let plain = Candidate::new("avx2", p.clone(), 2).unwrap();
+        let big = Candidate::placed(
+            "avx2",
+            p.clone(),
+            Placement::pinned(2, vec![1], vec![2, 3]).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(candidate_label(&plain), "avx2 nr=8 t2");
+        assert_eq!(candidate_label(&big), "avx2 nr=8 t2@cluster1");
+        let bare = Candidate::new("scalar", json!({}), 1).unwrap();
+        assert_eq!(candidate_label(&bare), "scalar t1");
+    }
 
     const SOC: &str = "f00d";
 

@@ -445,26 +445,37 @@ pub(crate) fn bench_kernel(
         MeasureConfig::default()
     });
     // A multi-threaded kernel works on its pool's workers: count (and pin)
-    // them with the measuring thread.
-    let mut h = Harness::new(cfg)?.workers(families::worker_tids(cand.threads()));
-    if !pin.is_empty() {
-        h = h.pinned(pin);
-    }
-    if let Some(b) = &bar {
-        b.set_message(format!("{spec}: warming up"));
-        let b = b.clone();
-        let name = spec.to_string();
-        h = h.on_progress(move |pr| {
-            if pr.warming_up {
-                b.set_message(format!("{name}: warmed up"));
-            } else {
-                b.set_position((pr.fraction * 1000.0) as u64);
-                b.set_message(format!("{name}: {} samples", pr.samples));
-            }
-        });
-    }
-    let note = h.attach_counters(counters);
-    let m = h.measure(&spec.key(), || p.run(0));
+    // them with the measuring thread, which is itself one of them: the
+    // kernel is timed from inside its pool, as the runtime calls it (see
+    // `tiletune_tuner::adapters::HarnessMeasure`).
+    let threads = cand.threads();
+    let tids = families::worker_tids(threads);
+    let measure = || {
+        let mut h = Harness::new(cfg)?.workers(tids);
+        if !pin.is_empty() {
+            h = h.pinned(pin);
+        }
+        if let Some(b) = &bar {
+            b.set_message(format!("{spec}: warming up"));
+            let b = b.clone();
+            let name = spec.to_string();
+            h = h.on_progress(move |pr| {
+                if pr.warming_up {
+                    b.set_message(format!("{name}: warmed up"));
+                } else {
+                    b.set_position((pr.fraction * 1000.0) as u64);
+                    b.set_message(format!("{name}: {} samples", pr.samples));
+                }
+            });
+        }
+        let note = h.attach_counters(counters);
+        anyhow::Ok((h.measure(&spec.key(), || p.run(0)), note))
+    };
+    let (m, note) = if threads > 1 {
+        tiletune_kernels::pool::pool(threads).install(measure)?
+    } else {
+        measure()?
+    };
     if let Some(b) = bar {
         b.finish_and_clear();
     }

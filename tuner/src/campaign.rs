@@ -29,7 +29,7 @@ pub fn coords(c: &Candidate) -> Coords {
 
 /// A kernel problem instantiated with concrete inputs, ready to be validated
 /// and timed. One implementation per kernel family lives in `families/`.
-pub trait KernelProblem {
+pub trait KernelProblem: Send {
     fn spec(&self) -> &Problem;
     /// The search space; entry [`KernelProblem::default_index`] is the
     /// analytic default.
@@ -67,7 +67,7 @@ pub struct Stats {
 
 /// Times a closure. `fidelity` scales the measurement effort.
 pub trait Measure {
-    fn measure(&mut self, fidelity: u32, run: &mut dyn FnMut()) -> Stats;
+    fn measure(&mut self, fidelity: u32, run: &mut (dyn FnMut() + Send)) -> Stats;
 
     /// The candidate measured next runs on `threads` threads: a harness
     /// counts that pool's workers with the caller.
@@ -186,11 +186,19 @@ pub fn run_campaign(
         let coords: Vec<Coords> = problem.candidates().iter().map(coords).collect();
         progress.problem_started(pi, total, &spec, coords.len());
         let default = problem.default_index();
+        // Each problem gets an equal share of the budget still left, and
+        // what one leaves unused carries over to the rest: a budget used up
+        // by the first (largest) problems would leave the last ones with no
+        // selection at all (e.g. a model's m = 256 prefill buckets).
+        let share = deadline.map(|d| {
+            let now = Instant::now();
+            now + d.saturating_duration_since(now) / (total - pi) as u32
+        });
         let mut ev = CampaignEvaluator {
             problem: problem.as_mut(),
             measure: &mut *measure,
             store: &mut *store,
-            deadline,
+            deadline: share,
             progress: &mut *progress,
             best: None,
             invalid: 0,
@@ -218,6 +226,12 @@ pub fn run_campaign(
                     default_s: ds,
                     thread_budget,
                 })
+            }
+            (None, _, _) if result.evaluations.is_empty() && result.stopped_by_budget => {
+                note.get_or_insert_with(|| {
+                    "not timed: the budget ran out; run the same command again to continue".into()
+                });
+                None
             }
             (None, _, _) => {
                 note.get_or_insert_with(|| "no valid candidate".into());
@@ -410,13 +424,13 @@ mod tests {
     /// Reports the fake's scripted time for whichever candidate ran.
     struct FakeMeasure<'a>(
         &'a std::cell::RefCell<Vec<f64>>,
-        std::rc::Rc<std::cell::Cell<usize>>,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
     );
     impl Measure for FakeMeasure<'_> {
-        fn measure(&mut self, _f: u32, run: &mut dyn FnMut()) -> Stats {
+        fn measure(&mut self, _f: u32, run: &mut (dyn FnMut() + Send)) -> Stats {
             run();
             Stats {
-                median_s: self.0.borrow()[self.1.get()],
+                median_s: self.0.borrow()[self.1.load(std::sync::atomic::Ordering::Relaxed)],
                 mad_s: 0.0,
                 samples: 1,
                 counters: serde_json::Value::Null,
@@ -454,7 +468,7 @@ mod tests {
     /// Wraps a Fake so the measure sees which candidate ran.
     struct Tracked {
         inner: Fake,
-        current: std::rc::Rc<std::cell::Cell<usize>>,
+        current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     }
     impl KernelProblem for Tracked {
         fn spec(&self) -> &Problem {
@@ -473,7 +487,7 @@ mod tests {
             self.inner.tolerance()
         }
         fn run(&mut self, i: usize) {
-            self.current.set(i);
+            self.current.store(i, std::sync::atomic::Ordering::Relaxed);
             self.inner.run(i)
         }
         fn work(&self) -> Work {
@@ -484,7 +498,7 @@ mod tests {
     fn run(strategy: Strategy, store: &mut MemStore) -> (Vec<ProblemReport>, usize) {
         let f = fake(6);
         let times = std::cell::RefCell::new(f.times.clone());
-        let cur = std::rc::Rc::new(std::cell::Cell::new(0));
+        let cur = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
             inner: f,
             current: cur.clone(),
@@ -537,6 +551,53 @@ mod tests {
         assert!(r[0].selection.is_some());
         assert_eq!(store.selections.len(), 2);
         assert_eq!(store.selections[0], store.selections[1]);
+    }
+
+    /// Takes real time per measurement, so a budget runs out.
+    struct SlowMeasure(Duration);
+    impl Measure for SlowMeasure {
+        fn measure(&mut self, _f: u32, run: &mut (dyn FnMut() + Send)) -> Stats {
+            run();
+            std::thread::sleep(self.0);
+            Stats {
+                median_s: 1.0,
+                mad_s: 0.0,
+                samples: 1,
+                counters: serde_json::Value::Null,
+            }
+        }
+    }
+
+    /// A budget smaller than the first problem's search still reaches every
+    /// problem: each gets its share of what is left.
+    #[test]
+    fn a_budget_is_shared_by_every_problem() {
+        let mut problems: Vec<Box<dyn KernelProblem>> = (0..3)
+            .map(|i| {
+                let mut f = fake(40);
+                f.spec = Problem::new("gemv", "f32", [("n", 8 + i), ("k", 8)]).unwrap();
+                Box::new(f) as Box<dyn KernelProblem>
+            })
+            .collect();
+        let cfg = CampaignConfig {
+            strategy: Strategy::Exhaustive,
+            budget: Some(Duration::from_millis(300)),
+        };
+        let mut store = MemStore::default();
+        let r = run_campaign(
+            &mut problems,
+            &cfg,
+            &mut SlowMeasure(Duration::from_millis(10)),
+            &mut store,
+            &mut (),
+        );
+        // 3 × 41 candidates at 10 ms would take 1.2 s: without shares the
+        // first problem alone used the whole 300 ms.
+        for p in &r {
+            assert!(p.stopped_by_budget, "{}", p.problem);
+            assert!(p.selection.is_some(), "{}: {:?}", p.problem, p.note);
+            assert!(p.evaluations >= 2, "{}: {}", p.problem, p.evaluations);
+        }
     }
 
     #[test]
