@@ -716,8 +716,8 @@ fn mnn_engine_runs_once_per_thread_count_in_a_scratch_directory() {
         dir.path(),
         "llm_bench",
         &format!(
-            "t=; out=; while [ $# -gt 0 ]; do case \"$1\" in -t) t=$2;; -j) out=$2;; esac; shift; done; \
-             echo \"$(pwd) $t\" >> '{}'; mkdir -p tmp; sed \"s/\\\"threads\\\":2/\\\"threads\\\":$t/\" '{}' > \"$out\"",
+            "t=; out=; while [ $# -gt 0 ]; do case \"$1\" in -t) t=$2;; -p) p=$2;; -n) n=$2;; -j) out=$2;; esac; shift; done; \
+             echo \"$(pwd) $t $p $n\" >> '{}'; mkdir -p tmp; sed \"s/\\\"threads\\\":2/\\\"threads\\\":$t/\" '{}' > \"$out\"",
             calls.display(),
             fixture_path("mnn-llm_bench-smollm2-p512-n128.json").display()
         ),
@@ -729,8 +729,8 @@ fn mnn_engine_runs_once_per_thread_count_in_a_scratch_directory() {
         cfg.clone(),
         "sha256:x".into(),
         vec![1, 2],
-        512,
-        128,
+        vec![512],
+        vec![128],
         work.clone(),
         None,
     );
@@ -750,7 +750,26 @@ fn mnn_engine_runs_once_per_thread_count_in_a_scratch_directory() {
     );
     let log = std::fs::read_to_string(&calls).unwrap();
     let cwd = work.canonicalize().unwrap();
-    assert_eq!(log, format!("{0} 1\n{0} 2\n", cwd.display()));
+    assert_eq!(
+        log,
+        format!("{0} 1 512 128\n{0} 2 512 128\n", cwd.display())
+    );
+    // Lists run pairwise (one -p and one -n per llm_bench run), 0 where a
+    // list is shorter, and a pair of zeros not at all.
+    std::fs::remove_file(&calls).unwrap();
+    let mut e = peers::MnnBenchEngine::new(
+        fake.clone(),
+        cfg.clone(),
+        "sha256:x".into(),
+        vec![2],
+        vec![512, 64, 0],
+        vec![128],
+        work.clone(),
+        None,
+    );
+    assert_eq!(e.run_round().unwrap().len(), 4);
+    let log = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(log, format!("{0} 2 512 128\n{0} 2 64 0\n", cwd.display()));
     assert!(work.join("tmp").is_dir());
 
     // A model that does not load: exit 0, messages, a report of zeros.
@@ -764,7 +783,16 @@ fn mnn_engine_runs_once_per_thread_count_in_a_scratch_directory() {
             fixture_path("mnn-llm_bench-missing-model.json").display()
         ),
     );
-    let mut e = peers::MnnBenchEngine::new(broken, cfg, "v".into(), vec![2], 8, 4, work, None);
+    let mut e = peers::MnnBenchEngine::new(
+        broken,
+        cfg,
+        "v".into(),
+        vec![2],
+        vec![8],
+        vec![4],
+        work,
+        None,
+    );
     let err = e.run_round().unwrap_err().to_string();
     assert!(
         err.contains("did not load") && err.contains("Unable to open config file"),

@@ -70,12 +70,22 @@ pub struct ModelCompareArgs {
     /// model with MNN's llmexport first).
     #[arg(long, value_name = "CFG")]
     pub mnn_config: Option<PathBuf>,
-    /// Prompt tokens of the prefill test (ppN).
-    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
-    pub n_prompt: usize,
-    /// Generated tokens of the decode test (tgN).
-    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
-    pub n_gen: usize,
+    /// Prompt tokens of the prefill tests (ppN), comma separated; 0 for none.
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Generated tokens of the decode tests (tgN), comma separated; 0 for none.
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
     /// Thread counts, comma separated [default: the CPUs this process may use].
     #[arg(short = 't', long, value_delimiter = ',')]
     pub threads: Vec<usize>,
@@ -215,8 +225,8 @@ struct ModelComparison {
     soc: String,
     soc_fingerprint: String,
     model: String,
-    n_prompt: usize,
-    n_gen: usize,
+    n_prompt: Vec<usize>,
+    n_gen: Vec<usize>,
     threads: Vec<usize>,
     rounds: usize,
     rows: Vec<ComparisonRow>,
@@ -232,8 +242,8 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
     if a.reps == 0 {
         anyhow::bail!("--reps must be at least 1");
     }
-    if a.n_prompt == 0 && a.n_gen == 0 {
-        anyhow::bail!("-p and -n are both 0; nothing to measure");
+    if a.n_prompt.iter().chain(&a.n_gen).all(|&x| x == 0) {
+        anyhow::bail!("-p and -n are all 0; nothing to measure");
     }
     let threads = if a.threads.is_empty() {
         vec![
@@ -250,7 +260,7 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
     let timeout = Duration::from_secs(a.timeout.max(1));
     let soc = tiletune_soc::probe().context("probing this SoC")?;
     let model_arg = model.to_string_lossy().into_owned();
-    let round_args = LlamaBenchEngine::round_args(&model_arg, a.n_prompt, a.n_gen, &threads);
+    let round_args = LlamaBenchEngine::round_args(&model_arg, &a.n_prompt, &a.n_gen, &threads);
 
     let mut skipped = Vec::new();
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
@@ -284,8 +294,8 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
                 cfg.clone(),
                 version,
                 threads.clone(),
-                a.n_prompt,
-                a.n_gen,
+                a.n_prompt.clone(),
+                a.n_gen.clone(),
                 report_dir.clone(),
                 Some(timeout),
             )));
@@ -309,8 +319,8 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
         soc: soc.name.clone(),
         soc_fingerprint: soc.fingerprint.clone(),
         model: file_name(&model),
-        n_prompt: a.n_prompt,
-        n_gen: a.n_gen,
+        n_prompt: a.n_prompt.clone(),
+        n_gen: a.n_gen.clone(),
         threads: threads.clone(),
         rounds: a.reps,
         rows,
@@ -1011,10 +1021,10 @@ mod tests {
 
     #[test]
     fn own_bench_takes_long_model_flag() {
-        let args = LlamaBenchEngine::round_args("m.gguf", 64, 16, &[1, 2]);
+        let args = LlamaBenchEngine::round_args("m.gguf", &[64, 512], &[16], &[1, 2]);
         assert_eq!(
             own_bench_args(&args).join(" "),
-            "--model m.gguf -p 64 -n 16 -t 1,2 -r 1 -o json"
+            "--model m.gguf -p 64,512 -n 16 -t 1,2 -r 1 -o json"
         );
     }
 

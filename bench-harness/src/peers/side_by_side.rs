@@ -36,20 +36,22 @@ impl LlamaBenchEngine {
         }
     }
 
-    /// The llama-bench arguments of one round: `-m M -p P -n N -t T,.. -r 1 -o json`.
+    /// The llama-bench arguments of one round: `-m M -p P,.. -n N,.. -t T,..
+    /// -r 1 -o json` (llama-bench runs each prompt size and each generation
+    /// length as its own test).
     pub fn round_args(
         model: &str,
-        n_prompt: usize,
-        n_gen: usize,
+        n_prompt: &[usize],
+        n_gen: &[usize],
         threads: &[usize],
     ) -> Vec<String> {
         vec![
             "-m".into(),
             model.into(),
             "-p".into(),
-            n_prompt.to_string(),
+            join(n_prompt),
             "-n".into(),
-            n_gen.to_string(),
+            join(n_gen),
             "-t".into(),
             join(threads),
             "-r".into(),
@@ -60,9 +62,8 @@ impl LlamaBenchEngine {
     }
 }
 
-fn join(threads: &[usize]) -> String {
-    threads
-        .iter()
+fn join(list: &[usize]) -> String {
+    list.iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",")
@@ -95,15 +96,18 @@ impl Engine for LlamaBenchEngine {
 }
 
 /// MNN's `llm_bench`, run once per thread count per round (its JSON report
-/// names a single thread count), with `-rep 1` and `-j FILE`.
+/// names a single thread count), with `-rep 1` and `-j FILE`. One run takes
+/// one `-p` and one `-n` (a ppP and a tgN test), so lists run pairwise:
+/// the i-th prompt size with the i-th generation length, 0 where a list is
+/// shorter.
 pub struct MnnBenchEngine {
     name: String,
     program: PathBuf,
     config: PathBuf,
     version: String,
     threads: Vec<usize>,
-    n_prompt: usize,
-    n_gen: usize,
+    n_prompt: Vec<usize>,
+    n_gen: Vec<usize>,
     report_dir: PathBuf,
     timeout: Option<std::time::Duration>,
 }
@@ -118,8 +122,8 @@ impl MnnBenchEngine {
         config: PathBuf,
         version: String,
         threads: Vec<usize>,
-        n_prompt: usize,
-        n_gen: usize,
+        n_prompt: Vec<usize>,
+        n_gen: Vec<usize>,
         report_dir: PathBuf,
         timeout: Option<std::time::Duration>,
     ) -> Self {
@@ -145,57 +149,78 @@ impl Engine for MnnBenchEngine {
 
     fn run_round(&mut self) -> Result<Vec<RateSample>, BenchError> {
         let mut samples = Vec::new();
+        let pairs = self.n_prompt.len().max(self.n_gen.len());
         for &t in &self.threads {
-            let report = self.report_dir.join(format!("llm_bench-t{t}.json"));
-            // A stale report from an earlier round must not pass for this one.
-            let _ = std::fs::remove_file(&report);
-            let mut cmd = PeerCommand::new(&self.name, &self.program)
-                .args([
-                    "-m".into(),
-                    self.config.clone().into_os_string(),
-                    "-a".into(),
-                    "cpu".into(),
-                    "-t".into(),
-                    t.to_string().into(),
-                    "-p".into(),
-                    self.n_prompt.to_string().into(),
-                    "-n".into(),
-                    self.n_gen.to_string().into(),
-                    "-rep".into(),
-                    "1".into(),
-                    "-j".into(),
-                    report.clone().into_os_string(),
-                ])
-                .current_dir(&self.report_dir);
-            if let Some(d) = self.timeout {
-                cmd = cmd.timeout(d);
+            for i in 0..pairs {
+                let p = self.n_prompt.get(i).copied().unwrap_or(0);
+                let n = self.n_gen.get(i).copied().unwrap_or(0);
+                if p == 0 && n == 0 {
+                    continue;
+                }
+                samples.extend(self.run_one(t, p, n, i)?);
             }
-            let out = cmd.run()?;
-            if let Some(why) = super::mnn::load_failure(&out.stdout, &out.stderr) {
-                return Err(BenchError::PeerRun {
-                    engine: self.name.clone(),
-                    command: cmd.display(),
-                    reason: format!("the model did not load ({why})"),
-                    stderr_tail: super::run::stderr_tail(&out.stderr, 12),
-                });
-            }
-            let text = std::fs::read_to_string(&report).map_err(|e| BenchError::PeerRun {
-                engine: self.name.clone(),
-                command: cmd.display(),
-                reason: format!("it wrote no report to {} ({e})", report.display()),
-                stderr_tail: super::run::stderr_tail(&out.stderr, 12),
-            })?;
-            let r = parse_mnn_bench(&self.name, &text)?;
-            if r.threads != t {
-                return Err(super::output_error(
-                    &self.name,
-                    format!("asked for {t} threads, the report says {}", r.threads),
-                    "check that this llm_bench accepts `-t`",
-                ));
-            }
-            samples.extend(r.to_samples(&self.name, &self.version));
         }
         Ok(samples)
+    }
+}
+
+impl MnnBenchEngine {
+    /// One `llm_bench` run: `t` threads, `-p p -n n`.
+    fn run_one(
+        &self,
+        t: usize,
+        p: usize,
+        n: usize,
+        i: usize,
+    ) -> Result<Vec<RateSample>, BenchError> {
+        let report = self.report_dir.join(format!("llm_bench-t{t}-{i}.json"));
+        // A stale report from an earlier round must not pass for this one.
+        let _ = std::fs::remove_file(&report);
+        let mut cmd = PeerCommand::new(&self.name, &self.program)
+            .args([
+                "-m".into(),
+                self.config.clone().into_os_string(),
+                "-a".into(),
+                "cpu".into(),
+                "-t".into(),
+                t.to_string().into(),
+                "-p".into(),
+                p.to_string().into(),
+                "-n".into(),
+                n.to_string().into(),
+                "-rep".into(),
+                "1".into(),
+                "-j".into(),
+                report.clone().into_os_string(),
+            ])
+            .current_dir(&self.report_dir);
+        if let Some(d) = self.timeout {
+            cmd = cmd.timeout(d);
+        }
+        let out = cmd.run()?;
+        if let Some(why) = super::mnn::load_failure(&out.stdout, &out.stderr) {
+            return Err(BenchError::PeerRun {
+                engine: self.name.clone(),
+                command: cmd.display(),
+                reason: format!("the model did not load ({why})"),
+                stderr_tail: super::run::stderr_tail(&out.stderr, 12),
+            });
+        }
+        let text = std::fs::read_to_string(&report).map_err(|e| BenchError::PeerRun {
+            engine: self.name.clone(),
+            command: cmd.display(),
+            reason: format!("it wrote no report to {} ({e})", report.display()),
+            stderr_tail: super::run::stderr_tail(&out.stderr, 12),
+        })?;
+        let r = parse_mnn_bench(&self.name, &text)?;
+        if r.threads != t {
+            return Err(super::output_error(
+                &self.name,
+                format!("asked for {t} threads, the report says {}", r.threads),
+                "check that this llm_bench accepts `-t`",
+            ));
+        }
+        Ok(r.to_samples(&self.name, &self.version))
     }
 }
 
