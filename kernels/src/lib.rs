@@ -37,8 +37,11 @@ pub use tune::{CpuCaps, Tunable};
 /// Version of the kernels' numerical and parameter contract. Selector-table
 /// rows carry it, so a table tuned with kernels whose parameters meant
 /// something else is never applied. Bump it when a family's params struct
-/// changes meaning or a variant's output changes.
-pub const KERNEL_ABI: u32 = 1;
+/// changes meaning, a variant's output changes, or what a stored timing
+/// means changes (2: multi-threaded candidates are timed from inside their
+/// pool, as the runtime calls them; version-1 timings paid a cold dispatch
+/// the runtime does not, and their winners are not reused).
+pub const KERNEL_ABI: u32 = 2;
 
 /// Result type of every fallible kernel entry point.
 pub type Result<T> = std::result::Result<T, KernelError>;
