@@ -459,7 +459,20 @@ fn lookup_all(
             let status = if any {
                 "ok".to_string()
             } else {
-                format!("ok, nothing tuned for soc {soc} with {threads} threads")
+                // Say so when the table was tuned by a tiletune whose
+                // kernels (or timings) meant something else: re-tuning,
+                // not a different --db, is what helps then.
+                let stale = db
+                    .selections(Some(soc))
+                    .map(|v| v.iter().filter(|s| s.kernel_abi != KERNEL_ABI).count())
+                    .unwrap_or(0);
+                if stale > 0 {
+                    format!(
+                        "ok, nothing tuned for soc {soc} with {threads} threads by this version; {stale} selection(s) from another kernel ABI (not {KERNEL_ABI}) are ignored: run `tiletune tune --model` again"
+                    )
+                } else {
+                    format!("ok, nothing tuned for soc {soc} with {threads} threads")
+                }
             };
             (l, status)
         }
@@ -1228,8 +1241,38 @@ mod tests {
         assert_eq!(p.entries[4].source, Source::Nearest);
         assert_eq!(p.counts(), (1, 1, 3));
         // Another SoC or thread budget sees nothing tuned.
-        let other = ExecutionPlan::build(&ps, "other", &CpuCaps::default(), &opts(path));
+        let other = ExecutionPlan::build(&ps, "other", &CpuCaps::default(), &opts(path.clone()));
         assert_eq!(other.counts(), (0, 0, 5));
+        assert!(
+            !other.db_status.contains("kernel ABI"),
+            "{}",
+            other.db_status
+        );
+        // Nor does this version on a table tuned under another kernel ABI,
+        // and the status says why.
+        {
+            let mut db = SelectorDb::open(&path).unwrap();
+            db.register_soc(&SocRecord {
+                fingerprint: "soc2".into(),
+                name: "test".into(),
+                probe: json!({}),
+                first_seen: 0,
+            })
+            .unwrap();
+            let mut old = db.selections(Some("soc")).unwrap().remove(0);
+            old.soc = "soc2".into();
+            old.kernel_abi = KERNEL_ABI - 1;
+            db.put_selection(&old).unwrap();
+        }
+        let stale = ExecutionPlan::build(&ps, "soc2", &CpuCaps::default(), &opts(path));
+        assert_eq!(stale.counts(), (0, 0, 5));
+        assert!(
+            stale
+                .db_status
+                .contains("1 selection(s) from another kernel ABI"),
+            "{}",
+            stale.db_status
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
