@@ -40,8 +40,9 @@
 //!   of the value in nibble byte `4·NR·c + 4·r + t` (half h: 0 the low
 //!   nibble, value `4c + t`; 1 the high one, `16 + 4c + t`). So the plane is
 //!   a vector shaped like a nibble chunk, and chunk c's fifth bits are its
-//!   bit c (low nibbles) and bit `4 + c` (high) moved to bit 4: a shift and
-//!   an OR (or a bit select) per half on every ISA. Q5_0's `−16` goes
+//!   bit c (low nibbles) and bit `4 + c` (high) moved to bit 4 and merged:
+//!   a shift per half plus an AND and an OR (AVX2), one `vpternlogd`
+//!   (AVX-512) or one `bsl` (NEON). Q5_0's `−16` goes
 //!   through the activation block sum as Q4_0's `−8` does; Q5_1 is Q4_1.
 //!   Both give the same i32 block sums as the int8 values `q − 16` / `q`.
 //! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. MXFP4 stores ggml's
@@ -63,7 +64,7 @@
 //! **Activations.** Each row of A is quantized with ggml's Q8_1 quantizer
 //! (its `d` and quants are exactly Q8_0's), stored with its scale widened to
 //! f32, Q8_1's `s` widened to f32, and the integer sum of its quants (for
-//! Q4_0). For the legacy formats and MXFP4 these are the blocks the W·A8
+//! the kinds with an offset). For the legacy formats and MXFP4 these are the blocks the W·A8
 //! GEMV uses. The K-quant GEMV quantizes activations to Q8_K (one scale per
 //! 256 values); the GEMM keeps Q8_1 (one per 32, slightly more accurate), so
 //! for Q4_K and Q6_K the two agree within the activation quantization
