@@ -105,11 +105,14 @@ fn repack_round_trips() {
                 assert_eq!((p.n(), p.k(), p.nr()), (n, k, nr));
                 assert_eq!(p.groups(), n.div_ceil(nr));
                 // f32 scales (+ f32 second values) and quant bytes per
-                // 32-value block of each padded row.
+                // 32-value block of each padded row (Q5: 16 nibble bytes +
+                // 4 fifth-bit bytes).
                 let per_block = match f {
                     QuantFormat::Q4_0 => 4 + 16,
                     QuantFormat::Q4_1 | QuantFormat::Q4K => 8 + 16,
-                    QuantFormat::Q8_0 | QuantFormat::Q5_0 | QuantFormat::Mxfp4 => 4 + 32,
+                    QuantFormat::Q5_0 => 4 + 20,
+                    QuantFormat::Q5_1 => 8 + 20,
+                    QuantFormat::Q8_0 | QuantFormat::Mxfp4 => 4 + 32,
                     _ => 8 + 32,
                 };
                 assert_eq!(p.bytes(), p.groups() * nr * (k / 32) * per_block, "{f}");
@@ -120,6 +123,60 @@ fn repack_round_trips() {
                     assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr} n={n} k={k}");
                 }
                 assert_rows_exact(f, &c.w, n, k, nr);
+            }
+        }
+    }
+}
+
+/// Q5_0 packs at 6 bits per value and Q5_1 at 7 (nibbles, a fifth-bit
+/// plane, f32 scale and min), not the 9 and 10 of int8 values; the packed
+/// form still gives the GGUF bytes and values back exactly, also for the
+/// value extremes 0 and 31 in every position; and every variant stays
+/// bit-identical to the definition on them with activations at ±127 (the
+/// largest i16 partial sums the non-VNNI x86 tiles form).
+#[test]
+fn q5_packs_nibbles_and_a_fifth_bit_plane() {
+    let mut rng = Rng::new(29);
+    for (f, bits) in [(QuantFormat::Q5_0, 6), (QuantFormat::Q5_1, 7)] {
+        for nr in qgemm::INTERLEAVES {
+            let (n, k) = (3 * nr, 256);
+            let c = case(&mut rng, f, 0, n, k);
+            let p = repack(f, &c.w, n, k, nr).unwrap();
+            assert_eq!(8 * p.bytes(), bits * n * k, "{f} nr={nr}");
+            assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr}");
+            assert_rows_exact(f, &c.w, n, k, nr);
+            // Blocks whose values are all 31, all 0, or alternate, so each
+            // fifth bit and each nibble is checked set and clear.
+            let mut w = c.w.clone();
+            let bb = f.block_bytes();
+            let qs_at = if f == QuantFormat::Q5_0 { 2 } else { 4 };
+            for (i, blk) in w.chunks_exact_mut(bb).enumerate() {
+                let (qs, qh) = match i % 4 {
+                    0 => (0xFF, 0xFFFF_FFFFu32),
+                    1 => (0x00, 0),
+                    2 => (0x0F, 0x5555_5555),
+                    _ => (0xF0, 0xAAAA_AAAA),
+                };
+                blk[qs_at..qs_at + 4].copy_from_slice(&qh.to_le_bytes());
+                blk[qs_at + 4..].fill(qs);
+            }
+            let p = repack(f, &w, n, k, nr).unwrap();
+            assert_eq!(p.unpack(), Some(w.clone()), "{f} nr={nr}");
+            assert_rows_exact(f, &w, n, k, nr);
+            let m = 3;
+            let a: Vec<f32> = (0..m * k)
+                .map(|j| if j < 2 * k { 1.0 } else { -1.0 })
+                .collect();
+            let c = Case { w, a, m, n, k };
+            let want = definition(f, &c);
+            for isa in available(f) {
+                if !interleaves(isa).contains(&nr) {
+                    continue;
+                }
+                for mr in MRS {
+                    let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr });
+                    assert!(same_bits(&run(&q, &c), &want), "{f} {isa} nr={nr} mr={mr}");
+                }
             }
         }
     }

@@ -2,24 +2,27 @@
 //! bytes of each of 8 weight rows, so its 8 i32 lanes are 8 columns of C.
 //!
 //! Per block and 4-byte chunk the weight vector is loaded (and, for the
-//! 4-bit formats, split into low and high nibbles) once, then multiplied by
-//! the broadcast 4 activation bytes of each of the `MR` rows. Unsigned
-//! nibbles feed `vpmaddubsw` (u8 × i8) directly; signed int8 weights use
-//! the sign trick (`|w|` × `sign(x, w)`). Without VNNI the nibble products
-//! of a whole block are summed in i16 (≤ 8 · 2 · 15 · 128 < 2¹⁵, so no
-//! saturation) before one `vpmaddwd`; int8 products go to i32 per chunk.
+//! 4- and 5-bit formats, split into low and high nibbles) once, then
+//! multiplied by the broadcast 4 activation bytes of each of the `MR` rows.
+//! The 5-bit kinds OR each nibble vector with its fifth bits: the block's
+//! bit-sliced plane (one ymm) shifted so chunk c's bit sits at bit 4, then
+//! masked (shift, AND, OR per half). Unsigned values feed `vpmaddubsw`
+//! (u8 × i8) directly; signed int8 weights use the sign trick (`|w|` ×
+//! `sign(x, w)`). Without VNNI the nibble products of a whole block are
+//! summed in i16 (≤ 8 · 2 · 15 · 128 < 2¹⁵, so no saturation) before one
+//! `vpmaddwd`; 5-bit products only over two chunks at a time (≤ 4 · 2 ·
+//! 31 · 128 < 2¹⁵); int8 products go to i32 per chunk.
 //! Each block's i32 sums are converted and scaled with separately rounded
 //! multiplies and adds, as the scalar micro-kernel does (bit-equal results);
 //! Q6_K's two half-block sums are scaled and added one after the other.
 
 use super::Job;
 use super::pack::Kind;
-use super::pack::{I8, I8_MIN, I8_X16};
+use super::pack::{I8, I8_X16};
 use std::arch::x86_64::*;
 
-/// Prefetch distance in bytes (16 blocks ahead): see `avx512.rs`.
-const PF_Q4: usize = 2048;
-const PF_I8: usize = 4096;
+/// Prefetch distance in blocks: see `avx512.rs`.
+const PF_BLOCKS: usize = 16;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
@@ -74,13 +77,14 @@ fn i8_step_vnni(s: __m256i, aw: __m256i, sx: __m256i) -> __m256i {
 /// feature set and its step functions.
 macro_rules! tiles {
     ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
-        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8.
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
+        /// with `FIVE` Q5_0 or Q5_1 (nibbles plus the fifth-bit plane).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const FIVE: bool>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -90,27 +94,52 @@ macro_rules! tiles {
             debug_assert!(job.nr == 8 && out.len() >= MR * 8);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm256_set1_epi8(0x0F);
+            let bit4 = _mm256_set1_epi8(0x10);
+            // Bytes per block: 8 rows × 16 nibble bytes (+ 4 plane bytes).
+            let bs = if FIVE { 160 } else { 128 };
             let mut acc = [_mm256_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
-            // 8 scales (and mins) and 128 quant bytes; rows i0 + i < i0 + MR
+            // 8 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
             let (qb, db, ab) = unsafe {
                 (
-                    job.qs.as_ptr().add(g * nb * 128),
+                    job.qs.as_ptr().add(g * nb * bs),
                     job.d.as_ptr().add(g * nb * 8),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
             for b in 0..nb {
-                for l in 0..2 {
-                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 128 + 64 * l + PF_Q4).cast());
+                // Every line of the block PF_BLOCKS ahead (160-byte blocks
+                // touch at most 3).
+                for l in 0..bs.div_ceil(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        qb.wrapping_add((b + PF_BLOCKS) * bs + 64 * l).cast(),
+                    );
                 }
+                // The fifth-bit plane, for the low nibbles moved up by 4
+                // (bit c of each byte → bit 4 at chunk c after c right
+                // shifts; 16-bit shifts keep bit 4 within its byte).
+                let (mut hl, mut hh) = if FIVE {
+                    // SAFETY: the 32 plane bytes follow the 128 nibble bytes.
+                    let h = unsafe { _mm256_loadu_si256(qb.add(b * bs + 128).cast()) };
+                    (_mm256_slli_epi16::<4>(h), h)
+                } else {
+                    (_mm256_setzero_si256(), _mm256_setzero_si256())
+                };
                 let mut s = [_mm256_setzero_si256(); MR];
+                // Five-bit sums of chunks 0 and 1 (i16 would overflow over 4).
+                let mut part = [_mm256_setzero_si256(); MR];
                 for c in 0..4 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.
-                    let v = unsafe { _mm256_loadu_si256(qb.add(b * 128 + 32 * c).cast()) };
-                    let lo = _mm256_and_si256(v, mask);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+                    let v = unsafe { _mm256_loadu_si256(qb.add(b * bs + 32 * c).cast()) };
+                    let mut lo = _mm256_and_si256(v, mask);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+                    if FIVE {
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(hl, bit4));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(hh, bit4));
+                        hl = _mm256_srli_epi16::<1>(hl);
+                        hh = _mm256_srli_epi16::<1>(hh);
+                    }
                     for (i, si) in s.iter_mut().enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                         let (xl, xh) = unsafe {
@@ -119,6 +148,12 @@ macro_rules! tiles {
                         };
                         *si = $q4step(*si, lo, xl, hi, xh);
                     }
+                    if FIVE && c == 1 {
+                        for (p, si) in part.iter_mut().zip(s.iter_mut()) {
+                            *p = $q4fin(*si);
+                            *si = _mm256_setzero_si256();
+                        }
+                    }
                 }
                 // SAFETY: 8 scales of block b.
                 let dw = unsafe { _mm256_loadu_ps(db.add(b * 8)) };
@@ -126,13 +161,17 @@ macro_rules! tiles {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let mut si = $q4fin(s[i]);
+                    if FIVE {
+                        si = _mm256_add_epi32(part[i], si);
+                    }
                     if !MIN {
-                        si = _mm256_sub_epi32(si, _mm256_set1_epi32(8 * x.sum()));
+                        let off = if FIVE { 16 } else { 8 };
+                        si = _mm256_sub_epi32(si, _mm256_set1_epi32(off * x.sum()));
                     }
                     let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
                     let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
                     if MIN {
-                        // SAFETY: Q4_1 jobs carry mins shaped like the scales.
+                        // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
                         let mw = unsafe { _mm256_loadu_ps(job.m.as_ptr().add((g * nb + b) * 8)) };
                         t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
                     }
@@ -145,9 +184,9 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0, Q5_0, MXFP4),
-        /// [`I8_MIN`] (Q5_1) or [`I8_X16`] (Q6_K: the half-block sums are
-        /// scaled and added after chunks 0..4 and 4..8).
+        /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0, MXFP4) or
+        /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
+        /// chunks 0..4 and 4..8).
         ///
         /// # Safety
         /// As for the Q4 tile.
@@ -172,7 +211,9 @@ macro_rules! tiles {
             };
             for b in 0..nb {
                 for l in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 256 + 64 * l + PF_I8).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        qb.wrapping_add((b + PF_BLOCKS) * 256 + 64 * l).cast(),
+                    );
                 }
                 let mut s = [_mm256_setzero_si256(); MR];
                 // SAFETY: 8 scales of block b.
@@ -196,22 +237,18 @@ macro_rules! tiles {
                         }
                     }
                 }
-                // Mins (I8_MIN) or upper-half scales (I8_X16).
-                let mw = if MODE == I8 {
+                // Upper-half scales (I8_X16).
+                let dw = if MODE == I8 {
                     dw
                 } else {
-                    // SAFETY: jobs of these modes carry `m` shaped like the scales.
+                    // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
                     unsafe { _mm256_loadu_ps(job.m.as_ptr().add((g * nb + b) * 8)) }
                 };
-                let dw = if MODE == I8_X16 { mw } else { dw };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                    let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i]));
-                    if MODE == I8_MIN {
-                        t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
-                    }
+                    let t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i]));
                     *a = _mm256_add_ps(*a, t);
                 }
             }
@@ -236,22 +273,26 @@ macro_rules! tiles {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, mr) {
-                    (Kind::Q4_0, 8) => $q4::<8, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4) => $q4::<4, false>(job, g, i0, out),
-                    (Kind::Q4_0, 2) => $q4::<2, false>(job, g, i0, out),
-                    (Kind::Q4_0, _) => $q4::<1, false>(job, g, i0, out),
-                    (Kind::Q4_1, 8) => $q4::<8, true>(job, g, i0, out),
-                    (Kind::Q4_1, 4) => $q4::<4, true>(job, g, i0, out),
-                    (Kind::Q4_1, 2) => $q4::<2, true>(job, g, i0, out),
-                    (Kind::Q4_1, _) => $q4::<1, true>(job, g, i0, out),
+                    (Kind::Q4_0, 8) => $q4::<8, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4) => $q4::<4, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, 2) => $q4::<2, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, _) => $q4::<1, false, false>(job, g, i0, out),
+                    (Kind::Q4_1, 8) => $q4::<8, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, 4) => $q4::<4, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, 2) => $q4::<2, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, _) => $q4::<1, true, false>(job, g, i0, out),
+                    (Kind::Q5_0, 8) => $q4::<8, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, 4) => $q4::<4, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, 2) => $q4::<2, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, _) => $q4::<1, false, true>(job, g, i0, out),
+                    (Kind::Q5_1, 8) => $q4::<8, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, 4) => $q4::<4, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, 2) => $q4::<2, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, _) => $q4::<1, true, true>(job, g, i0, out),
                     (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
                     (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
                     (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),
                     (Kind::I8, _) => $i8::<1, I8>(job, g, i0, out),
-                    (Kind::I8Min, 8) => $i8::<8, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, 4) => $i8::<4, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, 2) => $i8::<2, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, _) => $i8::<1, I8_MIN>(job, g, i0, out),
                     (Kind::I8x16, 8) => $i8::<8, I8_X16>(job, g, i0, out),
                     (Kind::I8x16, 4) => $i8::<4, I8_X16>(job, g, i0, out),
                     (Kind::I8x16, 2) => $i8::<2, I8_X16>(job, g, i0, out),

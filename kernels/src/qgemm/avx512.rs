@@ -5,23 +5,25 @@
 //! The same scheme as the AVX2 tiles (see `avx2.rs`) at twice the width.
 //! AVX-512 has no `vpsignb`, so the sign trick negates the broadcast
 //! activations under the mask of negative weights (`vpmovb2m` +
-//! masked `vpsubb`). Without VNNI the nibble products of a block are summed
-//! in i16 (no saturation, as on AVX2) before one `vpmaddwd`. Scaling uses
+//! masked `vpsubb`). The 5-bit kinds merge each nibble vector with its
+//! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`).
+//! Without VNNI the nibble products of a block are summed in i16 (no
+//! saturation, as on AVX2; 5-bit products two chunks at a time) before
+//! `vpmaddwd`. Scaling uses
 //! separately rounded multiplies and adds (bit-equal to the scalar
 //! micro-kernel).
 
 use super::Job;
 use super::pack::Kind;
-use super::pack::{I8, I8_MIN, I8_X16};
+use super::pack::{I8, I8_X16};
 use std::arch::x86_64::*;
 
 /// How far ahead of the block being read the quants are prefetched, in
-/// bytes (16 blocks). At m = 1 (decode) the tile is a pure stream from
-/// DRAM and one core's hardware prefetcher keeps too few lines in flight:
-/// software prefetch raised SmolLM2 decode on one thread by ~20% here
-/// (2 KiB ahead helped less; 8 KiB no more).
-const PF_Q4: usize = 4096;
-const PF_I8: usize = 8192;
+/// blocks (4 KiB for Q4 blocks of 256 bytes). At m = 1 (decode) the tile is
+/// a pure stream from DRAM and one core's hardware prefetcher keeps too few
+/// lines in flight: software prefetch raised SmolLM2 decode on one thread
+/// by ~20% here (2 KiB ahead helped less; 8 KiB no more).
+const PF_BLOCKS: usize = 16;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
@@ -76,13 +78,14 @@ fn i8_step_vnni(s: __m512i, aw: __m512i, sx: __m512i) -> __m512i {
 /// feature set and its step functions.
 macro_rules! tiles {
     ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
-        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 16.
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
+        /// 16; with `FIVE` Q5_0 or Q5_1 (nibbles plus the fifth-bit plane).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 16`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const FIVE: bool>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -92,27 +95,51 @@ macro_rules! tiles {
             debug_assert!(job.nr == 16 && out.len() >= MR * 16);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm512_set1_epi8(0x0F);
+            let bit4 = _mm512_set1_epi8(0x10);
+            // Bytes per block: 16 rows × 16 nibble bytes (+ 4 plane bytes).
+            let bs = if FIVE { 320 } else { 256 };
             let mut acc = [_mm512_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
-            // 16 scales (and mins) and 256 quant bytes; rows i0 + i < i0 + MR
+            // 16 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
             let (qb, db, ab) = unsafe {
                 (
-                    job.qs.as_ptr().add(g * nb * 256),
+                    job.qs.as_ptr().add(g * nb * bs),
                     job.d.as_ptr().add(g * nb * 16),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
             for b in 0..nb {
-                for l in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 256 + 64 * l + PF_Q4).cast());
+                for l in 0..bs / 64 {
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        qb.wrapping_add((b + PF_BLOCKS) * bs + 64 * l).cast(),
+                    );
                 }
+                // The fifth-bit plane, for the low nibbles moved up by 4
+                // (bit c of each byte → bit 4 at chunk c after c right
+                // shifts; 16-bit shifts keep bit 4 within its byte).
+                let (mut hl, mut hh) = if FIVE {
+                    // SAFETY: the 64 plane bytes follow the 256 nibble bytes.
+                    let h = unsafe { _mm512_loadu_si512(qb.add(b * bs + 256).cast()) };
+                    (_mm512_slli_epi16::<4>(h), h)
+                } else {
+                    (_mm512_setzero_si512(), _mm512_setzero_si512())
+                };
                 let mut s = [_mm512_setzero_si512(); MR];
+                // Five-bit sums of chunks 0 and 1 (i16 would overflow over 4).
+                let mut part = [_mm512_setzero_si512(); MR];
                 for c in 0..4 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
-                    let v = unsafe { _mm512_loadu_si512(qb.add(b * 256 + 64 * c).cast()) };
-                    let lo = _mm512_and_si512(v, mask);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+                    let v = unsafe { _mm512_loadu_si512(qb.add(b * bs + 64 * c).cast()) };
+                    let mut lo = _mm512_and_si512(v, mask);
+                    let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+                    if FIVE {
+                        // a | (b & c): truth table 0xF8.
+                        lo = _mm512_ternarylogic_epi32::<0xF8>(lo, hl, bit4);
+                        hi = _mm512_ternarylogic_epi32::<0xF8>(hi, hh, bit4);
+                        hl = _mm512_srli_epi16::<1>(hl);
+                        hh = _mm512_srli_epi16::<1>(hh);
+                    }
                     for (i, si) in s.iter_mut().enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                         let (xl, xh) = unsafe {
@@ -121,6 +148,12 @@ macro_rules! tiles {
                         };
                         *si = $q4step(*si, lo, xl, hi, xh);
                     }
+                    if FIVE && c == 1 {
+                        for (p, si) in part.iter_mut().zip(s.iter_mut()) {
+                            *p = $q4fin(*si);
+                            *si = _mm512_setzero_si512();
+                        }
+                    }
                 }
                 // SAFETY: 16 scales of block b.
                 let dw = unsafe { _mm512_loadu_ps(db.add(b * 16)) };
@@ -128,13 +161,17 @@ macro_rules! tiles {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let mut si = $q4fin(s[i]);
+                    if FIVE {
+                        si = _mm512_add_epi32(part[i], si);
+                    }
                     if !MIN {
-                        si = _mm512_sub_epi32(si, _mm512_set1_epi32(8 * x.sum()));
+                        let off = if FIVE { 16 } else { 8 };
+                        si = _mm512_sub_epi32(si, _mm512_set1_epi32(off * x.sum()));
                     }
                     let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
                     let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(si));
                     if MIN {
-                        // SAFETY: Q4_1 jobs carry mins shaped like the scales.
+                        // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
                         let mw = unsafe { _mm512_loadu_ps(job.m.as_ptr().add((g * nb + b) * 16)) };
                         t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
                     }
@@ -147,9 +184,9 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0, Q5_0, MXFP4),
-        /// [`I8_MIN`] (Q5_1) or [`I8_X16`] (Q6_K: the half-block sums are
-        /// scaled and added after chunks 0..4 and 4..8).
+        /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0, MXFP4) or
+        /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
+        /// chunks 0..4 and 4..8).
         ///
         /// # Safety
         /// As for the Q4 tile.
@@ -174,7 +211,9 @@ macro_rules! tiles {
             };
             for b in 0..nb {
                 for l in 0..8 {
-                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add(b * 512 + 64 * l + PF_I8).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        qb.wrapping_add((b + PF_BLOCKS) * 512 + 64 * l).cast(),
+                    );
                 }
                 let mut s = [_mm512_setzero_si512(); MR];
                 // SAFETY: 16 scales of block b.
@@ -200,22 +239,18 @@ macro_rules! tiles {
                         }
                     }
                 }
-                // Mins (I8_MIN) or upper-half scales (I8_X16).
-                let mw = if MODE == I8 {
+                // Upper-half scales (I8_X16).
+                let dw = if MODE == I8 {
                     dw
                 } else {
-                    // SAFETY: jobs of these modes carry `m` shaped like the scales.
+                    // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
                     unsafe { _mm512_loadu_ps(job.m.as_ptr().add((g * nb + b) * 16)) }
                 };
-                let dw = if MODE == I8_X16 { mw } else { dw };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
-                    let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i]));
-                    if MODE == I8_MIN {
-                        t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
-                    }
+                    let t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i]));
                     *a = _mm512_add_ps(*a, t);
                 }
             }
@@ -240,22 +275,26 @@ macro_rules! tiles {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, mr) {
-                    (Kind::Q4_0, 8) => $q4::<8, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4) => $q4::<4, false>(job, g, i0, out),
-                    (Kind::Q4_0, 2) => $q4::<2, false>(job, g, i0, out),
-                    (Kind::Q4_0, _) => $q4::<1, false>(job, g, i0, out),
-                    (Kind::Q4_1, 8) => $q4::<8, true>(job, g, i0, out),
-                    (Kind::Q4_1, 4) => $q4::<4, true>(job, g, i0, out),
-                    (Kind::Q4_1, 2) => $q4::<2, true>(job, g, i0, out),
-                    (Kind::Q4_1, _) => $q4::<1, true>(job, g, i0, out),
+                    (Kind::Q4_0, 8) => $q4::<8, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4) => $q4::<4, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, 2) => $q4::<2, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, _) => $q4::<1, false, false>(job, g, i0, out),
+                    (Kind::Q4_1, 8) => $q4::<8, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, 4) => $q4::<4, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, 2) => $q4::<2, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, _) => $q4::<1, true, false>(job, g, i0, out),
+                    (Kind::Q5_0, 8) => $q4::<8, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, 4) => $q4::<4, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, 2) => $q4::<2, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, _) => $q4::<1, false, true>(job, g, i0, out),
+                    (Kind::Q5_1, 8) => $q4::<8, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, 4) => $q4::<4, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, 2) => $q4::<2, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, _) => $q4::<1, true, true>(job, g, i0, out),
                     (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
                     (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
                     (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),
                     (Kind::I8, _) => $i8::<1, I8>(job, g, i0, out),
-                    (Kind::I8Min, 8) => $i8::<8, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, 4) => $i8::<4, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, 2) => $i8::<2, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, _) => $i8::<1, I8_MIN>(job, g, i0, out),
                     (Kind::I8x16, 8) => $i8::<8, I8_X16>(job, g, i0, out),
                     (Kind::I8x16, 4) => $i8::<4, I8_X16>(job, g, i0, out),
                     (Kind::I8x16, 2) => $i8::<2, I8_X16>(job, g, i0, out),

@@ -10,7 +10,9 @@
 //! 8-byte loads. So an `MR × 4` tile takes `MR/2 · 2` `smmla` per 8 values
 //! of k where `sdot` takes `MR · 2`. Lanes come out as
 //! `[i0·r0, i0·r1, i1·r0, i1·r1]` and are unzipped (64-bit `zip1`/`zip2`)
-//! into the rows once per block; scaling is the NEON tiles' (bit-equal to
+//! into the rows once per block. The 5-bit kinds put the fifth bits into
+//! each nibble chunk as the NEON tiles do (the plane shifted so the chunk's
+//! bit sits at bit 4, one `bsl`). Scaling is the NEON tiles' (bit-equal to
 //! the scalar micro-kernel; Q6_K's half-block sums are scaled after the
 //! second and the fourth step). A tile of one row runs the `sdot` tile. `vmmlaq_s32`
 //! is unstable in Rust 1.95, so `smmla` is emitted with `asm!`.
@@ -75,15 +77,18 @@ fn unzip_rows(s01: int32x4_t, s23: int32x4_t) -> (int32x4_t, int32x4_t) {
 const K_Q4_0: u8 = 0;
 /// Q4_1-kind nibbles (Q4_1, Q4_K): plus `m · s_x`.
 const K_Q4_1: u8 = 1;
-/// Int8 (Q8_0, Q5_0, MXFP4).
+/// Int8 (Q8_0, MXFP4).
 const K_I8: u8 = 2;
-/// Int8 plus `m · s_x` (Q5_1).
-const K_I8_MIN: u8 = 3;
 /// Int8 with half-block scales (Q6_K).
-const K_I8_X16: u8 = 4;
+const K_I8_X16: u8 = 3;
+/// Nibbles plus the fifth-bit plane, offset 16 (Q5_0).
+const K_Q5_0: u8 = 4;
+/// Nibbles plus the fifth-bit plane, plus `m · s_x` (Q5_1).
+const K_Q5_1: u8 = 5;
 
-/// `acc[i][v] += (w · dx_i) · Σ` for the `2·pairs` rows of a tile from the
-/// `smmla` sums `s` (reset to zero), plus `m · s_x` when `mw` is given.
+/// `acc[i][v] += (w · dx_i) · (Σ − off·Σx)` for the `2·pairs` rows of a
+/// tile from the `smmla` sums `s` (reset to zero), plus `m · s_x` when `mw`
+/// is given.
 ///
 /// # Safety
 /// `ab` points at the tile's first activation row, rows `nb` blocks apart,
@@ -99,7 +104,7 @@ unsafe fn scale_into<const MR: usize, const V: usize>(
     b: usize,
     w: [float32x4_t; V],
     mw: Option<[float32x4_t; V]>,
-    q4_0: bool,
+    off: i32,
 ) {
     for (p, sp) in s.iter_mut().enumerate().take(MR / 2) {
         for v in 0..V {
@@ -109,8 +114,8 @@ unsafe fn scale_into<const MR: usize, const V: usize>(
                 let i = 2 * p + h;
                 // SAFETY: block b of row i0 + i (the caller's bounds).
                 let x = unsafe { &*ab.add(i * nb + b) };
-                let si = if q4_0 {
-                    vsubq_s32(si, vdupq_n_s32(8 * x.sum()))
+                let si = if off != 0 {
+                    vsubq_s32(si, vdupq_n_s32(off * x.sum()))
                 } else {
                     si
                 };
@@ -141,9 +146,18 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
     let (nb, nr, pairs) = (job.nb, 4 * V, MR / 2);
     debug_assert!(MR.is_multiple_of(2) && job.nr == nr && out.len() >= MR * nr);
     debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-    let int8 = KIND >= K_I8;
-    let rb = if int8 { 32 } else { 16 };
+    let int8 = matches!(KIND, K_I8 | K_I8_X16);
+    let five = matches!(KIND, K_Q5_0 | K_Q5_1);
+    // Quant bytes per row and block.
+    let rb = if int8 {
+        32
+    } else if five {
+        20
+    } else {
+        16
+    };
     let mask = vdupq_n_u8(0x0F);
+    let bit4 = vdupq_n_u8(0x10);
     let mut acc = [[vdupq_n_f32(0.0); V]; MR];
     // SAFETY (pointer offsets below): group g has nb blocks of nr scales
     // (and mins) and rb·nr quant bytes; rows i0 .. i0 + MR hold nb blocks.
@@ -155,7 +169,8 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
     };
     // Each step: two chunks of weights (k offsets ka .. ka + 8 in the
     // activation block); int8 steps 0, 1 cover values 0..16, steps 2, 3
-    // values 16..32.
+    // values 16..32. Nibble chunk c's fifth bits are plane bit c (low
+    // nibbles) or 4 + c (high).
     let steps: &[(usize, usize, bool)] = if int8 {
         &[(0, 0, false), (2, 8, false), (4, 16, false), (6, 24, false)]
     } else {
@@ -168,7 +183,7 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
         let (dw, mw): ([float32x4_t; V], [float32x4_t; V]) = unsafe {
             (
                 std::array::from_fn(|v| vld1q_f32(job.d.as_ptr().add(at + 4 * v))),
-                if matches!(KIND, K_Q4_1 | K_I8_MIN | K_I8_X16) {
+                if matches!(KIND, K_Q4_1 | K_Q5_1 | K_I8_X16) {
                     std::array::from_fn(|v| vld1q_f32(job.m.as_ptr().add(at + 4 * v)))
                 } else {
                     [vdupq_n_f32(0.0); V]
@@ -178,6 +193,13 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
         // [pair][v] → (rows 0-1 product, rows 2-3 product); the first
         // MR / 2 entries are used.
         let mut s = [[(vdupq_n_s32(0), vdupq_n_s32(0)); V]; MR];
+        // The fifth-bit plane (rows 4v .. 4v + 4 in vector v).
+        let plane: [uint8x16_t; V] = if five {
+            // SAFETY: the 4·nr plane bytes follow the 16·nr nibble bytes.
+            std::array::from_fn(|v| unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * nr + 16 * v)) })
+        } else {
+            [vdupq_n_u8(0); V]
+        };
         for (step, &(c, ka, high)) in steps.iter().enumerate() {
             for v in 0..V {
                 // SAFETY: chunks c and c + 1 of block b, 16 bytes each.
@@ -186,18 +208,23 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
                     (vld1q_u8(p), vld1q_u8(p.add(4 * nr)))
                 };
                 let (wa, wb) = if int8 {
-                    (vreinterpretq_s8_u8(wa), vreinterpretq_s8_u8(wb))
+                    (wa, wb)
                 } else if high {
-                    (
-                        vreinterpretq_s8_u8(vshrq_n_u8::<4>(wa)),
-                        vreinterpretq_s8_u8(vshrq_n_u8::<4>(wb)),
-                    )
+                    (vshrq_n_u8::<4>(wa), vshrq_n_u8::<4>(wb))
                 } else {
-                    (
-                        vreinterpretq_s8_u8(vandq_u8(wa, mask)),
-                        vreinterpretq_s8_u8(vandq_u8(wb, mask)),
-                    )
+                    (vandq_u8(wa, mask), vandq_u8(wb, mask))
                 };
+                let (wa, wb) = if five {
+                    // Plane bit `4·high + c` (chunk c) and the next one
+                    // (chunk c + 1) to bit 4: shift left by 4 − bit.
+                    let bit = 4 * high as i8 + c as i8;
+                    let ha = vshlq_u8(plane[v], vdupq_n_s8(4 - bit));
+                    let hb = vshlq_u8(plane[v], vdupq_n_s8(3 - bit));
+                    (vbslq_u8(bit4, ha, wa), vbslq_u8(bit4, hb, wb))
+                } else {
+                    (wa, wb)
+                };
+                let (wa, wb) = (vreinterpretq_s8_u8(wa), vreinterpretq_s8_u8(wb));
                 let (w01, w23) = row_pairs(wa, wb);
                 for (p, sp) in s.iter_mut().enumerate().take(pairs) {
                     // SAFETY: block b of rows i0 + 2p, i0 + 2p + 1;
@@ -213,16 +240,21 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
             }
             if KIND == K_I8_X16 && step == 1 {
                 // SAFETY: rows and block as above.
-                unsafe { scale_into(&mut acc, &mut s, ab, nb, b, dw, None, false) };
+                unsafe { scale_into(&mut acc, &mut s, ab, nb, b, dw, None, 0) };
             }
         }
         let (w, m) = match KIND {
             K_I8_X16 => (mw, None),
-            K_Q4_1 | K_I8_MIN => (dw, Some(mw)),
+            K_Q4_1 | K_Q5_1 => (dw, Some(mw)),
             _ => (dw, None),
         };
+        let off = match KIND {
+            K_Q4_0 => 8,
+            K_Q5_0 => 16,
+            _ => 0,
+        };
         // SAFETY: rows and block as above.
-        unsafe { scale_into(&mut acc, &mut s, ab, nb, b, w, m, KIND == K_Q4_0) };
+        unsafe { scale_into(&mut acc, &mut s, ab, nb, b, w, m, off) };
     }
     for (i, ai) in acc.iter().enumerate() {
         for (v, a) in ai.iter().enumerate() {
@@ -240,8 +272,9 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
     let k = match job.kind {
         Kind::Q4_0 => K_Q4_0,
         Kind::Q4_1 => K_Q4_1,
+        Kind::Q5_0 => K_Q5_0,
+        Kind::Q5_1 => K_Q5_1,
         Kind::I8 => K_I8,
-        Kind::I8Min => K_I8_MIN,
         Kind::I8x16 => K_I8_X16,
     };
     if mr == 1 {
@@ -265,8 +298,9 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
         match k {
             K_Q4_0 => by_shape!(K_Q4_0),
             K_Q4_1 => by_shape!(K_Q4_1),
+            K_Q5_0 => by_shape!(K_Q5_0),
+            K_Q5_1 => by_shape!(K_Q5_1),
             K_I8 => by_shape!(K_I8),
-            K_I8_MIN => by_shape!(K_I8_MIN),
             _ => by_shape!(K_I8_X16),
         }
     }

@@ -12,8 +12,10 @@
 //! Threads split the weight groups (`crate::pool`).
 //!
 //! Formats ([`FORMATS`]): every quantized GGUF weight format tiletune reads —
-//! Q4_0, Q4_1, Q4_K (4-bit nibbles kept), Q8_0, Q5_0, Q5_1, Q6_K, MXFP4
-//! (int8 values); the kinds and what each block adds are tabled in [`pack`].
+//! Q4_0, Q4_1, Q4_K (4-bit nibbles kept), Q5_0, Q5_1 (nibbles plus a
+//! fifth-bit plane, expanded in registers), Q8_0, Q6_K, MXFP4 (int8
+//! values); the kinds, what each block adds and their bits per value are
+//! tabled in [`pack`].
 //! Activations are always Q8_1 blocks (one f32 scale per 32 values), also
 //! for the K-quants, whose per-row GEMV uses Q8_K (one per 256).
 //!
@@ -244,7 +246,7 @@ impl Job<'_> {
         &self.d[at..at + self.nr]
     }
 
-    /// Second values of group `g`, block `b`: mins (Q4_1 kind, I8Min) or
+    /// Second values of group `g`, block `b`: mins (Q4_1, Q5_1 kinds) or
     /// upper-half scales (I8x16).
     #[inline]
     pub fn m_at(&self, g: usize, b: usize) -> &[f32] {
@@ -252,12 +254,22 @@ impl Job<'_> {
         &self.m[at..at + self.nr]
     }
 
-    /// Quants of group `g`, block `b`.
+    /// Quants of group `g`, block `b` (for the five-bit kinds the nibble
+    /// bytes and then the fifth-bit plane).
     #[inline]
     pub fn qs_at(&self, g: usize, b: usize) -> &[u8] {
         let len = self.nr * self.kind.row_bytes();
         let at = (g * self.nb + b) * len;
         &self.qs[at..at + len]
+    }
+
+    /// The fifth-bit plane of group `g`, block `b` (`4·nr` bytes; five-bit
+    /// kinds only): byte `4r + t`, bit `4h + c` is the fifth bit of the
+    /// value in nibble byte `4·nr·c + 4r + t`, half h (see [`pack`]).
+    #[inline]
+    pub fn qh_at(&self, g: usize, b: usize) -> &[u8] {
+        debug_assert!(self.kind.five());
+        &self.qs_at(g, b)[16 * self.nr..]
     }
 
     /// Activation block `b` of row `i`.

@@ -8,7 +8,10 @@
 //! two partial sums per row); one `addp` per block folds them into the
 //! 4 row sums. Weight chunks (for 4-bit formats, their nibbles) are loaded
 //! and split once and used for `MR` activation rows; the 4 activation bytes
-//! are broadcast with `ld1r`. Scaling uses separately rounded multiplies
+//! are broadcast with `ld1r`. The 5-bit kinds put each nibble's fifth bit
+//! in with one bit select (`bsl`, mask 0x10) from the block's bit-sliced
+//! plane, shifted per chunk so the chunk's bit sits at bit 4 (byte shifts:
+//! no lane crossing). Scaling uses separately rounded multiplies
 //! and adds (bit-equal to the scalar micro-kernel). `tiles!` is shared with the
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
 
@@ -56,13 +59,14 @@ fn finish_neon(s: Acc) -> int32x4_t {
 /// feature set and its step/finish functions.
 macro_rules! tiles {
     ($feat:literal, $step:ident, $fin:ident, $q4:ident, $i8:ident, $entry:ident) => {
-        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave `4·V`.
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
+        /// `4·V`; with `FIVE` Q5_0 or Q5_1 (nibbles plus the fifth-bit plane).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 4V`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const V: usize, const MIN: bool>(
+        unsafe fn $q4<const MR: usize, const V: usize, const MIN: bool, const FIVE: bool>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
@@ -72,25 +76,46 @@ macro_rules! tiles {
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = vdupq_n_u8(0x0F);
+            let bit4 = vdupq_n_u8(0x10);
+            // Quant bytes per row and block: 16 nibble bytes (+ 4 plane bytes).
+            let rb = if FIVE { 20 } else { 16 };
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of nr
-            // scales (and mins) and 16·nr quant bytes; rows i0 + i < i0 + MR
+            // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
             let (qb, db, ab) = unsafe {
                 (
-                    job.qs.as_ptr().add(g * nb * 16 * nr),
+                    job.qs.as_ptr().add(g * nb * rb * nr),
                     job.d.as_ptr().add(g * nb * nr),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
             for b in 0..nb {
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                // The fifth-bit plane (rows 4v .. 4v + 4 in vector v), for
+                // the low nibbles moved up by 4: bit c of each byte is at
+                // bit 4 after c right shifts.
+                let (mut hl, mut hh) = ([vdupq_n_u8(0); V], [vdupq_n_u8(0); V]);
+                if FIVE {
+                    for v in 0..V {
+                        // SAFETY: the 4·nr plane bytes follow the 16·nr
+                        // nibble bytes of block b.
+                        let h = unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * nr + 16 * v)) };
+                        (hl[v], hh[v]) = (vshlq_n_u8::<4>(h), h);
+                    }
+                }
                 for c in 0..4 {
                     for v in 0..V {
                         // SAFETY: 16 bytes of chunk c of block b.
-                        let u = unsafe { vld1q_u8(qb.add(b * 16 * nr + 4 * nr * c + 16 * v)) };
-                        let lo = vreinterpretq_s8_u8(vandq_u8(u, mask));
-                        let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(u));
+                        let u = unsafe { vld1q_u8(qb.add(b * rb * nr + 4 * nr * c + 16 * v)) };
+                        let (mut lo, mut hi) = (vandq_u8(u, mask), vshrq_n_u8::<4>(u));
+                        if FIVE {
+                            lo = vbslq_u8(bit4, hl[v], lo);
+                            hi = vbslq_u8(bit4, hh[v], hi);
+                            hl[v] = vshrq_n_u8::<1>(hl[v]);
+                            hh[v] = vshrq_n_u8::<1>(hh[v]);
+                        }
+                        let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
                         for (i, si) in s.iter_mut().enumerate() {
                             // SAFETY: block b of row i0 + i; 16 + 4c + 4 <= 32.
                             let (xl, xh) = unsafe {
@@ -110,14 +135,15 @@ macro_rules! tiles {
                     for v in 0..V {
                         let mut si = $fin(s[i][v]);
                         if !MIN {
-                            si = vsubq_s32(si, vdupq_n_s32(8 * x.sum()));
+                            let off = if FIVE { 16 } else { 8 };
+                            si = vsubq_s32(si, vdupq_n_s32(off * x.sum()));
                         }
                         // SAFETY: 4 of the nr scales of block b.
                         let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
                         let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
                         if MIN {
-                            // SAFETY: Q4_1 jobs carry mins shaped like the scales.
+                            // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
                             let mw =
                                 unsafe { vld1q_f32(job.m.as_ptr().add((g * nb + b) * nr + 4 * v)) };
                             t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
@@ -134,9 +160,9 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0, Q5_0, MXFP4),
-        /// `I8_MIN` (Q5_1) or `I8_X16` (Q6_K: the half-block sums are
-        /// scaled and added after chunks 0..4 and 4..8).
+        /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0, MXFP4) or
+        /// `I8_X16` (Q6_K: the half-block sums are scaled and added after
+        /// chunks 0..4 and 4..8).
         ///
         /// # Safety
         /// As for the Q4 tile.
@@ -147,7 +173,7 @@ macro_rules! tiles {
             i0: usize,
             out: &mut [f32],
         ) {
-            use $crate::qgemm::pack::{I8, I8_MIN, I8_X16};
+            use $crate::qgemm::pack::{I8, I8_X16};
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
@@ -196,23 +222,18 @@ macro_rules! tiles {
                     let x = unsafe { &*ab.add(i * nb + b) };
                     for v in 0..V {
                         let at = (g * nb + b) * nr + 4 * v;
-                        // Mins (I8_MIN) or upper-half scales (I8_X16).
-                        // SAFETY: 4 of the nr values of block b; jobs of
-                        // these modes carry `m` shaped like the scales.
-                        let (dw, mw) = unsafe {
-                            let dw = vld1q_f32(job.d.as_ptr().add(at));
-                            let mw = if MODE == I8 {
-                                dw
+                        // Scales (I8) or upper-half scales (I8_X16).
+                        // SAFETY: 4 of the nr values of block b; I8_X16 jobs
+                        // carry `m` shaped like the scales.
+                        let dw = unsafe {
+                            if MODE == I8 {
+                                vld1q_f32(job.d.as_ptr().add(at))
                             } else {
                                 vld1q_f32(job.m.as_ptr().add(at))
-                            };
-                            (if MODE == I8_X16 { mw } else { dw }, mw)
+                            }
                         };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                        let mut t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
-                        if MODE == I8_MIN {
-                            t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
-                        }
+                        let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
                         ai[v] = vaddq_f32(ai[v], t);
                     }
                 }
@@ -236,26 +257,42 @@ macro_rules! tiles {
             mr: usize,
             out: &mut [f32],
         ) {
-            use $crate::qgemm::pack::{I8, I8_MIN, I8_X16, Kind};
+            use $crate::qgemm::pack::{I8, I8_X16, Kind};
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, job.nr, mr) {
-                    (Kind::Q4_0, 4, 8) => $q4::<8, 1, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4, 4) => $q4::<4, 1, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4, 2) => $q4::<2, 1, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4, _) => $q4::<1, 1, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, 8) => $q4::<8, 2, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, 4) => $q4::<4, 2, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, 2) => $q4::<2, 2, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, _) => $q4::<1, 2, false>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 8) => $q4::<8, 1, true>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 4) => $q4::<4, 1, true>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 2) => $q4::<2, 1, true>(job, g, i0, out),
-                    (Kind::Q4_1, 4, _) => $q4::<1, 1, true>(job, g, i0, out),
-                    (Kind::Q4_1, _, 8) => $q4::<8, 2, true>(job, g, i0, out),
-                    (Kind::Q4_1, _, 4) => $q4::<4, 2, true>(job, g, i0, out),
-                    (Kind::Q4_1, _, 2) => $q4::<2, 2, true>(job, g, i0, out),
-                    (Kind::Q4_1, _, _) => $q4::<1, 2, true>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 8) => $q4::<8, 1, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 4) => $q4::<4, 1, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 2) => $q4::<2, 1, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, 4, _) => $q4::<1, 1, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, 8) => $q4::<8, 2, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, 4) => $q4::<4, 2, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, 2) => $q4::<2, 2, false, false>(job, g, i0, out),
+                    (Kind::Q4_0, _, _) => $q4::<1, 2, false, false>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 8) => $q4::<8, 1, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 4) => $q4::<4, 1, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 2) => $q4::<2, 1, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, 4, _) => $q4::<1, 1, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, _, 8) => $q4::<8, 2, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, _, 4) => $q4::<4, 2, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, _, 2) => $q4::<2, 2, true, false>(job, g, i0, out),
+                    (Kind::Q4_1, _, _) => $q4::<1, 2, true, false>(job, g, i0, out),
+                    (Kind::Q5_0, 4, 8) => $q4::<8, 1, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, 4, 4) => $q4::<4, 1, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, 4, 2) => $q4::<2, 1, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, 4, _) => $q4::<1, 1, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, _, 8) => $q4::<8, 2, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, _, 4) => $q4::<4, 2, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, _, 2) => $q4::<2, 2, false, true>(job, g, i0, out),
+                    (Kind::Q5_0, _, _) => $q4::<1, 2, false, true>(job, g, i0, out),
+                    (Kind::Q5_1, 4, 8) => $q4::<8, 1, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, 4, 4) => $q4::<4, 1, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, 4, 2) => $q4::<2, 1, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, 4, _) => $q4::<1, 1, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, _, 8) => $q4::<8, 2, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, _, 4) => $q4::<4, 2, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, _, 2) => $q4::<2, 2, true, true>(job, g, i0, out),
+                    (Kind::Q5_1, _, _) => $q4::<1, 2, true, true>(job, g, i0, out),
                     (Kind::I8, 4, 8) => $i8::<8, 1, I8>(job, g, i0, out),
                     (Kind::I8, 4, 4) => $i8::<4, 1, I8>(job, g, i0, out),
                     (Kind::I8, 4, 2) => $i8::<2, 1, I8>(job, g, i0, out),
@@ -264,14 +301,6 @@ macro_rules! tiles {
                     (Kind::I8, _, 4) => $i8::<4, 2, I8>(job, g, i0, out),
                     (Kind::I8, _, 2) => $i8::<2, 2, I8>(job, g, i0, out),
                     (Kind::I8, _, _) => $i8::<1, 2, I8>(job, g, i0, out),
-                    (Kind::I8Min, 4, 8) => $i8::<8, 1, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, 4, 4) => $i8::<4, 1, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, 4, 2) => $i8::<2, 1, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, 4, _) => $i8::<1, 1, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, _, 8) => $i8::<8, 2, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, _, 4) => $i8::<4, 2, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, _, 2) => $i8::<2, 2, I8_MIN>(job, g, i0, out),
-                    (Kind::I8Min, _, _) => $i8::<1, 2, I8_MIN>(job, g, i0, out),
                     (Kind::I8x16, 4, 8) => $i8::<8, 1, I8_X16>(job, g, i0, out),
                     (Kind::I8x16, 4, 4) => $i8::<4, 1, I8_X16>(job, g, i0, out),
                     (Kind::I8x16, 4, 2) => $i8::<2, 1, I8_X16>(job, g, i0, out),

@@ -17,13 +17,14 @@
 //! and the quants, chunk-major: byte `4·NR·c + 4·r + t` is byte `4c + t` of
 //! row r's quants.
 //!
-//! | kind | formats | quants per block | `d` | `m` | a block adds |
-//! |---|---|---|---|---|---|
-//! | Q4_0 | Q4_0 | 16 nibble bytes | scale | – | `d·dx·(Σqx − 8Σx)` |
-//! | Q4_1 | Q4_1, Q4_K | 16 nibble bytes | scale | min | `d·dx·Σqx + m·s_x` |
-//! | I8 | Q8_0, Q5_0, MXFP4 | 32 int8 | scale | – | `d·dx·Σqx` |
-//! | I8Min | Q5_1 | 32 int8 (0..31) | scale | min | `d·dx·Σqx + m·s_x` |
-//! | I8x16 | Q6_K | 32 int8 (−32..31) | scale of values 0..15 | scale of 16..31 | `d·dx·Σ₀..₁₅qx`, then `m·dx·Σ₁₆..₃₁qx` |
+//! | kind | formats | quants per block | `d` | `m` | a block adds | bits/value (GGUF) |
+//! |---|---|---|---|---|---|---|
+//! | Q4_0 | Q4_0 | 16 nibble bytes | scale | – | `d·dx·(Σqx − 8Σx)` | 5 (4.5) |
+//! | Q4_1 | Q4_1, Q4_K | 16 nibble bytes | scale | min | `d·dx·Σqx + m·s_x` | 6 (5; Q4_K 4.5) |
+//! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale | – | `d·dx·(Σqx − 16Σx)` | 6 (5.5) |
+//! | Q5_1 | Q5_1 | 16 nibble bytes + 4 fifth-bit bytes | scale | min | `d·dx·Σqx + m·s_x` | 7 (6) |
+//! | I8 | Q8_0, MXFP4 | 32 int8 | scale | – | `d·dx·Σqx` | 9 (8.5; MXFP4 4.25) |
+//! | I8x16 | Q6_K | 32 int8 (−32..31) | scale of values 0..15 | scale of 16..31 | `d·dx·Σ₀..₁₅qx`, then `m·dx·Σ₁₆..₃₁qx` | 10 (6.56) |
 //!
 //! - Nibble kinds keep 4 bits (chunk c ∈ 0..4 of nibble bytes; the low
 //!   nibbles are values `4c + t`, the high ones values `16 + 4c + t`, both
@@ -32,17 +33,29 @@
 //!   dmin·m_j`) becomes a Q4_1 block with `d = d·sc_j`, `m = −(dmin·m_j)`,
 //!   its nibbles moved from Q4_K's layout (64 values per 32 bytes: low
 //!   nibbles sub-block 2i, high 2i+1) to Q4_1's.
-//! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. Q5_0 stores `q − 16`,
-//!   MXFP4 ggml's doubled E2M1 values (`kvalues_mxfp4`, `d` =
-//!   `GGML_E8M0_TO_FP32_HALF(e)`), Q5_1 its unsigned `q`, Q6_K `q − 32` with
-//!   one scale `d·sc` per 16 values (two per block: chunks 0..4 and 4..8).
+//! - Five-bit kinds (Q5_0, Q5_1) are the nibble kinds with values 0..31:
+//!   the 16·NR nibble bytes of a block are followed by a fifth-bit plane of
+//!   4·NR bytes, bit-sliced so one byte-lane shift lines it up with a
+//!   nibble chunk: plane byte `4·r + t` holds in bit `4h + c` the fifth bit
+//!   of the value in nibble byte `4·NR·c + 4·r + t` (half h: 0 the low
+//!   nibble, value `4c + t`; 1 the high one, `16 + 4c + t`). So the plane is
+//!   a vector shaped like a nibble chunk, and chunk c's fifth bits are its
+//!   bit c (low nibbles) and bit `4 + c` (high) moved to bit 4 and merged:
+//!   a shift per half plus an AND and an OR (AVX2), one `vpternlogd`
+//!   (AVX-512) or one `bsl` (NEON). Q5_0's `−16` goes
+//!   through the activation block sum as Q4_0's `−8` does; Q5_1 is Q4_1.
+//!   Both give the same i32 block sums as the int8 values `q − 16` / `q`.
+//! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. MXFP4 stores ggml's
+//!   doubled E2M1 values (`kvalues_mxfp4`, `d` =
+//!   `GGML_E8M0_TO_FP32_HALF(e)`), Q6_K `q − 32` with one scale `d·sc` per
+//!   16 values (two per block: chunks 0..4 and 4..8).
 //!
 //! Each packed block dequantizes to exactly the value ggml's
 //! `dequantize_row_*` computes (the same f32 products; Q4_K's `d1·q − m1`
 //! equals `q·d1 + (−m1)` in IEEE arithmetic), see
 //! [`PackedQ::dequantize_row`]. The padding costs memory: scales are f32 per
 //! 32 values, so Q4_K takes 6 bits per value (GGUF: 4.5), Q6_K 10 (6.56),
-//! MXFP4 9 (4.25), Q5_1 10 (6) — the price of one kernel per kind that needs
+//! MXFP4 9 (4.25), Q5_1 7 (6) — the price of one kernel per kind that needs
 //! no scale decoding in the hot loop.
 //!
 //! The last group is padded with zero rows (scale 0, quants 0) when NR does
@@ -51,7 +64,7 @@
 //! **Activations.** Each row of A is quantized with ggml's Q8_1 quantizer
 //! (its `d` and quants are exactly Q8_0's), stored with its scale widened to
 //! f32, Q8_1's `s` widened to f32, and the integer sum of its quants (for
-//! Q4_0). For the legacy formats and MXFP4 these are the blocks the W·A8
+//! the kinds with an offset). For the legacy formats and MXFP4 these are the blocks the W·A8
 //! GEMV uses. The K-quant GEMV quantizes activations to Q8_K (one scale per
 //! 256 values); the GEMM keeps Q8_1 (one per 32, slightly more accurate), so
 //! for Q4_K and Q6_K the two agree within the activation quantization
@@ -80,46 +93,59 @@ pub(crate) enum Kind {
     Q4_0,
     /// Unsigned nibbles with a min, Q8_1 activation `s` (Q4_1, Q4_K).
     Q4_1,
-    /// Signed int8 values (Q8_0, Q5_0, MXFP4).
+    /// Nibbles plus a fifth-bit plane (0..31) with offset 16 (Q5_0).
+    Q5_0,
+    /// Nibbles plus a fifth-bit plane (0..31) with a min (Q5_1).
+    Q5_1,
+    /// Signed int8 values (Q8_0, MXFP4).
     I8,
-    /// Int8 values with a min, Q8_1 activation `s` (Q5_1).
-    I8Min,
     /// Signed int8 values with one scale per 16 (Q6_K): `d` scales values
     /// 0..16 of a block, `m` values 16..32.
     I8x16,
 }
 
-/// The int8 micro-kernels' `MODE` parameter: plain int8 (Q8_0, Q5_0,
-/// MXFP4).
+/// The int8 micro-kernels' `MODE` parameter: plain int8 (Q8_0, MXFP4).
 pub(crate) const I8: u8 = 0;
-/// Int8 plus `m · s_x` (Q5_1).
-pub(crate) const I8_MIN: u8 = 1;
 /// Int8 with two half-block scales (Q6_K).
-pub(crate) const I8_X16: u8 = 2;
+pub(crate) const I8_X16: u8 = 1;
 
 impl Kind {
     pub(crate) fn of(format: QuantFormat) -> Option<Kind> {
         match format {
             QuantFormat::Q4_0 => Some(Kind::Q4_0),
             QuantFormat::Q4_1 | QuantFormat::Q4K => Some(Kind::Q4_1),
-            QuantFormat::Q8_0 | QuantFormat::Q5_0 | QuantFormat::Mxfp4 => Some(Kind::I8),
-            QuantFormat::Q5_1 => Some(Kind::I8Min),
+            QuantFormat::Q5_0 => Some(Kind::Q5_0),
+            QuantFormat::Q5_1 => Some(Kind::Q5_1),
+            QuantFormat::Q8_0 | QuantFormat::Mxfp4 => Some(Kind::I8),
             QuantFormat::Q6K => Some(Kind::I8x16),
             QuantFormat::Q8_1 | QuantFormat::Q8K => None,
         }
     }
 
-    /// Quant bytes per row and block.
+    /// Quant bytes per row and block (for the five-bit kinds: nibbles and
+    /// the fifth-bit plane).
     pub(crate) fn row_bytes(self) -> usize {
         match self {
             Kind::Q4_0 | Kind::Q4_1 => QK / 2,
-            Kind::I8 | Kind::I8Min | Kind::I8x16 => QK,
+            Kind::Q5_0 | Kind::Q5_1 => QK / 2 + QK / 8,
+            Kind::I8 | Kind::I8x16 => QK,
         }
+    }
+
+    /// Whether the quants are nibble bytes (with or without a fifth-bit
+    /// plane after them).
+    pub(crate) fn nibbles(self) -> bool {
+        matches!(self, Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1)
+    }
+
+    /// Whether a fifth-bit plane follows the nibble bytes of each block.
+    pub(crate) fn five(self) -> bool {
+        matches!(self, Kind::Q5_0 | Kind::Q5_1)
     }
 
     /// Whether the kind has the second per-(row, block) value `m`.
     pub(crate) fn has_m(self) -> bool {
-        matches!(self, Kind::Q4_1 | Kind::I8Min | Kind::I8x16)
+        matches!(self, Kind::Q4_1 | Kind::Q5_1 | Kind::I8x16)
     }
 }
 
@@ -134,7 +160,7 @@ pub struct PackedQ {
     /// GGUF bytes cannot be rebuilt (the values can).
     mxfp4_neg_zero: bool,
     pub(crate) d: Vec<f32>,
-    /// Mins (Q4_1 kind, I8Min) or upper-half scales (I8x16); empty otherwise.
+    /// Mins (Q4_1, Q5_1 kinds) or upper-half scales (I8x16); empty otherwise.
     pub(crate) m: Vec<f32>,
     pub(crate) qs: Vec<u8>,
 }
@@ -171,11 +197,24 @@ impl PackedQ {
         Kind::of(self.format).expect("checked by repack")
     }
 
-    /// Quant byte `j` of row `r` in group block `gb`.
+    /// Quant byte `j` of row `r` in group block `gb` (nibble kinds: j < 16,
+    /// the nibble bytes).
     #[inline]
     fn byte(&self, gb: usize, r: usize, j: usize) -> u8 {
         let (nr, rb) = (self.nr, self.kind().row_bytes());
         self.qs[gb * nr * rb + 4 * nr * (j / 4) + 4 * r + j % 4]
+    }
+
+    /// Value `j` (0..32, unsigned 0..31) of row `r` in group block `gb` of a
+    /// five-bit kind: its nibble and its bit in the fifth-bit plane.
+    #[inline]
+    fn value5(&self, gb: usize, r: usize, j: usize) -> u8 {
+        let nr = self.nr;
+        let (h, c, t) = (j / 16, (j % 16) / 4, j % 4);
+        let nib = self.byte(gb, r, j % 16);
+        let nib = if h == 0 { nib & 0x0F } else { nib >> 4 };
+        let plane = self.qs[gb * nr * (QK / 2 + QK / 8) + 16 * nr + 4 * r + t];
+        nib | (((plane >> (4 * h + c)) & 1) << 4)
     }
 
     /// Row `row` of the weights dequantized into `out` (`k` values),
@@ -217,14 +256,19 @@ impl PackedQ {
                         o[j + QK / 2] = (q >> 4) as f32 * d + m;
                     }
                 }
+                Kind::Q5_0 => {
+                    for (j, v) in o.iter_mut().enumerate() {
+                        *v = (self.value5(gb, r, j) as i32 - 16) as f32 * d;
+                    }
+                }
+                Kind::Q5_1 => {
+                    for (j, v) in o.iter_mut().enumerate() {
+                        *v = self.value5(gb, r, j) as f32 * d + m;
+                    }
+                }
                 Kind::I8 => {
                     for (j, v) in o.iter_mut().enumerate() {
                         *v = byte(j) as i8 as f32 * d;
-                    }
-                }
-                Kind::I8Min => {
-                    for (j, v) in o.iter_mut().enumerate() {
-                        *v = byte(j) as i8 as f32 * d + m;
                     }
                 }
                 Kind::I8x16 => {
@@ -256,10 +300,18 @@ impl PackedQ {
             let (g, r) = (row / nr, row % nr);
             for b in 0..nb {
                 let gb = g * nb + b;
-                let mut q = [0u8; QK];
-                for (j, v) in q.iter_mut().enumerate().take(kind.row_bytes()) {
-                    *v = self.byte(gb, r, j);
-                }
+                // Quant bytes as packed; for the five-bit kinds the values.
+                let q: [u8; QK] = if kind.five() {
+                    std::array::from_fn(|j| self.value5(gb, r, j))
+                } else {
+                    std::array::from_fn(|j| {
+                        if j < kind.row_bytes() {
+                            self.byte(gb, r, j)
+                        } else {
+                            0
+                        }
+                    })
+                };
                 let dv = self.d[gb * nr + r];
                 let d = F16Le::from_f32(dv);
                 let m = if kind.has_m() {
@@ -289,17 +341,10 @@ impl PackedQ {
                         }
                     }
                     QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
-                        // Q5_0 packs q − 16, Q5_1 q; q = 5 bits (low nibble
-                        // | fifth bit in qh).
-                        let off = if self.format == QuantFormat::Q5_0 {
-                            16
-                        } else {
-                            0
-                        };
+                        // q = 5 bits: low nibble | fifth bit in qh.
                         let mut qh = 0u32;
                         let mut qs = [0u8; QK / 2];
-                        for (j, &v) in q.iter().enumerate() {
-                            let u = (v as i8 as i32 + off) as u8;
+                        for (j, &u) in q.iter().enumerate() {
                             qh |= ((u >> 4) as u32 & 1) << j;
                             if j < QK / 2 {
                                 qs[j] |= u & 0x0F;
@@ -387,7 +432,9 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
     for row in 0..n {
         let (g, r) = (row / nr, row % nr);
         let src = &w[row * row_bytes..(row + 1) * row_bytes];
-        // Stores block b of this row: scale, second value, quant bytes.
+        // Stores block b of this row: scale, second value, quant bytes
+        // (five-bit kinds: `q` holds the 32 values 0..31, split here into
+        // nibble bytes and the fifth-bit plane).
         let mut put = |b: usize, dv: f32, mv: f32, q: &[u8; QK]| {
             let gb = g * nb + b;
             d[gb * nr + r] = dv;
@@ -395,8 +442,24 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 m[gb * nr + r] = mv;
             }
             let base = gb * nr * rb;
-            for (j, &v) in q.iter().enumerate().take(rb) {
-                qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
+            if kind.five() {
+                for j in 0..QK / 2 {
+                    let v = (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4);
+                    qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
+                }
+                for t in 0..4 {
+                    let mut p = 0u8;
+                    for h in 0..2 {
+                        for c in 0..4 {
+                            p |= ((q[16 * h + 4 * c + t] >> 4) & 1) << (4 * h + c);
+                        }
+                    }
+                    qs[base + 16 * nr + 4 * r + t] = p;
+                }
+            } else {
+                for (j, &v) in q.iter().enumerate().take(rb) {
+                    qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
+                }
             }
         };
         match format {
@@ -439,9 +502,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     .enumerate()
                 {
                     let qh = u32::from_le_bytes(blk.qh);
-                    let q: [u8; QK] = std::array::from_fn(|j| {
-                        (legacy::q5_value(&blk.qs, qh, j) as i8 - 16) as u8
-                    });
+                    let q: [u8; QK] = std::array::from_fn(|j| legacy::q5_value(&blk.qs, qh, j));
                     put(b, blk.d.to_f32(), 0.0, &q);
                 }
             }

@@ -80,6 +80,16 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
     for b in 0..job.nb {
         let d = job.d_at(g, b);
         let q = job.qs_at(g, b);
+        let five = job.kind.five();
+        // The fifth bit (as 16) of the value in nibble byte `4·nr·c + 4r + t`,
+        // half h; zero for the 4-bit kinds.
+        let bit5 = |c: usize, r: usize, t: usize, h: usize| -> i32 {
+            if five {
+                (((job.qh_at(g, b)[4 * r + t] >> (4 * h + c)) & 1) << 4) as i32
+            } else {
+                0
+            }
+        };
         for i in 0..mr {
             let x = job.act(i0 + i, b);
             let dx = x.d();
@@ -87,30 +97,32 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                 // Sums of values 0..16 and 16..32 (one sum for the nibble
                 // kinds, which walk both halves per byte).
                 let mut s = [0i32; 2];
-                if job.kind.row_bytes() == 32 {
+                if job.kind.nibbles() {
+                    for c in 0..4 {
+                        for t in 0..4 {
+                            let v = q[4 * nr * c + 4 * r + t];
+                            let lo = (v & 0x0F) as i32 | bit5(c, r, t, 0);
+                            let hi = (v >> 4) as i32 | bit5(c, r, t, 1);
+                            s[0] += lo * x.qs[4 * c + t] as i32;
+                            s[0] += hi * x.qs[16 + 4 * c + t] as i32;
+                        }
+                    }
+                } else {
                     for c in 0..8 {
                         for t in 0..4 {
                             let v = q[4 * nr * c + 4 * r + t] as i8;
                             s[c / 4] += v as i32 * x.qs[4 * c + t] as i32;
                         }
                     }
-                } else {
-                    for c in 0..4 {
-                        for t in 0..4 {
-                            let v = q[4 * nr * c + 4 * r + t];
-                            s[0] += (v & 0x0F) as i32 * x.qs[4 * c + t] as i32;
-                            s[0] += (v >> 4) as i32 * x.qs[16 + 4 * c + t] as i32;
-                        }
-                    }
                 }
                 let a = &mut acc[i * nr + r];
                 match job.kind {
                     Kind::Q4_0 => *a += (d[r] * dx) * (s[0] - 8 * x.sum()) as f32,
-                    Kind::Q4_1 => *a += (d[r] * dx) * s[0] as f32 + job.m_at(g, b)[r] * x.s(),
-                    Kind::I8 => *a += (d[r] * dx) * (s[0] + s[1]) as f32,
-                    Kind::I8Min => {
-                        *a += (d[r] * dx) * (s[0] + s[1]) as f32 + job.m_at(g, b)[r] * x.s()
+                    Kind::Q5_0 => *a += (d[r] * dx) * (s[0] - 16 * x.sum()) as f32,
+                    Kind::Q4_1 | Kind::Q5_1 => {
+                        *a += (d[r] * dx) * s[0] as f32 + job.m_at(g, b)[r] * x.s()
                     }
+                    Kind::I8 => *a += (d[r] * dx) * (s[0] + s[1]) as f32,
                     Kind::I8x16 => {
                         *a += (d[r] * dx) * s[0] as f32;
                         *a += (job.m_at(g, b)[r] * dx) * s[1] as f32;
