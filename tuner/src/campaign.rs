@@ -207,8 +207,10 @@ pub fn run_campaign(
         let result = strategy::search(cfg.strategy, &coords, default, &mut ev);
         // The default is always measured at full fidelity, even past the
         // budget, so every selection carries an honest speedup.
-        let default_s = ev.full(default);
-        let best_s = result.best.and_then(|b| ev.full(b));
+        let default_score = ev.eval_scored(default, FULL_FIDELITY);
+        let best_score = result.best.and_then(|b| ev.eval_scored(b, FULL_FIDELITY));
+        let default_s = default_score.map(|s| s.seconds);
+        let best_s = best_score.map(|s| s.seconds);
         let invalid = ev.invalid;
         let mut note = ev.store_error.take();
         let selection = match (result.best, best_s, default_s) {
@@ -216,8 +218,18 @@ pub fn run_campaign(
                 let cands = problem.candidates();
                 let thread_budget = cands.iter().map(|c| c.threads()).max().unwrap_or(1);
                 // The default is a valid candidate too: never select something
-                // slower than it.
-                let (winner, median_s) = if ds <= bs { (default, ds) } else { (b, bs) };
+                // slower than it, nor something whose lead is within the
+                // noise (the two medians' confidence intervals overlap): a
+                // "1.01×" winner on a noisy machine is as likely slower.
+                let clearly_faster = match (best_score, default_score) {
+                    (Some(b), Some(d)) => b.seconds + b.half_width < d.seconds - d.half_width,
+                    _ => bs < ds,
+                };
+                let (winner, median_s) = if clearly_faster {
+                    (b, bs)
+                } else {
+                    (default, ds)
+                };
                 Some(Selection {
                     problem: spec.clone(),
                     winner: cands[winner].clone(),
@@ -551,6 +563,54 @@ mod tests {
         assert!(r[0].selection.is_some());
         assert_eq!(store.selections.len(), 2);
         assert_eq!(store.selections[0], store.selections[1]);
+    }
+
+    /// A lead within the noise does not replace the default: candidate i
+    /// takes 10 − 0.01·i s ± a MAD of 0.5 s, so the best (0.5% faster) is
+    /// inside the default's interval; with no noise the same lead wins.
+    #[test]
+    fn a_lead_within_the_noise_keeps_the_default() {
+        struct Noisy(std::sync::Arc<std::sync::atomic::AtomicUsize>, f64);
+        impl Measure for Noisy {
+            fn measure(&mut self, _f: u32, run: &mut (dyn FnMut() + Send)) -> Stats {
+                run();
+                let i = self.0.load(std::sync::atomic::Ordering::Relaxed);
+                Stats {
+                    median_s: 10.0 - 0.01 * i as f64,
+                    mad_s: self.1,
+                    samples: 9,
+                    counters: serde_json::Value::Null,
+                }
+            }
+        }
+        for (mad, expect_default) in [(0.5, true), (0.0, false)] {
+            let cur = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
+                inner: fake(6),
+                current: cur.clone(),
+            })];
+            let cfg = CampaignConfig {
+                strategy: Strategy::Exhaustive,
+                budget: None,
+            };
+            let mut store = MemStore::default();
+            let r = run_campaign(
+                &mut problems,
+                &cfg,
+                &mut Noisy(cur, mad),
+                &mut store,
+                &mut (),
+            );
+            let sel = r[0].selection.as_ref().expect("a selection");
+            assert_eq!(
+                sel.winner == sel.default,
+                expect_default,
+                "mad {mad}: {sel:?}"
+            );
+            if !expect_default {
+                assert_eq!(sel.winner.params()["rows"], 5);
+            }
+        }
     }
 
     /// Takes real time per measurement, so a budget runs out.
