@@ -4,7 +4,7 @@
 //! - the repack keeps every value: packed rows dequantize bit-identically to
 //!   the GGUF rows (quantizer output and arbitrary bytes), and `unpack`
 //!   gives the GGUF bytes back where the pack determines them (all but the
-//!   K-quants and MXFP4's −0 code);
+//!   K-quants);
 //! - every variant the CPU runs (every interleave it reads, every `mr`, 1
 //!   or 3 threads) is **bit-identical** to `scalar::definition` over
 //!   m ∈ {1, 2, 3, 5, 17, 64}, n not a multiple of the interleave, k = 1, 3
@@ -108,18 +108,17 @@ fn repack_round_trips() {
                 // 32-value block of each padded row (Q5: 16 nibble bytes +
                 // 4 fifth-bit bytes).
                 let per_block = match f {
-                    QuantFormat::Q4_0 => 4 + 16,
+                    QuantFormat::Q4_0 | QuantFormat::Mxfp4 => 4 + 16,
                     QuantFormat::Q4_1 | QuantFormat::Q4K => 8 + 16,
                     QuantFormat::Q5_0 => 4 + 20,
                     QuantFormat::Q5_1 => 8 + 20,
-                    QuantFormat::Q8_0 | QuantFormat::Mxfp4 => 4 + 32,
+                    QuantFormat::Q8_0 => 4 + 32,
                     _ => 8 + 32,
                 };
                 assert_eq!(p.bytes(), p.groups() * nr * (k / 32) * per_block, "{f}");
                 if kquant(f) {
                     assert_eq!(p.unpack(), None, "{f}");
                 } else {
-                    // The quantizers never write MXFP4's −0 code.
                     assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr} n={n} k={k}");
                 }
                 assert_rows_exact(f, &c.w, n, k, nr);
@@ -129,15 +128,20 @@ fn repack_round_trips() {
 }
 
 /// Q5_0 packs at 6 bits per value and Q5_1 at 7 (nibbles, a fifth-bit
-/// plane, f32 scale and min), not the 9 and 10 of int8 values; the packed
-/// form still gives the GGUF bytes and values back exactly, also for the
-/// value extremes 0 and 31 in every position; and every variant stays
-/// bit-identical to the definition on them with activations at ±127 (the
-/// largest i16 partial sums the non-VNNI x86 tiles form).
+/// plane, f32 scale and min), MXFP4 at 5 (its codes as nibbles), not the 9
+/// and 10 of int8 values; the packed form still gives the GGUF bytes and
+/// values back exactly, also for the value extremes (Q5: 0 and 31, MXFP4:
+/// ±12 and −0) in every position; and every variant stays bit-identical to
+/// the definition on them with activations at ±127 (the largest i16
+/// partial sums the non-VNNI x86 tiles form).
 #[test]
-fn q5_packs_nibbles_and_a_fifth_bit_plane() {
+fn dense_packs_are_exact_at_their_bits_per_value() {
     let mut rng = Rng::new(29);
-    for (f, bits) in [(QuantFormat::Q5_0, 6), (QuantFormat::Q5_1, 7)] {
+    for (f, bits) in [
+        (QuantFormat::Q5_0, 6),
+        (QuantFormat::Q5_1, 7),
+        (QuantFormat::Mxfp4, 5),
+    ] {
         for nr in qgemm::INTERLEAVES {
             let (n, k) = (3 * nr, 256);
             let c = case(&mut rng, f, 0, n, k);
@@ -145,11 +149,11 @@ fn q5_packs_nibbles_and_a_fifth_bit_plane() {
             assert_eq!(8 * p.bytes(), bits * n * k, "{f} nr={nr}");
             assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr}");
             assert_rows_exact(f, &c.w, n, k, nr);
-            // Blocks whose values are all 31, all 0, or alternate, so each
-            // fifth bit and each nibble is checked set and clear.
+            // Q5: blocks whose values are all 31, all 0, or alternate, so
+            // each fifth bit and each nibble is checked set and clear.
+            // MXFP4: all 12 (code 7), all −12 (15), alternating, all −0.
             let mut w = c.w.clone();
             let bb = f.block_bytes();
-            let qs_at = if f == QuantFormat::Q5_0 { 2 } else { 4 };
             for (i, blk) in w.chunks_exact_mut(bb).enumerate() {
                 let (qs, qh) = match i % 4 {
                     0 => (0xFF, 0xFFFF_FFFFu32),
@@ -157,8 +161,14 @@ fn q5_packs_nibbles_and_a_fifth_bit_plane() {
                     2 => (0x0F, 0x5555_5555),
                     _ => (0xF0, 0xAAAA_AAAA),
                 };
-                blk[qs_at..qs_at + 4].copy_from_slice(&qh.to_le_bytes());
-                blk[qs_at + 4..].fill(qs);
+                match f {
+                    QuantFormat::Mxfp4 => blk[1..].fill([0x77, 0xFF, 0x7F, 0x88][i % 4]),
+                    _ => {
+                        let at = if f == QuantFormat::Q5_0 { 2 } else { 4 };
+                        blk[at..at + 4].copy_from_slice(&qh.to_le_bytes());
+                        blk[at + 4..].fill(qs);
+                    }
+                }
             }
             let p = repack(f, &w, n, k, nr).unwrap();
             assert_eq!(p.unpack(), Some(w.clone()), "{f} nr={nr}");
@@ -210,28 +220,15 @@ fn arbitrary_bytes_dequantize_exactly() {
             let p = repack(f, &w, n, k, nr).unwrap();
             if kquant(f) {
                 assert_eq!(p.unpack(), None);
-            } else if f == QuantFormat::Mxfp4 {
-                // 320 random codes include 8 (−0) almost surely; the bytes
-                // are then not rebuilt, but with +0 in its place they are.
-                let has_neg_zero = w
-                    .chunks_exact(17)
-                    .any(|b| b[1..].iter().any(|&q| q & 0x0F == 8 || q >> 4 == 8));
-                assert!(has_neg_zero);
-                assert_eq!(p.unpack(), None);
-                let mut fixed = w.clone();
-                for b in fixed.chunks_exact_mut(17) {
-                    for q in &mut b[1..] {
-                        if *q & 0x0F == 8 {
-                            *q &= 0xF0;
-                        }
-                        if *q >> 4 == 8 {
-                            *q &= 0x0F;
-                        }
-                    }
-                }
-                let p = repack(f, &fixed, n, k, nr).unwrap();
-                assert_eq!(p.unpack(), Some(fixed));
             } else {
+                // MXFP4: 320 random codes include 8 (−0) almost surely; the
+                // packed codes keep it apart from +0.
+                if f == QuantFormat::Mxfp4 {
+                    assert!(
+                        w.chunks_exact(17)
+                            .any(|b| b[1..].iter().any(|&q| q & 0x0F == 8 || q >> 4 == 8))
+                    );
+                }
                 assert_eq!(p.unpack(), Some(w.clone()), "{f}");
             }
         }

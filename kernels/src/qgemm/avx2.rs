@@ -6,19 +6,20 @@
 //! multiplied by the broadcast 4 activation bytes of each of the `MR` rows.
 //! The 5-bit kinds OR each nibble vector with its fifth bits: the block's
 //! bit-sliced plane (one ymm) shifted so chunk c's bit sits at bit 4, then
-//! masked (shift, AND, OR per half). Unsigned values feed `vpmaddubsw`
-//! (u8 × i8) directly; signed int8 weights use the sign trick (`|w|` ×
-//! `sign(x, w)`). Without VNNI the nibble products of a whole block are
+//! masked (shift, AND, OR per half); MXFP4's nibble codes go through a
+//! 16-entry `vpshufb` table to unsigned values. Unsigned values feed
+//! `vpmaddubsw` (u8 × i8) directly; signed int8 weights use the sign trick
+//! (`|w|` × `sign(x, w)`). Without VNNI the nibble products of a whole block are
 //! summed in i16 (≤ 8 · 2 · 15 · 128 < 2¹⁵, so no saturation) before one
-//! `vpmaddwd`; 5-bit products only over two chunks at a time (≤ 4 · 2 ·
-//! 31 · 128 < 2¹⁵); int8 products go to i32 per chunk.
+//! `vpmaddwd`; 5-bit (and MXFP4's 0..24) products only over two chunks at
+//! a time (≤ 4 · 2 · 31 · 128 < 2¹⁵); int8 products go to i32 per chunk.
 //! Each block's i32 sums are converted and scaled with separately rounded
 //! multiplies and adds, as the scalar micro-kernel does (bit-equal results);
 //! Q6_K's two half-block sums are scaled and added one after the other.
 
 use super::Job;
 use super::pack::Kind;
-use super::pack::{I8, I8_X16};
+use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT};
 use std::arch::x86_64::*;
 
 /// Prefetch distance in blocks: see `avx512.rs`.
@@ -78,13 +79,15 @@ fn i8_step_vnni(s: __m256i, aw: __m256i, sx: __m256i) -> __m256i {
 macro_rules! tiles {
     ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
-        /// with `FIVE` Q5_0 or Q5_1 (nibbles plus the fifth-bit plane).
+        /// `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
+        /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
+        /// through [`MXFP4_LUT`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const FIVE: bool>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -95,8 +98,13 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm256_set1_epi8(0x0F);
             let bit4 = _mm256_set1_epi8(0x10);
+            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
+            // SAFETY: the table is 16 bytes.
+            let lut =
+                _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
             // Bytes per block: 8 rows × 16 nibble bytes (+ 4 plane bytes).
-            let bs = if FIVE { 160 } else { 128 };
+            let bs = if five { 160 } else { 128 };
             let mut acc = [_mm256_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 8 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -119,7 +127,7 @@ macro_rules! tiles {
                 // The fifth-bit plane, for the low nibbles moved up by 4
                 // (bit c of each byte → bit 4 at chunk c after c right
                 // shifts; 16-bit shifts keep bit 4 within its byte).
-                let (mut hl, mut hh) = if FIVE {
+                let (mut hl, mut hh) = if five {
                     // SAFETY: the 32 plane bytes follow the 128 nibble bytes.
                     let h = unsafe { _mm256_loadu_si256(qb.add(b * bs + 128).cast()) };
                     (_mm256_slli_epi16::<4>(h), h)
@@ -127,14 +135,19 @@ macro_rules! tiles {
                     (_mm256_setzero_si256(), _mm256_setzero_si256())
                 };
                 let mut s = [_mm256_setzero_si256(); MR];
-                // Five-bit sums of chunks 0 and 1 (i16 would overflow over 4).
+                // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
+                // i16 would overflow over 4 chunks.
                 let mut part = [_mm256_setzero_si256(); MR];
                 for c in 0..4 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.
                     let v = unsafe { _mm256_loadu_si256(qb.add(b * bs + 32 * c).cast()) };
                     let mut lo = _mm256_and_si256(v, mask);
                     let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
-                    if FIVE {
+                    if table {
+                        lo = _mm256_shuffle_epi8(lut, lo);
+                        hi = _mm256_shuffle_epi8(lut, hi);
+                    }
+                    if five {
                         lo = _mm256_or_si256(lo, _mm256_and_si256(hl, bit4));
                         hi = _mm256_or_si256(hi, _mm256_and_si256(hh, bit4));
                         hl = _mm256_srli_epi16::<1>(hl);
@@ -148,7 +161,7 @@ macro_rules! tiles {
                         };
                         *si = $q4step(*si, lo, xl, hi, xh);
                     }
-                    if FIVE && c == 1 {
+                    if X != NIB && c == 1 {
                         for (p, si) in part.iter_mut().zip(s.iter_mut()) {
                             *p = $q4fin(*si);
                             *si = _mm256_setzero_si256();
@@ -161,11 +174,15 @@ macro_rules! tiles {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let mut si = $q4fin(s[i]);
-                    if FIVE {
+                    if X != NIB {
                         si = _mm256_add_epi32(part[i], si);
                     }
                     if !MIN {
-                        let off = if FIVE { 16 } else { 8 };
+                        let off = match X {
+                            NIB_FIVE => 16,
+                            NIB_LUT => 12,
+                            _ => 8,
+                        };
                         si = _mm256_sub_epi32(si, _mm256_set1_epi32(off * x.sum()));
                     }
                     let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
@@ -184,7 +201,7 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0, MXFP4) or
+        /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0) or
         /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
         /// chunks 0..4 and 4..8).
         ///
@@ -273,22 +290,26 @@ macro_rules! tiles {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, mr) {
-                    (Kind::Q4_0, 8) => $q4::<8, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4) => $q4::<4, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, 2) => $q4::<2, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, _) => $q4::<1, false, false>(job, g, i0, out),
-                    (Kind::Q4_1, 8) => $q4::<8, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, 4) => $q4::<4, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, 2) => $q4::<2, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, _) => $q4::<1, true, false>(job, g, i0, out),
-                    (Kind::Q5_0, 8) => $q4::<8, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, 4) => $q4::<4, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, 2) => $q4::<2, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, _) => $q4::<1, false, true>(job, g, i0, out),
-                    (Kind::Q5_1, 8) => $q4::<8, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, 4) => $q4::<4, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, 2) => $q4::<2, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, _) => $q4::<1, true, true>(job, g, i0, out),
+                    (Kind::Q4_0, 8) => $q4::<8, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, 4) => $q4::<4, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, 2) => $q4::<2, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, _) => $q4::<1, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 8) => $q4::<8, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 4) => $q4::<4, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 2) => $q4::<2, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, _) => $q4::<1, true, NIB>(job, g, i0, out),
+                    (Kind::Q5_0, 8) => $q4::<8, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, 4) => $q4::<4, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, 2) => $q4::<2, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, _) => $q4::<1, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 8) => $q4::<8, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 4) => $q4::<4, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 2) => $q4::<2, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, _) => $q4::<1, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Mxfp4, 8) => $q4::<8, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, 4) => $q4::<4, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, 2) => $q4::<2, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, _) => $q4::<1, false, NIB_LUT>(job, g, i0, out),
                     (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
                     (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
                     (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),

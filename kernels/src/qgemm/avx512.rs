@@ -6,16 +6,18 @@
 //! AVX-512 has no `vpsignb`, so the sign trick negates the broadcast
 //! activations under the mask of negative weights (`vpmovb2m` +
 //! masked `vpsubb`). The 5-bit kinds merge each nibble vector with its
-//! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`).
+//! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`);
+//! MXFP4 maps its nibble codes with one `vpshufb` each.
 //! Without VNNI the nibble products of a block are summed in i16 (no
-//! saturation, as on AVX2; 5-bit products two chunks at a time) before
+//! saturation, as on AVX2; 5-bit and MXFP4 products two chunks at a time)
+//! before
 //! `vpmaddwd`. Scaling uses
 //! separately rounded multiplies and adds (bit-equal to the scalar
 //! micro-kernel).
 
 use super::Job;
 use super::pack::Kind;
-use super::pack::{I8, I8_X16};
+use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT};
 use std::arch::x86_64::*;
 
 /// How far ahead of the block being read the quants are prefetched, in
@@ -79,13 +81,15 @@ fn i8_step_vnni(s: __m512i, aw: __m512i, sx: __m512i) -> __m512i {
 macro_rules! tiles {
     ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
-        /// 16; with `FIVE` Q5_0 or Q5_1 (nibbles plus the fifth-bit plane).
+        /// 16; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
+        /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
+        /// through [`MXFP4_LUT`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 16`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const FIVE: bool>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -96,8 +100,12 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm512_set1_epi8(0x0F);
             let bit4 = _mm512_set1_epi8(0x10);
+            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
+            // SAFETY: the table is 16 bytes.
+            let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
             // Bytes per block: 16 rows × 16 nibble bytes (+ 4 plane bytes).
-            let bs = if FIVE { 320 } else { 256 };
+            let bs = if five { 320 } else { 256 };
             let mut acc = [_mm512_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 16 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -118,7 +126,7 @@ macro_rules! tiles {
                 // The fifth-bit plane, for the low nibbles moved up by 4
                 // (bit c of each byte → bit 4 at chunk c after c right
                 // shifts; 16-bit shifts keep bit 4 within its byte).
-                let (mut hl, mut hh) = if FIVE {
+                let (mut hl, mut hh) = if five {
                     // SAFETY: the 64 plane bytes follow the 256 nibble bytes.
                     let h = unsafe { _mm512_loadu_si512(qb.add(b * bs + 256).cast()) };
                     (_mm512_slli_epi16::<4>(h), h)
@@ -126,14 +134,19 @@ macro_rules! tiles {
                     (_mm512_setzero_si512(), _mm512_setzero_si512())
                 };
                 let mut s = [_mm512_setzero_si512(); MR];
-                // Five-bit sums of chunks 0 and 1 (i16 would overflow over 4).
+                // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
+                // i16 would overflow over 4 chunks.
                 let mut part = [_mm512_setzero_si512(); MR];
                 for c in 0..4 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
                     let v = unsafe { _mm512_loadu_si512(qb.add(b * bs + 64 * c).cast()) };
                     let mut lo = _mm512_and_si512(v, mask);
                     let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
-                    if FIVE {
+                    if table {
+                        lo = _mm512_shuffle_epi8(lut, lo);
+                        hi = _mm512_shuffle_epi8(lut, hi);
+                    }
+                    if five {
                         // a | (b & c): truth table 0xF8.
                         lo = _mm512_ternarylogic_epi32::<0xF8>(lo, hl, bit4);
                         hi = _mm512_ternarylogic_epi32::<0xF8>(hi, hh, bit4);
@@ -148,7 +161,7 @@ macro_rules! tiles {
                         };
                         *si = $q4step(*si, lo, xl, hi, xh);
                     }
-                    if FIVE && c == 1 {
+                    if X != NIB && c == 1 {
                         for (p, si) in part.iter_mut().zip(s.iter_mut()) {
                             *p = $q4fin(*si);
                             *si = _mm512_setzero_si512();
@@ -161,11 +174,15 @@ macro_rules! tiles {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     let mut si = $q4fin(s[i]);
-                    if FIVE {
+                    if X != NIB {
                         si = _mm512_add_epi32(part[i], si);
                     }
                     if !MIN {
-                        let off = if FIVE { 16 } else { 8 };
+                        let off = match X {
+                            NIB_FIVE => 16,
+                            NIB_LUT => 12,
+                            _ => 8,
+                        };
                         si = _mm512_sub_epi32(si, _mm512_set1_epi32(off * x.sum()));
                     }
                     let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
@@ -184,7 +201,7 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0, MXFP4) or
+        /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0) or
         /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
         /// chunks 0..4 and 4..8).
         ///
@@ -275,22 +292,26 @@ macro_rules! tiles {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, mr) {
-                    (Kind::Q4_0, 8) => $q4::<8, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4) => $q4::<4, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, 2) => $q4::<2, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, _) => $q4::<1, false, false>(job, g, i0, out),
-                    (Kind::Q4_1, 8) => $q4::<8, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, 4) => $q4::<4, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, 2) => $q4::<2, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, _) => $q4::<1, true, false>(job, g, i0, out),
-                    (Kind::Q5_0, 8) => $q4::<8, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, 4) => $q4::<4, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, 2) => $q4::<2, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, _) => $q4::<1, false, true>(job, g, i0, out),
-                    (Kind::Q5_1, 8) => $q4::<8, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, 4) => $q4::<4, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, 2) => $q4::<2, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, _) => $q4::<1, true, true>(job, g, i0, out),
+                    (Kind::Q4_0, 8) => $q4::<8, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, 4) => $q4::<4, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, 2) => $q4::<2, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, _) => $q4::<1, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 8) => $q4::<8, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 4) => $q4::<4, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 2) => $q4::<2, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, _) => $q4::<1, true, NIB>(job, g, i0, out),
+                    (Kind::Q5_0, 8) => $q4::<8, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, 4) => $q4::<4, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, 2) => $q4::<2, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, _) => $q4::<1, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 8) => $q4::<8, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 4) => $q4::<4, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 2) => $q4::<2, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, _) => $q4::<1, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Mxfp4, 8) => $q4::<8, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, 4) => $q4::<4, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, 2) => $q4::<2, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, _) => $q4::<1, false, NIB_LUT>(job, g, i0, out),
                     (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
                     (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
                     (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),

@@ -12,13 +12,14 @@
 //! `[i0·r0, i0·r1, i1·r0, i1·r1]` and are unzipped (64-bit `zip1`/`zip2`)
 //! into the rows once per block. The 5-bit kinds put the fifth bits into
 //! each nibble chunk as the NEON tiles do (the plane shifted so the chunk's
-//! bit sits at bit 4, one `bsl`). Scaling is the NEON tiles' (bit-equal to
+//! bit sits at bit 4, one `bsl`), MXFP4 maps its codes with `tbl`. Scaling
+//! is the NEON tiles' (bit-equal to
 //! the scalar micro-kernel; Q6_K's half-block sums are scaled after the
 //! second and the fourth step). A tile of one row runs the `sdot` tile. `vmmlaq_s32`
 //! is unstable in Rust 1.95, so `smmla` is emitted with `asm!`.
 
 use super::Job;
-use super::pack::Kind;
+use super::pack::{Kind, MXFP4_LUT};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -77,7 +78,7 @@ fn unzip_rows(s01: int32x4_t, s23: int32x4_t) -> (int32x4_t, int32x4_t) {
 const K_Q4_0: u8 = 0;
 /// Q4_1-kind nibbles (Q4_1, Q4_K): plus `m · s_x`.
 const K_Q4_1: u8 = 1;
-/// Int8 (Q8_0, MXFP4).
+/// Int8 (Q8_0).
 const K_I8: u8 = 2;
 /// Int8 with half-block scales (Q6_K).
 const K_I8_X16: u8 = 3;
@@ -85,6 +86,8 @@ const K_I8_X16: u8 = 3;
 const K_Q5_0: u8 = 4;
 /// Nibbles plus the fifth-bit plane, plus `m · s_x` (Q5_1).
 const K_Q5_1: u8 = 5;
+/// Nibble codes through `MXFP4_LUT`, offset 12 (MXFP4).
+const K_MXFP4: u8 = 6;
 
 /// `acc[i][v] += (w · dx_i) · (Σ − off·Σx)` for the `2·pairs` rows of a
 /// tile from the `smmla` sums `s` (reset to zero), plus `m · s_x` when `mw`
@@ -158,6 +161,8 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
     };
     let mask = vdupq_n_u8(0x0F);
     let bit4 = vdupq_n_u8(0x10);
+    // SAFETY: the table is 16 bytes.
+    let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
     let mut acc = [[vdupq_n_f32(0.0); V]; MR];
     // SAFETY (pointer offsets below): group g has nb blocks of nr scales
     // (and mins) and rb·nr quant bytes; rows i0 .. i0 + MR hold nb blocks.
@@ -214,6 +219,11 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
                 } else {
                     (vandq_u8(wa, mask), vandq_u8(wb, mask))
                 };
+                let (wa, wb) = if KIND == K_MXFP4 {
+                    (vqtbl1q_u8(lut, wa), vqtbl1q_u8(lut, wb))
+                } else {
+                    (wa, wb)
+                };
                 let (wa, wb) = if five {
                     // Plane bit `4·high + c` (chunk c) and the next one
                     // (chunk c + 1) to bit 4: shift left by 4 − bit.
@@ -251,6 +261,7 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
         let off = match KIND {
             K_Q4_0 => 8,
             K_Q5_0 => 16,
+            K_MXFP4 => 12,
             _ => 0,
         };
         // SAFETY: rows and block as above.
@@ -274,6 +285,7 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
         Kind::Q4_1 => K_Q4_1,
         Kind::Q5_0 => K_Q5_0,
         Kind::Q5_1 => K_Q5_1,
+        Kind::Mxfp4 => K_MXFP4,
         Kind::I8 => K_I8,
         Kind::I8x16 => K_I8_X16,
     };
@@ -300,6 +312,7 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
             K_Q4_1 => by_shape!(K_Q4_1),
             K_Q5_0 => by_shape!(K_Q5_0),
             K_Q5_1 => by_shape!(K_Q5_1),
+            K_MXFP4 => by_shape!(K_MXFP4),
             K_I8 => by_shape!(K_I8),
             _ => by_shape!(K_I8_X16),
         }

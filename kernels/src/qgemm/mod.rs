@@ -13,9 +13,10 @@
 //!
 //! Formats ([`FORMATS`]): every quantized GGUF weight format tiletune reads —
 //! Q4_0, Q4_1, Q4_K (4-bit nibbles kept), Q5_0, Q5_1 (nibbles plus a
-//! fifth-bit plane, expanded in registers), Q8_0, Q6_K, MXFP4 (int8
-//! values); the kinds, what each block adds and their bits per value are
-//! tabled in [`pack`].
+//! fifth-bit plane, merged in registers), MXFP4 (its E2M1 codes as nibbles,
+//! mapped in registers by a 16-entry table), Q8_0, Q6_K (int8 values); the
+//! kinds, what each block adds and their bits per value are tabled in
+//! [`pack`].
 //! Activations are always Q8_1 blocks (one f32 scale per 32 values), also
 //! for the K-quants, whose per-row GEMV uses Q8_K (one per 256).
 //!

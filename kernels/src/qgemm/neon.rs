@@ -11,7 +11,8 @@
 //! are broadcast with `ld1r`. The 5-bit kinds put each nibble's fifth bit
 //! in with one bit select (`bsl`, mask 0x10) from the block's bit-sliced
 //! plane, shifted per chunk so the chunk's bit sits at bit 4 (byte shifts:
-//! no lane crossing). Scaling uses separately rounded multiplies
+//! no lane crossing); MXFP4 maps its nibble codes with one `tbl` each.
+//! Scaling uses separately rounded multiplies
 //! and adds (bit-equal to the scalar micro-kernel). `tiles!` is shared with the
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
 
@@ -60,13 +61,15 @@ fn finish_neon(s: Acc) -> int32x4_t {
 macro_rules! tiles {
     ($feat:literal, $step:ident, $fin:ident, $q4:ident, $i8:ident, $entry:ident) => {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
-        /// `4·V`; with `FIVE` Q5_0 or Q5_1 (nibbles plus the fifth-bit plane).
+        /// `4·V`; `X` `NIB`, or `NIB_FIVE` for Q5_0 / Q5_1 (nibbles plus the
+        /// fifth-bit plane), or `NIB_LUT` for MXFP4 (`MIN = false`; codes
+        /// through `MXFP4_LUT`).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 4V`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const V: usize, const MIN: bool, const FIVE: bool>(
+        unsafe fn $q4<const MR: usize, const V: usize, const MIN: bool, const X: u8>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
@@ -75,10 +78,14 @@ macro_rules! tiles {
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
+            use $crate::qgemm::pack::{MXFP4_LUT, NIB_FIVE, NIB_LUT};
+            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
             let mask = vdupq_n_u8(0x0F);
             let bit4 = vdupq_n_u8(0x10);
+            // SAFETY: the table is 16 bytes.
+            let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
             // Quant bytes per row and block: 16 nibble bytes (+ 4 plane bytes).
-            let rb = if FIVE { 20 } else { 16 };
+            let rb = if five { 20 } else { 16 };
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of nr
             // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
@@ -96,7 +103,7 @@ macro_rules! tiles {
                 // the low nibbles moved up by 4: bit c of each byte is at
                 // bit 4 after c right shifts.
                 let (mut hl, mut hh) = ([vdupq_n_u8(0); V], [vdupq_n_u8(0); V]);
-                if FIVE {
+                if five {
                     for v in 0..V {
                         // SAFETY: the 4·nr plane bytes follow the 16·nr
                         // nibble bytes of block b.
@@ -109,7 +116,10 @@ macro_rules! tiles {
                         // SAFETY: 16 bytes of chunk c of block b.
                         let u = unsafe { vld1q_u8(qb.add(b * rb * nr + 4 * nr * c + 16 * v)) };
                         let (mut lo, mut hi) = (vandq_u8(u, mask), vshrq_n_u8::<4>(u));
-                        if FIVE {
+                        if table {
+                            (lo, hi) = (vqtbl1q_u8(lut, lo), vqtbl1q_u8(lut, hi));
+                        }
+                        if five {
                             lo = vbslq_u8(bit4, hl[v], lo);
                             hi = vbslq_u8(bit4, hh[v], hi);
                             hl[v] = vshrq_n_u8::<1>(hl[v]);
@@ -135,7 +145,11 @@ macro_rules! tiles {
                     for v in 0..V {
                         let mut si = $fin(s[i][v]);
                         if !MIN {
-                            let off = if FIVE { 16 } else { 8 };
+                            let off = match X {
+                                NIB_FIVE => 16,
+                                NIB_LUT => 12,
+                                _ => 8,
+                            };
                             si = vsubq_s32(si, vdupq_n_s32(off * x.sum()));
                         }
                         // SAFETY: 4 of the nr scales of block b.
@@ -160,7 +174,7 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0, MXFP4) or
+        /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0) or
         /// `I8_X16` (Q6_K: the half-block sums are scaled and added after
         /// chunks 0..4 and 4..8).
         ///
@@ -257,42 +271,50 @@ macro_rules! tiles {
             mr: usize,
             out: &mut [f32],
         ) {
-            use $crate::qgemm::pack::{I8, I8_X16, Kind};
+            use $crate::qgemm::pack::{I8, I8_X16, Kind, NIB, NIB_FIVE, NIB_LUT};
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, job.nr, mr) {
-                    (Kind::Q4_0, 4, 8) => $q4::<8, 1, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4, 4) => $q4::<4, 1, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4, 2) => $q4::<2, 1, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, 4, _) => $q4::<1, 1, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, 8) => $q4::<8, 2, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, 4) => $q4::<4, 2, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, 2) => $q4::<2, 2, false, false>(job, g, i0, out),
-                    (Kind::Q4_0, _, _) => $q4::<1, 2, false, false>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 8) => $q4::<8, 1, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 4) => $q4::<4, 1, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 2) => $q4::<2, 1, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, 4, _) => $q4::<1, 1, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, _, 8) => $q4::<8, 2, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, _, 4) => $q4::<4, 2, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, _, 2) => $q4::<2, 2, true, false>(job, g, i0, out),
-                    (Kind::Q4_1, _, _) => $q4::<1, 2, true, false>(job, g, i0, out),
-                    (Kind::Q5_0, 4, 8) => $q4::<8, 1, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, 4, 4) => $q4::<4, 1, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, 4, 2) => $q4::<2, 1, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, 4, _) => $q4::<1, 1, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, _, 8) => $q4::<8, 2, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, _, 4) => $q4::<4, 2, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, _, 2) => $q4::<2, 2, false, true>(job, g, i0, out),
-                    (Kind::Q5_0, _, _) => $q4::<1, 2, false, true>(job, g, i0, out),
-                    (Kind::Q5_1, 4, 8) => $q4::<8, 1, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, 4, 4) => $q4::<4, 1, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, 4, 2) => $q4::<2, 1, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, 4, _) => $q4::<1, 1, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, _, 8) => $q4::<8, 2, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, _, 4) => $q4::<4, 2, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, _, 2) => $q4::<2, 2, true, true>(job, g, i0, out),
-                    (Kind::Q5_1, _, _) => $q4::<1, 2, true, true>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 8) => $q4::<8, 1, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 4) => $q4::<4, 1, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, 4, 2) => $q4::<2, 1, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, 4, _) => $q4::<1, 1, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, _, 8) => $q4::<8, 2, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, _, 4) => $q4::<4, 2, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, _, 2) => $q4::<2, 2, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_0, _, _) => $q4::<1, 2, false, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 8) => $q4::<8, 1, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 4) => $q4::<4, 1, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 4, 2) => $q4::<2, 1, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, 4, _) => $q4::<1, 1, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, _, 8) => $q4::<8, 2, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, _, 4) => $q4::<4, 2, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, _, 2) => $q4::<2, 2, true, NIB>(job, g, i0, out),
+                    (Kind::Q4_1, _, _) => $q4::<1, 2, true, NIB>(job, g, i0, out),
+                    (Kind::Q5_0, 4, 8) => $q4::<8, 1, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, 4, 4) => $q4::<4, 1, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, 4, 2) => $q4::<2, 1, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, 4, _) => $q4::<1, 1, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, _, 8) => $q4::<8, 2, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, _, 4) => $q4::<4, 2, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, _, 2) => $q4::<2, 2, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_0, _, _) => $q4::<1, 2, false, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 4, 8) => $q4::<8, 1, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 4, 4) => $q4::<4, 1, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 4, 2) => $q4::<2, 1, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, 4, _) => $q4::<1, 1, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, _, 8) => $q4::<8, 2, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, _, 4) => $q4::<4, 2, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, _, 2) => $q4::<2, 2, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Q5_1, _, _) => $q4::<1, 2, true, NIB_FIVE>(job, g, i0, out),
+                    (Kind::Mxfp4, 4, 8) => $q4::<8, 1, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, 4, 4) => $q4::<4, 1, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, 4, 2) => $q4::<2, 1, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, 4, _) => $q4::<1, 1, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, _, 8) => $q4::<8, 2, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, _, 4) => $q4::<4, 2, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, _, 2) => $q4::<2, 2, false, NIB_LUT>(job, g, i0, out),
+                    (Kind::Mxfp4, _, _) => $q4::<1, 2, false, NIB_LUT>(job, g, i0, out),
                     (Kind::I8, 4, 8) => $i8::<8, 1, I8>(job, g, i0, out),
                     (Kind::I8, 4, 4) => $i8::<4, 1, I8>(job, g, i0, out),
                     (Kind::I8, 4, 2) => $i8::<2, 1, I8>(job, g, i0, out),

@@ -23,7 +23,8 @@
 //! | Q4_1 | Q4_1, Q4_K | 16 nibble bytes | scale | min | `d·dx·Σqx + m·s_x` | 6 (5; Q4_K 4.5) |
 //! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale | – | `d·dx·(Σqx − 16Σx)` | 6 (5.5) |
 //! | Q5_1 | Q5_1 | 16 nibble bytes + 4 fifth-bit bytes | scale | min | `d·dx·Σqx + m·s_x` | 7 (6) |
-//! | I8 | Q8_0, MXFP4 | 32 int8 | scale | – | `d·dx·Σqx` | 9 (8.5; MXFP4 4.25) |
+//! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, as f32 | – | `d·dx·(Σux − 12Σx)` | 5 (4.25) |
+//! | I8 | Q8_0 | 32 int8 | scale | – | `d·dx·Σqx` | 9 (8.5) |
 //! | I8x16 | Q6_K | 32 int8 (−32..31) | scale of values 0..15 | scale of 16..31 | `d·dx·Σ₀..₁₅qx`, then `m·dx·Σ₁₆..₃₁qx` | 10 (6.56) |
 //!
 //! - Nibble kinds keep 4 bits (chunk c ∈ 0..4 of nibble bytes; the low
@@ -45,17 +46,22 @@
 //!   (AVX-512) or one `bsl` (NEON). Q5_0's `−16` goes
 //!   through the activation block sum as Q4_0's `−8` does; Q5_1 is Q4_1.
 //!   Both give the same i32 block sums as the int8 values `q − 16` / `q`.
-//! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. MXFP4 stores ggml's
-//!   doubled E2M1 values (`kvalues_mxfp4`, `d` =
-//!   `GGML_E8M0_TO_FP32_HALF(e)`), Q6_K `q − 32` with one scale `d·sc` per
-//!   16 values (two per block: chunks 0..4 and 4..8).
+//! - MXFP4 keeps its 4-bit E2M1 codes as nibbles (`d` =
+//!   `GGML_E8M0_TO_FP32_HALF(e)`); the kernels map them in registers with
+//!   one 16-entry table lookup (`vpshufb` / `tbl`) to `u = v + 12`, where v
+//!   is ggml's doubled value (`kvalues_mxfp4`, −12..12), so u is unsigned
+//!   (0..24) like a nibble and the `−12` goes through the activation block
+//!   sum: `Σvx = Σux − 12Σx`, the same i32 sum as the int8 values.
+//! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. Q6_K stores `q − 32`
+//!   with one scale `d·sc` per 16 values (two per block: chunks 0..4 and
+//!   4..8).
 //!
 //! Each packed block dequantizes to exactly the value ggml's
 //! `dequantize_row_*` computes (the same f32 products; Q4_K's `d1·q − m1`
 //! equals `q·d1 + (−m1)` in IEEE arithmetic), see
 //! [`PackedQ::dequantize_row`]. The padding costs memory: scales are f32 per
 //! 32 values, so Q4_K takes 6 bits per value (GGUF: 4.5), Q6_K 10 (6.56),
-//! MXFP4 9 (4.25), Q5_1 7 (6) — the price of one kernel per kind that needs
+//! MXFP4 5 (4.25), Q5_1 7 (6) — the price of one kernel per kind that needs
 //! no scale decoding in the hot loop.
 //!
 //! The last group is padded with zero rows (scale 0, quants 0) when NR does
@@ -64,11 +70,11 @@
 //! **Activations.** Each row of A is quantized with ggml's Q8_1 quantizer
 //! (its `d` and quants are exactly Q8_0's), stored with its scale widened to
 //! f32, Q8_1's `s` widened to f32, and the integer sum of its quants (for
-//! the kinds with an offset). For the legacy formats and MXFP4 these are the blocks the W·A8
-//! GEMV uses. The K-quant GEMV quantizes activations to Q8_K (one scale per
-//! 256 values); the GEMM keeps Q8_1 (one per 32, slightly more accurate), so
-//! for Q4_K and Q6_K the two agree within the activation quantization
-//! difference, not bit for bit.
+//! the kinds with an offset). For the legacy formats and MXFP4 these are
+//! the blocks the W·A8 GEMV uses. The K-quant GEMV quantizes activations to
+//! Q8_K (one scale per 256 values); the GEMM keeps Q8_1 (one per 32,
+//! slightly more accurate), so for Q4_K and Q6_K the two agree within the
+//! activation quantization difference, not bit for bit.
 
 use crate::error::check_len;
 use crate::quant::blocks::{
@@ -97,17 +103,38 @@ pub(crate) enum Kind {
     Q5_0,
     /// Nibbles plus a fifth-bit plane (0..31) with a min (Q5_1).
     Q5_1,
-    /// Signed int8 values (Q8_0, MXFP4).
+    /// Nibble E2M1 codes, mapped by [`MXFP4_LUT`] to values 0..24 with
+    /// offset 12 (MXFP4).
+    Mxfp4,
+    /// Signed int8 values (Q8_0).
     I8,
     /// Signed int8 values with one scale per 16 (Q6_K): `d` scales values
     /// 0..16 of a block, `m` values 16..32.
     I8x16,
 }
 
-/// The int8 micro-kernels' `MODE` parameter: plain int8 (Q8_0, MXFP4).
+/// The int8 micro-kernels' `MODE` parameter: plain int8 (Q8_0).
 pub(crate) const I8: u8 = 0;
 /// Int8 with two half-block scales (Q6_K).
 pub(crate) const I8_X16: u8 = 1;
+
+/// The nibble micro-kernels' `X` parameter: plain nibbles (Q4_0, Q4_1).
+pub(crate) const NIB: u8 = 0;
+/// Nibbles plus the fifth-bit plane (Q5_0, Q5_1).
+pub(crate) const NIB_FIVE: u8 = 1;
+/// Nibble codes through [`MXFP4_LUT`] (MXFP4).
+pub(crate) const NIB_LUT: u8 = 2;
+
+/// MXFP4 code → ggml's doubled E2M1 value + 12 (0..24, unsigned).
+pub(crate) const MXFP4_LUT: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (KVALUES_MXFP4[i] + 12) as u8;
+        i += 1;
+    }
+    t
+};
 
 impl Kind {
     pub(crate) fn of(format: QuantFormat) -> Option<Kind> {
@@ -116,7 +143,8 @@ impl Kind {
             QuantFormat::Q4_1 | QuantFormat::Q4K => Some(Kind::Q4_1),
             QuantFormat::Q5_0 => Some(Kind::Q5_0),
             QuantFormat::Q5_1 => Some(Kind::Q5_1),
-            QuantFormat::Q8_0 | QuantFormat::Mxfp4 => Some(Kind::I8),
+            QuantFormat::Mxfp4 => Some(Kind::Mxfp4),
+            QuantFormat::Q8_0 => Some(Kind::I8),
             QuantFormat::Q6K => Some(Kind::I8x16),
             QuantFormat::Q8_1 | QuantFormat::Q8K => None,
         }
@@ -126,7 +154,7 @@ impl Kind {
     /// the fifth-bit plane).
     pub(crate) fn row_bytes(self) -> usize {
         match self {
-            Kind::Q4_0 | Kind::Q4_1 => QK / 2,
+            Kind::Q4_0 | Kind::Q4_1 | Kind::Mxfp4 => QK / 2,
             Kind::Q5_0 | Kind::Q5_1 => QK / 2 + QK / 8,
             Kind::I8 | Kind::I8x16 => QK,
         }
@@ -135,7 +163,21 @@ impl Kind {
     /// Whether the quants are nibble bytes (with or without a fifth-bit
     /// plane after them).
     pub(crate) fn nibbles(self) -> bool {
-        matches!(self, Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1)
+        matches!(
+            self,
+            Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 | Kind::Mxfp4
+        )
+    }
+
+    /// What the nibble kinds subtract per activation sum: the value offset
+    /// (Q4_0 8, Q5_0 16, MXFP4's table 12; 0 for the kinds with a min).
+    pub(crate) fn offset(self) -> i32 {
+        match self {
+            Kind::Q4_0 => 8,
+            Kind::Q5_0 => 16,
+            Kind::Mxfp4 => 12,
+            _ => 0,
+        }
     }
 
     /// Whether a fifth-bit plane follows the nibble bytes of each block.
@@ -156,9 +198,6 @@ pub struct PackedQ {
     n: usize,
     k: usize,
     nr: usize,
-    /// Some MXFP4 quant was code 8 (−0), which packs like code 0 (+0): the
-    /// GGUF bytes cannot be rebuilt (the values can).
-    mxfp4_neg_zero: bool,
     pub(crate) d: Vec<f32>,
     /// Mins (Q4_1, Q5_1 kinds) or upper-half scales (I8x16); empty otherwise.
     pub(crate) m: Vec<f32>,
@@ -256,6 +295,13 @@ impl PackedQ {
                         o[j + QK / 2] = (q >> 4) as f32 * d + m;
                     }
                 }
+                Kind::Mxfp4 => {
+                    for j in 0..QK / 2 {
+                        let q = byte(j);
+                        o[j] = KVALUES_MXFP4[(q & 0x0F) as usize] as f32 * d;
+                        o[j + QK / 2] = KVALUES_MXFP4[(q >> 4) as usize] as f32 * d;
+                    }
+                }
                 Kind::Q5_0 => {
                     for (j, v) in o.iter_mut().enumerate() {
                         *v = (self.value5(gb, r, j) as i32 - 16) as f32 * d;
@@ -284,11 +330,10 @@ impl PackedQ {
     /// The GGUF bytes this was made from (the inverse of [`repack`]), or
     /// `None` where the packed form does not determine them: Q4_K and Q6_K
     /// (the pack keeps each sub-block's product `d·sc`, not the super-block
-    /// scale and the 6/8-bit factor) and MXFP4 weights that use code 8 (−0,
-    /// packed like +0). The values always survive: see
+    /// scale and the 6/8-bit factor). The values always survive: see
     /// [`dequantize_row`](Self::dequantize_row).
     pub fn unpack(&self) -> Option<Vec<u8>> {
-        if matches!(self.format, QuantFormat::Q4K | QuantFormat::Q6K) || self.mxfp4_neg_zero {
+        if matches!(self.format, QuantFormat::Q4K | QuantFormat::Q6K) {
             return None;
         }
         let (n, nr) = (self.n, self.nr);
@@ -369,10 +414,7 @@ impl PackedQ {
                         // MXFP4 (the K-quants returned above).
                         let blk: &mut [BlockMxfp4] = cast_blocks_mut(dst).expect("one block");
                         blk[0].e = e8m0_from_f32_half(dv);
-                        let code = |v: u8| mxfp4_code(v as i8);
-                        for j in 0..QK / 2 {
-                            blk[0].qs[j] = code(q[j]) | (code(q[j + QK / 2]) << 4);
-                        }
+                        blk[0].qs.copy_from_slice(&q[..QK / 2]);
                     }
                 }
             }
@@ -389,14 +431,6 @@ fn e8m0_from_f32_half(d: f32) -> u8 {
         0x0040_0000 => 1,
         _ => ((bits >> 23) + 1) as u8,
     }
-}
-
-/// The MXFP4 code of a doubled E2M1 value (code 0 for zero).
-fn mxfp4_code(v: i8) -> u8 {
-    KVALUES_MXFP4
-        .iter()
-        .position(|&k| k == v)
-        .expect("packed from the table") as u8
 }
 
 /// Repacks `n` GGUF rows of `k` values in `format` (one of
@@ -427,7 +461,6 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
         Vec::new()
     };
     let mut qs = vec![0u8; groups * nb * nr * rb];
-    let mut neg_zero = false;
     let row_bytes = format.row_bytes(k);
     for row in 0..n {
         let (g, r) = (row / nr, row % nr);
@@ -523,16 +556,8 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     .iter()
                     .enumerate()
                 {
-                    let code = |j: usize| {
-                        if j < QK / 2 {
-                            blk.qs[j] & 0x0F
-                        } else {
-                            blk.qs[j - QK / 2] >> 4
-                        }
-                    };
-                    neg_zero |= (0..QK).any(|j| code(j) == 8);
-                    let q: [u8; QK] =
-                        std::array::from_fn(|j| KVALUES_MXFP4[code(j) as usize] as u8);
+                    let mut q = [0u8; QK];
+                    q[..QK / 2].copy_from_slice(&blk.qs);
                     put(b, e8m0_to_f32_half(blk.e), 0.0, &q);
                 }
             }
@@ -587,7 +612,6 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
         n,
         k,
         nr,
-        mxfp4_neg_zero: neg_zero,
         d,
         m,
         qs,

@@ -5,7 +5,7 @@
 //! as the ISA kernels do.
 
 use super::Job;
-use super::pack::Kind;
+use super::pack::{Kind, MXFP4_LUT};
 use super::{QGemm, QGemmParams, repack};
 use crate::Isa;
 use crate::Result;
@@ -90,6 +90,15 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                 0
             }
         };
+        // A nibble's value (MXFP4: its code through the table).
+        let lut = job.kind == Kind::Mxfp4;
+        let val = |n: u8| -> i32 {
+            if lut {
+                MXFP4_LUT[n as usize] as i32
+            } else {
+                n as i32
+            }
+        };
         for i in 0..mr {
             let x = job.act(i0 + i, b);
             let dx = x.d();
@@ -101,8 +110,8 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                     for c in 0..4 {
                         for t in 0..4 {
                             let v = q[4 * nr * c + 4 * r + t];
-                            let lo = (v & 0x0F) as i32 | bit5(c, r, t, 0);
-                            let hi = (v >> 4) as i32 | bit5(c, r, t, 1);
+                            let lo = val(v & 0x0F) | bit5(c, r, t, 0);
+                            let hi = val(v >> 4) | bit5(c, r, t, 1);
                             s[0] += lo * x.qs[4 * c + t] as i32;
                             s[0] += hi * x.qs[16 + 4 * c + t] as i32;
                         }
@@ -117,8 +126,9 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                 }
                 let a = &mut acc[i * nr + r];
                 match job.kind {
-                    Kind::Q4_0 => *a += (d[r] * dx) * (s[0] - 8 * x.sum()) as f32,
-                    Kind::Q5_0 => *a += (d[r] * dx) * (s[0] - 16 * x.sum()) as f32,
+                    Kind::Q4_0 | Kind::Q5_0 | Kind::Mxfp4 => {
+                        *a += (d[r] * dx) * (s[0] - job.kind.offset() * x.sum()) as f32
+                    }
                     Kind::Q4_1 | Kind::Q5_1 => {
                         *a += (d[r] * dx) * s[0] as f32 + job.m_at(g, b)[r] * x.s()
                     }
