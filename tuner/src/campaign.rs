@@ -286,12 +286,6 @@ struct CampaignEvaluator<'a> {
     store_error: Option<String>,
 }
 
-impl CampaignEvaluator<'_> {
-    fn full(&mut self, i: usize) -> Option<f64> {
-        self.eval(i, FULL_FIDELITY)
-    }
-}
-
 /// Half-width of an approximate 68% confidence interval of a median from its
 /// MAD: σ ≈ 1.4826·MAD for normal noise, and the median's standard error is
 /// ≈ 1.2533·σ/√n (its asymptotic efficiency).
