@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use tiletune_bench::Environment;
 use tiletune_kernels::KERNEL_ABI;
 use tiletune_tables::{Campaign, Problem, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
@@ -188,6 +189,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         );
     }
 
+    // Busy CPUs or a power-saving governor make every timing noisy; say so
+    // before the run (not after it: the tuner's own threads load the
+    // machine) and keep it with the campaign.
+    let env = Environment::capture(&soc.fingerprint, env!("CARGO_PKG_VERSION"), None);
+    let drift = env.warnings();
+    for w in &drift {
+        eprintln!("warning: {w}; the picks may be noise (tune again when the machine is quiet)");
+    }
     let started = Instant::now();
     let mut progress = Bar::new(
         g.json,
@@ -215,7 +224,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     progress.bar.finish_and_clear();
     let out_of_budget = reports.iter().any(|r| r.stopped_by_budget);
     if !out_of_budget {
-        db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!([]))?;
+        db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!(drift))?;
     }
 
     if g.json {
