@@ -26,7 +26,7 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
-    /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad,
+    /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad and read-only,
     /// 1..N threads) and f32 FMA peak per ISA lane (1..N threads).
     Roofline(RooflineArgs),
     /// Prefill and decode tokens/s of a model, llama-bench compatible
@@ -799,7 +799,7 @@ fn roofline(g: &Global, a: RooflineArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One row per (kind, threads): `mem_bw_copy`, `mem_bw_triad` in GB/s and
+/// One row per (kind, threads): `mem_bw_copy`, `mem_bw_triad`, `mem_bw_read` in GB/s and
 /// `fma_peak_<isa>` in GFLOP/s.
 fn store_ceilings(
     path: &std::path::Path,
@@ -820,6 +820,7 @@ fn store_ceilings(
     for b in c.bandwidth.iter().filter(|b| b.validated) {
         db.put_ceiling(&row("mem_bw_copy".into(), b.threads, b.copy_gbs, "GB/s"))?;
         db.put_ceiling(&row("mem_bw_triad".into(), b.threads, b.triad_gbs, "GB/s"))?;
+        db.put_ceiling(&row("mem_bw_read".into(), b.threads, b.read_gbs, "GB/s"))?;
     }
     for f in &c.fma {
         let kind = format!("fma_peak_{}", f.isa.name().replace('+', "_"));
@@ -852,18 +853,20 @@ fn print_table(out: &mut impl Write, c: &Ceilings, quick: bool) -> std::io::Resu
     )?;
     writeln!(
         out,
-        "{:>7}  {:>16}  {:>16}  check",
-        "threads", "copy", "triad"
+        "{:>7}  {:>16}  {:>16}  {:>16}  check",
+        "threads", "copy", "triad", "read"
     )?;
     for b in &c.bandwidth {
         writeln!(
             out,
-            "{:>7}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {}",
+            "{:>7}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {}",
             b.threads,
             b.copy_gbs,
             b.copy_median_gbs,
             b.triad_gbs,
             b.triad_median_gbs,
+            b.read_gbs,
+            b.read_median_gbs,
             if b.validated { "ok" } else { "WRONG RESULT" }
         )?;
     }

@@ -119,6 +119,13 @@ pub struct BandwidthPoint {
     pub triad_gbs: f64,
     pub copy_median_gbs: f64,
     pub triad_median_gbs: f64,
+    /// Read-only bandwidth (`Σ b[i]`, 8 bytes per element): the ceiling of
+    /// kernels that only stream their operand in. 0 in reports from before
+    /// it was measured.
+    #[serde(default)]
+    pub read_gbs: f64,
+    #[serde(default)]
+    pub read_median_gbs: f64,
     pub validated: bool,
 }
 
@@ -262,7 +269,7 @@ pub fn measure_ceilings(
 
     let mut bandwidth = Vec::new();
     for &t in &cfg.threads {
-        step(format!("stream copy/triad, {t} thread(s)"), &mut done);
+        step(format!("stream copy/triad/read, {t} thread(s)"), &mut done);
         let r = stream::run(cfg.array_len, t, cfg.reps, cpus)?;
         let bytes = cfg.array_len as f64 * 8.0;
         // Skip the first repetition (page faults, cold TLB), as STREAM does.
@@ -275,12 +282,15 @@ pub fn measure_ceilings(
         };
         let (copy_gbs, copy_median_gbs) = gbs(&r.copy_ns, 2.0);
         let (triad_gbs, triad_median_gbs) = gbs(&r.triad_ns, 3.0);
+        let (read_gbs, read_median_gbs) = gbs(&r.read_ns, 1.0);
         bandwidth.push(BandwidthPoint {
             threads: t,
             copy_gbs,
             triad_gbs,
             copy_median_gbs,
             triad_median_gbs,
+            read_gbs,
+            read_median_gbs,
             validated: r.validated,
         });
     }

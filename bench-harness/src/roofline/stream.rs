@@ -8,7 +8,10 @@
 //! **Copy** `c[i] = a[i]` then **Triad** `a[i] = b[i] + s * c[i]`, each between
 //! two barriers, and the first worker times it. Bytes are counted as STREAM
 //! does: 16 per element for Copy, 24 for Triad (reads + writes, no
-//! write-allocate traffic). The best repetition after the first is the
+//! write-allocate traffic). A third, **Read** `Σ b[i]` (8 bytes per
+//! element, not in STREAM), is the ceiling of a kernel that only streams
+//! its operand in, as a decode GEMV streams the weights: a core's read
+//! bandwidth can exceed what Triad's mix of reads and writes reaches. The best repetition after the first is the
 //! ceiling (STREAM's reported rate); the median is kept as well.
 //! `s = 0.5` and `b = 2` make `a` converge to 4 instead of overflowing, and
 //! let the result be checked exactly.
@@ -35,12 +38,27 @@ pub fn triad(a: &mut [f64], b: &[f64], c: &[f64], s: f64) {
     }
 }
 
-/// Per-repetition times (ns) of Copy and Triad, plus the final arrays'
-/// agreement with the expected values.
+/// Read kernel on one chunk: the sum, with eight independent accumulators
+/// so that the loop is bound by loads, not by one chain of dependent adds.
+pub fn read(a: &[f64]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let chunks = a.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (s, &x) in acc.iter_mut().zip(c) {
+            *s += x;
+        }
+    }
+    acc.iter().sum::<f64>() + tail
+}
+
+/// Per-repetition times (ns) of Copy, Triad and Read, plus the final
+/// arrays' (and sums') agreement with the expected values.
 #[derive(Debug, Clone)]
 pub struct StreamRun {
     pub copy_ns: Vec<f64>,
     pub triad_ns: Vec<f64>,
+    pub read_ns: Vec<f64>,
     /// Every element held the expected value after the last repetition.
     pub validated: bool,
 }
@@ -50,8 +68,8 @@ pub fn expected_a(reps: usize) -> f64 {
     (0..reps).fold(INIT_A, |a, _| INIT_B + TRIAD_SCALAR * a)
 }
 
-/// One worker's Copy times, Triad times and validation.
-type WorkerOut = (Vec<f64>, Vec<f64>, bool);
+/// One worker's Copy, Triad and Read times and validation.
+type WorkerOut = (Vec<f64>, Vec<f64>, Vec<f64>, bool);
 
 /// Runs `reps` repetitions on arrays of `len` elements with `threads` workers
 /// (worker `i` pinned to `cpus[i]` when given).
@@ -93,7 +111,10 @@ pub fn run(
                     a.fill(INIT_A);
                     b.fill(INIT_B);
                     c.fill(0.0);
-                    let (mut tc, mut tt) = (Vec::new(), Vec::new());
+                    let (mut tc, mut tt, mut tr) = (Vec::new(), Vec::new(), Vec::new());
+                    // b holds INIT_B = 2 throughout: its sum is exact.
+                    let expect_sum = INIT_B * b.len() as f64;
+                    let mut sums_ok = true;
                     for _ in 0..reps {
                         barrier.wait();
                         let t0 = Instant::now();
@@ -103,11 +124,18 @@ pub fn run(
                         triad(a, b, c, TRIAD_SCALAR);
                         barrier.wait();
                         let t2 = Instant::now();
+                        let sum = read(std::hint::black_box(&*b));
+                        barrier.wait();
+                        let t3 = Instant::now();
+                        sums_ok &= sum == expect_sum;
                         tc.push((t1 - t0).as_nanos() as f64);
                         tt.push((t2 - t1).as_nanos() as f64);
+                        tr.push((t3 - t2).as_nanos() as f64);
                     }
-                    let ok = a.iter().all(|&x| x == expect_a) && c.iter().all(|&x| x == expect_c);
-                    Ok((tc, tt, ok))
+                    let ok = sums_ok
+                        && a.iter().all(|&x| x == expect_a)
+                        && c.iter().all(|&x| x == expect_c);
+                    Ok((tc, tt, tr, ok))
                 })
             })
             .collect();
@@ -119,15 +147,16 @@ pub fn run(
     let mut validated = true;
     let mut first = None;
     for r in results {
-        let (tc, tt, ok) = r?;
+        let (tc, tt, tr, ok) = r?;
         validated &= ok;
         // Worker 0's clock spans barrier to barrier, i.e. the slowest worker.
-        first.get_or_insert((tc, tt));
+        first.get_or_insert((tc, tt, tr));
     }
-    let (copy_ns, triad_ns) = first.expect("threads >= 1");
+    let (copy_ns, triad_ns, read_ns) = first.expect("threads >= 1");
     Ok(StreamRun {
         copy_ns,
         triad_ns,
+        read_ns,
         validated,
     })
 }
@@ -148,6 +177,14 @@ mod tests {
         assert_eq!(expected_a(0), 1.0);
         assert_eq!(expected_a(1), 2.5);
         assert_eq!(expected_a(2), 3.25);
+        for len in [0usize, 1, 7, 8, 9, 100] {
+            let v: Vec<f64> = (0..len).map(|i| i as f64).collect();
+            assert_eq!(
+                read(&v),
+                (len * len.saturating_sub(1) / 2) as f64,
+                "len {len}"
+            );
+        }
     }
 
     #[test]
@@ -157,6 +194,7 @@ mod tests {
             assert!(r.validated, "len={len} threads={threads}");
             assert_eq!(r.copy_ns.len(), 3);
             assert_eq!(r.triad_ns.len(), 3);
+            assert_eq!(r.read_ns.len(), 3);
         }
         assert!(run(1, 2, 1, None).is_err());
         assert!(run(10, 0, 1, None).is_err());
