@@ -104,15 +104,18 @@ fn repack_round_trips() {
                 let p = repack(f, &c.w, n, k, nr).unwrap();
                 assert_eq!((p.n(), p.k(), p.nr()), (n, k, nr));
                 assert_eq!(p.groups(), n.div_ceil(nr));
-                // f32 scales (+ f32 second values) and quant bytes per
+                // Scales (+ second values: f16 for the legacy formats,
+                // f32 for the K-quants and MXFP4) and quant bytes per
                 // 32-value block of each padded row (Q5: 16 nibble bytes +
                 // 4 fifth-bit bytes).
                 let per_block = match f {
-                    QuantFormat::Q4_0 | QuantFormat::Mxfp4 => 4 + 16,
-                    QuantFormat::Q4_1 | QuantFormat::Q4K => 8 + 16,
-                    QuantFormat::Q5_0 => 4 + 20,
-                    QuantFormat::Q5_1 => 8 + 20,
-                    QuantFormat::Q8_0 => 4 + 32,
+                    QuantFormat::Q4_0 => 2 + 16,
+                    QuantFormat::Q4_1 => 4 + 16,
+                    QuantFormat::Mxfp4 => 4 + 16,
+                    QuantFormat::Q4K => 8 + 16,
+                    QuantFormat::Q5_0 => 2 + 20,
+                    QuantFormat::Q5_1 => 4 + 20,
+                    QuantFormat::Q8_0 => 2 + 32,
                     _ => 8 + 32,
                 };
                 assert_eq!(p.bytes(), p.groups() * nr * (k / 32) * per_block, "{f}");
@@ -127,9 +130,9 @@ fn repack_round_trips() {
     }
 }
 
-/// Q5_0 packs at 6 bits per value and Q5_1 at 7 (nibbles, a fifth-bit
-/// plane, f32 scale and min), MXFP4 at 5 (its codes as nibbles), not the 9
-/// and 10 of int8 values; the packed form still gives the GGUF bytes and
+/// Q5_0 packs at 5.5 bits per value and Q5_1 at 6 (nibbles, a fifth-bit
+/// plane, f16 scale and min), MXFP4 at 5 (its codes as nibbles, f32
+/// scale), not the 8.5 and 9 of int8 values; the packed form still gives the GGUF bytes and
 /// values back exactly, also for the value extremes (Q5: 0 and 31, MXFP4:
 /// ±12 and −0) in every position; and every variant stays bit-identical to
 /// the definition on them with activations at ±127 (the largest i16
@@ -137,16 +140,17 @@ fn repack_round_trips() {
 #[test]
 fn dense_packs_are_exact_at_their_bits_per_value() {
     let mut rng = Rng::new(29);
-    for (f, bits) in [
-        (QuantFormat::Q5_0, 6),
-        (QuantFormat::Q5_1, 7),
-        (QuantFormat::Mxfp4, 5),
+    // Twice the bits per value.
+    for (f, bits2) in [
+        (QuantFormat::Q5_0, 11),
+        (QuantFormat::Q5_1, 12),
+        (QuantFormat::Mxfp4, 10),
     ] {
         for nr in qgemm::INTERLEAVES {
             let (n, k) = (3 * nr, 256);
             let c = case(&mut rng, f, 0, n, k);
             let p = repack(f, &c.w, n, k, nr).unwrap();
-            assert_eq!(8 * p.bytes(), bits * n * k, "{f} nr={nr}");
+            assert_eq!(16 * p.bytes(), bits2 * n * k, "{f} nr={nr}");
             assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr}");
             assert_rows_exact(f, &c.w, n, k, nr);
             // Q5: blocks whose values are all 31, all 0, or alternate, so
@@ -179,6 +183,64 @@ fn dense_packs_are_exact_at_their_bits_per_value() {
                 .collect();
             let c = Case { w, a, m, n, k };
             let want = definition(f, &c);
+            for isa in available(f) {
+                if !interleaves(isa).contains(&nr) {
+                    continue;
+                }
+                for mr in MRS {
+                    let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr });
+                    assert!(same_bits(&run(&q, &c), &want), "{f} {isa} nr={nr} mr={mr}");
+                }
+            }
+        }
+    }
+}
+
+/// The five formats whose scales are GGUF f16 values pack them as f16:
+/// exactly GGUF's size (Q4_0 4.5 bits per value, Q4_1 5, Q5_0 5.5, Q5_1 6,
+/// Q8_0 8.5); and with extreme scales and mins (±f16 max, the smallest and
+/// largest subnormals, the smallest normal, ±0, negative) the packed copy
+/// still gives the GGUF bytes and values back and every variant (every
+/// interleave it reads, every `mr`) stays bit-identical to the definition.
+#[test]
+fn f16_scales_pack_at_gguf_size_and_stay_exact_at_their_extremes() {
+    const SCALES: [u16; 9] = [
+        0x7BFF, 0xFBFF, 0x0001, 0x03FF, 0x0400, 0x0000, 0x8000, 0xBE00, 0x3555,
+    ];
+    let mut rng = Rng::new(31);
+    for (f, bits2) in [
+        (QuantFormat::Q4_0, 9),
+        (QuantFormat::Q4_1, 10),
+        (QuantFormat::Q5_0, 11),
+        (QuantFormat::Q5_1, 12),
+        (QuantFormat::Q8_0, 17),
+    ] {
+        // Byte offsets of the f16 scale (and min) in each block.
+        let halves: &[usize] = match f {
+            QuantFormat::Q4_1 | QuantFormat::Q5_1 => &[0, 2],
+            _ => &[0],
+        };
+        for nr in qgemm::INTERLEAVES {
+            let (n, k) = (3 * nr, 256);
+            let c = case(&mut rng, f, 0, n, k);
+            let p = repack(f, &c.w, n, k, nr).unwrap();
+            assert_eq!(16 * p.bytes(), bits2 * n * k, "{f} nr={nr}");
+            assert_eq!(p.bytes(), c.w.len(), "{f} nr={nr}");
+
+            // A padded group, 9 blocks, 9 rows (tiles of 8 and 1).
+            let (m, n, k) = (9, 2 * nr + 1, 9 * 32);
+            let mut c = case(&mut rng, f, m, n, k);
+            for (i, blk) in c.w.chunks_exact_mut(f.block_bytes()).enumerate() {
+                for (j, &o) in halves.iter().enumerate() {
+                    let h = SCALES[(i + 4 * j) % SCALES.len()];
+                    blk[o..o + 2].copy_from_slice(&h.to_le_bytes());
+                }
+            }
+            let p = repack(f, &c.w, n, k, nr).unwrap();
+            assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr}");
+            assert_rows_exact(f, &c.w, n, k, nr);
+            let want = definition(f, &c);
+            assert!(want.iter().all(|v| v.is_finite()), "{f}");
             for isa in available(f) {
                 if !interleaves(isa).contains(&nr) {
                     continue;

@@ -74,6 +74,54 @@ fn i8_step_vnni(s: __m256i, aw: __m256i, sx: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(s, aw, sx)
 }
 
+/// 8 scales (or mins) from `at`: f16 bits in `h`, widened in registers
+/// (`vcvtph2ps`, exact), or f32 in `f`.
+///
+/// # Safety
+/// The slice the `F16` choice reads must hold `at + 8` values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> __m256 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if F16 {
+            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(at).cast()))
+        } else {
+            _mm256_loadu_ps(f.as_ptr().add(at))
+        }
+    }
+}
+
+/// Prefetches the scales (and with `min` the second values) `PF_BLOCKS`
+/// blocks after the block at `at`, as the quants are, once per 64-byte line
+/// of that stream (a block's 8 values are 32 bytes as f32, 16 as
+/// f16): a prefetch per block measured slower at m = 1 than none at all,
+/// one per line no slower.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_scales<const F16: bool>(job: &Job<'_>, at: usize, min: bool) {
+    let size = if F16 { 2 } else { 4 };
+    if !(at * size).is_multiple_of(64) {
+        return;
+    }
+    let ahead = at + PF_BLOCKS * 8;
+    let (d, m) = if F16 {
+        (
+            job.dh.as_ptr().wrapping_add(ahead).cast::<i8>(),
+            job.mh.as_ptr().wrapping_add(ahead).cast::<i8>(),
+        )
+    } else {
+        (
+            job.d.as_ptr().wrapping_add(ahead).cast::<i8>(),
+            job.m.as_ptr().wrapping_add(ahead).cast::<i8>(),
+        )
+    };
+    _mm_prefetch::<_MM_HINT_T0>(d);
+    if min {
+        _mm_prefetch::<_MM_HINT_T0>(m);
+    }
+}
+
 /// Generates the Q4 and int8 tiles and the dispatching entry for one
 /// feature set and its step functions.
 macro_rules! tiles {
@@ -81,13 +129,14 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
         /// `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]).
+        /// through [`MXFP4_LUT`]). `F16`: scales and mins stored as f16
+        /// bits (the legacy formats), else f32.
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const F16: bool>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -109,14 +158,14 @@ macro_rules! tiles {
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 8 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
-            let (qb, db, ab) = unsafe {
+            let (qb, ab) = unsafe {
                 (
                     job.qs.as_ptr().add(g * nb * bs),
-                    job.d.as_ptr().add(g * nb * 8),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
             for b in 0..nb {
+                prefetch_scales::<F16>(job, (g * nb + b) * 8, MIN);
                 // Every line of the block PF_BLOCKS ahead (160-byte blocks
                 // touch at most 3).
                 for l in 0..bs.div_ceil(64) {
@@ -168,8 +217,8 @@ macro_rules! tiles {
                         }
                     }
                 }
-                // SAFETY: 8 scales of block b.
-                let dw = unsafe { _mm256_loadu_ps(db.add(b * 8)) };
+                // SAFETY: 8 scales of block b (f16 or f32 as the job's).
+                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 8) };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -189,7 +238,7 @@ macro_rules! tiles {
                     let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
                     if MIN {
                         // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                        let mw = unsafe { _mm256_loadu_ps(job.m.as_ptr().add((g * nb + b) * 8)) };
+                        let mw = unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 8) };
                         t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
                     }
                     *a = _mm256_add_ps(*a, t);
@@ -203,12 +252,13 @@ macro_rules! tiles {
 
         /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0) or
         /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8).
+        /// chunks 0..4 and 4..8). `F16` as for the Q4 tile (Q8_0 f16, Q6_K
+        /// f32).
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const MODE: u8>(
+        unsafe fn $i8<const MR: usize, const MODE: u8, const F16: bool>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -219,22 +269,22 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mut acc = [_mm256_setzero_ps(); MR];
             // SAFETY: as in the Q4 tile, with 256 quant bytes per block.
-            let (qb, db, ab) = unsafe {
+            let (qb, ab) = unsafe {
                 (
                     job.qs.as_ptr().add(g * nb * 256),
-                    job.d.as_ptr().add(g * nb * 8),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
             for b in 0..nb {
+                prefetch_scales::<F16>(job, (g * nb + b) * 8, MODE == I8_X16);
                 for l in 0..4 {
                     _mm_prefetch::<_MM_HINT_T0>(
                         qb.wrapping_add((b + PF_BLOCKS) * 256 + 64 * l).cast(),
                     );
                 }
                 let mut s = [_mm256_setzero_si256(); MR];
-                // SAFETY: 8 scales of block b.
-                let dw = unsafe { _mm256_loadu_ps(db.add(b * 8)) };
+                // SAFETY: 8 scales of block b (f16 or f32 as the job's).
+                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 8) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.
                     let w = unsafe { _mm256_loadu_si256(qb.add(b * 256 + 32 * c).cast()) };
@@ -259,7 +309,7 @@ macro_rules! tiles {
                     dw
                 } else {
                     // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
-                    unsafe { _mm256_loadu_ps(job.m.as_ptr().add((g * nb + b) * 8)) }
+                    unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 8) }
                 };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
@@ -289,35 +339,20 @@ macro_rules! tiles {
         ) {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, mr) {
-                    (Kind::Q4_0, 8) => $q4::<8, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, 4) => $q4::<4, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, 2) => $q4::<2, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, _) => $q4::<1, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 8) => $q4::<8, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 4) => $q4::<4, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 2) => $q4::<2, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, _) => $q4::<1, true, NIB>(job, g, i0, out),
-                    (Kind::Q5_0, 8) => $q4::<8, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, 4) => $q4::<4, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, 2) => $q4::<2, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, _) => $q4::<1, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 8) => $q4::<8, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 4) => $q4::<4, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 2) => $q4::<2, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, _) => $q4::<1, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Mxfp4, 8) => $q4::<8, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, 4) => $q4::<4, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, 2) => $q4::<2, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, _) => $q4::<1, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
-                    (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
-                    (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),
-                    (Kind::I8, _) => $i8::<1, I8>(job, g, i0, out),
-                    (Kind::I8x16, 8) => $i8::<8, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, 4) => $i8::<4, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, 2) => $i8::<2, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, _) => $i8::<1, I8_X16>(job, g, i0, out),
+                match (job.kind, job.f16) {
+                    (Kind::Q4_0, true) => by_mr!(mr, $q4::<false, NIB, true>(job, g, i0, out)),
+                    (Kind::Q4_1, true) => by_mr!(mr, $q4::<true, NIB, true>(job, g, i0, out)),
+                    (Kind::Q4_1, false) => by_mr!(mr, $q4::<true, NIB, false>(job, g, i0, out)),
+                    (Kind::Q5_0, true) => by_mr!(mr, $q4::<false, NIB_FIVE, true>(job, g, i0, out)),
+                    (Kind::Q5_1, true) => by_mr!(mr, $q4::<true, NIB_FIVE, true>(job, g, i0, out)),
+                    (Kind::Mxfp4, false) => {
+                        by_mr!(mr, $q4::<false, NIB_LUT, false>(job, g, i0, out))
+                    }
+                    (Kind::I8, true) => by_mr!(mr, $i8::<I8, true>(job, g, i0, out)),
+                    (Kind::I8x16, false) => by_mr!(mr, $i8::<I8_X16, false>(job, g, i0, out)),
+                    // No format packs these (see `pack::f16_scales`); the
+                    // scalar tile reads either scale width.
+                    _ => super::scalar::tile(job, g, i0, mr, out),
                 }
             }
         }

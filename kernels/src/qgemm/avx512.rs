@@ -76,6 +76,54 @@ fn i8_step_vnni(s: __m512i, aw: __m512i, sx: __m512i) -> __m512i {
     _mm512_dpbusd_epi32(s, aw, sx)
 }
 
+/// 16 scales (or mins) from `at`: f16 bits in `h`, widened in registers
+/// (`vcvtph2ps`, exact), or f32 in `f`.
+///
+/// # Safety
+/// The slice the `F16` choice reads must hold `at + 16` values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn scales<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> __m512 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if F16 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().add(at).cast()))
+        } else {
+            _mm512_loadu_ps(f.as_ptr().add(at))
+        }
+    }
+}
+
+/// Prefetches the scales (and with `min` the second values) `PF_BLOCKS`
+/// blocks after the block at `at`, as the quants are, once per 64-byte line
+/// of that stream (a block's 16 values are 64 bytes as f32, 32 as
+/// f16): a prefetch per block measured slower at m = 1 than none at all,
+/// one per line no slower.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn prefetch_scales<const F16: bool>(job: &Job<'_>, at: usize, min: bool) {
+    let size = if F16 { 2 } else { 4 };
+    if !(at * size).is_multiple_of(64) {
+        return;
+    }
+    let ahead = at + PF_BLOCKS * 16;
+    let (d, m) = if F16 {
+        (
+            job.dh.as_ptr().wrapping_add(ahead).cast::<i8>(),
+            job.mh.as_ptr().wrapping_add(ahead).cast::<i8>(),
+        )
+    } else {
+        (
+            job.d.as_ptr().wrapping_add(ahead).cast::<i8>(),
+            job.m.as_ptr().wrapping_add(ahead).cast::<i8>(),
+        )
+    };
+    _mm_prefetch::<_MM_HINT_T0>(d);
+    if min {
+        _mm_prefetch::<_MM_HINT_T0>(m);
+    }
+}
+
 /// Generates the Q4 and int8 tiles and the dispatching entry for one
 /// feature set and its step functions.
 macro_rules! tiles {
@@ -83,13 +131,14 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// 16; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]).
+        /// through [`MXFP4_LUT`]). `F16`: scales and mins stored as f16
+        /// bits (the legacy formats), else f32.
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 16`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const F16: bool>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -110,14 +159,14 @@ macro_rules! tiles {
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 16 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
-            let (qb, db, ab) = unsafe {
+            let (qb, ab) = unsafe {
                 (
                     job.qs.as_ptr().add(g * nb * bs),
-                    job.d.as_ptr().add(g * nb * 16),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
             for b in 0..nb {
+                prefetch_scales::<F16>(job, (g * nb + b) * 16, MIN);
                 for l in 0..bs / 64 {
                     _mm_prefetch::<_MM_HINT_T0>(
                         qb.wrapping_add((b + PF_BLOCKS) * bs + 64 * l).cast(),
@@ -168,8 +217,8 @@ macro_rules! tiles {
                         }
                     }
                 }
-                // SAFETY: 16 scales of block b.
-                let dw = unsafe { _mm512_loadu_ps(db.add(b * 16)) };
+                // SAFETY: 16 scales of block b (f16 or f32 as the job's).
+                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 16) };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -189,7 +238,7 @@ macro_rules! tiles {
                     let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(si));
                     if MIN {
                         // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                        let mw = unsafe { _mm512_loadu_ps(job.m.as_ptr().add((g * nb + b) * 16)) };
+                        let mw = unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 16) };
                         t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
                     }
                     *a = _mm512_add_ps(*a, t);
@@ -203,12 +252,13 @@ macro_rules! tiles {
 
         /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0) or
         /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8).
+        /// chunks 0..4 and 4..8). `F16` as for the Q4 tile (Q8_0 f16, Q6_K
+        /// f32).
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const MODE: u8>(
+        unsafe fn $i8<const MR: usize, const MODE: u8, const F16: bool>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -219,22 +269,22 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mut acc = [_mm512_setzero_ps(); MR];
             // SAFETY: as in the Q4 tile, with 512 quant bytes per block.
-            let (qb, db, ab) = unsafe {
+            let (qb, ab) = unsafe {
                 (
                     job.qs.as_ptr().add(g * nb * 512),
-                    job.d.as_ptr().add(g * nb * 16),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
             for b in 0..nb {
+                prefetch_scales::<F16>(job, (g * nb + b) * 16, MODE == I8_X16);
                 for l in 0..8 {
                     _mm_prefetch::<_MM_HINT_T0>(
                         qb.wrapping_add((b + PF_BLOCKS) * 512 + 64 * l).cast(),
                     );
                 }
                 let mut s = [_mm512_setzero_si512(); MR];
-                // SAFETY: 16 scales of block b.
-                let dw = unsafe { _mm512_loadu_ps(db.add(b * 16)) };
+                // SAFETY: 16 scales of block b (f16 or f32 as the job's).
+                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 16) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
                     let w = unsafe { _mm512_loadu_si512(qb.add(b * 512 + 64 * c).cast()) };
@@ -261,7 +311,7 @@ macro_rules! tiles {
                     dw
                 } else {
                     // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
-                    unsafe { _mm512_loadu_ps(job.m.as_ptr().add((g * nb + b) * 16)) }
+                    unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 16) }
                 };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
@@ -291,35 +341,20 @@ macro_rules! tiles {
         ) {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, mr) {
-                    (Kind::Q4_0, 8) => $q4::<8, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, 4) => $q4::<4, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, 2) => $q4::<2, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, _) => $q4::<1, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 8) => $q4::<8, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 4) => $q4::<4, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 2) => $q4::<2, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, _) => $q4::<1, true, NIB>(job, g, i0, out),
-                    (Kind::Q5_0, 8) => $q4::<8, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, 4) => $q4::<4, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, 2) => $q4::<2, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, _) => $q4::<1, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 8) => $q4::<8, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 4) => $q4::<4, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 2) => $q4::<2, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, _) => $q4::<1, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Mxfp4, 8) => $q4::<8, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, 4) => $q4::<4, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, 2) => $q4::<2, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, _) => $q4::<1, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::I8, 8) => $i8::<8, I8>(job, g, i0, out),
-                    (Kind::I8, 4) => $i8::<4, I8>(job, g, i0, out),
-                    (Kind::I8, 2) => $i8::<2, I8>(job, g, i0, out),
-                    (Kind::I8, _) => $i8::<1, I8>(job, g, i0, out),
-                    (Kind::I8x16, 8) => $i8::<8, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, 4) => $i8::<4, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, 2) => $i8::<2, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, _) => $i8::<1, I8_X16>(job, g, i0, out),
+                match (job.kind, job.f16) {
+                    (Kind::Q4_0, true) => by_mr!(mr, $q4::<false, NIB, true>(job, g, i0, out)),
+                    (Kind::Q4_1, true) => by_mr!(mr, $q4::<true, NIB, true>(job, g, i0, out)),
+                    (Kind::Q4_1, false) => by_mr!(mr, $q4::<true, NIB, false>(job, g, i0, out)),
+                    (Kind::Q5_0, true) => by_mr!(mr, $q4::<false, NIB_FIVE, true>(job, g, i0, out)),
+                    (Kind::Q5_1, true) => by_mr!(mr, $q4::<true, NIB_FIVE, true>(job, g, i0, out)),
+                    (Kind::Mxfp4, false) => {
+                        by_mr!(mr, $q4::<false, NIB_LUT, false>(job, g, i0, out))
+                    }
+                    (Kind::I8, true) => by_mr!(mr, $i8::<I8, true>(job, g, i0, out)),
+                    (Kind::I8x16, false) => by_mr!(mr, $i8::<I8_X16, false>(job, g, i0, out)),
+                    // No format packs these (see `pack::f16_scales`); the
+                    // scalar tile reads either scale width.
+                    _ => super::scalar::tile(job, g, i0, mr, out),
                 }
             }
         }

@@ -19,6 +19,7 @@
 //! is unstable in Rust 1.95, so `smmla` is emitted with `asm!`.
 
 use super::Job;
+use super::neon::scales4;
 use super::pack::{Kind, MXFP4_LUT};
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -134,13 +135,14 @@ unsafe fn scale_into<const MR: usize, const V: usize>(
 }
 
 /// Shared tile body: `MR` rows (even) × `4V` columns; `KIND` one of the
-/// `K_*` constants.
+/// `K_*` constants.; `F16`: scales and mins stored as f16 bits (the
+/// legacy formats), else f32.
 ///
 /// # Safety
 /// Needs FEAT_I8MM; `g` a group of the job, rows `i0 .. i0 + MR` inside its
 /// activations, `out` ≥ `MR · 4V`.
 #[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
+unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: bool>(
     job: &Job<'_>,
     g: usize,
     i0: usize,
@@ -184,12 +186,12 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8>(
     for b in 0..nb {
         let at = (g * nb + b) * nr;
         // SAFETY: nr scales (and, for the kinds with one, second values)
-        // of block b.
+        // of block b, f16 or f32 as the job's.
         let (dw, mw): ([float32x4_t; V], [float32x4_t; V]) = unsafe {
             (
-                std::array::from_fn(|v| vld1q_f32(job.d.as_ptr().add(at + 4 * v))),
+                std::array::from_fn(|v| scales4::<F16>(job.d, job.dh, at + 4 * v)),
                 if matches!(KIND, K_Q4_1 | K_Q5_1 | K_I8_X16) {
-                    std::array::from_fn(|v| vld1q_f32(job.m.as_ptr().add(at + 4 * v)))
+                    std::array::from_fn(|v| scales4::<F16>(job.m, job.mh, at + 4 * v))
                 } else {
                     [vdupq_n_f32(0.0); V]
                 },
@@ -294,27 +296,31 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
         return unsafe { super::dotprod::tile(job, g, i0, 1, out) };
     }
     macro_rules! by_shape {
-        ($k:ident) => {
+        ($k:ident, $f16:literal) => {
             match (job.nr, mr) {
-                (4, 8) => tile_mmla::<8, 1, $k>(job, g, i0, out),
-                (4, 4) => tile_mmla::<4, 1, $k>(job, g, i0, out),
-                (4, _) => tile_mmla::<2, 1, $k>(job, g, i0, out),
-                (_, 8) => tile_mmla::<8, 2, $k>(job, g, i0, out),
-                (_, 4) => tile_mmla::<4, 2, $k>(job, g, i0, out),
-                (_, _) => tile_mmla::<2, 2, $k>(job, g, i0, out),
+                (4, 8) => tile_mmla::<8, 1, $k, $f16>(job, g, i0, out),
+                (4, 4) => tile_mmla::<4, 1, $k, $f16>(job, g, i0, out),
+                (4, _) => tile_mmla::<2, 1, $k, $f16>(job, g, i0, out),
+                (_, 8) => tile_mmla::<8, 2, $k, $f16>(job, g, i0, out),
+                (_, 4) => tile_mmla::<4, 2, $k, $f16>(job, g, i0, out),
+                (_, _) => tile_mmla::<2, 2, $k, $f16>(job, g, i0, out),
             }
         };
     }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match k {
-            K_Q4_0 => by_shape!(K_Q4_0),
-            K_Q4_1 => by_shape!(K_Q4_1),
-            K_Q5_0 => by_shape!(K_Q5_0),
-            K_Q5_1 => by_shape!(K_Q5_1),
-            K_MXFP4 => by_shape!(K_MXFP4),
-            K_I8 => by_shape!(K_I8),
-            _ => by_shape!(K_I8_X16),
+        match (k, job.f16) {
+            (K_Q4_0, true) => by_shape!(K_Q4_0, true),
+            (K_Q4_1, true) => by_shape!(K_Q4_1, true),
+            (K_Q4_1, false) => by_shape!(K_Q4_1, false),
+            (K_Q5_0, true) => by_shape!(K_Q5_0, true),
+            (K_Q5_1, true) => by_shape!(K_Q5_1, true),
+            (K_MXFP4, false) => by_shape!(K_MXFP4, false),
+            (K_I8, true) => by_shape!(K_I8, true),
+            (K_I8_X16, false) => by_shape!(K_I8_X16, false),
+            // No format packs these (see `pack::f16_scales`); the scalar
+            // tile reads either scale width.
+            _ => super::scalar::tile(job, g, i0, mr, out),
         }
     }
 }

@@ -34,11 +34,26 @@
 //! `acc += (d_w·d_x)·Σ` (plus `m_w·s_x` for the kinds with a min; Q6_K adds
 //! its two halves one after the other) block by block with separately
 //! rounded multiplies and adds, in block order, so all variants are
-//! bit-identical to the scalar micro-kernel on every ISA. For the formats
+//! bit-identical to the scalar micro-kernel on every ISA. (Scales kept as
+//! f16 are widened exactly, so the products see the values an f32 copy
+//! would hold.) For the formats
 //! whose GEMV uses the same activations (all but Q4_K and Q6_K) this is
 //! also bit-identical to the scalar W·A8 GEMV (`qgemv::scalar`) on each row,
 //! ggml's `vec_dot` order. [`scalar::definition`] is what the tests and the
 //! tuner compare against.
+
+/// `$f::<MR, params…>(args…)` with `MR` the compiled tile height for
+/// `mr` (8, 4, 2, else 1): the ISA tiles' dispatch, one arm per height.
+macro_rules! by_mr {
+    ($mr:expr, $f:ident::<$($p:tt),*>($($a:expr),*)) => {
+        match $mr {
+            8 => $f::<8, $($p),*>($($a),*),
+            4 => $f::<4, $($p),*>($($a),*),
+            2 => $f::<2, $($p),*>($($a),*),
+            _ => $f::<1, $($p),*>($($a),*),
+        }
+    };
+}
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -232,27 +247,40 @@ pub(crate) struct Job<'a> {
     pub nr: usize,
     /// Blocks per row.
     pub nb: usize,
+    /// Whether the scales and mins are the f16 bits `dh`, `mh` (else the
+    /// f32 `d`, `m`); the ISA tiles take it as their `F16` parameter.
+    pub f16: bool,
     pub d: &'a [f32],
     pub m: &'a [f32],
+    pub dh: &'a [u16],
+    pub mh: &'a [u16],
     pub qs: &'a [u8],
     /// `rows × nb` activation blocks.
     pub acts: &'a [ActBlock],
 }
 
 impl Job<'_> {
-    /// Scales of group `g`, block `b` (`nr` values).
+    /// Scale of row `r` of group `g`, block `b`.
     #[inline]
-    pub fn d_at(&self, g: usize, b: usize) -> &[f32] {
-        let at = (g * self.nb + b) * self.nr;
-        &self.d[at..at + self.nr]
+    pub fn d_at(&self, g: usize, b: usize, r: usize) -> f32 {
+        let at = (g * self.nb + b) * self.nr + r;
+        if self.f16 {
+            pack::f16_to_f32(self.dh[at])
+        } else {
+            self.d[at]
+        }
     }
 
-    /// Second values of group `g`, block `b`: mins (Q4_1, Q5_1 kinds) or
-    /// upper-half scales (I8x16).
+    /// Second value of row `r` of group `g`, block `b`: the min (Q4_1,
+    /// Q5_1 kinds) or upper-half scale (I8x16).
     #[inline]
-    pub fn m_at(&self, g: usize, b: usize) -> &[f32] {
-        let at = (g * self.nb + b) * self.nr;
-        &self.m[at..at + self.nr]
+    pub fn m_at(&self, g: usize, b: usize, r: usize) -> f32 {
+        let at = (g * self.nb + b) * self.nr + r;
+        if self.f16 {
+            pack::f16_to_f32(self.mh[at])
+        } else {
+            self.m[at]
+        }
     }
 
     /// Quants of group `g`, block `b` (for the five-bit kinds the nibble
@@ -475,8 +503,11 @@ impl QGemm {
             kind: w.kind(),
             nr,
             nb,
+            f16: w.f16(),
             d: &w.d,
             m: &w.m,
+            dh: &w.dh,
+            mh: &w.mh,
             qs: &w.qs,
             acts: cast_blocks(aq).expect("length checked by the caller"),
         };

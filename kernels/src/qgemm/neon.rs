@@ -17,6 +17,36 @@
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
 
 use std::arch::aarch64::*;
+use std::arch::asm;
+
+/// 4 scales (or mins) from `at`: f16 bits in `h`, widened in registers
+/// (`fcvtl`, exact; its intrinsic needs the f16 type, unstable in Rust
+/// 1.95, hence `asm!`), or f32 in `f`.
+///
+/// # Safety
+/// The slice the `F16` choice reads must hold `at + 4` values.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn scales4<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> float32x4_t {
+    if F16 {
+        // SAFETY: forwarded from the caller.
+        let v = unsafe { vld1_u16(h.as_ptr().add(at)) };
+        let o: float32x4_t;
+        // SAFETY: register-only base-NEON instruction.
+        unsafe {
+            asm!(
+                "fcvtl {o:v}.4s, {i:v}.4h",
+                i = in(vreg) v,
+                o = out(vreg) o,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
+        o
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { vld1q_f32(f.as_ptr().add(at)) }
+    }
+}
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane (`ld1r`).
 ///
@@ -63,13 +93,20 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// `4·V`; `X` `NIB`, or `NIB_FIVE` for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or `NIB_LUT` for MXFP4 (`MIN = false`; codes
-        /// through `MXFP4_LUT`).
+        /// through `MXFP4_LUT`). `F16`: scales and mins stored as f16
+        /// bits (the legacy formats), else f32.
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 4V`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const V: usize, const MIN: bool, const X: u8>(
+        unsafe fn $q4<
+            const MR: usize,
+            const V: usize,
+            const MIN: bool,
+            const X: u8,
+            const F16: bool,
+        >(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
@@ -90,10 +127,9 @@ macro_rules! tiles {
             // SAFETY (pointer offsets below): group g has nb blocks of nr
             // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
-            let (qb, db, ab) = unsafe {
+            let (qb, ab) = unsafe {
                 (
                     job.qs.as_ptr().add(g * nb * rb * nr),
-                    job.d.as_ptr().add(g * nb * nr),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
@@ -152,14 +188,15 @@ macro_rules! tiles {
                             };
                             si = vsubq_s32(si, vdupq_n_s32(off * x.sum()));
                         }
+                        let at = (g * nb + b) * nr + 4 * v;
                         // SAFETY: 4 of the nr scales of block b.
-                        let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
+                        let dw = unsafe { $crate::qgemm::neon::scales4::<F16>(job.d, job.dh, at) };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
                         let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
                         if MIN {
                             // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
                             let mw =
-                                unsafe { vld1q_f32(job.m.as_ptr().add((g * nb + b) * nr + 4 * v)) };
+                                unsafe { $crate::qgemm::neon::scales4::<F16>(job.m, job.mh, at) };
                             t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
                         }
                         ai[v] = vaddq_f32(ai[v], t);
@@ -176,12 +213,13 @@ macro_rules! tiles {
 
         /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0) or
         /// `I8_X16` (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8).
+        /// chunks 0..4 and 4..8). `F16` as for the Q4 tile (Q8_0 f16, Q6_K
+        /// f32).
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const V: usize, const MODE: u8>(
+        unsafe fn $i8<const MR: usize, const V: usize, const MODE: u8, const F16: bool>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
@@ -193,10 +231,9 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
             // SAFETY: as in the Q4 tile, with 32·nr quant bytes per block.
-            let (qb, db, ab) = unsafe {
+            let (qb, ab) = unsafe {
                 (
                     job.qs.as_ptr().add(g * nb * 32 * nr).cast::<i8>(),
-                    job.d.as_ptr().add(g * nb * nr),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
@@ -221,8 +258,11 @@ macro_rules! tiles {
                             // SAFETY: block b of row i0 + i.
                             let x = unsafe { &*ab.add(i * nb + b) };
                             for v in 0..V {
+                                let at = (g * nb + b) * nr + 4 * v;
                                 // SAFETY: 4 of the nr scales of block b.
-                                let dw = unsafe { vld1q_f32(db.add(b * nr + 4 * v)) };
+                                let dw = unsafe {
+                                    $crate::qgemm::neon::scales4::<F16>(job.d, job.dh, at)
+                                };
                                 let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
                                 let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
                                 ai[v] = vaddq_f32(ai[v], t);
@@ -241,9 +281,9 @@ macro_rules! tiles {
                         // carry `m` shaped like the scales.
                         let dw = unsafe {
                             if MODE == I8 {
-                                vld1q_f32(job.d.as_ptr().add(at))
+                                $crate::qgemm::neon::scales4::<F16>(job.d, job.dh, at)
                             } else {
-                                vld1q_f32(job.m.as_ptr().add(at))
+                                $crate::qgemm::neon::scales4::<F16>(job.m, job.mh, at)
                             }
                         };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
@@ -274,63 +314,58 @@ macro_rules! tiles {
             use $crate::qgemm::pack::{I8, I8_X16, Kind, NIB, NIB_FIVE, NIB_LUT};
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, job.nr, mr) {
-                    (Kind::Q4_0, 4, 8) => $q4::<8, 1, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, 4, 4) => $q4::<4, 1, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, 4, 2) => $q4::<2, 1, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, 4, _) => $q4::<1, 1, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, _, 8) => $q4::<8, 2, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, _, 4) => $q4::<4, 2, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, _, 2) => $q4::<2, 2, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_0, _, _) => $q4::<1, 2, false, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 8) => $q4::<8, 1, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 4) => $q4::<4, 1, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 4, 2) => $q4::<2, 1, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, 4, _) => $q4::<1, 1, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, _, 8) => $q4::<8, 2, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, _, 4) => $q4::<4, 2, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, _, 2) => $q4::<2, 2, true, NIB>(job, g, i0, out),
-                    (Kind::Q4_1, _, _) => $q4::<1, 2, true, NIB>(job, g, i0, out),
-                    (Kind::Q5_0, 4, 8) => $q4::<8, 1, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, 4, 4) => $q4::<4, 1, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, 4, 2) => $q4::<2, 1, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, 4, _) => $q4::<1, 1, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, _, 8) => $q4::<8, 2, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, _, 4) => $q4::<4, 2, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, _, 2) => $q4::<2, 2, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_0, _, _) => $q4::<1, 2, false, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 4, 8) => $q4::<8, 1, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 4, 4) => $q4::<4, 1, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 4, 2) => $q4::<2, 1, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, 4, _) => $q4::<1, 1, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, _, 8) => $q4::<8, 2, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, _, 4) => $q4::<4, 2, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, _, 2) => $q4::<2, 2, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Q5_1, _, _) => $q4::<1, 2, true, NIB_FIVE>(job, g, i0, out),
-                    (Kind::Mxfp4, 4, 8) => $q4::<8, 1, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, 4, 4) => $q4::<4, 1, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, 4, 2) => $q4::<2, 1, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, 4, _) => $q4::<1, 1, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, _, 8) => $q4::<8, 2, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, _, 4) => $q4::<4, 2, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, _, 2) => $q4::<2, 2, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::Mxfp4, _, _) => $q4::<1, 2, false, NIB_LUT>(job, g, i0, out),
-                    (Kind::I8, 4, 8) => $i8::<8, 1, I8>(job, g, i0, out),
-                    (Kind::I8, 4, 4) => $i8::<4, 1, I8>(job, g, i0, out),
-                    (Kind::I8, 4, 2) => $i8::<2, 1, I8>(job, g, i0, out),
-                    (Kind::I8, 4, _) => $i8::<1, 1, I8>(job, g, i0, out),
-                    (Kind::I8, _, 8) => $i8::<8, 2, I8>(job, g, i0, out),
-                    (Kind::I8, _, 4) => $i8::<4, 2, I8>(job, g, i0, out),
-                    (Kind::I8, _, 2) => $i8::<2, 2, I8>(job, g, i0, out),
-                    (Kind::I8, _, _) => $i8::<1, 2, I8>(job, g, i0, out),
-                    (Kind::I8x16, 4, 8) => $i8::<8, 1, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, 4, 4) => $i8::<4, 1, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, 4, 2) => $i8::<2, 1, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, 4, _) => $i8::<1, 1, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, _, 8) => $i8::<8, 2, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, _, 4) => $i8::<4, 2, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, _, 2) => $i8::<2, 2, I8_X16>(job, g, i0, out),
-                    (Kind::I8x16, _, _) => $i8::<1, 2, I8_X16>(job, g, i0, out),
+                match (job.kind, job.f16, job.nr) {
+                    (Kind::Q4_0, true, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB, true>(job, g, i0, out))
+                    }
+                    (Kind::Q4_0, true, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB, true>(job, g, i0, out))
+                    }
+                    (Kind::Q4_1, true, 4) => {
+                        by_mr!(mr, $q4::<1, true, NIB, true>(job, g, i0, out))
+                    }
+                    (Kind::Q4_1, true, _) => {
+                        by_mr!(mr, $q4::<2, true, NIB, true>(job, g, i0, out))
+                    }
+                    (Kind::Q4_1, false, 4) => {
+                        by_mr!(mr, $q4::<1, true, NIB, false>(job, g, i0, out))
+                    }
+                    (Kind::Q4_1, false, _) => {
+                        by_mr!(mr, $q4::<2, true, NIB, false>(job, g, i0, out))
+                    }
+                    (Kind::Q5_0, true, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB_FIVE, true>(job, g, i0, out))
+                    }
+                    (Kind::Q5_0, true, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB_FIVE, true>(job, g, i0, out))
+                    }
+                    (Kind::Q5_1, true, 4) => {
+                        by_mr!(mr, $q4::<1, true, NIB_FIVE, true>(job, g, i0, out))
+                    }
+                    (Kind::Q5_1, true, _) => {
+                        by_mr!(mr, $q4::<2, true, NIB_FIVE, true>(job, g, i0, out))
+                    }
+                    (Kind::Mxfp4, false, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB_LUT, false>(job, g, i0, out))
+                    }
+                    (Kind::Mxfp4, false, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB_LUT, false>(job, g, i0, out))
+                    }
+                    (Kind::I8, true, 4) => {
+                        by_mr!(mr, $i8::<1, I8, true>(job, g, i0, out))
+                    }
+                    (Kind::I8, true, _) => {
+                        by_mr!(mr, $i8::<2, I8, true>(job, g, i0, out))
+                    }
+                    (Kind::I8x16, false, 4) => {
+                        by_mr!(mr, $i8::<1, I8_X16, false>(job, g, i0, out))
+                    }
+                    (Kind::I8x16, false, _) => {
+                        by_mr!(mr, $i8::<2, I8_X16, false>(job, g, i0, out))
+                    }
+                    // No format packs these (see `pack::f16_scales`); the
+                    // scalar tile reads either scale width.
+                    _ => $crate::qgemm::scalar::tile(job, g, i0, mr, out),
                 }
             }
         }

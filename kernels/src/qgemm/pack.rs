@@ -10,22 +10,26 @@
 //! same 4 activation bytes (broadcast) by 4 bytes of each of NR rows, the NR
 //! scales multiply a whole vector, and the lanes are C's columns. Every
 //! format is cut into 32-value blocks (a K-quant super-block of 256 gives 8).
-//! Per (group of NR rows, block b) a [`PackedQ`] holds NR scales `d` as f32
-//! (exact: the widening of GGUF's f16, or for the K-quants the product of
-//! the f16 super-block scale and a 6/8-bit sub-block scale, which has at most
-//! 19 significant bits), NR second values `m` for the kinds that have one,
-//! and the quants, chunk-major: byte `4·NR·c + 4·r + t` is byte `4c + t` of
-//! row r's quants.
+//! Per (group of NR rows, block b) a [`PackedQ`] holds NR scales `d`, NR
+//! second values `m` for the kinds that have one, and the quants,
+//! chunk-major: byte `4·NR·c + 4·r + t` is byte `4c + t` of row r's quants.
+//! Scales and mins are stored as GGUF stores them where that is f16 (Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q8_0: the f16 bits, widened to f32 in registers by
+//! `vcvtph2ps` / `fcvtl`, exactly), and as f32 where GGUF's are not f16
+//! values: Q4_K's and Q6_K's products of the f16 super-block scale and a
+//! 6/8-bit sub-block scale (at most 19 significant bits, exact in f32) and
+//! MXFP4's E8M0 powers of two (outside f16's range). The tiles take the
+//! choice as a const parameter (`F16`), so the hot loop has no branch.
 //!
 //! | kind | formats | quants per block | `d` | `m` | a block adds | bits/value (GGUF) |
 //! |---|---|---|---|---|---|---|
-//! | Q4_0 | Q4_0 | 16 nibble bytes | scale | – | `d·dx·(Σqx − 8Σx)` | 5 (4.5) |
-//! | Q4_1 | Q4_1, Q4_K | 16 nibble bytes | scale | min | `d·dx·Σqx + m·s_x` | 6 (5; Q4_K 4.5) |
-//! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale | – | `d·dx·(Σqx − 16Σx)` | 6 (5.5) |
-//! | Q5_1 | Q5_1 | 16 nibble bytes + 4 fifth-bit bytes | scale | min | `d·dx·Σqx + m·s_x` | 7 (6) |
-//! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, as f32 | – | `d·dx·(Σux − 12Σx)` | 5 (4.25) |
-//! | I8 | Q8_0 | 32 int8 | scale | – | `d·dx·Σqx` | 9 (8.5) |
-//! | I8x16 | Q6_K | 32 int8 (−32..31) | scale of values 0..15 | scale of 16..31 | `d·dx·Σ₀..₁₅qx`, then `m·dx·Σ₁₆..₃₁qx` | 10 (6.56) |
+//! | Q4_0 | Q4_0 | 16 nibble bytes | scale, f16 | – | `d·dx·(Σqx − 8Σx)` | 4.5 (4.5) |
+//! | Q4_1 | Q4_1; Q4_K | 16 nibble bytes | scale, f16; Q4_K f32 | min, as `d` | `d·dx·Σqx + m·s_x` | 5 (5); Q4_K 6 (4.5) |
+//! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | – | `d·dx·(Σqx − 16Σx)` | 5.5 (5.5) |
+//! | Q5_1 | Q5_1 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | min, f16 | `d·dx·Σqx + m·s_x` | 6 (6) |
+//! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, f32 | – | `d·dx·(Σux − 12Σx)` | 5 (4.25) |
+//! | I8 | Q8_0 | 32 int8 | scale, f16 | – | `d·dx·Σqx` | 8.5 (8.5) |
+//! | I8x16 | Q6_K | 32 int8 (−32..31) | scale of values 0..15, f32 | scale of 16..31, f32 | `d·dx·Σ₀..₁₅qx`, then `m·dx·Σ₁₆..₃₁qx` | 10 (6.56) |
 //!
 //! - Nibble kinds keep 4 bits (chunk c ∈ 0..4 of nibble bytes; the low
 //!   nibbles are values `4c + t`, the high ones values `16 + 4c + t`, both
@@ -59,10 +63,12 @@
 //! Each packed block dequantizes to exactly the value ggml's
 //! `dequantize_row_*` computes (the same f32 products; Q4_K's `d1·q − m1`
 //! equals `q·d1 + (−m1)` in IEEE arithmetic), see
-//! [`PackedQ::dequantize_row`]. The padding costs memory: scales are f32 per
-//! 32 values, so Q4_K takes 6 bits per value (GGUF: 4.5), Q6_K 10 (6.56),
-//! MXFP4 5 (4.25), Q5_1 7 (6) — the price of one kernel per kind that needs
-//! no scale decoding in the hot loop.
+//! [`PackedQ::dequantize_row`]. The legacy formats pack at exactly GGUF's
+//! size (their f16 scales kept as f16, the quants rearranged, not padded).
+//! The others pay for f32 scales per 32 values: Q4_K takes 6 bits per value
+//! (GGUF: 4.5), Q6_K 10 (6.56), MXFP4 5 (4.25) — the price of one kernel
+//! per kind that needs no scale decoding in the hot loop beyond one
+//! widening.
 //!
 //! The last group is padded with zero rows (scale 0, quants 0) when NR does
 //! not divide n; the driver writes only the real columns.
@@ -191,6 +197,27 @@ impl Kind {
     }
 }
 
+/// Whether a format's packed scales (and mins) are stored as f16 bits: the
+/// legacy formats, whose scales are GGUF f16 values (so f16 loses nothing).
+/// Q4_K and Q6_K (products `d·sc`) and MXFP4 (powers of two outside f16's
+/// range) keep f32.
+pub(crate) fn f16_scales(format: QuantFormat) -> bool {
+    matches!(
+        format,
+        QuantFormat::Q4_0
+            | QuantFormat::Q4_1
+            | QuantFormat::Q5_0
+            | QuantFormat::Q5_1
+            | QuantFormat::Q8_0
+    )
+}
+
+/// The exact f32 value of IEEE half bits (as `F16Le::to_f32`).
+#[inline]
+pub(crate) fn f16_to_f32(bits: u16) -> f32 {
+    half::f16::from_bits(bits).to_f32()
+}
+
 /// Quantized weights `(n, k)` repacked into groups of `nr` interleaved rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackedQ {
@@ -198,9 +225,14 @@ pub struct PackedQ {
     n: usize,
     k: usize,
     nr: usize,
+    /// Scales as f32 (formats without [`f16_scales`]; empty otherwise).
     pub(crate) d: Vec<f32>,
-    /// Mins (Q4_1, Q5_1 kinds) or upper-half scales (I8x16); empty otherwise.
+    /// Mins (Q4_K) or upper-half scales (Q6_K) as f32; empty otherwise.
     pub(crate) m: Vec<f32>,
+    /// Scales as f16 bits (formats with [`f16_scales`]; empty otherwise).
+    pub(crate) dh: Vec<u16>,
+    /// Mins (Q4_1, Q5_1) as f16 bits; empty otherwise.
+    pub(crate) mh: Vec<u16>,
     pub(crate) qs: Vec<u8>,
 }
 
@@ -229,7 +261,32 @@ impl PackedQ {
 
     /// Bytes held (scales, mins and quants).
     pub fn bytes(&self) -> usize {
-        4 * (self.d.len() + self.m.len()) + self.qs.len()
+        4 * (self.d.len() + self.m.len()) + 2 * (self.dh.len() + self.mh.len()) + self.qs.len()
+    }
+
+    /// Whether the scales (and mins) are stored as f16 bits.
+    pub(crate) fn f16(&self) -> bool {
+        f16_scales(self.format)
+    }
+
+    /// Scale number `at` (`(group · nb + block) · nr + row`) as f32.
+    #[inline]
+    fn scale(&self, at: usize) -> f32 {
+        if self.f16() {
+            f16_to_f32(self.dh[at])
+        } else {
+            self.d[at]
+        }
+    }
+
+    /// Second value number `at` as f32 (kinds with one).
+    #[inline]
+    fn second(&self, at: usize) -> f32 {
+        if self.f16() {
+            f16_to_f32(self.mh[at])
+        } else {
+            self.m[at]
+        }
     }
 
     pub(crate) fn kind(&self) -> Kind {
@@ -274,9 +331,9 @@ impl PackedQ {
         for (b, o) in out.chunks_exact_mut(QK).enumerate() {
             let gb = g * nb + b;
             let byte = |j: usize| self.byte(gb, r, j);
-            let d = self.d[gb * nr + r];
+            let d = self.scale(gb * nr + r);
             let m = if kind.has_m() {
-                self.m[gb * nr + r]
+                self.second(gb * nr + r)
             } else {
                 0.0
             };
@@ -357,12 +414,14 @@ impl PackedQ {
                         }
                     })
                 };
-                let dv = self.d[gb * nr + r];
-                let d = F16Le::from_f32(dv);
-                let m = if kind.has_m() {
-                    F16Le::from_f32(self.m[gb * nr + r])
+                // The f16 formats keep GGUF's bits; MXFP4's f32 scale is
+                // mapped back to its E8M0 code below.
+                let si = gb * nr + r;
+                let (d, m) = if self.f16() {
+                    let m = if kind.has_m() { self.mh[si] } else { 0 };
+                    (F16Le(self.dh[si].to_le_bytes()), F16Le(m.to_le_bytes()))
                 } else {
-                    F16Le::from_f32(0.0)
+                    (F16Le([0; 2]), F16Le([0; 2]))
                 };
                 let at = (row * nb + b) * bb;
                 let dst = &mut out[at..at + bb];
@@ -413,7 +472,7 @@ impl PackedQ {
                     _ => {
                         // MXFP4 (the K-quants returned above).
                         let blk: &mut [BlockMxfp4] = cast_blocks_mut(dst).expect("one block");
-                        blk[0].e = e8m0_from_f32_half(dv);
+                        blk[0].e = e8m0_from_f32_half(self.d[si]);
                         blk[0].qs.copy_from_slice(&q[..QK / 2]);
                     }
                 }
@@ -454,12 +513,13 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
     let nb = k / QK;
     let groups = n.div_ceil(nr);
     let rb = kind.row_bytes();
-    let mut d = vec![0.0f32; groups * nb * nr];
-    let mut m = if kind.has_m() {
-        vec![0.0f32; groups * nb * nr]
-    } else {
-        Vec::new()
-    };
+    let f16 = f16_scales(format);
+    let slots = groups * nb * nr;
+    let sized = |on: bool| if on { slots } else { 0 };
+    let mut d = vec![0.0f32; sized(!f16)];
+    let mut m = vec![0.0f32; sized(!f16 && kind.has_m())];
+    let mut dh = vec![0u16; sized(f16)];
+    let mut mh = vec![0u16; sized(f16 && kind.has_m())];
     let mut qs = vec![0u8; groups * nb * nr * rb];
     let row_bytes = format.row_bytes(k);
     for row in 0..n {
@@ -468,11 +528,18 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
         // Stores block b of this row: scale, second value, quant bytes
         // (five-bit kinds: `q` holds the 32 values 0..31, split here into
         // nibble bytes and the fifth-bit plane).
-        let mut put = |b: usize, dv: f32, mv: f32, q: &[u8; QK]| {
+        let mut put = |b: usize, dv: Scale, mv: Scale, q: &[u8; QK]| {
             let gb = g * nb + b;
-            d[gb * nr + r] = dv;
+            let at = gb * nr + r;
+            match dv {
+                Scale::F32(v) => d[at] = v,
+                Scale::F16(v) => dh[at] = v,
+            }
             if kind.has_m() {
-                m[gb * nr + r] = mv;
+                match mv {
+                    Scale::F32(v) => m[at] = v,
+                    Scale::F16(v) => mh[at] = v,
+                }
             }
             let base = gb * nr * rb;
             if kind.five() {
@@ -504,7 +571,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 {
                     let mut q = [0u8; QK];
                     q[..QK / 2].copy_from_slice(&blk.qs);
-                    put(b, blk.d.to_f32(), 0.0, &q);
+                    put(b, h(blk.d), NONE, &q);
                 }
             }
             QuantFormat::Q4_1 => {
@@ -515,7 +582,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 {
                     let mut q = [0u8; QK];
                     q[..QK / 2].copy_from_slice(&blk.qs);
-                    put(b, blk.d.to_f32(), blk.m.to_f32(), &q);
+                    put(b, h(blk.d), h(blk.m), &q);
                 }
             }
             QuantFormat::Q8_0 => {
@@ -525,7 +592,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     .enumerate()
                 {
                     let q: [u8; QK] = std::array::from_fn(|j| blk.qs[j] as u8);
-                    put(b, blk.d.to_f32(), 0.0, &q);
+                    put(b, h(blk.d), NONE, &q);
                 }
             }
             QuantFormat::Q5_0 => {
@@ -536,7 +603,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 {
                     let qh = u32::from_le_bytes(blk.qh);
                     let q: [u8; QK] = std::array::from_fn(|j| legacy::q5_value(&blk.qs, qh, j));
-                    put(b, blk.d.to_f32(), 0.0, &q);
+                    put(b, h(blk.d), NONE, &q);
                 }
             }
             QuantFormat::Q5_1 => {
@@ -547,7 +614,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 {
                     let qh = u32::from_le_bytes(blk.qh);
                     let q: [u8; QK] = std::array::from_fn(|j| legacy::q5_value(&blk.qs, qh, j));
-                    put(b, blk.d.to_f32(), blk.m.to_f32(), &q);
+                    put(b, h(blk.d), h(blk.m), &q);
                 }
             }
             QuantFormat::Mxfp4 => {
@@ -558,7 +625,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 {
                     let mut q = [0u8; QK];
                     q[..QK / 2].copy_from_slice(&blk.qs);
-                    put(b, e8m0_to_f32_half(blk.e), 0.0, &q);
+                    put(b, Scale::F32(e8m0_to_f32_half(blk.e)), NONE, &q);
                 }
             }
             QuantFormat::Q4K => {
@@ -584,7 +651,12 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                             *v = nib(t) | (nib(t + QK / 2) << 4);
                         }
                         // ggml: d1 = d·sc, m1 = min·m, y = d1·q − m1.
-                        put(8 * sb + j, dd * sc as f32, -(dmin * mn as f32), &q);
+                        put(
+                            8 * sb + j,
+                            Scale::F32(dd * sc as f32),
+                            Scale::F32(-(dmin * mn as f32)),
+                            &q,
+                        );
                     }
                 }
             }
@@ -600,7 +672,12 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                             std::array::from_fn(|l| kquants::q6_k_value(blk, QK * j + l) as u8);
                         // ggml: y = d·sc·q, sc per 16 values.
                         let (s0, s1) = (blk.scales[2 * j], blk.scales[2 * j + 1]);
-                        put(8 * sb + j, dd * s0 as f32, dd * s1 as f32, &q);
+                        put(
+                            8 * sb + j,
+                            Scale::F32(dd * s0 as f32),
+                            Scale::F32(dd * s1 as f32),
+                            &q,
+                        );
                     }
                 }
             }
@@ -614,8 +691,26 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
         nr,
         d,
         m,
+        dh,
+        mh,
         qs,
     })
+}
+
+/// A scale or min as [`repack`] stores it: f16 bits for the formats with
+/// [`f16_scales`], f32 for the others.
+#[derive(Clone, Copy)]
+enum Scale {
+    F32(f32),
+    F16(u16),
+}
+
+/// No second value (the kinds without one ignore it).
+const NONE: Scale = Scale::F16(0);
+
+/// GGUF's f16 as stored (the bits, not a conversion).
+fn h(x: F16Le) -> Scale {
+    Scale::F16(u16::from_le_bytes(x.0))
 }
 
 /// One quantized activation block as the GEMM reads it. Fields are byte

@@ -78,7 +78,6 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
     let acc = &mut out[..mr * nr];
     acc.fill(0.0);
     for b in 0..job.nb {
-        let d = job.d_at(g, b);
         let q = job.qs_at(g, b);
         let five = job.kind.five();
         // The fifth bit (as 16) of the value in nibble byte `4·nr·c + 4r + t`,
@@ -125,17 +124,18 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                     }
                 }
                 let a = &mut acc[i * nr + r];
+                let d = job.d_at(g, b, r);
                 match job.kind {
                     Kind::Q4_0 | Kind::Q5_0 | Kind::Mxfp4 => {
-                        *a += (d[r] * dx) * (s[0] - job.kind.offset() * x.sum()) as f32
+                        *a += (d * dx) * (s[0] - job.kind.offset() * x.sum()) as f32
                     }
                     Kind::Q4_1 | Kind::Q5_1 => {
-                        *a += (d[r] * dx) * s[0] as f32 + job.m_at(g, b)[r] * x.s()
+                        *a += (d * dx) * s[0] as f32 + job.m_at(g, b, r) * x.s()
                     }
-                    Kind::I8 => *a += (d[r] * dx) * (s[0] + s[1]) as f32,
+                    Kind::I8 => *a += (d * dx) * (s[0] + s[1]) as f32,
                     Kind::I8x16 => {
-                        *a += (d[r] * dx) * s[0] as f32;
-                        *a += (job.m_at(g, b)[r] * dx) * s[1] as f32;
+                        *a += (d * dx) * s[0] as f32;
+                        *a += (job.m_at(g, b, r) * dx) * s[1] as f32;
                     }
                 }
             }
