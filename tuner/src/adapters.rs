@@ -116,15 +116,25 @@ impl Store for DbStore<'_> {
 /// Times candidates with the bench harness; fidelity scales the minimum
 /// measurement time linearly up to `full` at [`FULL_FIDELITY`].
 ///
-/// A candidate with `t > 1` threads is timed from inside the `t`-thread
-/// pool (`pool(t).install`), because that is where the runtime calls it:
-/// the forward pass runs on a pool worker, so a kernel's fork finds its
-/// siblings still spinning from the previous kernel. Timed from outside,
-/// every run pays a cold cross-pool injection (~20 µs on this VM), which
-/// made the tuner move small decode GEMVs to one thread for "speedups" the
-/// model never saw (measured in docs/PERF.md, third run).
+/// Candidates are timed as the runtime runs them: from inside the pool of
+/// the problem's thread budget `N` (`pool(N).install`, the pool the forward
+/// pass runs in), each run followed by a rendezvous of that pool's workers
+/// (`broadcast`), because the runtime's next kernel needs them all.
+/// - Timed from outside the pool, every 2-thread run paid a cold
+///   cross-pool injection (~20 µs on this VM), and the tuner moved small
+///   decode GEMVs to one thread for "speedups" the model never saw
+///   (docs/PERF.md, third run).
+/// - Timed inside the pool but without the rendezvous, a 1-thread
+///   candidate looked faster than it is in the model: while it runs, the
+///   idle workers go to sleep, and waking them is paid by the next
+///   multi-threaded kernel (docs/PERF.md, fourth run).
+///
+/// A pinned placement is timed in its own pool (`pool(t)`, or on the
+/// caller for one thread), pinned as the runtime pins it.
 pub struct HarnessMeasure {
     pub full: MeasureConfig,
+    /// Thread budget of the problem measured next (its pool's size).
+    budget: usize,
     /// Threads of the candidate measured next.
     threads: usize,
     /// CPUs the next candidate is pinned to (its placement's), if pinned.
@@ -147,6 +157,7 @@ impl HarnessMeasure {
     pub fn new(full: MeasureConfig) -> Self {
         HarnessMeasure {
             full,
+            budget: 1,
             threads: 1,
             pin: None,
         }
@@ -218,16 +229,30 @@ impl Measure for HarnessMeasure {
     fn measure(&mut self, fidelity: u32, run: &mut (dyn FnMut() + Send)) -> Stats {
         let cfg = self.config(fidelity);
         let pin = self.pin.clone();
-        if self.threads <= 1 {
+        let size = if pin.is_some() {
+            self.threads
+        } else {
+            self.budget.max(self.threads)
+        };
+        if size <= 1 {
             return measure_here(cfg, Vec::new(), pin, run);
         }
-        let pool = tiletune_kernels::pool::pool(self.threads);
-        let tids = crate::families::worker_tids(self.threads);
+        let pool = tiletune_kernels::pool::pool(size);
+        let tids = crate::families::worker_tids(size);
         // The measuring thread becomes one of the workers, so it is in
         // `tids`: its counters are the caller's (the counter set skips the
         // duplicate) and, when pinned, it gets its worker's one CPU, as
         // `pool::pin_workers` gives it in the runtime.
-        pool.install(move || measure_here(cfg, tids, pin, run))
+        let rendezvous = pool.clone();
+        let mut with_rendezvous = move || {
+            run();
+            rendezvous.broadcast(|_| ());
+        };
+        pool.install(move || measure_here(cfg, tids, pin, &mut with_rendezvous))
+    }
+
+    fn use_budget(&mut self, threads: usize) {
+        self.budget = threads.max(1);
     }
 
     fn use_threads(&mut self, threads: usize) {
@@ -248,6 +273,30 @@ mod tests {
     use super::*;
     use crate::families::{Machine, OneConfig, instantiate_one, parse_bench_problem};
     use tiletune_kernels::CpuCaps;
+
+    /// A 1-thread candidate of a 2-thread problem is timed on a worker of
+    /// the 2-thread pool, where the runtime would run it; a 1-thread
+    /// problem, and a pinned placement, on the caller.
+    #[test]
+    fn candidates_run_in_the_pool_of_their_problems_budget() {
+        let quick = MeasureConfig::quick().min(5, Duration::from_millis(1));
+        let mut m = HarnessMeasure::new(quick);
+        let mut on = |m: &mut HarnessMeasure| {
+            let mut name = None;
+            m.measure(FULL_FIDELITY, &mut || {
+                name.get_or_insert_with(|| std::thread::current().name().map(str::to_string));
+            });
+            name.flatten().unwrap_or_default()
+        };
+        m.use_budget(2);
+        m.use_threads(1);
+        assert!(on(&mut m).starts_with("tiletune-2t-"), "{}", on(&mut m));
+        m.use_threads(2);
+        assert!(on(&mut m).starts_with("tiletune-2t-"));
+        m.use_budget(1);
+        m.use_threads(1);
+        assert!(!on(&mut m).starts_with("tiletune-"));
+    }
 
     /// A 2-thread kernel's work runs on its pool's workers: timed from
     /// outside the pool only the blocked caller is counted; timed as the

@@ -69,6 +69,10 @@ pub struct Stats {
 pub trait Measure {
     fn measure(&mut self, fidelity: u32, run: &mut (dyn FnMut() + Send)) -> Stats;
 
+    /// The problem measured next has this thread budget (its candidates'
+    /// most threads): the runtime runs it inside a pool that large.
+    fn use_budget(&mut self, _threads: usize) {}
+
     /// The candidate measured next runs on `threads` threads: a harness
     /// counts that pool's workers with the caller.
     fn use_threads(&mut self, _threads: usize) {}
@@ -185,6 +189,14 @@ pub fn run_campaign(
         let spec = problem.spec().clone();
         let coords: Vec<Coords> = problem.candidates().iter().map(coords).collect();
         progress.problem_started(pi, total, &spec, coords.len());
+        measure.use_budget(
+            problem
+                .candidates()
+                .iter()
+                .map(|c| c.threads())
+                .max()
+                .unwrap_or(1),
+        );
         let default = problem.default_index();
         // Each problem gets an equal share of the budget still left, and
         // what one leaves unused carries over to the rest: a budget used up
