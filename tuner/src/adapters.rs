@@ -281,7 +281,7 @@ mod tests {
     fn candidates_run_in_the_pool_of_their_problems_budget() {
         let quick = MeasureConfig::quick().min(5, Duration::from_millis(1));
         let mut m = HarnessMeasure::new(quick);
-        let mut on = |m: &mut HarnessMeasure| {
+        let on = |m: &mut HarnessMeasure| {
             let mut name = None;
             m.measure(FULL_FIDELITY, &mut || {
                 name.get_or_insert_with(|| std::thread::current().name().map(str::to_string));
