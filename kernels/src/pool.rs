@@ -14,6 +14,7 @@
 
 use crate::{KernelError, Result};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Returns the pool with exactly `threads` workers, creating it on first use.
@@ -173,6 +174,53 @@ pub fn split_range(n: usize, parts: usize, align: usize) -> Vec<std::ops::Range<
         .collect()
 }
 
+/// Runs `f` on a worker of the `threads`-thread pool while the pool's other
+/// workers stay awake: each polls the pool for work (`rayon::yield_now`,
+/// yielding to the OS when there is none) until `f` returns, instead of
+/// falling asleep after a few microseconds idle.
+///
+/// Why: a forward pass is a chain of kernels with single-threaded work
+/// between them (norms, RoPE, quantizing activations, a one-thread kernel).
+/// An idle rayon worker sleeps after a short spin, and the next
+/// multi-threaded kernel then waits for its wake-up, so how long the pool
+/// sat idle, not the kernel, decided what a 2-thread GEMV cost in the model
+/// (measured in docs/PERF.md, fourth run). With the workers kept awake the
+/// cost of a kernel no longer depends on what ran before it, which is also
+/// what makes the tuner's per-kernel timings transfer to the model. The
+/// price is that the other workers use their CPUs for the whole call, as
+/// llama.cpp's threads do during a graph.
+pub fn install_awake<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    if threads <= 1 {
+        return f();
+    }
+    let p = pool(threads);
+    let keepers = p.clone();
+    p.install(move || {
+        let me = rayon::current_thread_index();
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        keepers.spawn_broadcast(move |ctx| {
+            if Some(ctx.index()) == me {
+                return;
+            }
+            while !flag.load(Ordering::Acquire) {
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        // Set on return and on unwind, so the keepers always stop.
+        struct Stop(Arc<AtomicBool>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let _stop = Stop(done);
+        f()
+    })
+}
+
 /// Runs `f(range)` over `0..n` split into `threads` aligned ranges, on exactly
 /// `threads` workers (inline when `threads == 1`).
 pub fn parallel_ranges<F>(n: usize, threads: usize, align: usize, f: F)
@@ -195,6 +243,29 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Work inside runs on a pool worker, multi-threaded kernels inside
+    /// still use every worker, and the keepers stop: a second call (and a
+    /// broadcast needing every worker) completes.
+    #[test]
+    fn install_awake_runs_in_the_pool_and_releases_it() {
+        for _ in 0..3 {
+            let (idx, sum) = install_awake(2, || {
+                let sum = std::sync::atomic::AtomicUsize::new(0);
+                parallel_ranges(1000, 2, 1, |r| {
+                    sum.fetch_add(r.len(), Ordering::Relaxed);
+                });
+                (rayon::current_thread_index(), sum.into_inner())
+            });
+            assert!(idx.is_some());
+            assert_eq!(sum, 1000);
+        }
+        assert_eq!(pool(2).broadcast(|c| c.index()).len(), 2);
+        assert_eq!(install_awake(1, rayon::current_thread_index), None);
+        let caught = std::panic::catch_unwind(|| install_awake(2, || panic!("inside")));
+        assert!(caught.is_err());
+        assert_eq!(pool(2).broadcast(|c| c.index()).len(), 2);
+    }
 
     #[test]
     fn split_covers_range_aligned() {

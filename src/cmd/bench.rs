@@ -471,11 +471,7 @@ pub(crate) fn bench_kernel(
         let note = h.attach_counters(counters);
         anyhow::Ok((h.measure(&spec.key(), || p.run(0)), note))
     };
-    let (m, note) = if threads > 1 {
-        tiletune_kernels::pool::pool(threads).install(measure)?
-    } else {
-        measure()?
-    };
+    let (m, note) = tiletune_kernels::pool::install_awake(threads, measure)?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }

@@ -117,17 +117,16 @@ impl Store for DbStore<'_> {
 /// measurement time linearly up to `full` at [`FULL_FIDELITY`].
 ///
 /// Candidates are timed as the runtime runs them: from inside the pool of
-/// the problem's thread budget `N` (`pool(N).install`, the pool the forward
-/// pass runs in), each run followed by a rendezvous of that pool's workers
-/// (`broadcast`), because the runtime's next kernel needs them all.
+/// the problem's thread budget `N`, with that pool's other workers kept
+/// awake (`pool::install_awake`, what the forward pass runs in).
 /// - Timed from outside the pool, every 2-thread run paid a cold
 ///   cross-pool injection (~20 µs on this VM), and the tuner moved small
 ///   decode GEMVs to one thread for "speedups" the model never saw
 ///   (docs/PERF.md, third run).
-/// - Timed inside the pool but without the rendezvous, a 1-thread
-///   candidate looked faster than it is in the model: while it runs, the
-///   idle workers go to sleep, and waking them is paid by the next
-///   multi-threaded kernel (docs/PERF.md, fourth run).
+/// - Timed inside the pool while the runtime let idle workers sleep, a
+///   1-thread pick looked faster than it was in the model: waking the
+///   workers was paid by the next multi-threaded kernel (docs/PERF.md,
+///   fourth run). Both now keep them awake.
 ///
 /// A pinned placement is timed in its own pool (`pool(t)`, or on the
 /// caller for one thread), pinned as the runtime pins it.
@@ -237,18 +236,12 @@ impl Measure for HarnessMeasure {
         if size <= 1 {
             return measure_here(cfg, Vec::new(), pin, run);
         }
-        let pool = tiletune_kernels::pool::pool(size);
         let tids = crate::families::worker_tids(size);
         // The measuring thread becomes one of the workers, so it is in
         // `tids`: its counters are the caller's (the counter set skips the
         // duplicate) and, when pinned, it gets its worker's one CPU, as
         // `pool::pin_workers` gives it in the runtime.
-        let rendezvous = pool.clone();
-        let mut with_rendezvous = move || {
-            run();
-            rendezvous.broadcast(|_| ());
-        };
-        pool.install(move || measure_here(cfg, tids, pin, &mut with_rendezvous))
+        tiletune_kernels::pool::install_awake(size, move || measure_here(cfg, tids, pin, run))
     }
 
     fn use_budget(&mut self, threads: usize) {

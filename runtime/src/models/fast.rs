@@ -662,12 +662,11 @@ impl FastModel {
         // workers that are still spinning from the previous kernel) instead
         // of injecting from outside and sleeping on a latch, which costs two
         // thread wake-ups per call — hundreds per token in decode.
+        // The pool's other workers are kept awake for the pass (see
+        // `pool::install_awake`): a kernel's cost then does not depend on
+        // how long the pool sat idle before it.
         let threads = self.attn_caps.cores;
-        if threads > 1 {
-            tiletune_kernels::pool::pool(threads).install(|| self.forward_in_pool(tokens, st, all))
-        } else {
-            self.forward_in_pool(tokens, st, all)
-        }
+        tiletune_kernels::pool::install_awake(threads, || self.forward_in_pool(tokens, st, all))
     }
 
     fn forward_in_pool<'s>(
