@@ -92,6 +92,20 @@ fn assert_rows_exact(f: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) {
     assert!(p.dequantize_row(n, &mut row).is_err());
 }
 
+/// Every variant this CPU runs that reads interleave `nr`, at every `mr`,
+/// gives `want` bit for bit on `c`.
+fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
+    for isa in available(f) {
+        if !interleaves(isa).contains(&nr) {
+            continue;
+        }
+        for mr in MRS {
+            let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr });
+            assert!(same_bits(&run(&q, c), want), "{f} {isa} nr={nr} mr={mr}");
+        }
+    }
+}
+
 #[test]
 fn repack_round_trips() {
     let mut rng = Rng::new(21);
@@ -183,15 +197,7 @@ fn dense_packs_are_exact_at_their_bits_per_value() {
                 .collect();
             let c = Case { w, a, m, n, k };
             let want = definition(f, &c);
-            for isa in available(f) {
-                if !interleaves(isa).contains(&nr) {
-                    continue;
-                }
-                for mr in MRS {
-                    let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr });
-                    assert!(same_bits(&run(&q, &c), &want), "{f} {isa} nr={nr} mr={mr}");
-                }
-            }
+            assert_every_variant(f, nr, &c, &want);
         }
     }
 }
@@ -241,15 +247,7 @@ fn f16_scales_pack_at_gguf_size_and_stay_exact_at_their_extremes() {
             assert_rows_exact(f, &c.w, n, k, nr);
             let want = definition(f, &c);
             assert!(want.iter().all(|v| v.is_finite()), "{f}");
-            for isa in available(f) {
-                if !interleaves(isa).contains(&nr) {
-                    continue;
-                }
-                for mr in MRS {
-                    let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr });
-                    assert!(same_bits(&run(&q, &c), &want), "{f} {isa} nr={nr} mr={mr}");
-                }
-            }
+            assert_every_variant(f, nr, &c, &want);
         }
     }
 }

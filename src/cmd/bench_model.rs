@@ -32,15 +32,10 @@ use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::models::{FastModel, RunState};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// GGUF model file or Hugging Face model folder (see `tiletune run --help`).
-    #[arg(long, short = 'm', value_name = "FILE|DIR")]
-    pub model: PathBuf,
-    /// Weight type of 2-D weights when converting a Hugging Face folder
-    /// (f32, f16, q8_0, q4_0, q4_1, q5_0, mxfp4; default: the checkpoint's).
-    #[arg(long, value_parser = parse_quant, value_name = "TYPE")]
-    pub quant: Option<tiletune_runtime::convert::WeightType>,
+/// llama-bench's `-p` and `-n` lists, shared by `bench model` and
+/// `compare` so both read the same tests from the same flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TestLengths {
     /// Prompt lengths to test (pp<N>), comma separated; 0 skips the test.
     #[arg(
         short = 'p',
@@ -57,6 +52,19 @@ pub struct Args {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// GGUF model file or Hugging Face model folder (see `tiletune run --help`).
+    #[arg(long, short = 'm', value_name = "FILE|DIR")]
+    pub model: PathBuf,
+    /// Weight type of 2-D weights when converting a Hugging Face folder
+    /// (f32, f16, q8_0, q4_0, q4_1, q5_0, mxfp4; default: the checkpoint's).
+    #[arg(long, value_parser = parse_quant, value_name = "TYPE")]
+    pub quant: Option<tiletune_runtime::convert::WeightType>,
+    #[command(flatten)]
+    pub tests: TestLengths,
     /// Context depths, comma separated (llama-bench's -d): each test runs
     /// after this many prompt tokens are already in the KV cache (filled
     /// once per depth, untimed, and restored before every repetition).
@@ -477,7 +485,12 @@ fn check(a: &Args) -> anyhow::Result<()> {
     if a.threads.contains(&0) {
         anyhow::bail!("--threads (-t) takes counts of at least 1, e.g. -t 1,2");
     }
-    if a.n_prompt.iter().chain(&a.n_gen).all(|&n| n == 0) {
+    if a.tests
+        .n_prompt
+        .iter()
+        .chain(&a.tests.n_gen)
+        .all(|&n| n == 0)
+    {
         anyhow::bail!("nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128");
     }
     if !a.model.exists() {
@@ -496,8 +509,14 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
     } else {
         a.threads.clone()
     };
-    let prompts: Vec<usize> = a.n_prompt.iter().copied().filter(|&n| n > 0).collect();
-    let gens: Vec<usize> = a.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    let prompts: Vec<usize> = a
+        .tests
+        .n_prompt
+        .iter()
+        .copied()
+        .filter(|&n| n > 0)
+        .collect();
+    let gens: Vec<usize> = a.tests.n_gen.iter().copied().filter(|&n| n > 0).collect();
     let depths: Vec<usize> = if a.n_depth.is_empty() {
         vec![0]
     } else {

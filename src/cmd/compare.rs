@@ -70,22 +70,8 @@ pub struct ModelCompareArgs {
     /// model with MNN's llmexport first).
     #[arg(long, value_name = "CFG")]
     pub mnn_config: Option<PathBuf>,
-    /// Prompt tokens of the prefill tests (ppN), comma separated; 0 for none.
-    #[arg(
-        short = 'p',
-        long = "n-prompt",
-        value_delimiter = ',',
-        default_value = "512"
-    )]
-    pub n_prompt: Vec<usize>,
-    /// Generated tokens of the decode tests (tgN), comma separated; 0 for none.
-    #[arg(
-        short = 'n',
-        long = "n-gen",
-        value_delimiter = ',',
-        default_value = "128"
-    )]
-    pub n_gen: Vec<usize>,
+    #[command(flatten)]
+    pub tests: super::bench_model::TestLengths,
     /// Thread counts, comma separated [default: the CPUs this process may use].
     #[arg(short = 't', long, value_delimiter = ',')]
     pub threads: Vec<usize>,
@@ -242,7 +228,12 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
     if a.reps == 0 {
         anyhow::bail!("--reps must be at least 1");
     }
-    if a.n_prompt.iter().chain(&a.n_gen).all(|&x| x == 0) {
+    if a.tests
+        .n_prompt
+        .iter()
+        .chain(&a.tests.n_gen)
+        .all(|&x| x == 0)
+    {
         anyhow::bail!("-p and -n are all 0; nothing to measure");
     }
     let threads = if a.threads.is_empty() {
@@ -260,7 +251,8 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
     let timeout = Duration::from_secs(a.timeout.max(1));
     let soc = tiletune_soc::probe().context("probing this SoC")?;
     let model_arg = model.to_string_lossy().into_owned();
-    let round_args = LlamaBenchEngine::round_args(&model_arg, &a.n_prompt, &a.n_gen, &threads);
+    let round_args =
+        LlamaBenchEngine::round_args(&model_arg, &a.tests.n_prompt, &a.tests.n_gen, &threads);
 
     let mut skipped = Vec::new();
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
@@ -294,8 +286,8 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
                 cfg.clone(),
                 version,
                 threads.clone(),
-                a.n_prompt.clone(),
-                a.n_gen.clone(),
+                a.tests.n_prompt.clone(),
+                a.tests.n_gen.clone(),
                 report_dir.clone(),
                 Some(timeout),
             )));
@@ -319,8 +311,8 @@ fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
         soc: soc.name.clone(),
         soc_fingerprint: soc.fingerprint.clone(),
         model: file_name(&model),
-        n_prompt: a.n_prompt.clone(),
-        n_gen: a.n_gen.clone(),
+        n_prompt: a.tests.n_prompt.clone(),
+        n_gen: a.tests.n_gen.clone(),
         threads: threads.clone(),
         rounds: a.reps,
         rows,
