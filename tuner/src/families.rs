@@ -4,7 +4,7 @@
 //! thread counts).
 //!
 //! GEMV problems rotate through enough copies of the weights to exceed the
-//! last-level cache, so a decode-shaped kernel is timed streaming its weights
+//! last-level cache of every core, so a decode-shaped kernel is timed streaming its weights
 //! from memory, as it does in a real model, not from a warm cache.
 //!
 //! [`one`] pins a single configuration of any family (including the ones the
@@ -200,9 +200,13 @@ impl WeightElem for f16 {
     }
 }
 
-/// Enough copies of a `bytes`-sized buffer to exceed the LLC twice over.
+/// Enough copies of a `bytes`-sized buffer to exceed twice over the last-level
+/// cache of every core: a VM reports one LLC, but its vCPUs may sit on
+/// different L3 slices (a Zen CCD each), and a 2-thread run rotating through
+/// 2× one slice was then partly served from the two slices together
+/// (docs/PERF.md, fourth run: "cold" GEMVs above the measured bandwidth).
 fn cold_copies(bytes: usize, caps: &CpuCaps) -> usize {
-    (2 * caps.l3.max(caps.l2))
+    (2 * caps.l3.max(caps.l2) * caps.cores.max(1))
         .div_ceil(bytes.max(1))
         .clamp(1, 64)
 }
