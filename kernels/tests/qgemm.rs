@@ -20,8 +20,8 @@
 //!   `Σ|w|·|x_Q8_1 − x_Q8_K|`.
 
 use tiletune_kernels::qgemm::{
-    self, ActBlock, FORMATS, MRS, QGemm, QGemmParams, interleaves, quantize_activations, repack,
-    scalar,
+    self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves,
+    quantize_activations, repack, scalar,
 };
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
 use tiletune_kernels::quant::kquants::get_scale_min_k4;
@@ -99,9 +99,15 @@ fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
         if !interleaves(isa).contains(&nr) {
             continue;
         }
-        for mr in MRS {
-            let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr });
-            assert!(same_bits(&run(&q, c), want), "{f} {isa} nr={nr} mr={mr}");
+        for (i, mr) in MRS.into_iter().enumerate() {
+            // Every prefetch distance across the mr sweep: prefetching
+            // must not change a bit.
+            let pf = PREFETCHES[i % PREFETCHES.len()];
+            let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr, pf });
+            assert!(
+                same_bits(&run(&q, c), want),
+                "{f} {isa} nr={nr} mr={mr} pf={pf}"
+            );
         }
     }
 }
@@ -337,7 +343,11 @@ fn every_variant_is_bit_identical_to_the_definition() {
                     let want = definition(f, &c);
                     let q = QGemm::new(f)
                         .isa(isa)
-                        .params(QGemmParams { mr, nr })
+                        .params(QGemmParams {
+                            mr,
+                            nr,
+                            pf: PREFETCHES[j % PREFETCHES.len()],
+                        })
                         .threads(1 + 2 * (j % 2));
                     let got = run(&q, &c);
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -402,9 +412,11 @@ fn scalar_gemm_is_within_the_f64_bound() {
         for (m, n, blocks) in [(1, 9, 1), (3, 7, 3), (5, 17, 2)] {
             let k = f.block_size() * blocks;
             let c = case(&mut rng, f, m, n, k);
-            let q = QGemm::new(f)
-                .isa(Isa::Scalar)
-                .params(QGemmParams { mr: 4, nr: 8 });
+            let q = QGemm::new(f).isa(Isa::Scalar).params(QGemmParams {
+                mr: 4,
+                nr: 8,
+                ..QGemmParams::default()
+            });
             let got = run(&q, &c);
             let mut wd = vec![0.0f32; n * k];
             quant::dequantize(f, &c.w, &mut wd).unwrap();
@@ -559,7 +571,11 @@ fn bad_configurations_are_refused() {
             .into_iter()
             .find(|r| !interleaves(q.isa).contains(r))
             .unwrap();
-        let q2 = q.params(QGemmParams { mr: 4, nr: bad });
+        let q2 = q.params(QGemmParams {
+            mr: 4,
+            nr: bad,
+            ..QGemmParams::default()
+        });
         assert!(matches!(
             q2.check_config(),
             Err(KernelError::InvalidParams { .. })

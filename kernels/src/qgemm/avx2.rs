@@ -22,9 +22,6 @@ use super::pack::Kind;
 use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT};
 use std::arch::x86_64::*;
 
-/// Prefetch distance in blocks: see `avx512.rs`.
-const PF_BLOCKS: usize = 16;
-
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
 /// # Safety
@@ -92,7 +89,7 @@ unsafe fn scales<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> __m256 {
     }
 }
 
-/// Prefetches the scales (and with `min` the second values) `PF_BLOCKS`
+/// Prefetches the scales (and with `min` the second values) `job.pf`
 /// blocks after the block at `at`, as the quants are, once per 64-byte line
 /// of that stream (a block's 8 values are 32 bytes as f32, 16 as
 /// f16): a prefetch per block measured slower at m = 1 than none at all,
@@ -104,7 +101,10 @@ fn prefetch_scales<const F16: bool>(job: &Job<'_>, at: usize, min: bool) {
     if !(at * size).is_multiple_of(64) {
         return;
     }
-    let ahead = at + PF_BLOCKS * 8;
+    if job.pf == 0 {
+        return;
+    }
+    let ahead = at + job.pf * 8;
     let (d, m) = if F16 {
         (
             job.dh.as_ptr().wrapping_add(ahead).cast::<i8>(),
@@ -166,12 +166,14 @@ macro_rules! tiles {
             };
             for b in 0..nb {
                 prefetch_scales::<F16>(job, (g * nb + b) * 8, MIN);
-                // Every line of the block PF_BLOCKS ahead (160-byte blocks
+                // Every line of the block job.pf ahead (160-byte blocks
                 // touch at most 3).
-                for l in 0..bs.div_ceil(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        qb.wrapping_add((b + PF_BLOCKS) * bs + 64 * l).cast(),
-                    );
+                if job.pf > 0 {
+                    for l in 0..bs.div_ceil(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            qb.wrapping_add((b + job.pf) * bs + 64 * l).cast(),
+                        );
+                    }
                 }
                 // The fifth-bit plane, for the low nibbles moved up by 4
                 // (bit c of each byte → bit 4 at chunk c after c right
@@ -277,10 +279,12 @@ macro_rules! tiles {
             };
             for b in 0..nb {
                 prefetch_scales::<F16>(job, (g * nb + b) * 8, MODE == I8_X16);
-                for l in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        qb.wrapping_add((b + PF_BLOCKS) * 256 + 64 * l).cast(),
-                    );
+                if job.pf > 0 {
+                    for l in 0..4 {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            qb.wrapping_add((b + job.pf) * 256 + 64 * l).cast(),
+                        );
+                    }
                 }
                 let mut s = [_mm256_setzero_si256(); MR];
                 // SAFETY: 8 scales of block b (f16 or f32 as the job's).

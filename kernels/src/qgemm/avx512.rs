@@ -20,13 +20,6 @@ use super::pack::Kind;
 use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT};
 use std::arch::x86_64::*;
 
-/// How far ahead of the block being read the quants are prefetched, in
-/// blocks (4 KiB for Q4 blocks of 256 bytes). At m = 1 (decode) the tile is
-/// a pure stream from DRAM and one core's hardware prefetcher keeps too few
-/// lines in flight: software prefetch raised SmolLM2 decode on one thread
-/// by ~20% here (2 KiB ahead helped less; 8 KiB no more).
-const PF_BLOCKS: usize = 16;
-
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
 /// # Safety
@@ -94,7 +87,7 @@ unsafe fn scales<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> __m512 {
     }
 }
 
-/// Prefetches the scales (and with `min` the second values) `PF_BLOCKS`
+/// Prefetches the scales (and with `min` the second values) `job.pf`
 /// blocks after the block at `at`, as the quants are, once per 64-byte line
 /// of that stream (a block's 16 values are 64 bytes as f32, 32 as
 /// f16): a prefetch per block measured slower at m = 1 than none at all,
@@ -106,7 +99,10 @@ fn prefetch_scales<const F16: bool>(job: &Job<'_>, at: usize, min: bool) {
     if !(at * size).is_multiple_of(64) {
         return;
     }
-    let ahead = at + PF_BLOCKS * 16;
+    if job.pf == 0 {
+        return;
+    }
+    let ahead = at + job.pf * 16;
     let (d, m) = if F16 {
         (
             job.dh.as_ptr().wrapping_add(ahead).cast::<i8>(),
@@ -167,10 +163,12 @@ macro_rules! tiles {
             };
             for b in 0..nb {
                 prefetch_scales::<F16>(job, (g * nb + b) * 16, MIN);
-                for l in 0..bs / 64 {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        qb.wrapping_add((b + PF_BLOCKS) * bs + 64 * l).cast(),
-                    );
+                if job.pf > 0 {
+                    for l in 0..bs / 64 {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            qb.wrapping_add((b + job.pf) * bs + 64 * l).cast(),
+                        );
+                    }
                 }
                 // The fifth-bit plane, for the low nibbles moved up by 4
                 // (bit c of each byte → bit 4 at chunk c after c right
@@ -277,10 +275,12 @@ macro_rules! tiles {
             };
             for b in 0..nb {
                 prefetch_scales::<F16>(job, (g * nb + b) * 16, MODE == I8_X16);
-                for l in 0..8 {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        qb.wrapping_add((b + PF_BLOCKS) * 512 + 64 * l).cast(),
-                    );
+                if job.pf > 0 {
+                    for l in 0..8 {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            qb.wrapping_add((b + job.pf) * 512 + 64 * l).cast(),
+                        );
+                    }
                 }
                 let mut s = [_mm512_setzero_si512(); MR];
                 // SAFETY: 16 scales of block b (f16 or f32 as the job's).

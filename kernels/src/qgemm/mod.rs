@@ -141,6 +141,31 @@ pub struct QGemmParams {
     /// Weight rows interleaved per group (the repack layout): one of
     /// [`INTERLEAVES`], and one the variant reads ([`interleaves`]).
     pub nr: usize,
+    /// How many blocks ahead the x86 micro-kernels prefetch the quants and
+    /// scales (0: none), one of [`PREFETCHES`]. At m = 1 (decode) the tile
+    /// is a pure stream from DRAM and one core's hardware prefetcher keeps
+    /// too few lines in flight: 16 blocks (4 KiB of Q4 at nr 16) raised
+    /// SmolLM2 decode on one thread by ~20% here; the best distance depends
+    /// on the memory system, so it is tuned. The NEON and scalar variants
+    /// do not prefetch and ignore it. Tables from before it existed read
+    /// as 16, what those kernels did.
+    #[serde(default = "default_pf")]
+    pub pf: usize,
+}
+
+/// The prefetch distances (blocks ahead) the x86 variants are tuned over.
+pub const PREFETCHES: [usize; 4] = [0, 8, 16, 32];
+
+fn default_pf() -> usize {
+    16
+}
+
+/// Whether `isa`'s micro-kernels read [`QGemmParams::pf`].
+fn prefetches(isa: Isa) -> bool {
+    matches!(
+        isa,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+    )
 }
 
 /// What [`QGemmParams`] are chosen for.
@@ -173,16 +198,20 @@ impl QGemmParams {
             .filter(|&r| r <= cap && r <= shape.m.max(1))
             .max()
             .unwrap_or(1);
-        QGemmParams { mr, nr }
+        let pf = if prefetches(isa) { default_pf() } else { 0 };
+        QGemmParams { mr, nr, pf }
     }
 
     /// The search space of one variant: every `mr` × the variant's `nr`.
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
+        let pfs: &[usize] = if prefetches(isa) { &PREFETCHES } else { &[0] };
         for &nr in interleaves(isa) {
             for &mr in &MRS {
-                if mr <= shape.m.max(1) {
-                    v.push(QGemmParams { mr, nr });
+                for &pf in pfs {
+                    if mr <= shape.m.max(1) {
+                        v.push(QGemmParams { mr, nr, pf });
+                    }
                 }
             }
         }
@@ -208,7 +237,9 @@ impl Tunable for QGemmParams {
         let mut v = Vec::new();
         for &nr in &INTERLEAVES {
             for &mr in &MRS {
-                v.push(QGemmParams { mr, nr });
+                for &pf in &PREFETCHES {
+                    v.push(QGemmParams { mr, nr, pf });
+                }
             }
         }
         let d = Self::default_for(shape, cpu);
@@ -231,13 +262,23 @@ impl Tunable for QGemmParams {
                 reason: format!("nr {} must be one of 4, 8, 16", self.nr),
             });
         }
+        if !PREFETCHES.contains(&self.pf) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("pf {} must be one of 0, 8, 16, 32", self.pf),
+            });
+        }
         Ok(())
     }
 }
 
 impl Default for QGemmParams {
     fn default() -> Self {
-        QGemmParams { mr: 4, nr: 8 }
+        QGemmParams {
+            mr: 4,
+            nr: 8,
+            pf: default_pf(),
+        }
     }
 }
 
@@ -247,6 +288,10 @@ pub(crate) struct Job<'a> {
     pub nr: usize,
     /// Blocks per row.
     pub nb: usize,
+    /// Prefetch distance in blocks (0: none), [`QGemmParams::pf`]; read by
+    /// the x86 tiles only.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub pf: usize,
     /// Whether the scales and mins are the f16 bits `dh`, `mh` (else the
     /// f32 `d`, `m`); the ISA tiles take it as their `F16` parameter.
     pub f16: bool,
@@ -503,6 +548,7 @@ impl QGemm {
             kind: w.kind(),
             nr,
             nb,
+            pf: self.params.pf,
             f16: w.f16(),
             d: &w.d,
             m: &w.m,
@@ -574,7 +620,13 @@ mod tests {
                 assert!(c.iter().all(|p| interleaves(isa).contains(&p.nr)));
             }
         }
-        assert!(QGemmParams { mr: 3, nr: 8 }.validate().is_err());
-        assert!(QGemmParams { mr: 4, nr: 12 }.validate().is_err());
+        let ok = QGemmParams::default();
+        assert!(ok.validate().is_ok());
+        assert!(QGemmParams { mr: 3, ..ok }.validate().is_err());
+        assert!(QGemmParams { nr: 12, ..ok }.validate().is_err());
+        assert!(QGemmParams { pf: 4, ..ok }.validate().is_err());
+        // Tables from before `pf` existed read as the old fixed distance.
+        let old: QGemmParams = serde_json::from_str(r#"{"mr":1,"nr":16}"#).unwrap();
+        assert_eq!(old.pf, 16);
     }
 }

@@ -65,9 +65,11 @@ pub fn definition(
     if matches_reference(format) {
         return reference(format, w, a, m, n, k, c);
     }
-    let q = QGemm::new(format)
-        .isa(Isa::Scalar)
-        .params(QGemmParams { mr: 1, nr: 4 });
+    let q = QGemm::new(format).isa(Isa::Scalar).params(QGemmParams {
+        mr: 1,
+        nr: 4,
+        pf: 0,
+    });
     q.run(&repack(format, w, n, k, 4)?, a, m, c, &mut Vec::new())
 }
 
