@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tiletune_kernels::Isa;
 use tiletune_kernels::attention::{
-    AttnParams, AttnQuery, AttnScratch, ISAS, KvDtype, PagedKvCache, paged_attention_scratch,
-    paged_attention_with,
+    AttnParams, AttnQuery, AttnScratch, ISAS, KvDtype, PagedKvCache, SeqId,
+    paged_attention_scratch, paged_attention_with,
 };
 use tiletune_kernels::eltwise::available_isas;
 use tiletune_kernels::pool::pool;
@@ -96,6 +96,34 @@ fn assert_warm(what: &str, threads: usize, entries: usize, mut run: impl FnMut(&
     }
 }
 
+/// On every lane, with and without a KV split and returned probabilities,
+/// a warmed call of `query` allocates nothing.
+#[allow(clippy::too_many_arguments)]
+fn every_lane_warm(
+    what: &str,
+    lanes: &[(Isa, usize)],
+    cache: &PagedKvCache,
+    seq: SeqId,
+    query: &AttnQuery,
+    q: &[f32],
+    out: &mut [f32],
+    probs: &mut [f32],
+) {
+    for &(isa, threads) in lanes {
+        for kv_block in [0, 16] {
+            let p = AttnParams { threads, kv_block };
+            for with_probs in [false, true] {
+                let what = format!("{what} {isa} {p:?} probs {with_probs}");
+                let entries = 1 + usize::from(kv_block > 0) + usize::from(with_probs);
+                assert_warm(&what, threads, entries, |s| {
+                    let pr = with_probs.then_some(&mut probs[..]);
+                    paged_attention_scratch(cache, seq, 0, query, q, out, pr, isa, &p, s).unwrap();
+                });
+            }
+        }
+    }
+}
+
 #[test]
 fn warmed_attention_allocates_nothing() {
     // Start every worker of the pools first: a pool is built once per
@@ -126,43 +154,15 @@ fn warmed_attention_allocates_nothing() {
         let mut out = vec![0.0; q.len()];
         let mut probs = vec![0.0; nq * prompt * prompt];
         let query = AttnQuery::new(nq, prompt, 0, hd);
-        for &(isa, threads) in &lanes {
-            for kv_block in [0, 16] {
-                let p = AttnParams { threads, kv_block };
-                for with_probs in [false, true] {
-                    let what = format!("prefill {dtype:?} {isa} {p:?} probs {with_probs}");
-                    let entries = 1 + usize::from(kv_block > 0) + usize::from(with_probs);
-                    assert_warm(&what, threads, entries, |s| {
-                        let pr = with_probs.then_some(&mut probs[..]);
-                        paged_attention_scratch(
-                            &cache, seq, 0, &query, &q, &mut out, pr, isa, &p, s,
-                        )
-                        .unwrap();
-                    });
-                }
-            }
-        }
+        let what = format!("prefill {dtype:?}");
+        every_lane_warm(&what, &lanes, &cache, seq, &query, &q, &mut out, &mut probs);
         cache.append(seq, 0, kd, kd).unwrap();
         let q = rng.vec_f32(nq * hd);
         let mut out = vec![0.0; q.len()];
         let mut probs = vec![0.0; nq * total];
         let query = AttnQuery::new(nq, 1, prompt, hd);
-        for &(isa, threads) in &lanes {
-            for kv_block in [0, 16] {
-                let p = AttnParams { threads, kv_block };
-                for with_probs in [false, true] {
-                    let what = format!("decode {dtype:?} {isa} {p:?} probs {with_probs}");
-                    let entries = 1 + usize::from(kv_block > 0) + usize::from(with_probs);
-                    assert_warm(&what, threads, entries, |s| {
-                        let pr = with_probs.then_some(&mut probs[..]);
-                        paged_attention_scratch(
-                            &cache, seq, 0, &query, &q, &mut out, pr, isa, &p, s,
-                        )
-                        .unwrap();
-                    });
-                }
-            }
-        }
+        let what = format!("decode {dtype:?}");
+        every_lane_warm(&what, &lanes, &cache, seq, &query, &q, &mut out, &mut probs);
         // The counter does see the buffers the fresh-scratch entry point makes.
         let before = allocs();
         let p = AttnParams {

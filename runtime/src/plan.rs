@@ -1000,19 +1000,13 @@ mod tests {
         budget: usize,
         winners: &[(usize, Placement)],
     ) -> (PathBuf, Vec<Problem>) {
-        use tiletune_tables::{Candidate, Selection, SocRecord};
+        use tiletune_tables::{Candidate, Selection};
         let dir = ps_dir(tag);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("sel.db");
         let mut db = SelectorDb::open(&path).unwrap();
-        db.register_soc(&SocRecord {
-            fingerprint: "soc".into(),
-            name: "test".into(),
-            probe: json!({}),
-            first_seen: 0,
-        })
-        .unwrap();
+        register_soc(&mut db, "soc");
         let gp = GemvParams {
             nr: 2,
             unroll: 1,
@@ -1044,6 +1038,16 @@ mod tests {
             problems.push(problem);
         }
         (path, problems)
+    }
+
+    fn register_soc(db: &mut SelectorDb, fingerprint: &str) {
+        db.register_soc(&tiletune_tables::SocRecord {
+            fingerprint: fingerprint.into(),
+            name: "test".into(),
+            probe: json!({}),
+            first_seen: 0,
+        })
+        .unwrap();
     }
 
     fn ps_dir(tag: &str) -> PathBuf {
@@ -1195,41 +1199,7 @@ mod tests {
 
     #[test]
     fn tuned_and_nearest_selections_are_used() {
-        use tiletune_tables::{Candidate, Selection, SocRecord};
-        let dir = std::env::temp_dir().join(format!("tt-plan-db-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("sel.db");
-        {
-            let mut db = SelectorDb::open(&path).unwrap();
-            db.register_soc(&SocRecord {
-                fingerprint: "soc".into(),
-                name: "test".into(),
-                probe: json!({}),
-                first_seen: 0,
-            })
-            .unwrap();
-            let gp = GemvParams {
-                nr: 2,
-                unroll: 1,
-                prefetch: 0,
-                kc: 0,
-            };
-            let winner = Candidate::new("scalar", serde_json::to_value(gp).unwrap(), 1).unwrap();
-            db.put_selection(&Selection {
-                soc: "soc".into(),
-                kernel_abi: KERNEL_ABI,
-                problem: Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
-                thread_budget: 2,
-                winner,
-                median_ns: 10.0,
-                default_ns: None,
-                speedup: None,
-                campaign: None,
-                selected_at: 0,
-            })
-            .unwrap();
-        }
+        let (path, _) = placed_db("db", 2, &[(64, Placement::unpinned(1).unwrap())]);
         let mut ps = problems();
         ps.push(Problem::new("gemv", "f32", [("n", 128), ("k", 32)]).unwrap());
         let p = ExecutionPlan::build(&ps, "soc", &CpuCaps::default(), &opts(path.clone()));
@@ -1252,13 +1222,7 @@ mod tests {
         // and the status says why.
         {
             let mut db = SelectorDb::open(&path).unwrap();
-            db.register_soc(&SocRecord {
-                fingerprint: "soc2".into(),
-                name: "test".into(),
-                probe: json!({}),
-                first_seen: 0,
-            })
-            .unwrap();
+            register_soc(&mut db, "soc2");
             let mut old = db.selections(Some("soc")).unwrap().remove(0);
             old.soc = "soc2".into();
             old.kernel_abi = KERNEL_ABI - 1;
@@ -1273,6 +1237,6 @@ mod tests {
             "{}",
             stale.db_status
         );
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(ps_dir("db"));
     }
 }

@@ -169,6 +169,15 @@ fn weight_bytes(cfg: &ModelConfig, g: &GgufFile, p: &ExecutionPlan) -> usize {
     FastModel::new(cfg, g, p, 64).unwrap().weight_bytes()
 }
 
+/// The formats both equality tests run: the nibble kinds (with and
+/// without a min, with a fifth-bit plane) and int8.
+const FORMATS: [QuantFormat; 4] = [
+    QuantFormat::Q4_0,
+    QuantFormat::Q4_1,
+    QuantFormat::Q5_0,
+    QuantFormat::Q8_0,
+];
+
 /// Decode (m = 1) runs the GEMM on the packed copy, which is then the only
 /// copy kept (a tied embedding looks its rows up in it): its logits equal
 /// the per-row scalar GEMV's step by step, and the weights held are the
@@ -179,12 +188,7 @@ fn gemm_decode_equals_per_row_decode_and_keeps_one_copy() {
     let tokens: Vec<u32> = (0..9).map(|i| (i * 11 + 5) % 40).collect();
     for arch in [Arch::Llama, Arch::Qwen2] {
         let cfg = config(arch);
-        for fmt in [
-            QuantFormat::Q4_0,
-            QuantFormat::Q4_1,
-            QuantFormat::Q5_0,
-            QuantFormat::Q8_0,
-        ] {
+        for fmt in FORMATS {
             let g = gguf(&cfg, fmt, 47);
             let problems = kernel_problems(&g).unwrap();
             let gemm = plan(&g, std::env::temp_dir().join("tt-qgemm-decode-no-such.db"));
@@ -240,12 +244,7 @@ fn gemm_prefill_equals_per_row_scalar_gemv_prefill() {
     let tokens: Vec<u32> = (0..19).map(|i| (i * 7 + 3) % 40).collect();
     for arch in [Arch::Llama, Arch::Qwen2] {
         let cfg = config(arch);
-        for fmt in [
-            QuantFormat::Q4_0,
-            QuantFormat::Q4_1,
-            QuantFormat::Q5_0,
-            QuantFormat::Q8_0,
-        ] {
+        for fmt in FORMATS {
             let g = gguf(&cfg, fmt, 31);
             let problems = kernel_problems(&g).unwrap();
             let none = std::env::temp_dir().join("tt-qgemm-prefill-no-such.db");

@@ -52,6 +52,24 @@ pub struct Machine {
     pub seed: u64,
 }
 
+impl Machine {
+    /// A 2-core machine with a 1 MiB LLC, for tests: its cold-cache
+    /// rotations stay small.
+    #[doc(hidden)]
+    pub fn small_for_tests(seed: u64) -> Machine {
+        Machine {
+            caps: CpuCaps {
+                l1d: 32 << 10,
+                l2: 256 << 10,
+                l3: 1 << 20,
+                cores: 2,
+            },
+            max_threads: 2,
+            seed,
+        }
+    }
+}
+
 /// Builds the problem for `spec` on this machine.
 pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>, TunerError> {
     let unsupported = || TunerError::UnsupportedDtype {
@@ -546,16 +564,7 @@ mod tests {
     use super::*;
 
     fn machine() -> Machine {
-        Machine {
-            caps: CpuCaps {
-                l1d: 32 << 10,
-                l2: 256 << 10,
-                l3: 1 << 20,
-                cores: 2,
-            },
-            max_threads: 2,
-            seed: 7,
-        }
+        Machine::small_for_tests(7)
     }
 
     #[test]

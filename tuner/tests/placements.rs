@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tiletune_bench::MeasureConfig;
 use tiletune_bench::pin::{affinity, affinity_of};
-use tiletune_kernels::CpuCaps;
 use tiletune_soc::SocInfo;
 use tiletune_tables::{
     Campaign, Lookup, Placement, Problem, SelectorDb, SocRecord, read_export, write_export,
@@ -50,16 +49,7 @@ fn have_two_cpus() -> bool {
 }
 
 fn machine() -> Machine {
-    Machine {
-        caps: CpuCaps {
-            l1d: 32 << 10,
-            l2: 256 << 10,
-            l3: 1 << 20,
-            cores: 2,
-        },
-        max_threads: 2,
-        seed: 3,
-    }
+    Machine::small_for_tests(3)
 }
 
 fn problem() -> Problem {

@@ -836,19 +836,9 @@ impl KernelProblem for MatmulRopeOne {
 mod tests {
     use super::super::{OneConfig, instantiate_one, parse_bench_problem_with};
     use super::*;
-    use tiletune_kernels::CpuCaps;
 
     fn machine() -> Machine {
-        Machine {
-            caps: CpuCaps {
-                l1d: 32 << 10,
-                l2: 256 << 10,
-                l3: 1 << 20,
-                cores: 2,
-            },
-            max_threads: 2,
-            seed: 5,
-        }
+        Machine::small_for_tests(5)
     }
 
     fn build(

@@ -765,16 +765,7 @@ mod tests {
     use super::*;
 
     fn machine() -> Machine {
-        Machine {
-            caps: CpuCaps {
-                l1d: 32 << 10,
-                l2: 256 << 10,
-                l3: 1 << 20,
-                cores: 2,
-            },
-            max_threads: 2,
-            seed: 3,
-        }
+        Machine::small_for_tests(3)
     }
 
     fn one(spec: &Problem, cfg: &OneConfig) -> Box<dyn KernelProblem> {
