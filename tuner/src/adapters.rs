@@ -233,14 +233,12 @@ impl Measure for HarnessMeasure {
         } else {
             self.budget.max(self.threads)
         };
-        if size <= 1 {
-            return measure_here(cfg, Vec::new(), pin, run);
-        }
+        // With more than one thread the measuring thread becomes one of the
+        // workers, so it is in `tids`: its counters are the caller's (the
+        // counter set skips the duplicate) and, when pinned, it gets its
+        // worker's one CPU, as `pool::pin_workers` gives it in the runtime.
+        // One thread runs inline on the caller, with no workers.
         let tids = crate::families::worker_tids(size);
-        // The measuring thread becomes one of the workers, so it is in
-        // `tids`: its counters are the caller's (the counter set skips the
-        // duplicate) and, when pinned, it gets its worker's one CPU, as
-        // `pool::pin_workers` gives it in the runtime.
         tiletune_kernels::pool::install_awake(size, move || measure_here(cfg, tids, pin, run))
     }
 
