@@ -24,25 +24,40 @@ fn hsum_i32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// Prefetches byte `at` of each of the `NR` weight rows (`pf` = 0: none).
+/// A prefetch never faults, so `at` may run past the rows.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn prefetch<const NR: usize>(w: &[i8], k: usize, at: usize, pf: usize) {
+    if pf > 0 {
+        for c in 0..NR {
+            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(c * k + at));
+        }
+    }
+}
+
 /// # Safety
 /// Needs AVX2; `a` holds `MR` rows of `k`, `w` holds `NR` rows of `k`.
 #[target_feature(enable = "avx2")]
-unsafe fn tile_avx2<const MR: usize, const NR: usize>(
+unsafe fn tile_avx2<const MR: usize, const NR: usize, const U: usize>(
     a: &[i8],
     w: &[i8],
     k: usize,
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     debug_assert!(a.len() >= MR * k && w.len() >= NR * k);
-    let mut v = [[_mm256_setzero_si256(); NR]; MR];
-    let kv = k / 16 * 16;
-    let mut t = 0;
-    while t < kv {
-        // SAFETY: t + 16 <= k, so each 16-byte load stays inside its row.
+    let mut v = [[[_mm256_setzero_si256(); NR]; MR]; U];
+    // Bytes t..t + 16 of every row into accumulator set u.
+    let mut step = |u: usize, t: usize| {
+        if t.is_multiple_of(64) {
+            prefetch::<NR>(w, k, t + pf, pf);
+        }
+        // SAFETY: the callers keep t + 16 <= k, so each load stays inside its row.
         let wv: [__m256i; NR] = std::array::from_fn(|c| unsafe {
             _mm256_cvtepi8_epi16(_mm_loadu_si128(w.as_ptr().add(c * k + t).cast()))
         });
-        for (r, vr) in v.iter_mut().enumerate() {
+        for (r, vr) in v[u].iter_mut().enumerate() {
             // SAFETY: as above.
             let av =
                 unsafe { _mm256_cvtepi8_epi16(_mm_loadu_si128(a.as_ptr().add(r * k + t).cast())) };
@@ -50,6 +65,17 @@ unsafe fn tile_avx2<const MR: usize, const NR: usize>(
                 *vc = _mm256_add_epi32(*vc, _mm256_madd_epi16(av, wv[c]));
             }
         }
+    };
+    let kv = k / 16 * 16;
+    let mut t = 0;
+    while t + 16 * U <= kv {
+        for u in 0..U {
+            step(u, t + 16 * u);
+        }
+        t += 16 * U;
+    }
+    while t < kv {
+        step(0, t);
         t += 16;
     }
     for r in 0..MR {
@@ -57,7 +83,8 @@ unsafe fn tile_avx2<const MR: usize, const NR: usize>(
             let tail: i32 = (kv..k)
                 .map(|t| a[r * k + t] as i32 * w[c * k + t] as i32)
                 .sum();
-            acc[r * NR + c] = hsum_i32(v[r][c]) + tail;
+            let s = (1..U).fold(v[0][r][c], |s, u| _mm256_add_epi32(s, v[u][r][c]));
+            acc[r * NR + c] = hsum_i32(s) + tail;
         }
     }
 }
@@ -66,22 +93,27 @@ unsafe fn tile_avx2<const MR: usize, const NR: usize>(
 /// Needs AVX2 + AVX-VNNI; shapes as in [`tile_avx2`]; `wsum[c]` is the exact
 /// sum of weight row `c`.
 #[target_feature(enable = "avx2,avxvnni")]
-unsafe fn tile_vnni<const MR: usize, const NR: usize>(
+unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
     a: &[i8],
     w: &[i8],
     wsum: &[i32],
     k: usize,
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     debug_assert!(a.len() >= MR * k && w.len() >= NR * k && wsum.len() >= NR);
     let flip = _mm256_set1_epi8(-128);
-    let mut v = [[_mm256_setzero_si256(); NR]; MR];
-    let kv = k / 32 * 32;
-    let mut step = |ap: [*const i8; MR], wp: [*const i8; NR]| {
+    let mut v = [[[_mm256_setzero_si256(); NR]; MR]; U];
+    // 32 bytes of every row into accumulator set u; `at` (the offset in the
+    // rows) places the prefetch.
+    let mut step = |u: usize, at: usize, ap: [*const i8; MR], wp: [*const i8; NR]| {
+        if at.is_multiple_of(64) {
+            prefetch::<NR>(w, k, at + pf, pf);
+        }
         // SAFETY: the callers pass pointers to 32 readable bytes.
         let wv: [__m256i; NR] =
             std::array::from_fn(|c| unsafe { _mm256_loadu_si256(wp[c].cast()) });
-        for (r, vr) in v.iter_mut().enumerate() {
+        for (r, vr) in v[u].iter_mut().enumerate() {
             // SAFETY: as above.
             let au = _mm256_xor_si256(unsafe { _mm256_loadu_si256(ap[r].cast()) }, flip);
             for (c, vc) in vr.iter_mut().enumerate() {
@@ -89,13 +121,26 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize>(
             }
         }
     };
-    let mut t = 0;
-    while t < kv {
-        // SAFETY: t + 32 <= k keeps every pointer's 32 bytes inside its row.
-        step(
+    let kv = k / 32 * 32;
+    // SAFETY (both loops): t + 32 <= kv <= k keeps every pointer's 32 bytes
+    // inside its row.
+    let at = |t: usize| -> ([*const i8; MR], [*const i8; NR]) {
+        (
             std::array::from_fn(|r| unsafe { a.as_ptr().add(r * k + t) }),
             std::array::from_fn(|c| unsafe { w.as_ptr().add(c * k + t) }),
-        );
+        )
+    };
+    let mut t = 0;
+    while t + 32 * U <= kv {
+        for u in 0..U {
+            let (ap, wp) = at(t + 32 * u);
+            step(u, t + 32 * u, ap, wp);
+        }
+        t += 32 * U;
+    }
+    while t < kv {
+        let (ap, wp) = at(t);
+        step(0, t, ap, wp);
         t += 32;
     }
     if kv < k {
@@ -109,18 +154,22 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize>(
             b[..n].copy_from_slice(&w[c * k + kv..c * k + k]);
         }
         step(
+            0,
+            kv,
             std::array::from_fn(|r| ab[r].as_ptr()),
             std::array::from_fn(|c| wb[c].as_ptr()),
         );
     }
     for r in 0..MR {
         for c in 0..NR {
-            acc[r * NR + c] = hsum_i32(v[r][c]).wrapping_sub(wsum[c].wrapping_mul(128));
+            let s = (1..U).fold(v[0][r][c], |s, u| _mm256_add_epi32(s, v[u][r][c]));
+            acc[r * NR + c] = hsum_i32(s).wrapping_sub(wsum[c].wrapping_mul(128));
         }
     }
 }
 
-/// AVX2 tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`.
+/// AVX2 tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+/// `pf` bytes ahead in each weight row.
 ///
 /// # Safety
 /// Needs AVX2; `a` holds `mr` rows of `k`, `w` holds `nr` rows of `k`.
@@ -129,24 +178,25 @@ pub unsafe fn tile(
     w: &[i8],
     _wsum: &[i32],
     k: usize,
-    mr: usize,
-    nr: usize,
+    (mr, nr): (usize, usize),
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match (mr, nr) {
-            (1, 1) => tile_avx2::<1, 1>(a, w, k, acc),
-            (1, 2) => tile_avx2::<1, 2>(a, w, k, acc),
-            (1, 4) => tile_avx2::<1, 4>(a, w, k, acc),
-            (2, 1) => tile_avx2::<2, 1>(a, w, k, acc),
-            (2, 2) => tile_avx2::<2, 2>(a, w, k, acc),
-            _ => tile_avx2::<2, 4>(a, w, k, acc),
+            (1, 1) => tile_avx2::<1, 1, 4>(a, w, k, pf, acc),
+            (1, 2) => tile_avx2::<1, 2, 2>(a, w, k, pf, acc),
+            (1, 4) => tile_avx2::<1, 4, 1>(a, w, k, pf, acc),
+            (2, 1) => tile_avx2::<2, 1, 2>(a, w, k, pf, acc),
+            (2, 2) => tile_avx2::<2, 2, 1>(a, w, k, pf, acc),
+            _ => tile_avx2::<2, 4, 1>(a, w, k, pf, acc),
         }
     }
 }
 
-/// AVX-VNNI tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`.
+/// AVX-VNNI tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+/// `pf` bytes ahead in each weight row.
 ///
 /// # Safety
 /// Needs AVX2 + AVX-VNNI; shapes as in [`tile`]; `wsum` holds the `nr` exact
@@ -156,19 +206,19 @@ pub unsafe fn tile_avxvnni(
     w: &[i8],
     wsum: &[i32],
     k: usize,
-    mr: usize,
-    nr: usize,
+    (mr, nr): (usize, usize),
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match (mr, nr) {
-            (1, 1) => tile_vnni::<1, 1>(a, w, wsum, k, acc),
-            (1, 2) => tile_vnni::<1, 2>(a, w, wsum, k, acc),
-            (1, 4) => tile_vnni::<1, 4>(a, w, wsum, k, acc),
-            (2, 1) => tile_vnni::<2, 1>(a, w, wsum, k, acc),
-            (2, 2) => tile_vnni::<2, 2>(a, w, wsum, k, acc),
-            _ => tile_vnni::<2, 4>(a, w, wsum, k, acc),
+            (1, 1) => tile_vnni::<1, 1, 4>(a, w, wsum, k, pf, acc),
+            (1, 2) => tile_vnni::<1, 2, 2>(a, w, wsum, k, pf, acc),
+            (1, 4) => tile_vnni::<1, 4, 1>(a, w, wsum, k, pf, acc),
+            (2, 1) => tile_vnni::<2, 1, 2>(a, w, wsum, k, pf, acc),
+            (2, 2) => tile_vnni::<2, 2, 1>(a, w, wsum, k, pf, acc),
+            _ => tile_vnni::<2, 4, 1>(a, w, wsum, k, pf, acc),
         }
     }
 }

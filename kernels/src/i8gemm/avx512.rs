@@ -19,25 +19,41 @@ fn mask64(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
 }
 
+/// Prefetches byte `at` of each of the `NR` weight rows (`pf` = 0: none).
+/// A prefetch never faults, so `at` may run past the rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn prefetch<const NR: usize>(w: &[i8], k: usize, at: usize, pf: usize) {
+    if pf > 0 {
+        for c in 0..NR {
+            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(c * k + at));
+        }
+    }
+}
+
 /// # Safety
 /// Needs AVX-512 F/BW/VL; `a` holds `MR` rows of `k`, `w` holds `NR` rows of `k`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn tile_512<const MR: usize, const NR: usize>(
+unsafe fn tile_512<const MR: usize, const NR: usize, const U: usize>(
     a: &[i8],
     w: &[i8],
     k: usize,
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     debug_assert!(a.len() >= MR * k && w.len() >= NR * k);
-    let mut v = [[_mm512_setzero_si512(); NR]; MR];
-    let mut t = 0;
-    while t < k {
+    let mut v = [[[_mm512_setzero_si512(); NR]; MR]; U];
+    // Bytes t..t + 32 of every row into accumulator set u (zero-masked past k).
+    let mut step = |u: usize, t: usize| {
         let m = mask64(k - t) as u32;
+        if t.is_multiple_of(64) {
+            prefetch::<NR>(w, k, t + pf, pf);
+        }
         // SAFETY: the mask limits the load to bytes t..min(t + 32, k) of the row.
         let wv: [__m512i; NR] = std::array::from_fn(|c| unsafe {
             _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w.as_ptr().add(c * k + t)))
         });
-        for (r, vr) in v.iter_mut().enumerate() {
+        for (r, vr) in v[u].iter_mut().enumerate() {
             // SAFETY: as above.
             let av = unsafe {
                 _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, a.as_ptr().add(r * k + t)))
@@ -46,11 +62,22 @@ unsafe fn tile_512<const MR: usize, const NR: usize>(
                 *vc = _mm512_add_epi32(*vc, _mm512_madd_epi16(av, wv[c]));
             }
         }
+    };
+    let mut t = 0;
+    while t + 32 * U <= k {
+        for u in 0..U {
+            step(u, t + 32 * u);
+        }
+        t += 32 * U;
+    }
+    while t < k {
+        step(0, t);
         t += 32;
     }
     for r in 0..MR {
         for c in 0..NR {
-            acc[r * NR + c] = _mm512_reduce_add_epi32(v[r][c]);
+            let s = (1..U).fold(v[0][r][c], |s, u| _mm512_add_epi32(s, v[u][r][c]));
+            acc[r * NR + c] = _mm512_reduce_add_epi32(s);
         }
     }
 }
@@ -59,25 +86,27 @@ unsafe fn tile_512<const MR: usize, const NR: usize>(
 /// Needs AVX-512 F/BW/VL + VNNI; shapes as in [`tile_512`]; `wsum[c]` is the
 /// exact sum of weight row `c`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile_vnni<const MR: usize, const NR: usize>(
+unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
     a: &[i8],
     w: &[i8],
     wsum: &[i32],
     k: usize,
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     debug_assert!(a.len() >= MR * k && w.len() >= NR * k && wsum.len() >= NR);
     let flip = _mm512_set1_epi8(-128);
-    let mut v = [[_mm512_setzero_si512(); NR]; MR];
-    let mut t = 0;
-    while t < k {
+    let mut v = [[[_mm512_setzero_si512(); NR]; MR]; U];
+    // Bytes t..t + 64 of every row into accumulator set u.
+    let mut step = |u: usize, t: usize| {
         let m = mask64(k - t);
+        prefetch::<NR>(w, k, t + pf, pf);
         // SAFETY: the mask limits the load to bytes t..min(t + 64, k) of the row;
         // masked-off weight bytes are zero, so their (flipped) activations add nothing.
         let wv: [__m512i; NR] = std::array::from_fn(|c| unsafe {
             _mm512_maskz_loadu_epi8(m, w.as_ptr().add(c * k + t))
         });
-        for (r, vr) in v.iter_mut().enumerate() {
+        for (r, vr) in v[u].iter_mut().enumerate() {
             // SAFETY: as above.
             let au = _mm512_xor_si512(
                 unsafe { _mm512_maskz_loadu_epi8(m, a.as_ptr().add(r * k + t)) },
@@ -87,17 +116,28 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize>(
                 *vc = _mm512_dpbusd_epi32(*vc, au, wv[c]);
             }
         }
+    };
+    let mut t = 0;
+    while t + 64 * U <= k {
+        for u in 0..U {
+            step(u, t + 64 * u);
+        }
+        t += 64 * U;
+    }
+    while t < k {
+        step(0, t);
         t += 64;
     }
     for r in 0..MR {
         for c in 0..NR {
-            acc[r * NR + c] =
-                _mm512_reduce_add_epi32(v[r][c]).wrapping_sub(wsum[c].wrapping_mul(128));
+            let s = (1..U).fold(v[0][r][c], |s, u| _mm512_add_epi32(s, v[u][r][c]));
+            acc[r * NR + c] = _mm512_reduce_add_epi32(s).wrapping_sub(wsum[c].wrapping_mul(128));
         }
     }
 }
 
-/// AVX-512 tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`.
+/// AVX-512 tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+/// `pf` bytes ahead in each weight row.
 ///
 /// # Safety
 /// Needs AVX-512 F/BW/VL; `a` holds `mr` rows of `k`, `w` holds `nr` rows of `k`.
@@ -106,24 +146,25 @@ pub unsafe fn tile(
     w: &[i8],
     _wsum: &[i32],
     k: usize,
-    mr: usize,
-    nr: usize,
+    (mr, nr): (usize, usize),
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match (mr, nr) {
-            (1, 1) => tile_512::<1, 1>(a, w, k, acc),
-            (1, 2) => tile_512::<1, 2>(a, w, k, acc),
-            (1, 4) => tile_512::<1, 4>(a, w, k, acc),
-            (2, 1) => tile_512::<2, 1>(a, w, k, acc),
-            (2, 2) => tile_512::<2, 2>(a, w, k, acc),
-            _ => tile_512::<2, 4>(a, w, k, acc),
+            (1, 1) => tile_512::<1, 1, 4>(a, w, k, pf, acc),
+            (1, 2) => tile_512::<1, 2, 2>(a, w, k, pf, acc),
+            (1, 4) => tile_512::<1, 4, 1>(a, w, k, pf, acc),
+            (2, 1) => tile_512::<2, 1, 2>(a, w, k, pf, acc),
+            (2, 2) => tile_512::<2, 2, 1>(a, w, k, pf, acc),
+            _ => tile_512::<2, 4, 1>(a, w, k, pf, acc),
         }
     }
 }
 
-/// AVX-512 VNNI tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`.
+/// AVX-512 VNNI tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+/// `pf` bytes ahead in each weight row.
 ///
 /// # Safety
 /// Needs AVX-512 F/BW/VL + VNNI; shapes as in [`tile`]; `wsum` holds the `nr`
@@ -133,19 +174,19 @@ pub unsafe fn tile_vnni512(
     w: &[i8],
     wsum: &[i32],
     k: usize,
-    mr: usize,
-    nr: usize,
+    (mr, nr): (usize, usize),
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match (mr, nr) {
-            (1, 1) => tile_vnni::<1, 1>(a, w, wsum, k, acc),
-            (1, 2) => tile_vnni::<1, 2>(a, w, wsum, k, acc),
-            (1, 4) => tile_vnni::<1, 4>(a, w, wsum, k, acc),
-            (2, 1) => tile_vnni::<2, 1>(a, w, wsum, k, acc),
-            (2, 2) => tile_vnni::<2, 2>(a, w, wsum, k, acc),
-            _ => tile_vnni::<2, 4>(a, w, wsum, k, acc),
+            (1, 1) => tile_vnni::<1, 1, 4>(a, w, wsum, k, pf, acc),
+            (1, 2) => tile_vnni::<1, 2, 2>(a, w, wsum, k, pf, acc),
+            (1, 4) => tile_vnni::<1, 4, 1>(a, w, wsum, k, pf, acc),
+            (2, 1) => tile_vnni::<2, 1, 2>(a, w, wsum, k, pf, acc),
+            (2, 2) => tile_vnni::<2, 2, 1>(a, w, wsum, k, pf, acc),
+            _ => tile_vnni::<2, 4, 1>(a, w, wsum, k, pf, acc),
         }
     }
 }

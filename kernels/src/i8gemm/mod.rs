@@ -19,6 +19,12 @@
 //! Loop order: weight rows are split over `threads` workers; each worker
 //! walks its weight rows `nr` at a time and, for each such weight tile
 //! (`nr · k` bytes, L1-resident), sweeps all activation rows `mr` at a time.
+//! A GEMV streams the weights from DRAM once, so its tile is made for the
+//! stream: `nr` 1 (one linear stream, which the hardware prefetcher follows
+//! best), the k loop split over up to four independent accumulators (one
+//! `vpdpbusd` chain per 64 bytes held ~44 GB/s even from L2), and x86
+//! software prefetch [`I8GemmParams::pf`] bytes ahead. Integer sums are
+//! exact in any order, so neither changes a result.
 //!
 //! Accumulators are exact while `k · 128 · 255 < 2³¹` (the VNNI offset
 //! trick's worst case), so `k` is limited to [`MAX_K`].
@@ -195,7 +201,21 @@ pub struct I8GemmParams {
     pub mr: usize,
     /// Weight rows (output channels) per tile: 1, 2 or 4.
     pub nr: usize,
+    /// How many bytes ahead in each weight row the x86 tiles prefetch (0:
+    /// none), one of [`PREFETCHES`]. A GEMV streams its weights from DRAM
+    /// once, and one core's hardware prefetcher keeps too few lines in
+    /// flight for the `nr` row streams: at 1×14336×4096, one thread, `nr` 1
+    /// went from ~10 to ~40 GB/s with 8 KiB. The best distance depends on
+    /// `nr`, `k` and the memory system, so it is tuned. NEON and scalar
+    /// ignore it. Tables from before it existed read as 0, what those
+    /// kernels did.
+    #[serde(default)]
+    pub pf: usize,
 }
+
+/// The prefetch distances (bytes ahead in a weight row) the x86 tiles are
+/// tuned over.
+pub const PREFETCHES: [usize; 4] = [0, 4096, 8192, 16384];
 
 /// What [`I8GemmParams`] are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,8 +234,18 @@ impl Tunable for I8GemmParams {
     /// needs two activation rows, so `mr = 2` whenever m ≥ 2. The `nr`
     /// weight rows (`nr · k` bytes) are re-read for every activation tile,
     /// so `nr` drops to 2 when four rows would not fit in half of L1D.
+    /// A GEMV (m = 1) reuses nothing: it reads one row at a time (`nr` 1,
+    /// with four accumulators), a single linear stream the prefetcher
+    /// follows best, prefetched 8 KiB ahead on x86.
     fn default_for(shape: &I8GemmShape, cpu: &CpuCaps) -> Self {
-        let mr = if shape.m >= 2 { 2 } else { 1 };
+        let pf = if prefetches(Isa::best_of(variants())) {
+            8192
+        } else {
+            0
+        };
+        if shape.m <= 1 {
+            return I8GemmParams { mr: 1, nr: 1, pf };
+        }
         let nr = if shape.n < 2 {
             1
         } else if shape.n < 4 || 4 * shape.k > cpu.l1d / 2 {
@@ -223,14 +253,23 @@ impl Tunable for I8GemmParams {
         } else {
             4
         };
-        I8GemmParams { mr, nr }
+        I8GemmParams { mr: 2, nr, pf }
     }
 
+    /// Every tile that uses its rows (no `mr` 2 for a GEMV) × the prefetch
+    /// distances, where the best variant reads them.
     fn candidates(shape: &I8GemmShape, cpu: &CpuCaps) -> Vec<Self> {
+        let pfs: &[usize] = if prefetches(Isa::best_of(variants())) {
+            &PREFETCHES
+        } else {
+            &[0]
+        };
         let mut v = Vec::new();
-        for mr in MR_VALUES {
+        for mr in MR_VALUES.into_iter().filter(|&r| r <= shape.m.max(1)) {
             for nr in NR_VALUES {
-                v.push(I8GemmParams { mr, nr });
+                for &pf in pfs {
+                    v.push(I8GemmParams { mr, nr, pf });
+                }
             }
         }
         let d = Self::default_for(shape, cpu);
@@ -241,6 +280,12 @@ impl Tunable for I8GemmParams {
     }
 
     fn validate(&self) -> Result<()> {
+        if !PREFETCHES.contains(&self.pf) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("pf {} must be one of 0, 4096, 8192, 16384", self.pf),
+            });
+        }
         if MR_VALUES.contains(&self.mr) && NR_VALUES.contains(&self.nr) {
             Ok(())
         } else {
@@ -262,12 +307,27 @@ pub const NR_VALUES: [usize; 3] = [1, 2, 4];
 
 impl Default for I8GemmParams {
     fn default() -> Self {
-        I8GemmParams { mr: 2, nr: 4 }
+        I8GemmParams {
+            mr: 2,
+            nr: 4,
+            pf: 0,
+        }
     }
 }
 
+/// Whether `isa`'s tiles read [`I8GemmParams::pf`].
+fn prefetches(isa: Isa) -> bool {
+    matches!(
+        isa,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+    )
+}
+
 /// A micro-tile: `acc[r·nr + c] = Σ_t a[r·k + t] · w[c·k + t]`.
-type TileFn = unsafe fn(&[i8], &[i8], &[i32], usize, usize, usize, &mut [i32; 8]);
+/// Arguments: activation rows, weight rows, weight-row sums, k, `(mr, nr)`,
+/// the prefetch distance in bytes
+/// ([`I8GemmParams::pf`]), read by the x86 tiles only.
+type TileFn = unsafe fn(&[i8], &[i8], &[i32], usize, (usize, usize), usize, &mut [i32; 8]);
 
 /// A raw pointer shared by workers that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -370,13 +430,24 @@ impl I8Gemm {
             Isa::Avx512 => avx512::tile,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => avx512::tile_vnni512,
+            // The NEON tiles do not prefetch (no ARM machine here to tune
+            // a distance on); they ignore `pf`.
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => neon::tile,
+            Isa::Neon => |a, w, s, k, (mr, nr), _pf, acc| {
+                // SAFETY: forwarded; `check` verified the ISA.
+                unsafe { neon::tile(a, w, s, k, mr, nr, acc) }
+            },
             #[cfg(target_arch = "aarch64")]
-            Isa::NeonDotprod => dotprod::tile,
+            Isa::NeonDotprod => |a, w, s, k, (mr, nr), _pf, acc| {
+                // SAFETY: forwarded; `check` verified the ISA.
+                unsafe { dotprod::tile(a, w, s, k, mr, nr, acc) }
+            },
             #[cfg(target_arch = "aarch64")]
-            Isa::NeonI8mm => i8mm::tile,
-            _ => |a, w, s, k, mr, nr, acc| scalar::tile(a, w, s, k, mr, nr, acc),
+            Isa::NeonI8mm => |a, w, s, k, (mr, nr), _pf, acc| {
+                // SAFETY: forwarded; `check` verified the ISA.
+                unsafe { i8mm::tile(a, w, s, k, mr, nr, acc) }
+            },
+            _ => |a, w, s, k, (mr, nr), _pf, acc| scalar::tile(a, w, s, k, mr, nr, acc),
         }
     }
 
@@ -445,7 +516,17 @@ impl I8Gemm {
                 while i < m {
                     let mr = if p.mr == 2 && i + 2 <= m { 2 } else { 1 };
                     // SAFETY: the entry point verified the ISA; the slices hold mr and nr rows of k.
-                    unsafe { tile(&a.q[i * k..(i + mr) * k], ws, sums, k, mr, nr, &mut acc) };
+                    unsafe {
+                        tile(
+                            &a.q[i * k..(i + mr) * k],
+                            ws,
+                            sums,
+                            k,
+                            (mr, nr),
+                            p.pf,
+                            &mut acc,
+                        )
+                    };
                     for rr in 0..mr {
                         for cc in 0..nr {
                             store(i + rr, j + cc, acc[rr * nr + cc]);

@@ -53,7 +53,11 @@ fn every_variant_matches_scalar_edge_sweep() {
     let mut rng = Rng::new(2);
     let tiles: Vec<I8GemmParams> = MR_VALUES
         .iter()
-        .flat_map(|&mr| NR_VALUES.iter().map(move |&nr| I8GemmParams { mr, nr }))
+        .flat_map(|&mr| {
+            NR_VALUES
+                .iter()
+                .map(move |&nr| I8GemmParams { mr, nr, pf: 0 })
+        })
         .collect();
     for m in [1, 2, 3, 5] {
         for n in [1, 3, 8, 17] {
@@ -94,6 +98,39 @@ fn every_variant_matches_scalar_edge_sweep() {
                                     "{isa} {p:?} t{t} m{m} n{n} k{k} asym {asym}"
                                 );
                             }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The long-k paths: the unrolled accumulator sets (4 for `nr` 1, 2 for
+/// `nr` 2 or `mr` 2, up to 256 bytes per round on AVX-512 VNNI) with their
+/// remainders, at every prefetch distance (prefetches past the rows must
+/// not matter).
+#[test]
+fn unrolled_tiles_and_every_prefetch_distance_match_scalar() {
+    let mut rng = Rng::new(5);
+    for k in [255, 256, 257, 520, 1000] {
+        for m in [1, 2] {
+            let (n, asym) = (5, k % 2 == 1);
+            let a = random_qa(&mut rng, m, k, asym);
+            let w = random_qw(&mut rng, n, k);
+            let want = scalar_acc(&a, &w);
+            for isa in isas() {
+                for mr in MR_VALUES {
+                    for nr in NR_VALUES {
+                        for pf in PREFETCHES {
+                            let p = I8GemmParams { mr, nr, pf };
+                            let mut acc = vec![0; m * n];
+                            I8Gemm::new()
+                                .isa(isa)
+                                .params(p)
+                                .run_i32(&a, &w, &mut acc)
+                                .unwrap();
+                            assert_eq!(acc, want, "{isa} {p:?} m{m} k{k}");
                         }
                     }
                 }
@@ -228,9 +265,13 @@ fn bad_input_is_an_error() {
     assert!(g.run_i32(&a, &w, &mut [0; 7]).is_err());
     assert!(g.threads(0).run(&a, &w, None, &mut c).is_err());
     assert!(
-        g.params(I8GemmParams { mr: 3, nr: 4 })
-            .run(&a, &w, None, &mut c)
-            .is_err()
+        g.params(I8GemmParams {
+            mr: 3,
+            nr: 4,
+            pf: 0
+        })
+        .run(&a, &w, None, &mut c)
+        .is_err()
     );
     assert!(quantize_weights(&[0.0; 5], 2, 3).is_err());
     assert!(quantize_activations(&[0.0; 5], 2, 3, true).is_err());
@@ -264,5 +305,12 @@ fn params_contract() {
         let c = I8GemmParams::candidates(&shape, &cpu);
         assert!(c.contains(&d));
         assert!(c.iter().all(|p| p.validate().is_ok()));
+        // A GEMV has one activation row: no 2-row tiles to time.
+        assert_eq!(c.iter().any(|p| p.mr == 2), shape.m >= 2);
     }
+    let ok = I8GemmParams::default();
+    assert!(I8GemmParams { pf: 100, ..ok }.validate().is_err());
+    // Tables from before `pf` existed read as no prefetch.
+    let old: I8GemmParams = serde_json::from_str(r#"{"mr":2,"nr":4}"#).unwrap();
+    assert_eq!(old.pf, 0);
 }
