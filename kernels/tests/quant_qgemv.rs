@@ -9,8 +9,8 @@
 //! exact), so per row `|got − want| ≤ 1e-5 · Σ|w·x| + 1e-6`.
 
 use tiletune_kernels::qgemv::{
-    QGemv, QGemvParams, QGemvShape, QMode, ROWS_PER_BLOCK, activation_format, quantize_activations,
-    scalar, variants,
+    PREFETCHES, QGemv, QGemvParams, QGemvShape, QMode, ROWS_PER_BLOCK, activation_format,
+    quantize_activations, scalar, variants,
 };
 use tiletune_kernels::quant::{self, F16Le, QuantFormat};
 use tiletune_kernels::testing::{Rng, edge_sizes};
@@ -152,13 +152,16 @@ fn every_variant_matches_scalar_over_edge_sweep() {
                 for &isa in &isas {
                     for rows_per_block in ROWS_PER_BLOCK {
                         for threads in [1, 3] {
+                            // Every distance over the sweep (a prefetch past
+                            // the rows must change nothing).
+                            let pf = PREFETCHES[(rows_per_block + threads) % PREFETCHES.len()];
                             let g = QGemv::new(format, mode)
                                 .isa(isa)
-                                .params(QGemvParams { rows_per_block })
+                                .params(QGemvParams { rows_per_block, pf })
                                 .threads(threads);
                             let y = run(g, &w, &x, n);
                             let what = format!(
-                                "{format} {} {isa} n={n} k={k} rpb={rows_per_block} t={threads}",
+                                "{format} {} {isa} n={n} k={k} rpb={rows_per_block} pf={pf} t={threads}",
                                 mode.name()
                             );
                             check_rows(&y, &want, &mag, 1e-5, &what);
@@ -243,8 +246,11 @@ fn bad_inputs_are_errors() {
         Err(KernelError::InvalidShape { .. })
     ));
     assert!(matches!(
-        g.params(QGemvParams { rows_per_block: 3 })
-            .run(&w, &x, &mut y),
+        g.params(QGemvParams {
+            rows_per_block: 3,
+            pf: 0
+        })
+        .run(&w, &x, &mut y),
         Err(KernelError::InvalidParams { .. })
     ));
     assert!(matches!(
@@ -304,4 +310,12 @@ fn params_candidates_are_valid_and_contain_the_default() {
             }
         }
     }
+    let bad = QGemvParams {
+        rows_per_block: 4,
+        pf: 100,
+    };
+    assert!(bad.validate().is_err());
+    // Tables from before `pf` existed read as no prefetch.
+    let old: QGemvParams = serde_json::from_str(r#"{"rows_per_block":2}"#).unwrap();
+    assert_eq!(old.pf, 0);
 }

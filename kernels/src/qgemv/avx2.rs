@@ -9,7 +9,7 @@
 //! `vpmaddubsw` + `vpmaddwd` (AVX2) or `vpdpbusd` (AVX-VNNI) — and the i32
 //! lanes are converted and scaled by `d_w · d_x` once per block.
 
-use super::{A8Rows, Rows, drive};
+use super::{A8Rows, QGemvParams, Rows, drive};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
     BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
@@ -283,7 +283,7 @@ unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `w` holds `y.len()` rows of
 /// `x.len() / block_size` blocks.
-pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) {
     let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
@@ -675,7 +675,7 @@ unsafe fn a8_q6_k<const R: usize>(w: &[BlockQ6K], x: &[BlockQ8K], y: &mut [f32])
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; shapes as in `drive`.
-pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match w {
@@ -751,7 +751,7 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA, F16C and AVX-VNNI; shapes as in `drive`.
-pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match w {

@@ -8,7 +8,7 @@
 //! with zeros. AVX-512BW has no `vpsignb`, so the sign trick uses
 //! `vpabsb` and a masked negate (`x` negated where `w < 0`).
 
-use super::{A8Rows, Rows, drive};
+use super::{A8Rows, QGemvParams, Rows, drive};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, F16Le, KVALUES_MXFP4, QK,
     e8m0_to_f32_half,
@@ -125,7 +125,7 @@ a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
 /// # Safety
 /// The CPU must support the AVX-512 level; `w` holds `y.len()` rows of
 /// `x.len() / block_size` blocks. Other formats fall back to scalar.
-pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) {
     let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
@@ -351,7 +351,7 @@ a8_family!(
 /// # Safety
 /// The CPU must support the AVX-512 level; shapes as in `drive`. Other
 /// formats fall back to scalar.
-pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match w {
@@ -396,7 +396,7 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
 ///
 /// # Safety
 /// The CPU must support the AVX-512 level and AVX512_VNNI; shapes as in `drive`.
-pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match w {

@@ -7,7 +7,7 @@
 //! `#[target_feature(enable = "dotprod")]` function.
 
 use super::neon::{a8_family, kq_family};
-use super::{A8Rows, drive};
+use super::{A8Rows, QGemvParams, drive};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
     BlockQ8_1, BlockQ8K, e8m0_to_f32_half,
@@ -64,7 +64,7 @@ kq_family!("neon,dotprod", dot32_sdot, dot16_sdot, a8_q4_k, a8_q6_k);
 ///
 /// # Safety
 /// The CPU must support FEAT_DotProd; shapes as in `drive`.
-pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match w {

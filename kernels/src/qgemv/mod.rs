@@ -127,10 +127,32 @@ pub struct QGemvParams {
     /// Rows computed together, sharing each load (and, for W·A32, each
     /// conversion) of an activation block: 1, 2 or 4.
     pub rows_per_block: usize,
+    /// How many bytes ahead of each row group the x86 variants prefetch
+    /// the weights (0: none), one of [`PREFETCHES`]. A GGUF tensor's rows
+    /// are contiguous, so the weights are one linear stream; before each
+    /// group of rows the next group's bytes `pf` further on are
+    /// requested, which keeps more lines in flight than one core's
+    /// hardware prefetcher does (see [`drive`]). NEON and scalar ignore
+    /// it. Tables from before it existed read as 0, what those kernels
+    /// did.
+    #[serde(default)]
+    pub pf: usize,
 }
 
 /// The allowed `rows_per_block` values (each has a compiled micro-kernel).
 pub const ROWS_PER_BLOCK: [usize; 3] = [1, 2, 4];
+
+/// The prefetch distances (bytes) the x86 variants are tuned over.
+pub const PREFETCHES: [usize; 4] = [0, 4096, 8192, 16384];
+
+/// Whether `isa`'s variants read [`QGemvParams::pf`] (the prefetch is
+/// issued by the shared driver, on x86 only).
+fn prefetches(isa: Isa) -> bool {
+    matches!(
+        isa,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+    )
+}
 
 /// What [`QGemvParams`] are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +173,8 @@ impl Tunable for QGemvParams {
     /// accumulators + one activation block + temporaries ≤ 16 registers on
     /// AVX2, the smallest). The R weight streams plus `x` must stay in L1D
     /// between blocks; when `x` alone exceeds half of L1D the extra streams
-    /// start evicting it, and R = 2 is the safer start.
+    /// start evicting it, and R = 2 is the safer start. On x86 the stream
+    /// is prefetched 8 KiB ahead.
     fn default_for(shape: &QGemvShape, cpu: &CpuCaps) -> Self {
         let x_bytes = match shape.mode {
             QMode::A32 => 4 * shape.k,
@@ -164,13 +187,28 @@ impl Tunable for QGemvParams {
         } else {
             4
         };
-        QGemvParams { rows_per_block }
+        let pf = if prefetches(Isa::best_of(variants(shape.format, shape.mode))) {
+            8192
+        } else {
+            0
+        };
+        QGemvParams { rows_per_block, pf }
     }
 
+    /// Every row group × the prefetch distances, where the best variant
+    /// reads them.
     fn candidates(shape: &QGemvShape, cpu: &CpuCaps) -> Vec<Self> {
+        let pfs: &[usize] = if prefetches(Isa::best_of(variants(shape.format, shape.mode))) {
+            &PREFETCHES
+        } else {
+            &[0]
+        };
         let mut v: Vec<Self> = ROWS_PER_BLOCK
             .iter()
-            .map(|&rows_per_block| QGemvParams { rows_per_block })
+            .flat_map(|&rows_per_block| {
+                pfs.iter()
+                    .map(move |&pf| QGemvParams { rows_per_block, pf })
+            })
             .collect();
         let d = Self::default_for(shape, cpu);
         if !v.contains(&d) {
@@ -180,6 +218,12 @@ impl Tunable for QGemvParams {
     }
 
     fn validate(&self) -> Result<()> {
+        if !PREFETCHES.contains(&self.pf) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("pf {} must be one of 0, 4096, 8192, 16384", self.pf),
+            });
+        }
         if ROWS_PER_BLOCK.contains(&self.rows_per_block) {
             Ok(())
         } else {
@@ -196,7 +240,10 @@ impl Tunable for QGemvParams {
 
 impl Default for QGemvParams {
     fn default() -> Self {
-        QGemvParams { rows_per_block: 4 }
+        QGemvParams {
+            rows_per_block: 4,
+            pf: 0,
+        }
     }
 }
 
@@ -307,27 +354,51 @@ pub(crate) unsafe fn drive<B, X>(
     x: &[X],
     nb: usize,
     y: &mut [f32],
-    rows_per_block: usize,
+    p: QGemvParams,
     k: [RowKernel<B, X>; 3],
 ) {
     let n = y.len();
     debug_assert_eq!(w.len(), n * nb);
-    let (kr, r) = match rows_per_block {
+    let (kr, r) = match p.rows_per_block {
         4 => (k[2], 4),
         2 => (k[1], 2),
         _ => (k[0], 1),
     };
+    let row_bytes = nb * size_of::<B>();
     let mut i = 0;
     while i + r <= n {
+        prefetch(w, i * row_bytes + p.pf, r * row_bytes, p.pf);
         // SAFETY: the caller guarantees the ISA; slices have R rows.
         unsafe { kr(&w[i * nb..(i + r) * nb], x, &mut y[i..i + r]) };
         i += r;
     }
     while i < n {
+        prefetch(w, i * row_bytes + p.pf, row_bytes, p.pf);
         // SAFETY: as above, one row.
         unsafe { k[0](&w[i * nb..(i + 1) * nb], x, &mut y[i..i + 1]) };
         i += 1;
     }
+}
+
+/// Prefetches (x86) the 64-byte lines of bytes `at .. at + len` of `w`
+/// (`pf` = 0: nothing). Consecutive row groups request consecutive ranges,
+/// so the whole tensor is requested once, `pf` bytes ahead of the rows
+/// being read. A prefetch never faults, so the range may run past `w`.
+#[inline]
+fn prefetch<B>(w: &[B], at: usize, len: usize, pf: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if pf > 0 {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let base = w.as_ptr().cast::<i8>();
+        let mut off = at & !63;
+        while off < at + len {
+            // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off)) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (w, at, len, pf);
 }
 
 /// A configured quantized GEMV (builder style): format, mode, variant,
@@ -459,7 +530,7 @@ impl QGemv {
     fn run_a32(&self, w: &[u8], x: &[f32], y: &mut [f32]) {
         let nb = x.len() / self.format.block_size();
         let rows = Rows::new(self.format, w);
-        let (isa, rpb) = (self.isa, self.params.rows_per_block);
+        let (isa, rpb) = (self.isa, self.params);
         self.split(y, |r, yr| {
             let w = rows.rows(nb, &r);
             match isa {
@@ -480,7 +551,7 @@ impl QGemv {
     fn run_a8(&self, w: &[u8], xq: &[u8], k: usize, y: &mut [f32]) {
         let nb = k / self.format.block_size();
         let rows = A8Rows::new(self.format, w, xq);
-        let (isa, rpb) = (self.isa, self.params.rows_per_block);
+        let (isa, rpb) = (self.isa, self.params);
         self.split(y, |r, yr| {
             let w = rows.rows(nb, &r);
             match isa {

@@ -8,7 +8,7 @@
 //! `d_w · d_x`. The W·A8 kernel body is shared with `dotprod.rs` through
 //! [`a8_family`], which only swaps the block dot product.
 
-use super::{A8Rows, Rows, drive};
+use super::{A8Rows, QGemvParams, Rows, drive};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
     BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
@@ -294,7 +294,7 @@ unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
 /// # Safety
 /// `w` holds `y.len()` rows of `x.len() / block_size` blocks (NEON is
 /// baseline on aarch64).
-pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) {
     let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
@@ -648,7 +648,7 @@ kq_family!("neon", dot32_smull, dot16_smull, a8_q4_k, a8_q6_k);
 ///
 /// # Safety
 /// Shapes as in `drive`.
-pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: usize) {
+pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match w {

@@ -150,13 +150,17 @@ impl RepackedQ4_0x4 {
         }
         // The n % 4 leftover rows use the plain kernels of the same level.
         let tail_rows = A8Rows::Q4_0(&self.tail, x);
+        let one = super::QGemvParams {
+            rows_per_block: 1,
+            pf: 0,
+        };
         match isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: availability checked above.
-            Isa::Avx2 => unsafe { super::avx2::gemv_a8(tail_rows, yt, 1) },
+            Isa::Avx2 => unsafe { super::avx2::gemv_a8(tail_rows, yt, one) },
             #[cfg(target_arch = "aarch64")]
             // SAFETY: availability checked above.
-            Isa::NeonDotprod => unsafe { super::dotprod::gemv_a8(tail_rows, yt, 1) },
+            Isa::NeonDotprod => unsafe { super::dotprod::gemv_a8(tail_rows, yt, one) },
             _ => scalar::gemv_a8(tail_rows, yt),
         }
         Ok(())
