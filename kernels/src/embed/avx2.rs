@@ -1,44 +1,39 @@
 //! AVX2 + FMA LM-head GEMV over the bit-packed table.
 //!
 //! Eight values of one row span exactly `B` bytes (8·B bits, byte-aligned
-//! because the row offset of value 8·j is j·B bytes). They are read as one
-//! little-endian u64; values 0..4 sit in its low 4·B bits and values 4..8 in
-//! the next 4·B (both < 32 bits for B ≤ 7), so the two halves are broadcast
-//! to four lanes each and `vpsrlvd` by (0, B, 2B, 3B) + mask unpacks all
-//! eight in registers. B is a const generic, so each width 1..=7 gets its
-//! own kernel with constant shifts and masks (for B = 2 and 4 the u64 load
-//! shrinks to 2- and 4-byte loads). Σ q·x per group accumulates in a vector,
+//! because the row offset of value 8·j is j·B bytes). One 8-byte load
+//! takes them (a B-byte copy at the very end of the table), it is copied
+//! into both 128-bit lanes, and one `vpshufb` gives i32 lane j the two
+//! bytes `⌊jB/8⌋` and `⌊jB/8⌋ + 1` that hold value j (B ≤ 7, so a value
+//! never spans three bytes); `vpsrlvd` by `jB mod 8` and a mask finish the
+//! unpacking, without moving the lanes through general registers. B is a
+//! const generic, so each width 1..=7 gets its own kernel with constant
+//! selectors, shifts and masks. Σ q·x per group accumulates in a vector,
 //! is scaled once per group with FMA, and the zero-point term
 //! `scale·zero·Σx_g` is subtracted in scalar at the end of the row.
 
 use std::arch::x86_64::*;
 
-/// Loads 8 B-bit values at byte `o` of `row` as u64.
-#[inline(always)]
-fn load8<const B: usize>(row: &[u8], o: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..B].copy_from_slice(&row[o..o + B]);
-    u64::from_le_bytes(b)
-}
-
+/// The byte selectors (`vpshufb`) and right shifts that unpack 8 B-bit
+/// values from their B bytes copied into both 128-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn unpack8<const B: usize>(u: u64) -> __m256 {
-    let lo = (u & ((1u64 << (4 * B)) - 1)) as i32;
-    let hi = (u >> (4 * B)) as i32;
-    let v = _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi);
-    let sh = _mm256_setr_epi32(
-        0,
-        B as i32,
-        2 * B as i32,
-        3 * B as i32,
-        0,
-        B as i32,
-        2 * B as i32,
-        3 * B as i32,
-    );
-    let q = _mm256_and_si256(_mm256_srlv_epi32(v, sh), _mm256_set1_epi32((1 << B) - 1));
-    _mm256_cvtepi32_ps(q)
+fn unpack_consts<const B: usize>() -> (__m256i, __m256i) {
+    let mut ctrl = [-128i8; 32];
+    let mut sh = [0i32; 8];
+    for j in 0..8 {
+        let bit = j * B;
+        ctrl[4 * j] = (bit / 8) as i8;
+        ctrl[4 * j + 1] = (bit / 8 + 1) as i8;
+        sh[j] = (bit % 8) as i32;
+    }
+    // SAFETY: both arrays are 32 bytes.
+    unsafe {
+        (
+            _mm256_loadu_si256(ctrl.as_ptr().cast()),
+            _mm256_loadu_si256(sh.as_ptr().cast()),
+        )
+    }
 }
 
 #[inline]
@@ -67,6 +62,8 @@ unsafe fn rows<const B: usize, const R: usize>(
 ) {
     let gpr = xs.len();
     let rb = x.len() * B / 8;
+    let (ctrl, sh) = unpack_consts::<B>();
+    let mask = _mm256_set1_epi32((1 << B) - 1);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut corr = [0.0f32; R];
     for g in 0..gpr {
@@ -75,9 +72,22 @@ unsafe fn rows<const B: usize, const R: usize>(
         while i < (g + 1) * group {
             // SAFETY: i + 8 <= x.len().
             let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) };
+            let at = i / 8 * B;
             for r in 0..R {
-                let q = unpack8::<B>(load8::<B>(&data[r * rb..(r + 1) * rb], i / 8 * B));
-                s[r] = _mm256_fmadd_ps(q, xv, s[r]);
+                // Values i..i + 8 of row r are its bytes at .. at + B
+                // (i + 8 <= dim); an 8-byte load wherever `data` has 8
+                // bytes left (the bytes past B are not used).
+                let u = match data.get(r * rb + at..r * rb + at + 8) {
+                    Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+                    None => {
+                        let mut b = [0u8; 8];
+                        b[..B].copy_from_slice(&data[r * rb + at..r * rb + at + B]);
+                        u64::from_le_bytes(b)
+                    }
+                };
+                let v = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(u as i64));
+                let q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(v, ctrl), sh), mask);
+                s[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, s[r]);
             }
             i += 8;
         }
@@ -110,6 +120,7 @@ unsafe fn drive<const B: usize>(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) 
             1
         };
         let (d, s, z) = (&p.data[r * rb..], &p.scales[r * gpr..], &p.zeros[r * gpr..]);
+        p.prefetch(r, n, rb);
         let yr = &mut y[r..r + n];
         // SAFETY: forwarded; the slices start at row r and hold n rows.
         unsafe {

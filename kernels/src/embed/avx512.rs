@@ -1,55 +1,43 @@
 //! AVX-512 LM-head GEMV over the bit-packed table.
 //!
-//! Sixteen values of a row span `2·B` bytes, read as two little-endian u64
-//! (values 0..8 and 8..16, see `avx2.rs`). Each u64 is split into two 4·B-bit
-//! pieces, the four pieces are broadcast to four lanes each, and one
-//! `vpsrlvd` by (0, B, 2B, 3B)×4 + mask unpacks all sixteen. B is a const
-//! generic (one kernel per width 1..=7); groups are multiples of 16 values.
+//! Sixteen values of a row span `2·B` bytes (≤ 14, so one 128-bit lane).
+//! One 16-byte load takes those bytes (masked to them at the very end of
+//! the table), `vbroadcasti32x4` copies them
+//! into all four 128-bit lanes, and one `vpshufb` gives i32 lane j the two
+//! bytes `⌊jB/8⌋` and `⌊jB/8⌋ + 1` that hold value j (B ≤ 7, so a value
+//! never spans three bytes); `vpsrlvd` by `jB mod 8` and a mask finish the
+//! unpacking. The data never passes through a general register (building
+//! the lanes from scalars, `vmovd` + `vpbroadcastd` + `vinserti32x4` per
+//! 4 values, was the bottleneck before). B is a const generic (one kernel
+//! per width 1..=7); groups are multiples of 16 values.
 
 use std::arch::x86_64::*;
 
-#[inline(always)]
-fn load8<const B: usize>(row: &[u8], o: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..B].copy_from_slice(&row[o..o + B]);
-    u64::from_le_bytes(b)
-}
-
+/// The byte selectors (`vpshufb`) and right shifts that unpack 16 B-bit
+/// values from their 2·B bytes broadcast to every 128-bit lane.
 #[inline]
-#[target_feature(enable = "avx512f")]
-fn unpack16<const B: usize>(u0: u64, u1: u64) -> __m512 {
-    let m = (1u64 << (4 * B)) - 1;
-    let (p0, p1) = ((u0 & m) as i32, (u0 >> (4 * B)) as i32);
-    let (p2, p3) = ((u1 & m) as i32, (u1 >> (4 * B)) as i32);
-    let v = _mm512_setr_epi32(
-        p0, p0, p0, p0, p1, p1, p1, p1, p2, p2, p2, p2, p3, p3, p3, p3,
-    );
-    let b = B as i32;
-    let sh = _mm512_setr_epi32(
-        0,
-        b,
-        2 * b,
-        3 * b,
-        0,
-        b,
-        2 * b,
-        3 * b,
-        0,
-        b,
-        2 * b,
-        3 * b,
-        0,
-        b,
-        2 * b,
-        3 * b,
-    );
-    let q = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32((1 << B) - 1));
-    _mm512_cvtepi32_ps(q)
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn unpack_consts<const B: usize>() -> (__m512i, __m512i) {
+    let mut ctrl = [-128i8; 64];
+    let mut sh = [0i32; 16];
+    for j in 0..16 {
+        let bit = j * B;
+        ctrl[4 * j] = (bit / 8) as i8;
+        ctrl[4 * j + 1] = (bit / 8 + 1) as i8;
+        sh[j] = (bit % 8) as i32;
+    }
+    // SAFETY: both arrays are 64 bytes.
+    unsafe {
+        (
+            _mm512_loadu_si512(ctrl.as_ptr().cast()),
+            _mm512_loadu_si512(sh.as_ptr().cast()),
+        )
+    }
 }
 
 /// # Safety
-/// Needs AVX-512F; shapes as in `avx2::rows` with group % 16 = 0.
-#[target_feature(enable = "avx512f")]
+/// Needs AVX-512 F/BW/VL; shapes as in `avx2::rows` with group % 16 = 0.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn rows<const B: usize, const R: usize>(
     data: &[u8],
     group: usize,
@@ -61,6 +49,12 @@ unsafe fn rows<const B: usize, const R: usize>(
 ) {
     let gpr = xs.len();
     let rb = x.len() * B / 8;
+    debug_assert!(data.len() >= R * rb);
+    let (ctrl, sh) = unpack_consts::<B>();
+    let mask = _mm512_set1_epi32((1 << B) - 1);
+    // The 2·B bytes of 16 values.
+    let bytes = (1u16 << (2 * B)) - 1;
+    let row: [*const u8; R] = std::array::from_fn(|r| data[r * rb..].as_ptr());
     let mut acc = [_mm512_setzero_ps(); R];
     let mut corr = [0.0f32; R];
     for g in 0..gpr {
@@ -69,11 +63,27 @@ unsafe fn rows<const B: usize, const R: usize>(
         while i < (g + 1) * group {
             // SAFETY: i + 16 <= x.len().
             let xv = unsafe { _mm512_loadu_ps(x.as_ptr().add(i)) };
+            let at = i / 16 * 2 * B;
             for r in 0..R {
-                let row = &data[r * rb..(r + 1) * rb];
-                let o = i / 8 * B;
-                let q = unpack16::<B>(load8::<B>(row, o), load8::<B>(row, o + B));
-                s[r] = _mm512_fmadd_ps(q, xv, s[r]);
+                // Values i..i + 16 of row r are its bytes at .. at + 2B,
+                // inside the row (i + 16 <= dim). A plain 16-byte load
+                // (the bytes past 2B are not used) wherever 16 bytes are
+                // left in `data`: a masked load per step ran at a tenth of
+                // the speed from DRAM (the hardware prefetcher seemed not
+                // to follow masked loads on this Zen 5).
+                // SAFETY: at + 16 <= data.len() - r·rb for the plain load;
+                // the masked one reads only the 2B bytes inside the row.
+                let v = unsafe {
+                    let p = row[r].add(at);
+                    if r * rb + at + 16 <= data.len() {
+                        _mm_loadu_si128(p.cast())
+                    } else {
+                        _mm_maskz_loadu_epi8(bytes, p.cast())
+                    }
+                };
+                let v = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(v), ctrl);
+                let q = _mm512_and_si512(_mm512_srlv_epi32(v, sh), mask);
+                s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), xv, s[r]);
             }
             i += 16;
         }
@@ -90,7 +100,7 @@ unsafe fn rows<const B: usize, const R: usize>(
 
 /// # Safety
 /// As for [`rows`], with `y.len()` rows.
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn drive<const B: usize>(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) {
     let gpr = p.xs.len();
     let rb = p.x.len() * B / 8;
@@ -104,6 +114,7 @@ unsafe fn drive<const B: usize>(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) 
             1
         };
         let (d, s, z) = (&p.data[r * rb..], &p.scales[r * gpr..], &p.zeros[r * gpr..]);
+        p.prefetch(r, n, rb);
         let yr = &mut y[r..r + n];
         // SAFETY: forwarded; the slices start at row r and hold n rows.
         unsafe {
@@ -120,7 +131,7 @@ unsafe fn drive<const B: usize>(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) 
 /// LM-head GEMV for any width 1..=7.
 ///
 /// # Safety
-/// Needs AVX-512F; `p` consistent with `y.len()` rows (checked by the entry point).
+/// Needs AVX-512 F/BW/VL; `p` consistent with `y.len()` rows (checked by the entry point).
 pub unsafe fn lm_head(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) {
     // SAFETY (all arms): forwarded.
     unsafe {

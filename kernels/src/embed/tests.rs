@@ -131,16 +131,20 @@ fn lm_head_every_variant_bits_groups_threads() {
                 for isa in isas() {
                     for rpb in ROWS_PER_BLOCK {
                         for t in [1, 2, 3] {
+                            // Every distance over the sweep (a prefetch past
+                            // the table must change nothing).
+                            let pf = PREFETCHES[(rpb + t) % PREFETCHES.len()];
                             let mut y = vec![f32::NAN; vocab];
                             LmHead::new()
                                 .isa(isa)
                                 .params(LmHeadParams {
                                     rows_per_block: rpb,
+                                    pf,
                                 })
                                 .threads(t)
                                 .run(&e, &x, &mut y)
                                 .unwrap();
-                            check(&y, &format!("{isa} rpb{rpb} t{t}"));
+                            check(&y, &format!("{isa} rpb{rpb} pf{pf} t{t}"));
                         }
                     }
                 }
@@ -191,9 +195,20 @@ fn bad_input_is_an_error() {
     assert!(h.run(&e, &[0.0; 96], &mut [0.0; 4]).is_err());
     assert!(h.threads(0).run(&e, &[0.0; 96], &mut [0.0; 3]).is_err());
     assert!(
-        h.params(LmHeadParams { rows_per_block: 3 })
-            .run(&e, &[0.0; 96], &mut [0.0; 3])
-            .is_err()
+        h.params(LmHeadParams {
+            rows_per_block: 3,
+            pf: 0
+        })
+        .run(&e, &[0.0; 96], &mut [0.0; 3])
+        .is_err()
+    );
+    assert!(
+        h.params(LmHeadParams {
+            rows_per_block: 4,
+            pf: 100
+        })
+        .run(&e, &[0.0; 96], &mut [0.0; 3])
+        .is_err()
     );
     let mut broken = e.clone();
     broken.data.pop();
@@ -215,4 +230,7 @@ fn bad_input_is_an_error() {
     assert!(
         LmHeadParams::candidates(&shape, &cpu).contains(&LmHeadParams::default_for(&shape, &cpu))
     );
+    // Tables from before `pf` existed read as no prefetch.
+    let old: LmHeadParams = serde_json::from_str(r#"{"rows_per_block":2}"#).unwrap();
+    assert_eq!(old.pf, 0);
 }
