@@ -15,11 +15,15 @@
 //! a time (≤ 4 · 2 · 31 · 128 < 2¹⁵); int8 products go to i32 per chunk.
 //! Each block's i32 sums are converted and scaled with separately rounded
 //! multiplies and adds, as the scalar micro-kernel does (bit-equal results);
-//! Q6_K's two half-block sums are scaled and added one after the other.
+//! Q6_K's two half-block sums are scaled and added one after the other. The
+//! scales are decoded in registers from the pack's codes (f16 by
+//! `vcvtph2ps`; E8M0 bytes by building the f32 bits; K-quant sub-block
+//! codes sign-extended, converted and multiplied by the super-scales,
+//! widened once per super-block), exactly.
 
 use super::Job;
 use super::pack::Kind;
-use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT};
+use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, SC_E8M0, SC_F16, SC_KSUB};
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
@@ -71,54 +75,146 @@ fn i8_step_vnni(s: __m256i, aw: __m256i, sx: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(s, aw, sx)
 }
 
-/// 8 scales (or mins) from `at`: f16 bits in `h`, widened in registers
-/// (`vcvtph2ps`, exact), or f32 in `f`.
+/// 8 f32 values from the 8 f16 bits at `p` (`vcvtph2ps`, exact).
 ///
 /// # Safety
-/// The slice the `F16` choice reads must hold `at + 8` values.
+/// `p` must point to 8 readable values.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> __m256 {
+unsafe fn f16x8(p: *const u16) -> __m256 {
+    // SAFETY: forwarded from the caller.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+}
+
+/// 8 signed byte codes at `p` as f32 (`vpmovsxbd`, `vcvtdq2ps`; exact).
+///
+/// # Safety
+/// `p` must point to 8 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn codes8(p: *const u8) -> __m256 {
+    // SAFETY: forwarded from the caller.
+    let c = unsafe { _mm_loadl_epi64(p.cast()) };
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c))
+}
+
+/// The f32 values of E8M0 codes in i32 lanes (0..255), exactly
+/// `e8m0_to_f32_half`: bits `(e − 1) << 23`, or for the two subnormal
+/// codes 0 and 1 `0x0020_0000 << e`, blended on `e < 2`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn e8m0_ps(e: __m256i) -> __m256 {
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+}
+
+/// The 8 scales of group block `gb` as f32: f16 bits widened
+/// ([`SC_F16`]), E8M0 bytes decoded ([`SC_E8M0`]), or sub-block codes times
+/// the block's super-scales `sup` ([`SC_KSUB`]).
+///
+/// # Safety
+/// The job's streams for `SC` hold block `gb` (interleave 8).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256 {
+    let at = gb * 8;
     // SAFETY: forwarded from the caller.
     unsafe {
-        if F16 {
-            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(at).cast()))
-        } else {
-            _mm256_loadu_ps(f.as_ptr().add(at))
+        match SC {
+            SC_F16 => f16x8(job.sc.dh.as_ptr().add(at)),
+            SC_E8M0 => {
+                let e = _mm_loadl_epi64(job.sc.dc.as_ptr().add(at).cast());
+                e8m0_ps(_mm256_cvtepu8_epi32(e))
+            }
+            _ => _mm256_mul_ps(codes8(job.sc.dc.as_ptr().add(at)), sup),
         }
     }
 }
 
-/// Prefetches the scales (and with `min` the second values) `job.pf`
-/// blocks after the block at `at`, as the quants are, once per 64-byte line
-/// of that stream (a block's 8 values are 32 bytes as f32, 16 as
-/// f16): a prefetch per block measured slower at m = 1 than none at all,
-/// one per line no slower.
+/// The 8 second values (mins, Q6_K's upper-half scales) of group block
+/// `gb`: f16 bits ([`SC_F16`]) or codes times the super-scales `sup`.
+///
+/// # Safety
+/// As for [`scales`], for a kind with second values.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_scales<const F16: bool>(job: &Job<'_>, at: usize, min: bool) {
-    let size = if F16 { 2 } else { 4 };
-    if !(at * size).is_multiple_of(64) {
-        return;
+unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256 {
+    let at = gb * 8;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match SC {
+            SC_F16 => f16x8(job.sc.mh.as_ptr().add(at)),
+            _ => _mm256_mul_ps(codes8(job.sc.mc.as_ptr().add(at)), sup),
+        }
     }
+}
+
+/// The super-scales (`sd`, `sm`) of group block `gb` ([`SC_KSUB`]; zero
+/// otherwise), widened once per super-block by the tiles.
+///
+/// # Safety
+/// As for [`scales`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m256, __m256) {
+    if SC != SC_KSUB {
+        return (_mm256_setzero_ps(), _mm256_setzero_ps());
+    }
+    let at = gb / 8 * 8;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        (
+            f16x8(job.sc.sd.as_ptr().add(at)),
+            f16x8(job.sc.sm.as_ptr().add(at)),
+        )
+    }
+}
+
+/// Prefetches the line holding element `at` of `s` if `at` starts a
+/// 64-byte line (so each line is prefetched once).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_line<T>(s: &[T], at: usize) {
+    if (at * size_of::<T>()).is_multiple_of(64) {
+        _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(at).cast());
+    }
+}
+
+/// Prefetches the scale streams of the block `job.pf` blocks after group
+/// block `gb` (interleave `NR`), as the quants are, once per 64-byte line
+/// of each stream: f16 scales (and with `min` mins), E8M0 bytes, or the
+/// K-quants' two code streams and, per super-block, their super-scales. A
+/// prefetch per block measured slower at m = 1 than none at all, one per
+/// line no slower.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn prefetch_scales<const SC: u8, const NR: usize>(job: &Job<'_>, gb: usize, min: bool) {
     if job.pf == 0 {
         return;
     }
-    let ahead = at + job.pf * 8;
-    let (d, m) = if F16 {
-        (
-            job.dh.as_ptr().wrapping_add(ahead).cast::<i8>(),
-            job.mh.as_ptr().wrapping_add(ahead).cast::<i8>(),
-        )
-    } else {
-        (
-            job.d.as_ptr().wrapping_add(ahead).cast::<i8>(),
-            job.m.as_ptr().wrapping_add(ahead).cast::<i8>(),
-        )
-    };
-    _mm_prefetch::<_MM_HINT_T0>(d);
-    if min {
-        _mm_prefetch::<_MM_HINT_T0>(m);
+    let ahead = gb + job.pf;
+    let sc = &job.sc;
+    match SC {
+        SC_F16 => {
+            prefetch_line(sc.dh, ahead * NR);
+            if min {
+                prefetch_line(sc.mh, ahead * NR);
+            }
+        }
+        SC_E8M0 => prefetch_line(sc.dc, ahead * NR),
+        _ => {
+            prefetch_line(sc.dc, ahead * NR);
+            prefetch_line(sc.mc, ahead * NR);
+            if ahead.is_multiple_of(8) {
+                prefetch_line(sc.sd, ahead / 8 * NR);
+                // Q6_K reads `sd` for both codes.
+                if !std::ptr::eq(sc.sm, sc.sd) {
+                    prefetch_line(sc.sm, ahead / 8 * NR);
+                }
+            }
+        }
     }
 }
 
@@ -129,14 +225,14 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
         /// `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]). `F16`: scales and mins stored as f16
-        /// bits (the legacy formats), else f32.
+        /// through [`MXFP4_LUT`]). `SC`: how the scales are stored
+        /// ([`SC_F16`], [`SC_E8M0`], [`SC_KSUB`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const F16: bool>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -164,8 +260,14 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let (mut sdv, mut smv) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for b in 0..nb {
-                prefetch_scales::<F16>(job, (g * nb + b) * 8, MIN);
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 8>(job, gb, MIN);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                }
                 // Every line of the block job.pf ahead (160-byte blocks
                 // touch at most 3).
                 if job.pf > 0 {
@@ -219,8 +321,8 @@ macro_rules! tiles {
                         }
                     }
                 }
-                // SAFETY: 8 scales of block b (f16 or f32 as the job's).
-                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 8) };
+                // SAFETY: the 8 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -240,7 +342,7 @@ macro_rules! tiles {
                     let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
                     if MIN {
                         // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                        let mw = unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 8) };
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
                         t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
                     }
                     *a = _mm256_add_ps(*a, t);
@@ -254,13 +356,13 @@ macro_rules! tiles {
 
         /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0) or
         /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8). `F16` as for the Q4 tile (Q8_0 f16, Q6_K
-        /// f32).
+        /// chunks 0..4 and 4..8). `SC` as for the Q4 tile (Q8_0
+        /// [`SC_F16`], Q6_K [`SC_KSUB`]).
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const MODE: u8, const F16: bool>(
+        unsafe fn $i8<const MR: usize, const MODE: u8, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -277,8 +379,14 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let (mut sdv, mut smv) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for b in 0..nb {
-                prefetch_scales::<F16>(job, (g * nb + b) * 8, MODE == I8_X16);
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 8>(job, gb, MODE == I8_X16);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                }
                 if job.pf > 0 {
                     for l in 0..4 {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -287,8 +395,8 @@ macro_rules! tiles {
                     }
                 }
                 let mut s = [_mm256_setzero_si256(); MR];
-                // SAFETY: 8 scales of block b (f16 or f32 as the job's).
-                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 8) };
+                // SAFETY: the 8 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.
                     let w = unsafe { _mm256_loadu_si256(qb.add(b * 256 + 32 * c).cast()) };
@@ -313,7 +421,7 @@ macro_rules! tiles {
                     dw
                 } else {
                     // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
-                    unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 8) }
+                    unsafe { seconds::<SC>(job, gb, smv) }
                 };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
@@ -343,19 +451,23 @@ macro_rules! tiles {
         ) {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, job.f16) {
-                    (Kind::Q4_0, true) => by_mr!(mr, $q4::<false, NIB, true>(job, g, i0, out)),
-                    (Kind::Q4_1, true) => by_mr!(mr, $q4::<true, NIB, true>(job, g, i0, out)),
-                    (Kind::Q4_1, false) => by_mr!(mr, $q4::<true, NIB, false>(job, g, i0, out)),
-                    (Kind::Q5_0, true) => by_mr!(mr, $q4::<false, NIB_FIVE, true>(job, g, i0, out)),
-                    (Kind::Q5_1, true) => by_mr!(mr, $q4::<true, NIB_FIVE, true>(job, g, i0, out)),
-                    (Kind::Mxfp4, false) => {
-                        by_mr!(mr, $q4::<false, NIB_LUT, false>(job, g, i0, out))
+                match (job.kind, job.sc.mode) {
+                    (Kind::Q4_0, SC_F16) => by_mr!(mr, $q4::<false, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_F16) => by_mr!(mr, $q4::<true, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_KSUB) => by_mr!(mr, $q4::<true, NIB, SC_KSUB>(job, g, i0, out)),
+                    (Kind::Q5_0, SC_F16) => {
+                        by_mr!(mr, $q4::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::I8, true) => by_mr!(mr, $i8::<I8, true>(job, g, i0, out)),
-                    (Kind::I8x16, false) => by_mr!(mr, $i8::<I8_X16, false>(job, g, i0, out)),
-                    // No format packs these (see `pack::f16_scales`); the
-                    // scalar tile reads either scale width.
+                    (Kind::Q5_1, SC_F16) => {
+                        by_mr!(mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                    }
+                    (Kind::Mxfp4, SC_E8M0) => {
+                        by_mr!(mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                    }
+                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<I8, SC_F16>(job, g, i0, out)),
+                    (Kind::I8x16, SC_KSUB) => by_mr!(mr, $i8::<I8_X16, SC_KSUB>(job, g, i0, out)),
+                    // No format packs these (see `pack::scale_mode`); the
+                    // scalar tile reads every scale mode.
                     _ => super::scalar::tile(job, g, i0, mr, out),
                 }
             }

@@ -19,8 +19,8 @@
 //! is unstable in Rust 1.95, so `smmla` is emitted with `asm!`.
 
 use super::Job;
-use super::neon::scales4;
-use super::pack::{Kind, MXFP4_LUT};
+use super::neon::{scales4, seconds4, supers4};
+use super::pack::{Kind, MXFP4_LUT, SC_E8M0, SC_F16, SC_KSUB};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -135,14 +135,14 @@ unsafe fn scale_into<const MR: usize, const V: usize>(
 }
 
 /// Shared tile body: `MR` rows (even) × `4V` columns; `KIND` one of the
-/// `K_*` constants.; `F16`: scales and mins stored as f16 bits (the
-/// legacy formats), else f32.
+/// `K_*` constants; `SC`: how the scales are stored (`SC_F16`,
+/// `SC_E8M0`, `SC_KSUB`).
 ///
 /// # Safety
 /// Needs FEAT_I8MM; `g` a group of the job, rows `i0 .. i0 + MR` inside its
 /// activations, `out` ≥ `MR · 4V`.
 #[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: bool>(
+unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const SC: u8>(
     job: &Job<'_>,
     g: usize,
     i0: usize,
@@ -183,15 +183,20 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: 
     } else {
         &[(0, 0, false), (0, 16, true), (2, 8, false), (2, 24, true)]
     };
+    let (mut sdv, mut smv) = ([vdupq_n_f32(0.0); V], [vdupq_n_f32(0.0); V]);
     for b in 0..nb {
         let at = (g * nb + b) * nr;
+        if b % 8 == 0 {
+            // SAFETY: super-block b / 8 of group g (K-quants).
+            (sdv, smv) = unsafe { supers4::<SC, V>(job, g * nb + b) };
+        }
         // SAFETY: nr scales (and, for the kinds with one, second values)
-        // of block b, f16 or f32 as the job's.
+        // of block b.
         let (dw, mw): ([float32x4_t; V], [float32x4_t; V]) = unsafe {
             (
-                std::array::from_fn(|v| scales4::<F16>(job.d, job.dh, at + 4 * v)),
+                std::array::from_fn(|v| scales4::<SC>(job, at + 4 * v, sdv[v])),
                 if matches!(KIND, K_Q4_1 | K_Q5_1 | K_I8_X16) {
-                    std::array::from_fn(|v| scales4::<F16>(job.m, job.mh, at + 4 * v))
+                    std::array::from_fn(|v| seconds4::<SC>(job, at + 4 * v, smv[v]))
                 } else {
                     [vdupq_n_f32(0.0); V]
                 },
@@ -296,30 +301,30 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
         return unsafe { super::dotprod::tile(job, g, i0, 1, out) };
     }
     macro_rules! by_shape {
-        ($k:ident, $f16:literal) => {
+        ($k:ident, $sc:ident) => {
             match (job.nr, mr) {
-                (4, 8) => tile_mmla::<8, 1, $k, $f16>(job, g, i0, out),
-                (4, 4) => tile_mmla::<4, 1, $k, $f16>(job, g, i0, out),
-                (4, _) => tile_mmla::<2, 1, $k, $f16>(job, g, i0, out),
-                (_, 8) => tile_mmla::<8, 2, $k, $f16>(job, g, i0, out),
-                (_, 4) => tile_mmla::<4, 2, $k, $f16>(job, g, i0, out),
-                (_, _) => tile_mmla::<2, 2, $k, $f16>(job, g, i0, out),
+                (4, 8) => tile_mmla::<8, 1, $k, $sc>(job, g, i0, out),
+                (4, 4) => tile_mmla::<4, 1, $k, $sc>(job, g, i0, out),
+                (4, _) => tile_mmla::<2, 1, $k, $sc>(job, g, i0, out),
+                (_, 8) => tile_mmla::<8, 2, $k, $sc>(job, g, i0, out),
+                (_, 4) => tile_mmla::<4, 2, $k, $sc>(job, g, i0, out),
+                (_, _) => tile_mmla::<2, 2, $k, $sc>(job, g, i0, out),
             }
         };
     }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match (k, job.f16) {
-            (K_Q4_0, true) => by_shape!(K_Q4_0, true),
-            (K_Q4_1, true) => by_shape!(K_Q4_1, true),
-            (K_Q4_1, false) => by_shape!(K_Q4_1, false),
-            (K_Q5_0, true) => by_shape!(K_Q5_0, true),
-            (K_Q5_1, true) => by_shape!(K_Q5_1, true),
-            (K_MXFP4, false) => by_shape!(K_MXFP4, false),
-            (K_I8, true) => by_shape!(K_I8, true),
-            (K_I8_X16, false) => by_shape!(K_I8_X16, false),
-            // No format packs these (see `pack::f16_scales`); the scalar
-            // tile reads either scale width.
+        match (k, job.sc.mode) {
+            (K_Q4_0, SC_F16) => by_shape!(K_Q4_0, SC_F16),
+            (K_Q4_1, SC_F16) => by_shape!(K_Q4_1, SC_F16),
+            (K_Q4_1, SC_KSUB) => by_shape!(K_Q4_1, SC_KSUB),
+            (K_Q5_0, SC_F16) => by_shape!(K_Q5_0, SC_F16),
+            (K_Q5_1, SC_F16) => by_shape!(K_Q5_1, SC_F16),
+            (K_MXFP4, SC_E8M0) => by_shape!(K_MXFP4, SC_E8M0),
+            (K_I8, SC_F16) => by_shape!(K_I8, SC_F16),
+            (K_I8_X16, SC_KSUB) => by_shape!(K_I8_X16, SC_KSUB),
+            // No format packs these (see `pack::scale_mode`); the scalar
+            // tile reads every scale mode.
             _ => super::scalar::tile(job, g, i0, mr, out),
         }
     }
