@@ -2,8 +2,8 @@
 //! Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4):
 //!
 //! - the repack keeps every value at exactly its packed size (bits per
-//!   value: Q4_0 4.5, Q4_1 5, Q5_0 5.5, Q5_1 6, Q8_0 8.5 and MXFP4 4.25, as
-//!   GGUF; Q4_K 4.625, Q6_K 8.5625): packed rows dequantize bit-identically
+//!   value: Q4_0 4.5, Q4_1 5, Q5_0 5.5, Q5_1 6, Q8_0 8.5, Q6_K 6.5625 and
+//!   MXFP4 4.25, as GGUF; Q4_K 4.625): packed rows dequantize bit-identically
 //!   to the GGUF rows (quantizer output, arbitrary bytes, extreme scales
 //!   and codes), and `unpack` gives the GGUF bytes back for every format;
 //! - every variant the CPU runs (every interleave it reads, every `mr`, 1
@@ -64,8 +64,9 @@ fn bits16(f: QuantFormat) -> usize {
         // Two 6-bit codes as bytes per 32 values, two f16 per 256: 4.625
         // (GGUF 4.5).
         QuantFormat::Q4K => 74,
-        // Two i8 scales per 32, one f16 per 256, int8 values: 8.5625.
-        QuantFormat::Q6K => 137,
+        // Nibbles + two bit planes, two i8 scales per 32, one f16 per 256:
+        // 6.5625, GGUF's size.
+        QuantFormat::Q6K => 105,
         _ => unreachable!("{f} has no GEMM"),
     }
 }
@@ -340,6 +341,46 @@ fn mxfp4_e8m0_extremes_stay_exact() {
                 0 => amax,
                 1 => -amax,
                 _ => amax * rng.uniform(-1.0, 1.0),
+            })
+            .collect();
+        assert_exact_everywhere(f, w, a, m, n, nr);
+    }
+}
+
+/// Q6_K packs its 6-bit values at GGUF's 6.5625 bits per value (nibbles
+/// plus two bit planes); blocks of all-63 and all-0 stored values (q = 31,
+/// −32) with activations at ±127 give the largest products the non-VNNI
+/// x86 tiles form (a chunk of one half: 4 · 63 · 127 = 32004 fits i16, two
+/// chunks would not), so a tile that summed more than one chunk in i16
+/// fails here; every variant stays bit-identical to the definition.
+#[test]
+fn q6_k_six_bit_extremes_fit_the_partial_sums() {
+    let f = QuantFormat::Q6K;
+    let mut rng = Rng::new(35);
+    for nr in qgemm::INTERLEAVES {
+        let (m, n, k) = (4, 2 * nr + 1, 512);
+        let mut w = case(&mut rng, f, 0, n, k).w;
+        for (i, blk) in w.chunks_exact_mut(f.block_bytes()).enumerate() {
+            // ql, qh: every value 63, 0, or low half 63 and high half 0.
+            match i % 3 {
+                0 => blk[..192].fill(0xFF),
+                1 => blk[..192].fill(0x00),
+                _ => {
+                    blk[..128].fill(0x0F);
+                    blk[128..192].fill(0x33);
+                }
+            }
+        }
+        let p = repack(f, &w, n, k, nr).unwrap();
+        assert_eq!(128 * p.bytes(), bits16(f) * p.groups() * nr * k, "nr={nr}");
+        // Rows: all +1, all −1 (q = ±127), halves of opposite sign, random.
+        let a: Vec<f32> = (0..m * k)
+            .map(|j| match j / k {
+                0 => 1.0,
+                1 => -1.0,
+                2 if j % 32 < 16 => 1.0,
+                2 => -1.0,
+                _ => rng.uniform(-1.0, 1.0),
             })
             .collect();
         assert_exact_everywhere(f, w, a, m, n, nr);

@@ -12,7 +12,10 @@
 //! (`|w|` × `sign(x, w)`). Without VNNI the nibble products of a whole block are
 //! summed in i16 (≤ 8 · 2 · 15 · 128 < 2¹⁵, so no saturation) before one
 //! `vpmaddwd`; 5-bit (and MXFP4's 0..24) products only over two chunks at
-//! a time (≤ 4 · 2 · 31 · 128 < 2¹⁵); int8 products go to i32 per chunk.
+//! a time (≤ 4 · 2 · 31 · 128 < 2¹⁵); Q6_K's 6-bit products (one chunk
+//! per half: ≤ 4 · 63 · 127) and int8 products go to i32 per chunk. Q6_K's
+//! sixth-bit plane is shifted afresh per chunk so bit c (low nibbles) or
+//! 4 + c (high) lands at bit 5, then masked and ORed in.
 //! Each block's i32 sums are converted and scaled with separately rounded
 //! multiplies and adds, as the scalar micro-kernel does (bit-equal results);
 //! Q6_K's two half-block sums are scaled and added one after the other. The
@@ -23,7 +26,7 @@
 
 use super::Job;
 use super::pack::Kind;
-use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, SC_E8M0, SC_F16, SC_KSUB};
+use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
@@ -225,8 +228,10 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
         /// `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]). `SC`: how the scales are stored
-        /// ([`SC_F16`], [`SC_E8M0`], [`SC_KSUB`]).
+        /// through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K (`MIN = false`;
+        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// scale per half). `SC`: how the scales are stored ([`SC_F16`],
+        /// [`SC_E8M0`], [`SC_KSUB`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
@@ -243,13 +248,14 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm256_set1_epi8(0x0F);
             let bit4 = _mm256_set1_epi8(0x10);
-            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            let bit5 = _mm256_set1_epi8(0x20);
+            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
             // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
             // SAFETY: the table is 16 bytes.
             let lut =
                 _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-            // Bytes per block: 8 rows × 16 nibble bytes (+ 4 plane bytes).
-            let bs = if five { 160 } else { 128 };
+            // Bytes per block: 8 rows × 16 nibble bytes (+ 4 bytes per plane).
+            let bs = 128 + 32 * (five as usize + six as usize);
             let mut acc = [_mm256_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 8 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -268,8 +274,8 @@ macro_rules! tiles {
                     // SAFETY: super-block b / 8 of group g (K-quants).
                     (sdv, smv) = unsafe { supers::<SC>(job, gb) };
                 }
-                // Every line of the block job.pf ahead (160-byte blocks
-                // touch at most 3).
+                // Every line of the block job.pf ahead (160- and 192-byte
+                // blocks touch at most 3, 4).
                 if job.pf > 0 {
                     for l in 0..bs.div_ceil(64) {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -287,7 +293,16 @@ macro_rules! tiles {
                 } else {
                     (_mm256_setzero_si256(), _mm256_setzero_si256())
                 };
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let h6 = if six {
+                    // SAFETY: the second 32 plane bytes follow the first.
+                    unsafe { _mm256_loadu_si256(qb.add(b * bs + 160).cast()) }
+                } else {
+                    _mm256_setzero_si256()
+                };
                 let mut s = [_mm256_setzero_si256(); MR];
+                // Q6_K: sums of the high halves (values 16..32).
+                let mut s2 = [_mm256_setzero_si256(); MR];
                 // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
                 // i16 would overflow over 4 chunks.
                 let mut part = [_mm256_setzero_si256(); MR];
@@ -306,15 +321,35 @@ macro_rules! tiles {
                         hl = _mm256_srli_epi16::<1>(hl);
                         hh = _mm256_srli_epi16::<1>(hh);
                     }
-                    for (i, si) in s.iter_mut().enumerate() {
+                    if six {
+                        // Plane bit c (low nibbles) and 4 + c (high) to
+                        // bit 5, shifted afresh per chunk: a running shift
+                        // would push needed bits out of the 16-bit lane.
+                        let sl = _mm256_sll_epi16(h6, _mm_cvtsi32_si128(5 - c as i32));
+                        let sh = if c <= 1 {
+                            _mm256_sll_epi16(h6, _mm_cvtsi32_si128(1 - c as i32))
+                        } else {
+                            _mm256_srl_epi16(h6, _mm_cvtsi32_si128(c as i32 - 1))
+                        };
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(sl, bit5));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(sh, bit5));
+                    }
+                    for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                         let (xl, xh) = unsafe {
                             let xp = (*ab.add(i * nb + b)).qs.as_ptr();
                             (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
                         };
-                        *si = $q4step(*si, lo, xl, hi, xh);
+                        if six {
+                            // Values up to 63: i16 holds one chunk's
+                            // products (4 · 63 · 127), so widen per chunk.
+                            *si = $i8step(*si, lo, xl);
+                            *s2i = $i8step(*s2i, hi, xh);
+                        } else {
+                            *si = $q4step(*si, lo, xl, hi, xh);
+                        }
                     }
-                    if X != NIB && c == 1 {
+                    if (X == NIB_FIVE || X == NIB_LUT) && c == 1 {
                         for (p, si) in part.iter_mut().zip(s.iter_mut()) {
                             *p = $q4fin(*si);
                             *si = _mm256_setzero_si256();
@@ -326,6 +361,19 @@ macro_rules! tiles {
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
+                    if six {
+                        // Σ(u − 32)x per half; the halves' scales applied
+                        // one after the other, as the scalar tile does.
+                        let lo = _mm256_sub_epi32(s[i], _mm256_set1_epi32(32 * x.sum_lo()));
+                        let hi = _mm256_sub_epi32(s2[i], _mm256_set1_epi32(32 * x.sum_hi()));
+                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(lo)));
+                        // SAFETY: Q6_K jobs carry second codes shaped like the scales.
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
+                        let dm = _mm256_mul_ps(mw, _mm256_set1_ps(x.d()));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(hi)));
+                        continue;
+                    }
                     let mut si = $q4fin(s[i]);
                     if X != NIB {
                         si = _mm256_add_epi32(part[i], si);
@@ -354,15 +402,12 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0) or
-        /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8). `SC` as for the Q4 tile (Q8_0
-        /// [`SC_F16`], Q6_K [`SC_KSUB`]).
+        /// Int8 tile (Q8_0), interleave 8. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const MODE: u8, const SC: u8>(
+        unsafe fn $i8<const MR: usize, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -379,13 +424,13 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
-            let (mut sdv, mut smv) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let mut sdv = _mm256_setzero_ps();
             for b in 0..nb {
                 let gb = g * nb + b;
-                prefetch_scales::<SC, 8>(job, gb, MODE == I8_X16);
+                prefetch_scales::<SC, 8>(job, gb, false);
                 if b % 8 == 0 {
                     // SAFETY: super-block b / 8 of group g (K-quants).
-                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                    sdv = unsafe { supers::<SC>(job, gb).0 };
                 }
                 if job.pf > 0 {
                     for l in 0..4 {
@@ -406,23 +451,7 @@ macro_rules! tiles {
                         let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
                         *si = $i8step(*si, aw, _mm256_sign_epi8(xb, w));
                     }
-                    if MODE == I8_X16 && c == 3 {
-                        for (i, a) in acc.iter_mut().enumerate() {
-                            // SAFETY: block b of row i0 + i.
-                            let x = unsafe { &*ab.add(i * nb + b) };
-                            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                            *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i])));
-                            s[i] = _mm256_setzero_si256();
-                        }
-                    }
                 }
-                // Upper-half scales (I8_X16).
-                let dw = if MODE == I8 {
-                    dw
-                } else {
-                    // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
-                    unsafe { seconds::<SC>(job, gb, smv) }
-                };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -464,8 +493,10 @@ macro_rules! tiles {
                     (Kind::Mxfp4, SC_E8M0) => {
                         by_mr!(mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
-                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<I8, SC_F16>(job, g, i0, out)),
-                    (Kind::I8x16, SC_KSUB) => by_mr!(mr, $i8::<I8_X16, SC_KSUB>(job, g, i0, out)),
+                    (Kind::Q6K, SC_KSUB) => {
+                        by_mr!(mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                    }
+                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<SC_F16>(job, g, i0, out)),
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.
                     _ => super::scalar::tile(job, g, i0, mr, out),

@@ -9,7 +9,9 @@
 //! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`);
 //! MXFP4 maps its nibble codes with one `vpshufb` each.
 //! Without VNNI the nibble products of a block are summed in i16 (no
-//! saturation, as on AVX2; 5-bit and MXFP4 products two chunks at a time)
+//! saturation, as on AVX2; 5-bit and MXFP4 products two chunks at a time,
+//! Q6_K's 6-bit ones one chunk; its sixth bits merge by a second
+//! `vpternlogd`)
 //! before
 //! `vpmaddwd`. Scaling uses
 //! separately rounded multiplies and adds (bit-equal to the scalar
@@ -18,7 +20,7 @@
 use super::Job;
 use super::avx2::prefetch_scales;
 use super::pack::Kind;
-use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, SC_E8M0, SC_F16, SC_KSUB};
+use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
@@ -174,8 +176,10 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// 16; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]). `SC`: how the scales are stored
-        /// ([`SC_F16`], [`SC_E8M0`], [`SC_KSUB`]).
+        /// through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K (`MIN = false`;
+        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// scale per half). `SC`: how the scales are stored ([`SC_F16`],
+        /// [`SC_E8M0`], [`SC_KSUB`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
@@ -192,12 +196,13 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm512_set1_epi8(0x0F);
             let bit4 = _mm512_set1_epi8(0x10);
-            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            let bit5 = _mm512_set1_epi8(0x20);
+            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
             // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
             // SAFETY: the table is 16 bytes.
             let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-            // Bytes per block: 16 rows × 16 nibble bytes (+ 4 plane bytes).
-            let bs = if five { 320 } else { 256 };
+            // Bytes per block: 16 rows × 16 nibble bytes (+ 4 bytes per plane).
+            let bs = 256 + 64 * (five as usize + six as usize);
             let mut acc = [_mm512_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 16 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -233,7 +238,16 @@ macro_rules! tiles {
                 } else {
                     (_mm512_setzero_si512(), _mm512_setzero_si512())
                 };
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let h6 = if six {
+                    // SAFETY: the second 64 plane bytes follow the first.
+                    unsafe { _mm512_loadu_si512(qb.add(b * bs + 320).cast()) }
+                } else {
+                    _mm512_setzero_si512()
+                };
                 let mut s = [_mm512_setzero_si512(); MR];
+                // Q6_K: sums of the high halves (values 16..32).
+                let mut s2 = [_mm512_setzero_si512(); MR];
                 // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
                 // i16 would overflow over 4 chunks.
                 let mut part = [_mm512_setzero_si512(); MR];
@@ -253,15 +267,35 @@ macro_rules! tiles {
                         hl = _mm512_srli_epi16::<1>(hl);
                         hh = _mm512_srli_epi16::<1>(hh);
                     }
-                    for (i, si) in s.iter_mut().enumerate() {
+                    if six {
+                        // Plane bit c (low nibbles) and 4 + c (high) to
+                        // bit 5, shifted afresh per chunk: a running shift
+                        // would push needed bits out of the 16-bit lane.
+                        let sl = _mm512_sll_epi16(h6, _mm_cvtsi32_si128(5 - c as i32));
+                        let sh = if c <= 1 {
+                            _mm512_sll_epi16(h6, _mm_cvtsi32_si128(1 - c as i32))
+                        } else {
+                            _mm512_srl_epi16(h6, _mm_cvtsi32_si128(c as i32 - 1))
+                        };
+                        lo = _mm512_ternarylogic_epi32::<0xF8>(lo, sl, bit5);
+                        hi = _mm512_ternarylogic_epi32::<0xF8>(hi, sh, bit5);
+                    }
+                    for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                         let (xl, xh) = unsafe {
                             let xp = (*ab.add(i * nb + b)).qs.as_ptr();
                             (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
                         };
-                        *si = $q4step(*si, lo, xl, hi, xh);
+                        if six {
+                            // Values up to 63: i16 holds one chunk's
+                            // products (4 · 63 · 127), so widen per chunk.
+                            *si = $i8step(*si, lo, xl);
+                            *s2i = $i8step(*s2i, hi, xh);
+                        } else {
+                            *si = $q4step(*si, lo, xl, hi, xh);
+                        }
                     }
-                    if X != NIB && c == 1 {
+                    if (X == NIB_FIVE || X == NIB_LUT) && c == 1 {
                         for (p, si) in part.iter_mut().zip(s.iter_mut()) {
                             *p = $q4fin(*si);
                             *si = _mm512_setzero_si512();
@@ -273,6 +307,19 @@ macro_rules! tiles {
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
+                    if six {
+                        // Σ(u − 32)x per half; the halves' scales applied
+                        // one after the other, as the scalar tile does.
+                        let lo = _mm512_sub_epi32(s[i], _mm512_set1_epi32(32 * x.sum_lo()));
+                        let hi = _mm512_sub_epi32(s2[i], _mm512_set1_epi32(32 * x.sum_hi()));
+                        let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(lo)));
+                        // SAFETY: Q6_K jobs carry second codes shaped like the scales.
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
+                        let dm = _mm512_mul_ps(mw, _mm512_set1_ps(x.d()));
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(dm, _mm512_cvtepi32_ps(hi)));
+                        continue;
+                    }
                     let mut si = $q4fin(s[i]);
                     if X != NIB {
                         si = _mm512_add_epi32(part[i], si);
@@ -301,15 +348,12 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0) or
-        /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8). `SC` as for the Q4 tile (Q8_0
-        /// [`SC_F16`], Q6_K [`SC_KSUB`]).
+        /// Int8 tile (Q8_0), interleave 16. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const MODE: u8, const SC: u8>(
+        unsafe fn $i8<const MR: usize, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -326,13 +370,13 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
-            let (mut sdv, mut smv) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            let mut sdv = _mm512_setzero_ps();
             for b in 0..nb {
                 let gb = g * nb + b;
-                prefetch_scales::<SC, 16>(job, gb, MODE == I8_X16);
+                prefetch_scales::<SC, 16>(job, gb, false);
                 if b % 8 == 0 {
                     // SAFETY: super-block b / 8 of group g (K-quants).
-                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                    sdv = unsafe { supers::<SC>(job, gb).0 };
                 }
                 if job.pf > 0 {
                     for l in 0..8 {
@@ -355,23 +399,7 @@ macro_rules! tiles {
                         let sx = _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb);
                         *si = $i8step(*si, aw, sx);
                     }
-                    if MODE == I8_X16 && c == 3 {
-                        for (i, a) in acc.iter_mut().enumerate() {
-                            // SAFETY: block b of row i0 + i.
-                            let x = unsafe { &*ab.add(i * nb + b) };
-                            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
-                            *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i])));
-                            s[i] = _mm512_setzero_si512();
-                        }
-                    }
                 }
-                // Upper-half scales (I8_X16).
-                let dw = if MODE == I8 {
-                    dw
-                } else {
-                    // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
-                    unsafe { seconds::<SC>(job, gb, smv) }
-                };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -413,8 +441,10 @@ macro_rules! tiles {
                     (Kind::Mxfp4, SC_E8M0) => {
                         by_mr!(mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
-                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<I8, SC_F16>(job, g, i0, out)),
-                    (Kind::I8x16, SC_KSUB) => by_mr!(mr, $i8::<I8_X16, SC_KSUB>(job, g, i0, out)),
+                    (Kind::Q6K, SC_KSUB) => {
+                        by_mr!(mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                    }
+                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<SC_F16>(job, g, i0, out)),
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.
                     _ => super::scalar::tile(job, g, i0, mr, out),

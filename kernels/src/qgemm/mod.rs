@@ -14,7 +14,8 @@
 //! Formats ([`FORMATS`]): every quantized GGUF weight format tiletune reads —
 //! Q4_0, Q4_1, Q4_K (4-bit nibbles kept), Q5_0, Q5_1 (nibbles plus a
 //! fifth-bit plane, merged in registers), MXFP4 (its E2M1 codes as nibbles,
-//! mapped in registers by a 16-entry table), Q8_0, Q6_K (int8 values); the
+//! mapped in registers by a 16-entry table), Q6_K (nibbles plus two bit
+//! planes, one sum per half-block), Q8_0 (int8 values); the
 //! kinds, what each block adds and their bits per value are tabled in
 //! [`pack`].
 //! Activations are always Q8_1 blocks (one f32 scale per 32 values), also
@@ -308,7 +309,7 @@ impl Job<'_> {
     }
 
     /// Second value of row `r` of group `g`, block `b`: the min (Q4_1,
-    /// Q5_1 kinds) or upper-half scale (I8x16).
+    /// Q5_1 kinds) or upper-half scale (Q6_K).
     #[inline]
     pub fn m_at(&self, g: usize, b: usize, r: usize) -> f32 {
         self.sc.m(g * self.nb + b, r)
@@ -323,9 +324,10 @@ impl Job<'_> {
         &self.qs[at..at + len]
     }
 
-    /// The fifth-bit plane of group `g`, block `b` (`4·nr` bytes; five-bit
-    /// kinds only): byte `4r + t`, bit `4h + c` is the fifth bit of the
-    /// value in nibble byte `4·nr·c + 4r + t`, half h (see [`pack`]).
+    /// The bit planes of group `g`, block `b` (kinds with a fifth-bit
+    /// plane; `4·nr` bytes, Q6_K `8·nr`): byte `4·nr·p + 4r + t`, bit
+    /// `4h + c` is bit `4 + p` of the value in nibble byte `4·nr·c + 4r + t`,
+    /// half h (see [`pack`]).
     #[inline]
     pub fn qh_at(&self, g: usize, b: usize) -> &[u8] {
         debug_assert!(self.kind.five());

@@ -11,7 +11,9 @@
 //! are broadcast with `ld1r`. The 5-bit kinds put each nibble's fifth bit
 //! in with one bit select (`bsl`, mask 0x10) from the block's bit-sliced
 //! plane, shifted per chunk so the chunk's bit sits at bit 4 (byte shifts:
-//! no lane crossing); MXFP4 maps its nibble codes with one `tbl` each.
+//! no lane crossing); Q6_K adds its sixth bits with a second `bsl` (mask
+//! 0x20) from its sixth-bit plane, shifted per chunk (`ushl`), and keeps
+//! one sum per half-block; MXFP4 maps its nibble codes with one `tbl` each.
 //! Scaling uses separately rounded multiplies
 //! and adds (bit-equal to the scalar micro-kernel). `tiles!` is shared with the
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
@@ -197,8 +199,10 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// `4·V`; `X` `NIB`, or `NIB_FIVE` for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or `NIB_LUT` for MXFP4 (`MIN = false`; codes
-        /// through `MXFP4_LUT`). `SC`: how the scales are stored
-        /// (`SC_F16`, `SC_E8M0`, `SC_KSUB`).
+        /// through `MXFP4_LUT`), or `NIB_SIX` for Q6_K (`MIN = false`;
+        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// scale per half). `SC`: how the scales are stored (`SC_F16`,
+        /// `SC_E8M0`, `SC_KSUB`).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
@@ -219,14 +223,15 @@ macro_rules! tiles {
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-            use $crate::qgemm::pack::{MXFP4_LUT, NIB_FIVE, NIB_LUT};
-            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            use $crate::qgemm::pack::{MXFP4_LUT, NIB_FIVE, NIB_LUT, NIB_SIX};
+            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
             let mask = vdupq_n_u8(0x0F);
             let bit4 = vdupq_n_u8(0x10);
+            let bit5 = vdupq_n_u8(0x20);
             // SAFETY: the table is 16 bytes.
             let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
-            // Quant bytes per row and block: 16 nibble bytes (+ 4 plane bytes).
-            let rb = if five { 20 } else { 16 };
+            // Quant bytes per row and block: 16 nibble bytes (+ 4 per plane).
+            let rb = 16 + 4 * (five as usize + six as usize);
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of nr
             // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
@@ -244,6 +249,16 @@ macro_rules! tiles {
                     (sdv, smv) = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b) };
                 }
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                // Q6_K: sums of the high halves (values 16..32).
+                let mut s2 = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let mut h6 = [vdupq_n_u8(0); V];
+                if six {
+                    for (v, h) in h6.iter_mut().enumerate() {
+                        // SAFETY: the second 4·nr plane bytes follow the first.
+                        *h = unsafe { vld1q_u8(qb.add(b * rb * nr + 20 * nr + 16 * v)) };
+                    }
+                }
                 // The fifth-bit plane (rows 4v .. 4v + 4 in vector v), for
                 // the low nibbles moved up by 4: bit c of each byte is at
                 // bit 4 after c right shifts.
@@ -270,8 +285,15 @@ macro_rules! tiles {
                             hl[v] = vshrq_n_u8::<1>(hl[v]);
                             hh[v] = vshrq_n_u8::<1>(hh[v]);
                         }
+                        if six {
+                            // Plane bit c (low nibbles) and 4 + c (high) to
+                            // bit 5 (a negative count shifts right).
+                            let c = c as i8;
+                            lo = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(5 - c)), lo);
+                            hi = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(1 - c)), hi);
+                        }
                         let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
-                        for (i, si) in s.iter_mut().enumerate() {
+                        for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                             // SAFETY: block b of row i0 + i; 16 + 4c + 4 <= 32.
                             let (xl, xh) = unsafe {
                                 let xp = (*ab.add(i * nb + b)).qs.as_ptr();
@@ -280,7 +302,12 @@ macro_rules! tiles {
                                     $crate::qgemm::neon::bcast4(xp.add(16 + 4 * c)),
                                 )
                             };
-                            si[v] = $step($step(si[v], lo, xl), hi, xh);
+                            if six {
+                                si[v] = $step(si[v], lo, xl);
+                                s2i[v] = $step(s2i[v], hi, xh);
+                            } else {
+                                si[v] = $step($step(si[v], lo, xl), hi, xh);
+                            }
                         }
                     }
                 }
@@ -288,6 +315,26 @@ macro_rules! tiles {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     for v in 0..V {
+                        if six {
+                            // Σ(u − 32)x per half; the halves' scales
+                            // applied one after the other, as the scalar
+                            // tile does.
+                            let lo = vsubq_s32($fin(s[i][v]), vdupq_n_s32(32 * x.sum_lo()));
+                            let hi = vsubq_s32($fin(s2[i][v]), vdupq_n_s32(32 * x.sum_hi()));
+                            let at = (g * nb + b) * nr + 4 * v;
+                            // SAFETY: 4 of the nr scales and second codes of block b.
+                            let (dw, mw) = unsafe {
+                                (
+                                    $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]),
+                                    $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v]),
+                                )
+                            };
+                            let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
+                            ai[v] = vaddq_f32(ai[v], vmulq_f32(dd, vcvtq_f32_s32(lo)));
+                            let dm = vmulq_f32(mw, vdupq_n_f32(x.d()));
+                            ai[v] = vaddq_f32(ai[v], vmulq_f32(dm, vcvtq_f32_s32(hi)));
+                            continue;
+                        }
                         let mut si = $fin(s[i][v]);
                         if !MIN {
                             let off = match X {
@@ -320,21 +367,17 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0) or
-        /// `I8_X16` (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8). `SC` as for the Q4 tile (Q8_0
-        /// `SC_F16`, Q6_K `SC_KSUB`).
+        /// Int8 tile (Q8_0), interleave `4·V`. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const V: usize, const MODE: u8, const SC: u8>(
+        unsafe fn $i8<const MR: usize, const V: usize, const SC: u8>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
         ) {
-            use $crate::qgemm::pack::{I8, I8_X16};
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
@@ -346,11 +389,11 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
-            let (mut sdv, mut smv) = ([vdupq_n_f32(0.0); V], [vdupq_n_f32(0.0); V]);
+            let mut sdv = [vdupq_n_f32(0.0); V];
             for b in 0..nb {
                 if b % 8 == 0 {
                     // SAFETY: super-block b / 8 of group g (K-quants).
-                    (sdv, smv) = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b) };
+                    sdv = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b).0 };
                 }
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 for c in 0..8 {
@@ -367,38 +410,14 @@ macro_rules! tiles {
                             si[v] = $step(si[v], w, xb);
                         }
                     }
-                    if MODE == I8_X16 && c == 3 {
-                        for (i, ai) in acc.iter_mut().enumerate() {
-                            // SAFETY: block b of row i0 + i.
-                            let x = unsafe { &*ab.add(i * nb + b) };
-                            for v in 0..V {
-                                let at = (g * nb + b) * nr + 4 * v;
-                                // SAFETY: 4 of the nr scales of block b.
-                                let dw =
-                                    unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
-                                let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                                let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
-                                ai[v] = vaddq_f32(ai[v], t);
-                                s[i][v] = $crate::qgemm::neon::zero_acc();
-                            }
-                        }
-                    }
                 }
                 for (i, ai) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     for v in 0..V {
                         let at = (g * nb + b) * nr + 4 * v;
-                        // Scales (I8) or upper-half scales (I8_X16).
-                        // SAFETY: 4 of the nr values of block b; I8_X16 jobs
-                        // carry `m` shaped like the scales.
-                        let dw = unsafe {
-                            if MODE == I8 {
-                                $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v])
-                            } else {
-                                $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v])
-                            }
-                        };
+                        // SAFETY: 4 of the nr scales of block b.
+                        let dw = unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
                         let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
                         ai[v] = vaddq_f32(ai[v], t);
@@ -425,7 +444,7 @@ macro_rules! tiles {
             out: &mut [f32],
         ) {
             use $crate::qgemm::pack::{
-                I8, I8_X16, Kind, NIB, NIB_FIVE, NIB_LUT, SC_E8M0, SC_F16, SC_KSUB,
+                Kind, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB,
             };
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
@@ -466,17 +485,17 @@ macro_rules! tiles {
                     (Kind::Mxfp4, SC_E8M0, _) => {
                         by_mr!(mr, $q4::<2, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
+                    (Kind::Q6K, SC_KSUB, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                    }
+                    (Kind::Q6K, SC_KSUB, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                    }
                     (Kind::I8, SC_F16, 4) => {
-                        by_mr!(mr, $i8::<1, I8, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $i8::<1, SC_F16>(job, g, i0, out))
                     }
                     (Kind::I8, SC_F16, _) => {
-                        by_mr!(mr, $i8::<2, I8, SC_F16>(job, g, i0, out))
-                    }
-                    (Kind::I8x16, SC_KSUB, 4) => {
-                        by_mr!(mr, $i8::<1, I8_X16, SC_KSUB>(job, g, i0, out))
-                    }
-                    (Kind::I8x16, SC_KSUB, _) => {
-                        by_mr!(mr, $i8::<2, I8_X16, SC_KSUB>(job, g, i0, out))
+                        by_mr!(mr, $i8::<2, SC_F16>(job, g, i0, out))
                     }
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.

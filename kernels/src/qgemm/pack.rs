@@ -34,6 +34,18 @@
 //!   (and `−(dmin·m) = m·(−dmin)`). Codes sit at `(group·nb + b)·NR + r`
 //!   like the f16 scales, super-scales at `(group·nb/8 + b/8)·NR + r`.
 //!
+//! | kind | formats | quants per block | `d` | `m` | a block adds | bits/value (GGUF) |
+//! |---|---|---|---|---|---|---|
+//! | Q4_0 | Q4_0 | 16 nibble bytes | scale, f16 | – | `d·dx·(Σqx − 8Σx)` | 4.5 (4.5) |
+//! | Q4_1 | Q4_1; Q4_K | 16 nibble bytes | scale, f16; Q4_K `sc·d` | min, f16; Q4_K `m·(−dmin)` | `d·dx·Σqx + m·s_x` | 5 (5); Q4_K 4.625 (4.5) |
+//! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | – | `d·dx·(Σqx − 16Σx)` | 5.5 (5.5) |
+//! | Q5_1 | Q5_1 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | min, f16 | `d·dx·Σqx + m·s_x` | 6 (6) |
+//! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, E8M0 byte | – | `d·dx·(Σux − 12Σx)` | 4.25 (4.25) |
+//! | Q6K | Q6_K | 16 nibble bytes + 4 fifth-bit + 4 sixth-bit bytes | scale of values 0..15, `sc₀·d` | scale of 16..31, `sc₁·d` | `d·dx·(Σ₀..₁₅ux − 32Σ₀..₁₅x)`, then `m·dx·(Σ₁₆..₃₁ux − 32Σ₁₆..₃₁x)` | 6.5625 (6.5625) |
+//! | I8 | Q8_0 | 32 int8 | scale, f16 | – | `d·dx·Σqx` | 8.5 (8.5) |
+//!
+//! (bits/value per padded row: scales, codes and super-scales included.)
+//!
 //! - Nibble kinds keep 4 bits (chunk c ∈ 0..4 of nibble bytes; the low
 //!   nibbles are values `4c + t`, the high ones values `16 + 4c + t`, both
 //!   unsigned 0..15). Q4_0's `−8` is applied through the activation block
@@ -53,32 +65,45 @@
 //!   (AVX-512) or one `bsl` (NEON). Q5_0's `−16` goes
 //!   through the activation block sum as Q4_0's `−8` does; Q5_1 is Q4_1.
 //!   Both give the same i32 block sums as the int8 values `q − 16` / `q`.
+//! - Q6_K keeps GGUF's 6-bit values `u = q + 32` (0..63) the same way: the
+//!   nibbles, then the fifth-bit plane (bit 4 of each value), then a
+//!   sixth-bit plane (bit 5) laid out exactly like it, so a block is
+//!   16·NR + 8·NR bytes, GGUF's 6 bits per value. A nibble byte's low
+//!   nibble is value `4c + t` (first half-scale), its high one `16 + 4c +
+//!   t` (second), so the tiles keep one i32 sum per half and subtract
+//!   `32·Σx` per half through the activation half sums ([`ActBlock`]'s
+//!   `sum_lo`, and `sum − sum_lo`): `Σ(u−32)x = Σux − 32Σx`, the i32 sums
+//!   of GGUF's signed q. Precomputing the half sums once per activation
+//!   block costs 4 bytes per 32 activations; the alternatives (signed
+//!   weights `u − 32` through the sign trick, or summing the activations
+//!   per half in the tile) cost work per weight chunk and activation row.
+//!   Products of u ≤ 63 and |x| ≤ 127 fit i16 over one chunk (4 · 63 ·
+//!   127), not two, so the non-VNNI x86 tiles widen each chunk's sums to
+//!   i32.
 //! - MXFP4 keeps its 4-bit E2M1 codes as nibbles (`d` =
 //!   `GGML_E8M0_TO_FP32_HALF(e)`); the kernels map them in registers with
 //!   one 16-entry table lookup (`vpshufb` / `tbl`) to `u = v + 12`, where v
 //!   is ggml's doubled value (`kvalues_mxfp4`, −12..12), so u is unsigned
 //!   (0..24) like a nibble and the `−12` goes through the activation block
 //!   sum: `Σvx = Σux − 12Σx`, the same i32 sum as the int8 values.
-//! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. Q6_K stores `q − 32`
-//!   with one scale `d·sc` per 16 values (two per block: chunks 0..4 and
-//!   4..8).
+//! - Int8 kinds (Q8_0): chunk c ∈ 0..8 holds values `4c + t`.
 //!
 //! Each packed block dequantizes to exactly the value ggml's
 //! `dequantize_row_*` computes (the same f32 products; Q4_K's `d1·q − m1`
 //! equals `q·d1 + (−m1)` in IEEE arithmetic), see
 //! [`PackedQ::dequantize_row`], and [`PackedQ::unpack`] gives the GGUF
-//! bytes back for every format. The legacy formats and MXFP4 pack at
+//! bytes back for every format. The legacy formats, MXFP4 and Q6_K pack at
 //! exactly GGUF's size (the quants rearranged, not padded); Q4_K pays 0.125
-//! bits per value for its codes as whole bytes (4.625 vs 4.5), Q6_K for its
-//! int8 values (8.5625 vs 6.5625).
+//! bits per value for its 6-bit codes as whole bytes (4.625 vs 4.5).
 //!
 //! The last group is padded with zero rows (scale 0, quants 0) when NR does
 //! not divide n; the driver writes only the real columns.
 //!
 //! **Activations.** Each row of A is quantized with ggml's Q8_1 quantizer
 //! (its `d` and quants are exactly Q8_0's), stored with its scale widened to
-//! f32, Q8_1's `s` widened to f32, and the integer sum of its quants (for
-//! the kinds with an offset). For the legacy formats and MXFP4 these are
+//! f32, Q8_1's `s` widened to f32, and the integer sums of its quants and
+//! of its first 16 quants (for the kinds with an offset; the half sum for
+//! Q6_K's two half-block scales): 48 bytes per 32 values. For the legacy formats and MXFP4 these are
 //! the blocks the W·A8 GEMV uses. The K-quant GEMV quantizes activations to
 //! Q8_K (one scale per 256 values); the GEMM keeps Q8_1 (one per 32,
 //! slightly more accurate), so for Q4_K and Q6_K the two agree within the
@@ -116,15 +141,11 @@ pub(crate) enum Kind {
     Mxfp4,
     /// Signed int8 values (Q8_0).
     I8,
-    /// Signed int8 values with one scale per 16 (Q6_K): `d` scales values
-    /// 0..16 of a block, `m` values 16..32.
-    I8x16,
+    /// Nibbles plus the fifth- and sixth-bit planes (0..63) with offset 32
+    /// and one scale per 16 values (Q6_K): `d` scales the low nibbles
+    /// (values 0..16 of a block), `m` the high ones (16..32).
+    Q6K,
 }
-
-/// The int8 micro-kernels' `MODE` parameter: plain int8 (Q8_0).
-pub(crate) const I8: u8 = 0;
-/// Int8 with two half-block scales (Q6_K).
-pub(crate) const I8_X16: u8 = 1;
 
 /// The nibble micro-kernels' `X` parameter: plain nibbles (Q4_0, Q4_1).
 pub(crate) const NIB: u8 = 0;
@@ -132,6 +153,9 @@ pub(crate) const NIB: u8 = 0;
 pub(crate) const NIB_FIVE: u8 = 1;
 /// Nibble codes through [`MXFP4_LUT`] (MXFP4).
 pub(crate) const NIB_LUT: u8 = 2;
+/// Nibbles plus the fifth- and sixth-bit planes, two half-block sums and
+/// scales (Q6_K).
+pub(crate) const NIB_SIX: u8 = 3;
 
 /// MXFP4 code → ggml's doubled E2M1 value + 12 (0..24, unsigned).
 pub(crate) const MXFP4_LUT: [u8; 16] = {
@@ -153,49 +177,54 @@ impl Kind {
             QuantFormat::Q5_1 => Some(Kind::Q5_1),
             QuantFormat::Mxfp4 => Some(Kind::Mxfp4),
             QuantFormat::Q8_0 => Some(Kind::I8),
-            QuantFormat::Q6K => Some(Kind::I8x16),
+            QuantFormat::Q6K => Some(Kind::Q6K),
             QuantFormat::Q8_1 | QuantFormat::Q8K => None,
         }
     }
 
-    /// Quant bytes per row and block (for the five-bit kinds: nibbles and
-    /// the fifth-bit plane).
+    /// Quant bytes per row and block (for the five- and six-bit kinds:
+    /// nibbles and the bit planes).
     pub(crate) fn row_bytes(self) -> usize {
         match self {
             Kind::Q4_0 | Kind::Q4_1 | Kind::Mxfp4 => QK / 2,
             Kind::Q5_0 | Kind::Q5_1 => QK / 2 + QK / 8,
-            Kind::I8 | Kind::I8x16 => QK,
+            Kind::Q6K => QK / 2 + 2 * QK / 8,
+            Kind::I8 => QK,
         }
     }
 
-    /// Whether the quants are nibble bytes (with or without a fifth-bit
-    /// plane after them).
+    /// Whether the quants are nibble bytes (with or without bit planes
+    /// after them).
     pub(crate) fn nibbles(self) -> bool {
-        matches!(
-            self,
-            Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 | Kind::Mxfp4
-        )
+        self != Kind::I8
     }
 
     /// What the nibble kinds subtract per activation sum: the value offset
-    /// (Q4_0 8, Q5_0 16, MXFP4's table 12; 0 for the kinds with a min).
+    /// (Q4_0 8, Q5_0 16, MXFP4's table 12, Q6_K 32 per half; 0 for the
+    /// kinds with a min).
     pub(crate) fn offset(self) -> i32 {
         match self {
             Kind::Q4_0 => 8,
             Kind::Q5_0 => 16,
             Kind::Mxfp4 => 12,
+            Kind::Q6K => 32,
             _ => 0,
         }
     }
 
     /// Whether a fifth-bit plane follows the nibble bytes of each block.
     pub(crate) fn five(self) -> bool {
-        matches!(self, Kind::Q5_0 | Kind::Q5_1)
+        matches!(self, Kind::Q5_0 | Kind::Q5_1 | Kind::Q6K)
+    }
+
+    /// Whether a sixth-bit plane follows the fifth-bit plane.
+    pub(crate) fn six(self) -> bool {
+        self == Kind::Q6K
     }
 
     /// Whether the kind has the second per-(row, block) value `m`.
     pub(crate) fn has_m(self) -> bool {
-        matches!(self, Kind::Q4_1 | Kind::Q5_1 | Kind::I8x16)
+        matches!(self, Kind::Q4_1 | Kind::Q5_1 | Kind::Q6K)
     }
 }
 
@@ -357,16 +386,19 @@ impl PackedQ {
         self.qs[gb * nr * rb + 4 * nr * (j / 4) + 4 * r + j % 4]
     }
 
-    /// Value `j` (0..32, unsigned 0..31) of row `r` in group block `gb` of a
-    /// five-bit kind: its nibble and its bit in the fifth-bit plane.
+    /// Value `j` (0..32) of row `r` in group block `gb` of a kind with bit
+    /// planes: its nibble, its bit in the fifth-bit plane and (Q6_K) in the
+    /// sixth-bit plane (0..31, or 0..63).
     #[inline]
     fn value5(&self, gb: usize, r: usize, j: usize) -> u8 {
         let nr = self.nr;
         let (h, c, t) = (j / 16, (j % 16) / 4, j % 4);
         let nib = self.byte(gb, r, j % 16);
         let nib = if h == 0 { nib & 0x0F } else { nib >> 4 };
-        let plane = self.qs[gb * nr * (QK / 2 + QK / 8) + 16 * nr + 4 * r + t];
-        nib | (((plane >> (4 * h + c)) & 1) << 4)
+        let base = gb * nr * self.kind().row_bytes() + 16 * nr + 4 * r + t;
+        let bit = |plane: usize| (self.qs[base + 4 * nr * plane] >> (4 * h + c)) & 1;
+        let six = if self.kind().six() { bit(1) << 5 } else { 0 };
+        nib | (bit(0) << 4) | six
     }
 
     /// Row `row` of the weights dequantized into `out` (`k` values),
@@ -427,9 +459,10 @@ impl PackedQ {
                         *v = byte(j) as i8 as f32 * d;
                     }
                 }
-                Kind::I8x16 => {
+                Kind::Q6K => {
                     for (j, v) in o.iter_mut().enumerate() {
-                        *v = byte(j) as i8 as f32 * if j < QK / 2 { d } else { m };
+                        let q = self.value5(gb, r, j) as i32 - 32;
+                        *v = q as f32 * if j < QK / 2 { d } else { m };
                     }
                 }
             }
@@ -438,7 +471,8 @@ impl PackedQ {
     }
 
     /// Stored value `j` (0..32) of row `r` in group block `gb`: a nibble
-    /// (4-bit kinds), the 5-bit value (five-bit kinds) or the int8 byte.
+    /// (4-bit kinds), the 5- or 6-bit value (kinds with bit planes) or the
+    /// int8 byte.
     #[inline]
     fn value(&self, gb: usize, r: usize, j: usize) -> u8 {
         let kind = self.kind();
@@ -496,7 +530,7 @@ impl PackedQ {
                             blk.scales[2 * j] = self.dc[at] as i8;
                             blk.scales[2 * j + 1] = self.mc[at] as i8;
                             for (l, &v) in vals(8 * sb + j).iter().enumerate() {
-                                set_q6_k_value(blk, QK * j + l, q6_k_stored(v));
+                                set_q6_k_value(blk, QK * j + l, v);
                             }
                         }
                     }
@@ -583,12 +617,6 @@ fn scale_min_k4_bytes(codes: &[(u8, u8); 8]) -> [u8; 12] {
     q
 }
 
-/// A packed Q6_K value as GGUF stores it (`q + 32`, 0..63).
-#[inline]
-fn q6_k_stored(v: u8) -> u8 {
-    (v as i8 as i32 + 32) as u8 & 63
-}
-
 /// Sets Q6_K value `j` (stored form `u` = q + 32, 0..63) in `ql`/`qh`, the
 /// layout `kquants::q6_k_value` reads.
 fn set_q6_k_value(b: &mut BlockQ6K, j: usize, u: u8) {
@@ -664,14 +692,19 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     let v = (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4);
                     qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
                 }
-                for t in 0..4 {
-                    let mut p = 0u8;
-                    for h in 0..2 {
-                        for c in 0..4 {
-                            p |= ((q[16 * h + 4 * c + t] >> 4) & 1) << (4 * h + c);
+                // Plane 0 holds bit 4 of each value, plane 1 (Q6_K) bit 5.
+                let planes = if kind.six() { 2 } else { 1 };
+                for plane in 0..planes {
+                    for t in 0..4 {
+                        let mut p = 0u8;
+                        for h in 0..2 {
+                            for c in 0..4 {
+                                let v = q[16 * h + 4 * c + t];
+                                p |= ((v >> (4 + plane)) & 1) << (4 * h + c);
+                            }
                         }
+                        qs[base + (16 + 4 * plane) * nr + 4 * r + t] = p;
                     }
-                    qs[base + 16 * nr + 4 * r + t] = p;
                 }
             } else {
                 for (j, &v) in q.iter().enumerate().take(rb) {
@@ -778,8 +811,10 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     // ggml: y = d·sc·q, sc per 16 values.
                     sd[(g * nb / 8 + sb) * nr + r] = u16::from_le_bytes(blk.d.0);
                     for j in 0..8 {
-                        let q: [u8; QK] =
-                            std::array::from_fn(|l| kquants::q6_k_value(blk, QK * j + l) as u8);
+                        // GGUF's stored 6-bit values u = q + 32 (0..63).
+                        let q: [u8; QK] = std::array::from_fn(|l| {
+                            (kquants::q6_k_value(blk, QK * j + l) as i32 + 32) as u8
+                        });
                         let (s0, s1) = (blk.scales[2 * j], blk.scales[2 * j + 1]);
                         put(8 * sb + j, Scale::Code(s0 as u8), Scale::Code(s1 as u8), &q);
                     }
@@ -830,10 +865,13 @@ pub struct ActBlock {
     pub s: [u8; 4],
     /// `Σq`, i32 little-endian.
     pub sum: [u8; 4],
+    /// `Σq` of values 0..16 (the low half), i32 little-endian: Q6_K's two
+    /// half-block scales need the offset `−32·Σx` per half.
+    pub sum_lo: [u8; 4],
     pub qs: [i8; QK],
 }
 
-const _: () = assert!(size_of::<ActBlock>() == 44 && align_of::<ActBlock>() == 1);
+const _: () = assert!(size_of::<ActBlock>() == 48 && align_of::<ActBlock>() == 1);
 
 // SAFETY: repr(C), alignment 1 (asserted above), only u8/i8 arrays, no padding.
 unsafe impl RawBlock for ActBlock {
@@ -855,6 +893,18 @@ impl ActBlock {
     pub fn sum(&self) -> i32 {
         i32::from_le_bytes(self.sum)
     }
+
+    /// `Σq` of values 0..16.
+    #[inline]
+    pub fn sum_lo(&self) -> i32 {
+        i32::from_le_bytes(self.sum_lo)
+    }
+
+    /// `Σq` of values 16..32.
+    #[inline]
+    pub fn sum_hi(&self) -> i32 {
+        self.sum() - self.sum_lo()
+    }
 }
 
 /// Bytes of the quantized activations of `m` rows of `k` values.
@@ -873,11 +923,13 @@ pub fn quantize_activations_into(a: &[f32], m: usize, k: usize, out: &mut [u8]) 
     let blocks: &mut [ActBlock] = cast_blocks_mut(out).expect("length checked above");
     for (o, x) in blocks.iter_mut().zip(a.chunks_exact(QK)) {
         let q = legacy::quantize_q8_1(x.try_into().expect("chunks of 32"));
-        let sum: i32 = q.qs.iter().map(|&v| v as i32).sum();
+        let sum_lo: i32 = q.qs[..QK / 2].iter().map(|&v| v as i32).sum();
+        let sum: i32 = sum_lo + q.qs[QK / 2..].iter().map(|&v| v as i32).sum::<i32>();
         *o = ActBlock {
             d: q.d.to_f32().to_le_bytes(),
             s: q.s.to_f32().to_le_bytes(),
             sum: sum.to_le_bytes(),
+            sum_lo: sum_lo.to_le_bytes(),
             qs: q.qs,
         };
     }
