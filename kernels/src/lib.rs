@@ -40,8 +40,9 @@ pub use tune::{CpuCaps, Tunable};
 /// changes meaning, a variant's output changes, or what a stored timing
 /// means changes (2: multi-threaded candidates are timed from inside their
 /// pool, as the runtime calls them; version-1 timings paid a cold dispatch
-/// the runtime does not, and their winners are not reused).
-pub const KERNEL_ABI: u32 = 2;
+/// the runtime does not, and their winners are not reused; 3: the quantized
+/// GEMM's packs store MXFP4's and the K-quants' scales as GGUF codes).
+pub const KERNEL_ABI: u32 = 3;
 
 /// Result type of every fallible kernel entry point.
 pub type Result<T> = std::result::Result<T, KernelError>;

@@ -1,10 +1,11 @@
 //! Quantized GEMM (W·A8) for every format in `qgemm::FORMATS` (Q4_0, Q4_1,
 //! Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4):
 //!
-//! - the repack keeps every value: packed rows dequantize bit-identically to
-//!   the GGUF rows (quantizer output and arbitrary bytes), and `unpack`
-//!   gives the GGUF bytes back where the pack determines them (all but the
-//!   K-quants);
+//! - the repack keeps every value at exactly its packed size (bits per
+//!   value: Q4_0 4.5, Q4_1 5, Q5_0 5.5, Q5_1 6, Q8_0 8.5, Q6_K 6.5625 and
+//!   MXFP4 4.25, as GGUF; Q4_K 4.625): packed rows dequantize bit-identically
+//!   to the GGUF rows (quantizer output, arbitrary bytes, extreme scales
+//!   and codes), and `unpack` gives the GGUF bytes back for every format;
 //! - every variant the CPU runs (every interleave it reads, every `mr`, 1
 //!   or 3 threads) is **bit-identical** to `scalar::definition` over
 //!   m ∈ {1, 2, 3, 5, 17, 64}, n not a multiple of the interleave, k = 1, 3
@@ -46,6 +47,27 @@ fn case(rng: &mut Rng, f: QuantFormat, m: usize, n: usize, k: usize) -> Case {
         m,
         n,
         k,
+    }
+}
+
+/// Packed bits per value × 16 (per padded row): scales, codes,
+/// super-scales and quants.
+fn bits16(f: QuantFormat) -> usize {
+    match f {
+        QuantFormat::Q4_0 => 72,
+        QuantFormat::Q4_1 => 80,
+        QuantFormat::Q5_0 => 88,
+        QuantFormat::Q5_1 => 96,
+        QuantFormat::Q8_0 => 136,
+        // E8M0 byte + nibbles: 4.25, GGUF's size.
+        QuantFormat::Mxfp4 => 68,
+        // Two 6-bit codes as bytes per 32 values, two f16 per 256: 4.625
+        // (GGUF 4.5).
+        QuantFormat::Q4K => 74,
+        // Nibbles + two bit planes, two i8 scales per 32, one f16 per 256:
+        // 6.5625, GGUF's size.
+        QuantFormat::Q6K => 105,
+        _ => unreachable!("{f} has no GEMM"),
     }
 }
 
@@ -124,26 +146,12 @@ fn repack_round_trips() {
                 let p = repack(f, &c.w, n, k, nr).unwrap();
                 assert_eq!((p.n(), p.k(), p.nr()), (n, k, nr));
                 assert_eq!(p.groups(), n.div_ceil(nr));
-                // Scales (+ second values: f16 for the legacy formats,
-                // f32 for the K-quants and MXFP4) and quant bytes per
-                // 32-value block of each padded row (Q5: 16 nibble bytes +
-                // 4 fifth-bit bytes).
-                let per_block = match f {
-                    QuantFormat::Q4_0 => 2 + 16,
-                    QuantFormat::Q4_1 => 4 + 16,
-                    QuantFormat::Mxfp4 => 4 + 16,
-                    QuantFormat::Q4K => 8 + 16,
-                    QuantFormat::Q5_0 => 2 + 20,
-                    QuantFormat::Q5_1 => 4 + 20,
-                    QuantFormat::Q8_0 => 2 + 32,
-                    _ => 8 + 32,
-                };
-                assert_eq!(p.bytes(), p.groups() * nr * (k / 32) * per_block, "{f}");
-                if kquant(f) {
-                    assert_eq!(p.unpack(), None, "{f}");
-                } else {
-                    assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr} n={n} k={k}");
-                }
+                assert_eq!(
+                    128 * p.bytes(),
+                    bits16(f) * p.groups() * nr * k,
+                    "{f} nr={nr} n={n} k={k}"
+                );
+                assert_eq!(p.unpack(), c.w, "{f} nr={nr} n={n} k={k}");
                 assert_rows_exact(f, &c.w, n, k, nr);
             }
         }
@@ -151,8 +159,8 @@ fn repack_round_trips() {
 }
 
 /// Q5_0 packs at 5.5 bits per value and Q5_1 at 6 (nibbles, a fifth-bit
-/// plane, f16 scale and min), MXFP4 at 5 (its codes as nibbles, f32
-/// scale), not the 8.5 and 9 of int8 values; the packed form still gives the GGUF bytes and
+/// plane, f16 scale and min), MXFP4 at 4.25 (its codes as nibbles, its
+/// E8M0 byte), not the 8.5 and 9 of int8 values; the packed form still gives the GGUF bytes and
 /// values back exactly, also for the value extremes (Q5: 0 and 31, MXFP4:
 /// ±12 and −0) in every position; and every variant stays bit-identical to
 /// the definition on them with activations at ±127 (the largest i16
@@ -160,18 +168,14 @@ fn repack_round_trips() {
 #[test]
 fn dense_packs_are_exact_at_their_bits_per_value() {
     let mut rng = Rng::new(29);
-    // Twice the bits per value.
-    for (f, bits2) in [
-        (QuantFormat::Q5_0, 11),
-        (QuantFormat::Q5_1, 12),
-        (QuantFormat::Mxfp4, 10),
-    ] {
+    for f in [QuantFormat::Q5_0, QuantFormat::Q5_1, QuantFormat::Mxfp4] {
         for nr in qgemm::INTERLEAVES {
             let (n, k) = (3 * nr, 256);
             let c = case(&mut rng, f, 0, n, k);
             let p = repack(f, &c.w, n, k, nr).unwrap();
-            assert_eq!(16 * p.bytes(), bits2 * n * k, "{f} nr={nr}");
-            assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr}");
+            assert_eq!(128 * p.bytes(), bits16(f) * n * k, "{f} nr={nr}");
+            assert_eq!(p.bytes(), c.w.len(), "{f} nr={nr}");
+            assert_eq!(p.unpack(), c.w, "{f} nr={nr}");
             assert_rows_exact(f, &c.w, n, k, nr);
             // Q5: blocks whose values are all 31, all 0, or alternate, so
             // each fifth bit and each nibble is checked set and clear.
@@ -195,7 +199,7 @@ fn dense_packs_are_exact_at_their_bits_per_value() {
                 }
             }
             let p = repack(f, &w, n, k, nr).unwrap();
-            assert_eq!(p.unpack(), Some(w.clone()), "{f} nr={nr}");
+            assert_eq!(p.unpack(), w, "{f} nr={nr}");
             assert_rows_exact(f, &w, n, k, nr);
             let m = 3;
             let a: Vec<f32> = (0..m * k)
@@ -220,12 +224,12 @@ fn f16_scales_pack_at_gguf_size_and_stay_exact_at_their_extremes() {
         0x7BFF, 0xFBFF, 0x0001, 0x03FF, 0x0400, 0x0000, 0x8000, 0xBE00, 0x3555,
     ];
     let mut rng = Rng::new(31);
-    for (f, bits2) in [
-        (QuantFormat::Q4_0, 9),
-        (QuantFormat::Q4_1, 10),
-        (QuantFormat::Q5_0, 11),
-        (QuantFormat::Q5_1, 12),
-        (QuantFormat::Q8_0, 17),
+    for f in [
+        QuantFormat::Q4_0,
+        QuantFormat::Q4_1,
+        QuantFormat::Q5_0,
+        QuantFormat::Q5_1,
+        QuantFormat::Q8_0,
     ] {
         // Byte offsets of the f16 scale (and min) in each block.
         let halves: &[usize] = match f {
@@ -236,7 +240,7 @@ fn f16_scales_pack_at_gguf_size_and_stay_exact_at_their_extremes() {
             let (n, k) = (3 * nr, 256);
             let c = case(&mut rng, f, 0, n, k);
             let p = repack(f, &c.w, n, k, nr).unwrap();
-            assert_eq!(16 * p.bytes(), bits2 * n * k, "{f} nr={nr}");
+            assert_eq!(128 * p.bytes(), bits16(f) * n * k, "{f} nr={nr}");
             assert_eq!(p.bytes(), c.w.len(), "{f} nr={nr}");
 
             // A padded group, 9 blocks, 9 rows (tiles of 8 and 1).
@@ -249,7 +253,7 @@ fn f16_scales_pack_at_gguf_size_and_stay_exact_at_their_extremes() {
                 }
             }
             let p = repack(f, &c.w, n, k, nr).unwrap();
-            assert_eq!(p.unpack(), Some(c.w.clone()), "{f} nr={nr}");
+            assert_eq!(p.unpack(), c.w, "{f} nr={nr}");
             assert_rows_exact(f, &c.w, n, k, nr);
             let want = definition(f, &c);
             assert!(want.iter().all(|v| v.is_finite()), "{f}");
@@ -284,19 +288,159 @@ fn arbitrary_bytes_dequantize_exactly() {
         for nr in qgemm::INTERLEAVES {
             assert_rows_exact(f, &w, n, k, nr);
             let p = repack(f, &w, n, k, nr).unwrap();
-            if kquant(f) {
-                assert_eq!(p.unpack(), None);
-            } else {
-                // MXFP4: 320 random codes include 8 (−0) almost surely; the
-                // packed codes keep it apart from +0.
-                if f == QuantFormat::Mxfp4 {
-                    assert!(
-                        w.chunks_exact(17)
-                            .any(|b| b[1..].iter().any(|&q| q & 0x0F == 8 || q >> 4 == 8))
-                    );
-                }
-                assert_eq!(p.unpack(), Some(w.clone()), "{f}");
+            // MXFP4: 320 random codes include 8 (−0) almost surely; the
+            // packed codes keep it apart from +0.
+            if f == QuantFormat::Mxfp4 {
+                assert!(
+                    w.chunks_exact(17)
+                        .any(|b| b[1..].iter().any(|&q| q & 0x0F == 8 || q >> 4 == 8))
+                );
             }
+            assert_eq!(p.unpack(), w, "{f}");
+        }
+    }
+}
+
+/// Packs `w` (`n` rows of `k`), checks `unpack` and `dequantize_row`
+/// against the GGUF bytes and `quant::dequantize`, then runs every variant
+/// reading `nr` at every `mr` against the definition on activations `a`
+/// (`m` rows); the definition must be finite.
+fn assert_exact_everywhere(f: QuantFormat, w: Vec<u8>, a: Vec<f32>, m: usize, n: usize, nr: usize) {
+    let k = a.len() / m;
+    let p = repack(f, &w, n, k, nr).unwrap();
+    assert_eq!(p.unpack(), w, "{f} nr={nr}");
+    assert_rows_exact(f, &w, n, k, nr);
+    let c = Case { w, a, m, n, k };
+    let want = definition(f, &c);
+    assert!(want.iter().all(|v| v.is_finite()), "{f} nr={nr}");
+    assert_every_variant(f, nr, &c, &want);
+}
+
+/// MXFP4's E8M0 codes at their extremes: 0 and 1 (subnormal f32 scales
+/// 2⁻¹²⁸, 2⁻¹²⁷), 2 (the smallest normal), 127 (1/2), 254 and 255 (2¹²⁶,
+/// 2¹²⁷), every code in every row and block position: the bytes come back,
+/// rows dequantize as `quant::dequantize` does (±inf at 255 included), and
+/// every variant decodes the codes in registers bit-identically to the
+/// definition. The activations' scale is 2⁻¹⁸, so every product of scales
+/// is a finite nonzero f32 (2⁻¹⁴⁶ .. 2¹⁰⁹) and no sum overflows.
+#[test]
+fn mxfp4_e8m0_extremes_stay_exact() {
+    const CODES: [u8; 6] = [0, 1, 2, 127, 254, 255];
+    let f = QuantFormat::Mxfp4;
+    let mut rng = Rng::new(33);
+    for nr in qgemm::INTERLEAVES {
+        // A padded group, 9 blocks, 9 rows (tiles of 8 and 1).
+        let (m, n, k) = (9, 2 * nr + 1, 9 * 32);
+        let mut w = case(&mut rng, f, 0, n, k).w;
+        for (i, blk) in w.chunks_exact_mut(f.block_bytes()).enumerate() {
+            blk[0] = CODES[(i + i / 9) % CODES.len()];
+        }
+        let amax = 127.0 * 2f32.powi(-18);
+        let a: Vec<f32> = (0..m * k)
+            .map(|j| match j % 32 {
+                0 => amax,
+                1 => -amax,
+                _ => amax * rng.uniform(-1.0, 1.0),
+            })
+            .collect();
+        assert_exact_everywhere(f, w, a, m, n, nr);
+    }
+}
+
+/// Q6_K packs its 6-bit values at GGUF's 6.5625 bits per value (nibbles
+/// plus two bit planes); blocks of all-63 and all-0 stored values (q = 31,
+/// −32) with activations at ±127 give the largest products the non-VNNI
+/// x86 tiles form (a chunk of one half: 4 · 63 · 127 = 32004 fits i16, two
+/// chunks would not), so a tile that summed more than one chunk in i16
+/// fails here; every variant stays bit-identical to the definition.
+#[test]
+fn q6_k_six_bit_extremes_fit_the_partial_sums() {
+    let f = QuantFormat::Q6K;
+    let mut rng = Rng::new(35);
+    for nr in qgemm::INTERLEAVES {
+        let (m, n, k) = (4, 2 * nr + 1, 512);
+        let mut w = case(&mut rng, f, 0, n, k).w;
+        for (i, blk) in w.chunks_exact_mut(f.block_bytes()).enumerate() {
+            // ql, qh: every value 63, 0, or low half 63 and high half 0.
+            match i % 3 {
+                0 => blk[..192].fill(0xFF),
+                1 => blk[..192].fill(0x00),
+                _ => {
+                    blk[..128].fill(0x0F);
+                    blk[128..192].fill(0x33);
+                }
+            }
+        }
+        let p = repack(f, &w, n, k, nr).unwrap();
+        assert_eq!(128 * p.bytes(), bits16(f) * p.groups() * nr * k, "nr={nr}");
+        // Rows: all +1, all −1 (q = ±127), halves of opposite sign, random.
+        let a: Vec<f32> = (0..m * k)
+            .map(|j| match j / k {
+                0 => 1.0,
+                1 => -1.0,
+                2 if j % 32 < 16 => 1.0,
+                2 => -1.0,
+                _ => rng.uniform(-1.0, 1.0),
+            })
+            .collect();
+        assert_exact_everywhere(f, w, a, m, n, nr);
+    }
+}
+
+/// The K-quants keep GGUF's super-scales (f16) and sub-block codes (Q4_K's
+/// 6-bit scales and mins, Q6_K's i8 scales) and multiply them in registers:
+/// with the codes at their extremes (Q4_K 0 and 63, Q6_K −128 and 127) and
+/// `d`, `dmin` at ±f16 max, the smallest and largest subnormals and ±0, the
+/// bytes come back, rows dequantize exactly, and every variant stays
+/// bit-identical to the definition.
+#[test]
+fn kquant_codes_and_super_scales_stay_exact_at_their_extremes() {
+    const HALVES: [u16; 7] = [0x7BFF, 0xFBFF, 0x0001, 0x03FF, 0x8001, 0x0000, 0x8000];
+    let mut rng = Rng::new(34);
+    for f in [QuantFormat::Q4K, QuantFormat::Q6K] {
+        for nr in qgemm::INTERLEAVES {
+            let (m, n, k) = (9, 2 * nr + 1, 2 * 256);
+            let mut w = case(&mut rng, f, 0, n, k).w;
+            for (i, blk) in w.chunks_exact_mut(f.block_bytes()).enumerate() {
+                let (h0, h1) = (HALVES[i % 7], HALVES[(i / 7 + 3 * i) % 7]);
+                // Codes: all at the top, all at the bottom, mixed, random.
+                if f == QuantFormat::Q4K {
+                    let fill = [0xFF, 0x00, 0x3F, 0xC0][i % 4];
+                    blk[0..2].copy_from_slice(&h0.to_le_bytes());
+                    blk[2..4].copy_from_slice(&h1.to_le_bytes());
+                    if i % 5 != 4 {
+                        blk[4..16].fill(fill);
+                    }
+                    // Quants all 15, all 0, or random.
+                    match i % 3 {
+                        0 => blk[16..].fill(0xFF),
+                        1 => blk[16..].fill(0x00),
+                        _ => {}
+                    }
+                } else {
+                    // Values all 31, all −32, or random.
+                    match i % 3 {
+                        0 => blk[..192].fill(0xFF),
+                        1 => blk[..192].fill(0x00),
+                        _ => {}
+                    }
+                    // scales at 192..208: 127 / −128 / alternating.
+                    let sc = &mut blk[192..208];
+                    match i % 4 {
+                        0 => sc.fill(0x7F),
+                        1 => sc.fill(0x80),
+                        2 => sc.iter_mut().enumerate().for_each(|(j, v)| {
+                            *v = if j % 2 == 0 { 0x7F } else { 0x80 };
+                        }),
+                        _ => {}
+                    }
+                    blk[208..210].copy_from_slice(&h0.to_le_bytes());
+                }
+            }
+            // Q4_K codes 63 with dmin = ±f16 max: mins near 4·10⁶, values up
+            // to 6·10⁷; activations of magnitude ~1 keep the sums finite.
+            let a = rng.vec_f32(m * k);
+            assert_exact_everywhere(f, w, a, m, n, nr);
         }
     }
 }

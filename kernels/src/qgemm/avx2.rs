@@ -12,14 +12,21 @@
 //! (`|w|` × `sign(x, w)`). Without VNNI the nibble products of a whole block are
 //! summed in i16 (≤ 8 · 2 · 15 · 128 < 2¹⁵, so no saturation) before one
 //! `vpmaddwd`; 5-bit (and MXFP4's 0..24) products only over two chunks at
-//! a time (≤ 4 · 2 · 31 · 128 < 2¹⁵); int8 products go to i32 per chunk.
+//! a time (≤ 4 · 2 · 31 · 128 < 2¹⁵); Q6_K's 6-bit products (one chunk
+//! per half: ≤ 4 · 63 · 127) and int8 products go to i32 per chunk. Q6_K's
+//! sixth-bit plane is shifted afresh per chunk so bit c (low nibbles) or
+//! 4 + c (high) lands at bit 5, then masked and ORed in.
 //! Each block's i32 sums are converted and scaled with separately rounded
 //! multiplies and adds, as the scalar micro-kernel does (bit-equal results);
-//! Q6_K's two half-block sums are scaled and added one after the other.
+//! Q6_K's two half-block sums are scaled and added one after the other. The
+//! scales are decoded in registers from the pack's codes (f16 by
+//! `vcvtph2ps`; E8M0 bytes by building the f32 bits; K-quant sub-block
+//! codes sign-extended, converted and multiplied by the super-scales,
+//! widened once per super-block), exactly.
 
 use super::Job;
 use super::pack::Kind;
-use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT};
+use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
@@ -71,54 +78,146 @@ fn i8_step_vnni(s: __m256i, aw: __m256i, sx: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(s, aw, sx)
 }
 
-/// 8 scales (or mins) from `at`: f16 bits in `h`, widened in registers
-/// (`vcvtph2ps`, exact), or f32 in `f`.
+/// 8 f32 values from the 8 f16 bits at `p` (`vcvtph2ps`, exact).
 ///
 /// # Safety
-/// The slice the `F16` choice reads must hold `at + 8` values.
+/// `p` must point to 8 readable values.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> __m256 {
+unsafe fn f16x8(p: *const u16) -> __m256 {
+    // SAFETY: forwarded from the caller.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+}
+
+/// 8 signed byte codes at `p` as f32 (`vpmovsxbd`, `vcvtdq2ps`; exact).
+///
+/// # Safety
+/// `p` must point to 8 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn codes8(p: *const u8) -> __m256 {
+    // SAFETY: forwarded from the caller.
+    let c = unsafe { _mm_loadl_epi64(p.cast()) };
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c))
+}
+
+/// The f32 values of E8M0 codes in i32 lanes (0..255), exactly
+/// `e8m0_to_f32_half`: bits `(e − 1) << 23`, or for the two subnormal
+/// codes 0 and 1 `0x0020_0000 << e`, blended on `e < 2`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn e8m0_ps(e: __m256i) -> __m256 {
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+}
+
+/// The 8 scales of group block `gb` as f32: f16 bits widened
+/// ([`SC_F16`]), E8M0 bytes decoded ([`SC_E8M0`]), or sub-block codes times
+/// the block's super-scales `sup` ([`SC_KSUB`]).
+///
+/// # Safety
+/// The job's streams for `SC` hold block `gb` (interleave 8).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256 {
+    let at = gb * 8;
     // SAFETY: forwarded from the caller.
     unsafe {
-        if F16 {
-            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(at).cast()))
-        } else {
-            _mm256_loadu_ps(f.as_ptr().add(at))
+        match SC {
+            SC_F16 => f16x8(job.sc.dh.as_ptr().add(at)),
+            SC_E8M0 => {
+                let e = _mm_loadl_epi64(job.sc.dc.as_ptr().add(at).cast());
+                e8m0_ps(_mm256_cvtepu8_epi32(e))
+            }
+            _ => _mm256_mul_ps(codes8(job.sc.dc.as_ptr().add(at)), sup),
         }
     }
 }
 
-/// Prefetches the scales (and with `min` the second values) `job.pf`
-/// blocks after the block at `at`, as the quants are, once per 64-byte line
-/// of that stream (a block's 8 values are 32 bytes as f32, 16 as
-/// f16): a prefetch per block measured slower at m = 1 than none at all,
-/// one per line no slower.
+/// The 8 second values (mins, Q6_K's upper-half scales) of group block
+/// `gb`: f16 bits ([`SC_F16`]) or codes times the super-scales `sup`.
+///
+/// # Safety
+/// As for [`scales`], for a kind with second values.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_scales<const F16: bool>(job: &Job<'_>, at: usize, min: bool) {
-    let size = if F16 { 2 } else { 4 };
-    if !(at * size).is_multiple_of(64) {
-        return;
+unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256 {
+    let at = gb * 8;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match SC {
+            SC_F16 => f16x8(job.sc.mh.as_ptr().add(at)),
+            _ => _mm256_mul_ps(codes8(job.sc.mc.as_ptr().add(at)), sup),
+        }
     }
+}
+
+/// The super-scales (`sd`, `sm`) of group block `gb` ([`SC_KSUB`]; zero
+/// otherwise), widened once per super-block by the tiles.
+///
+/// # Safety
+/// As for [`scales`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m256, __m256) {
+    if SC != SC_KSUB {
+        return (_mm256_setzero_ps(), _mm256_setzero_ps());
+    }
+    let at = gb / 8 * 8;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        (
+            f16x8(job.sc.sd.as_ptr().add(at)),
+            f16x8(job.sc.sm.as_ptr().add(at)),
+        )
+    }
+}
+
+/// Prefetches the line holding element `at` of `s` if `at` starts a
+/// 64-byte line (so each line is prefetched once).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_line<T>(s: &[T], at: usize) {
+    if (at * size_of::<T>()).is_multiple_of(64) {
+        _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(at).cast());
+    }
+}
+
+/// Prefetches the scale streams of the block `job.pf` blocks after group
+/// block `gb` (interleave `NR`), as the quants are, once per 64-byte line
+/// of each stream: f16 scales (and with `min` mins), E8M0 bytes, or the
+/// K-quants' two code streams and, per super-block, their super-scales. A
+/// prefetch per block measured slower at m = 1 than none at all, one per
+/// line no slower.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn prefetch_scales<const SC: u8, const NR: usize>(job: &Job<'_>, gb: usize, min: bool) {
     if job.pf == 0 {
         return;
     }
-    let ahead = at + job.pf * 8;
-    let (d, m) = if F16 {
-        (
-            job.dh.as_ptr().wrapping_add(ahead).cast::<i8>(),
-            job.mh.as_ptr().wrapping_add(ahead).cast::<i8>(),
-        )
-    } else {
-        (
-            job.d.as_ptr().wrapping_add(ahead).cast::<i8>(),
-            job.m.as_ptr().wrapping_add(ahead).cast::<i8>(),
-        )
-    };
-    _mm_prefetch::<_MM_HINT_T0>(d);
-    if min {
-        _mm_prefetch::<_MM_HINT_T0>(m);
+    let ahead = gb + job.pf;
+    let sc = &job.sc;
+    match SC {
+        SC_F16 => {
+            prefetch_line(sc.dh, ahead * NR);
+            if min {
+                prefetch_line(sc.mh, ahead * NR);
+            }
+        }
+        SC_E8M0 => prefetch_line(sc.dc, ahead * NR),
+        _ => {
+            prefetch_line(sc.dc, ahead * NR);
+            prefetch_line(sc.mc, ahead * NR);
+            if ahead.is_multiple_of(8) {
+                prefetch_line(sc.sd, ahead / 8 * NR);
+                // Q6_K reads `sd` for both codes.
+                if !std::ptr::eq(sc.sm, sc.sd) {
+                    prefetch_line(sc.sm, ahead / 8 * NR);
+                }
+            }
+        }
     }
 }
 
@@ -129,14 +228,16 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
         /// `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]). `F16`: scales and mins stored as f16
-        /// bits (the legacy formats), else f32.
+        /// through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K (`MIN = false`;
+        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// scale per half). `SC`: how the scales are stored ([`SC_F16`],
+        /// [`SC_E8M0`], [`SC_KSUB`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const F16: bool>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -147,13 +248,14 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm256_set1_epi8(0x0F);
             let bit4 = _mm256_set1_epi8(0x10);
-            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            let bit5 = _mm256_set1_epi8(0x20);
+            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
             // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
             // SAFETY: the table is 16 bytes.
             let lut =
                 _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-            // Bytes per block: 8 rows × 16 nibble bytes (+ 4 plane bytes).
-            let bs = if five { 160 } else { 128 };
+            // Bytes per block: 8 rows × 16 nibble bytes (+ 4 bytes per plane).
+            let bs = 128 + 32 * (five as usize + six as usize);
             let mut acc = [_mm256_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 8 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -164,10 +266,16 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let (mut sdv, mut smv) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for b in 0..nb {
-                prefetch_scales::<F16>(job, (g * nb + b) * 8, MIN);
-                // Every line of the block job.pf ahead (160-byte blocks
-                // touch at most 3).
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 8>(job, gb, MIN);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                }
+                // Every line of the block job.pf ahead (160- and 192-byte
+                // blocks touch at most 3, 4).
                 if job.pf > 0 {
                     for l in 0..bs.div_ceil(64) {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -185,7 +293,16 @@ macro_rules! tiles {
                 } else {
                     (_mm256_setzero_si256(), _mm256_setzero_si256())
                 };
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let h6 = if six {
+                    // SAFETY: the second 32 plane bytes follow the first.
+                    unsafe { _mm256_loadu_si256(qb.add(b * bs + 160).cast()) }
+                } else {
+                    _mm256_setzero_si256()
+                };
                 let mut s = [_mm256_setzero_si256(); MR];
+                // Q6_K: sums of the high halves (values 16..32).
+                let mut s2 = [_mm256_setzero_si256(); MR];
                 // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
                 // i16 would overflow over 4 chunks.
                 let mut part = [_mm256_setzero_si256(); MR];
@@ -204,26 +321,59 @@ macro_rules! tiles {
                         hl = _mm256_srli_epi16::<1>(hl);
                         hh = _mm256_srli_epi16::<1>(hh);
                     }
-                    for (i, si) in s.iter_mut().enumerate() {
+                    if six {
+                        // Plane bit c (low nibbles) and 4 + c (high) to
+                        // bit 5, shifted afresh per chunk: a running shift
+                        // would push needed bits out of the 16-bit lane.
+                        let sl = _mm256_sll_epi16(h6, _mm_cvtsi32_si128(5 - c as i32));
+                        let sh = if c <= 1 {
+                            _mm256_sll_epi16(h6, _mm_cvtsi32_si128(1 - c as i32))
+                        } else {
+                            _mm256_srl_epi16(h6, _mm_cvtsi32_si128(c as i32 - 1))
+                        };
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(sl, bit5));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(sh, bit5));
+                    }
+                    for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                         let (xl, xh) = unsafe {
                             let xp = (*ab.add(i * nb + b)).qs.as_ptr();
                             (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
                         };
-                        *si = $q4step(*si, lo, xl, hi, xh);
+                        if six {
+                            // Values up to 63: i16 holds one chunk's
+                            // products (4 · 63 · 127), so widen per chunk.
+                            *si = $i8step(*si, lo, xl);
+                            *s2i = $i8step(*s2i, hi, xh);
+                        } else {
+                            *si = $q4step(*si, lo, xl, hi, xh);
+                        }
                     }
-                    if X != NIB && c == 1 {
+                    if (X == NIB_FIVE || X == NIB_LUT) && c == 1 {
                         for (p, si) in part.iter_mut().zip(s.iter_mut()) {
                             *p = $q4fin(*si);
                             *si = _mm256_setzero_si256();
                         }
                     }
                 }
-                // SAFETY: 8 scales of block b (f16 or f32 as the job's).
-                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 8) };
+                // SAFETY: the 8 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
+                    if six {
+                        // Σ(u − 32)x per half; the halves' scales applied
+                        // one after the other, as the scalar tile does.
+                        let lo = _mm256_sub_epi32(s[i], _mm256_set1_epi32(32 * x.sum_lo()));
+                        let hi = _mm256_sub_epi32(s2[i], _mm256_set1_epi32(32 * x.sum_hi()));
+                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(lo)));
+                        // SAFETY: Q6_K jobs carry second codes shaped like the scales.
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
+                        let dm = _mm256_mul_ps(mw, _mm256_set1_ps(x.d()));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(hi)));
+                        continue;
+                    }
                     let mut si = $q4fin(s[i]);
                     if X != NIB {
                         si = _mm256_add_epi32(part[i], si);
@@ -240,7 +390,7 @@ macro_rules! tiles {
                     let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
                     if MIN {
                         // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                        let mw = unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 8) };
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
                         t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
                     }
                     *a = _mm256_add_ps(*a, t);
@@ -252,15 +402,12 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 8: `MODE` [`I8`] (Q8_0) or
-        /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8). `F16` as for the Q4 tile (Q8_0 f16, Q6_K
-        /// f32).
+        /// Int8 tile (Q8_0), interleave 8. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const MODE: u8, const F16: bool>(
+        unsafe fn $i8<const MR: usize, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -277,8 +424,14 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let mut sdv = _mm256_setzero_ps();
             for b in 0..nb {
-                prefetch_scales::<F16>(job, (g * nb + b) * 8, MODE == I8_X16);
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 8>(job, gb, false);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    sdv = unsafe { supers::<SC>(job, gb).0 };
+                }
                 if job.pf > 0 {
                     for l in 0..4 {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -287,8 +440,8 @@ macro_rules! tiles {
                     }
                 }
                 let mut s = [_mm256_setzero_si256(); MR];
-                // SAFETY: 8 scales of block b (f16 or f32 as the job's).
-                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 8) };
+                // SAFETY: the 8 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 32 bytes inside the group.
                     let w = unsafe { _mm256_loadu_si256(qb.add(b * 256 + 32 * c).cast()) };
@@ -298,23 +451,7 @@ macro_rules! tiles {
                         let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
                         *si = $i8step(*si, aw, _mm256_sign_epi8(xb, w));
                     }
-                    if MODE == I8_X16 && c == 3 {
-                        for (i, a) in acc.iter_mut().enumerate() {
-                            // SAFETY: block b of row i0 + i.
-                            let x = unsafe { &*ab.add(i * nb + b) };
-                            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                            *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i])));
-                            s[i] = _mm256_setzero_si256();
-                        }
-                    }
                 }
-                // Upper-half scales (I8_X16).
-                let dw = if MODE == I8 {
-                    dw
-                } else {
-                    // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
-                    unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 8) }
-                };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -343,19 +480,25 @@ macro_rules! tiles {
         ) {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, job.f16) {
-                    (Kind::Q4_0, true) => by_mr!(mr, $q4::<false, NIB, true>(job, g, i0, out)),
-                    (Kind::Q4_1, true) => by_mr!(mr, $q4::<true, NIB, true>(job, g, i0, out)),
-                    (Kind::Q4_1, false) => by_mr!(mr, $q4::<true, NIB, false>(job, g, i0, out)),
-                    (Kind::Q5_0, true) => by_mr!(mr, $q4::<false, NIB_FIVE, true>(job, g, i0, out)),
-                    (Kind::Q5_1, true) => by_mr!(mr, $q4::<true, NIB_FIVE, true>(job, g, i0, out)),
-                    (Kind::Mxfp4, false) => {
-                        by_mr!(mr, $q4::<false, NIB_LUT, false>(job, g, i0, out))
+                match (job.kind, job.sc.mode) {
+                    (Kind::Q4_0, SC_F16) => by_mr!(mr, $q4::<false, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_F16) => by_mr!(mr, $q4::<true, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_KSUB) => by_mr!(mr, $q4::<true, NIB, SC_KSUB>(job, g, i0, out)),
+                    (Kind::Q5_0, SC_F16) => {
+                        by_mr!(mr, $q4::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::I8, true) => by_mr!(mr, $i8::<I8, true>(job, g, i0, out)),
-                    (Kind::I8x16, false) => by_mr!(mr, $i8::<I8_X16, false>(job, g, i0, out)),
-                    // No format packs these (see `pack::f16_scales`); the
-                    // scalar tile reads either scale width.
+                    (Kind::Q5_1, SC_F16) => {
+                        by_mr!(mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                    }
+                    (Kind::Mxfp4, SC_E8M0) => {
+                        by_mr!(mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                    }
+                    (Kind::Q6K, SC_KSUB) => {
+                        by_mr!(mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                    }
+                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<SC_F16>(job, g, i0, out)),
+                    // No format packs these (see `pack::scale_mode`); the
+                    // scalar tile reads every scale mode.
                     _ => super::scalar::tile(job, g, i0, mr, out),
                 }
             }

@@ -9,15 +9,18 @@
 //! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`);
 //! MXFP4 maps its nibble codes with one `vpshufb` each.
 //! Without VNNI the nibble products of a block are summed in i16 (no
-//! saturation, as on AVX2; 5-bit and MXFP4 products two chunks at a time)
+//! saturation, as on AVX2; 5-bit and MXFP4 products two chunks at a time,
+//! Q6_K's 6-bit ones one chunk; its sixth bits merge by a second
+//! `vpternlogd`)
 //! before
 //! `vpmaddwd`. Scaling uses
 //! separately rounded multiplies and adds (bit-equal to the scalar
 //! micro-kernel).
 
 use super::Job;
+use super::avx2::prefetch_scales;
 use super::pack::Kind;
-use super::pack::{I8, I8_X16, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT};
+use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
@@ -69,54 +72,100 @@ fn i8_step_vnni(s: __m512i, aw: __m512i, sx: __m512i) -> __m512i {
     _mm512_dpbusd_epi32(s, aw, sx)
 }
 
-/// 16 scales (or mins) from `at`: f16 bits in `h`, widened in registers
-/// (`vcvtph2ps`, exact), or f32 in `f`.
+/// 16 f32 values from the 16 f16 bits at `p` (`vcvtph2ps`, exact).
 ///
 /// # Safety
-/// The slice the `F16` choice reads must hold `at + 16` values.
+/// `p` must point to 16 readable values.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn scales<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> __m512 {
+unsafe fn f16x16(p: *const u16) -> __m512 {
+    // SAFETY: forwarded from the caller.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+}
+
+/// 16 signed byte codes at `p` as f32 (`vpmovsxbd`, `vcvtdq2ps`; exact).
+///
+/// # Safety
+/// `p` must point to 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn codes16(p: *const u8) -> __m512 {
+    // SAFETY: forwarded from the caller.
+    let c = unsafe { _mm_loadu_si128(p.cast()) };
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c))
+}
+
+/// The f32 values of E8M0 codes in i32 lanes (0..255), exactly
+/// `e8m0_to_f32_half`: bits `(e − 1) << 23`, or for the two subnormal
+/// codes 0 and 1 `0x0020_0000 << e`, blended on `e < 2`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn e8m0_ps(e: __m512i) -> __m512 {
+    let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+    let sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+    let small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub))
+}
+
+/// The 16 scales of group block `gb` as f32: f16 bits widened
+/// ([`SC_F16`]), E8M0 bytes decoded ([`SC_E8M0`]), or sub-block codes times
+/// the block's super-scales `sup` ([`SC_KSUB`]).
+///
+/// # Safety
+/// The job's streams for `SC` hold block `gb` (interleave 16).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512 {
+    let at = gb * 16;
     // SAFETY: forwarded from the caller.
     unsafe {
-        if F16 {
-            _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().add(at).cast()))
-        } else {
-            _mm512_loadu_ps(f.as_ptr().add(at))
+        match SC {
+            SC_F16 => f16x16(job.sc.dh.as_ptr().add(at)),
+            SC_E8M0 => {
+                let e = _mm_loadu_si128(job.sc.dc.as_ptr().add(at).cast());
+                e8m0_ps(_mm512_cvtepu8_epi32(e))
+            }
+            _ => _mm512_mul_ps(codes16(job.sc.dc.as_ptr().add(at)), sup),
         }
     }
 }
 
-/// Prefetches the scales (and with `min` the second values) `job.pf`
-/// blocks after the block at `at`, as the quants are, once per 64-byte line
-/// of that stream (a block's 16 values are 64 bytes as f32, 32 as
-/// f16): a prefetch per block measured slower at m = 1 than none at all,
-/// one per line no slower.
+/// The 16 second values (mins, Q6_K's upper-half scales) of group block
+/// `gb`: f16 bits ([`SC_F16`]) or codes times the super-scales `sup`.
+///
+/// # Safety
+/// As for [`scales`], for a kind with second values.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-fn prefetch_scales<const F16: bool>(job: &Job<'_>, at: usize, min: bool) {
-    let size = if F16 { 2 } else { 4 };
-    if !(at * size).is_multiple_of(64) {
-        return;
+unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512 {
+    let at = gb * 16;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match SC {
+            SC_F16 => f16x16(job.sc.mh.as_ptr().add(at)),
+            _ => _mm512_mul_ps(codes16(job.sc.mc.as_ptr().add(at)), sup),
+        }
     }
-    if job.pf == 0 {
-        return;
+}
+
+/// The super-scales (`sd`, `sm`) of group block `gb` ([`SC_KSUB`]; zero
+/// otherwise), widened once per super-block by the tiles.
+///
+/// # Safety
+/// As for [`scales`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m512, __m512) {
+    if SC != SC_KSUB {
+        return (_mm512_setzero_ps(), _mm512_setzero_ps());
     }
-    let ahead = at + job.pf * 16;
-    let (d, m) = if F16 {
+    let at = gb / 8 * 16;
+    // SAFETY: forwarded from the caller.
+    unsafe {
         (
-            job.dh.as_ptr().wrapping_add(ahead).cast::<i8>(),
-            job.mh.as_ptr().wrapping_add(ahead).cast::<i8>(),
+            f16x16(job.sc.sd.as_ptr().add(at)),
+            f16x16(job.sc.sm.as_ptr().add(at)),
         )
-    } else {
-        (
-            job.d.as_ptr().wrapping_add(ahead).cast::<i8>(),
-            job.m.as_ptr().wrapping_add(ahead).cast::<i8>(),
-        )
-    };
-    _mm_prefetch::<_MM_HINT_T0>(d);
-    if min {
-        _mm_prefetch::<_MM_HINT_T0>(m);
     }
 }
 
@@ -127,14 +176,16 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// 16; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]). `F16`: scales and mins stored as f16
-        /// bits (the legacy formats), else f32.
+        /// through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K (`MIN = false`;
+        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// scale per half). `SC`: how the scales are stored ([`SC_F16`],
+        /// [`SC_E8M0`], [`SC_KSUB`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
         /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 16`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const F16: bool>(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -145,12 +196,13 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm512_set1_epi8(0x0F);
             let bit4 = _mm512_set1_epi8(0x10);
-            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            let bit5 = _mm512_set1_epi8(0x20);
+            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
             // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
             // SAFETY: the table is 16 bytes.
             let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-            // Bytes per block: 16 rows × 16 nibble bytes (+ 4 plane bytes).
-            let bs = if five { 320 } else { 256 };
+            // Bytes per block: 16 rows × 16 nibble bytes (+ 4 bytes per plane).
+            let bs = 256 + 64 * (five as usize + six as usize);
             let mut acc = [_mm512_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 16 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -161,8 +213,14 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let (mut sdv, mut smv) = (_mm512_setzero_ps(), _mm512_setzero_ps());
             for b in 0..nb {
-                prefetch_scales::<F16>(job, (g * nb + b) * 16, MIN);
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 16>(job, gb, MIN);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                }
                 if job.pf > 0 {
                     for l in 0..bs / 64 {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -180,7 +238,16 @@ macro_rules! tiles {
                 } else {
                     (_mm512_setzero_si512(), _mm512_setzero_si512())
                 };
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let h6 = if six {
+                    // SAFETY: the second 64 plane bytes follow the first.
+                    unsafe { _mm512_loadu_si512(qb.add(b * bs + 320).cast()) }
+                } else {
+                    _mm512_setzero_si512()
+                };
                 let mut s = [_mm512_setzero_si512(); MR];
+                // Q6_K: sums of the high halves (values 16..32).
+                let mut s2 = [_mm512_setzero_si512(); MR];
                 // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
                 // i16 would overflow over 4 chunks.
                 let mut part = [_mm512_setzero_si512(); MR];
@@ -200,26 +267,59 @@ macro_rules! tiles {
                         hl = _mm512_srli_epi16::<1>(hl);
                         hh = _mm512_srli_epi16::<1>(hh);
                     }
-                    for (i, si) in s.iter_mut().enumerate() {
+                    if six {
+                        // Plane bit c (low nibbles) and 4 + c (high) to
+                        // bit 5, shifted afresh per chunk: a running shift
+                        // would push needed bits out of the 16-bit lane.
+                        let sl = _mm512_sll_epi16(h6, _mm_cvtsi32_si128(5 - c as i32));
+                        let sh = if c <= 1 {
+                            _mm512_sll_epi16(h6, _mm_cvtsi32_si128(1 - c as i32))
+                        } else {
+                            _mm512_srl_epi16(h6, _mm_cvtsi32_si128(c as i32 - 1))
+                        };
+                        lo = _mm512_ternarylogic_epi32::<0xF8>(lo, sl, bit5);
+                        hi = _mm512_ternarylogic_epi32::<0xF8>(hi, sh, bit5);
+                    }
+                    for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                         let (xl, xh) = unsafe {
                             let xp = (*ab.add(i * nb + b)).qs.as_ptr();
                             (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
                         };
-                        *si = $q4step(*si, lo, xl, hi, xh);
+                        if six {
+                            // Values up to 63: i16 holds one chunk's
+                            // products (4 · 63 · 127), so widen per chunk.
+                            *si = $i8step(*si, lo, xl);
+                            *s2i = $i8step(*s2i, hi, xh);
+                        } else {
+                            *si = $q4step(*si, lo, xl, hi, xh);
+                        }
                     }
-                    if X != NIB && c == 1 {
+                    if (X == NIB_FIVE || X == NIB_LUT) && c == 1 {
                         for (p, si) in part.iter_mut().zip(s.iter_mut()) {
                             *p = $q4fin(*si);
                             *si = _mm512_setzero_si512();
                         }
                     }
                 }
-                // SAFETY: 16 scales of block b (f16 or f32 as the job's).
-                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 16) };
+                // SAFETY: the 16 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
+                    if six {
+                        // Σ(u − 32)x per half; the halves' scales applied
+                        // one after the other, as the scalar tile does.
+                        let lo = _mm512_sub_epi32(s[i], _mm512_set1_epi32(32 * x.sum_lo()));
+                        let hi = _mm512_sub_epi32(s2[i], _mm512_set1_epi32(32 * x.sum_hi()));
+                        let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(lo)));
+                        // SAFETY: Q6_K jobs carry second codes shaped like the scales.
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
+                        let dm = _mm512_mul_ps(mw, _mm512_set1_ps(x.d()));
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(dm, _mm512_cvtepi32_ps(hi)));
+                        continue;
+                    }
                     let mut si = $q4fin(s[i]);
                     if X != NIB {
                         si = _mm512_add_epi32(part[i], si);
@@ -236,7 +336,7 @@ macro_rules! tiles {
                     let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(si));
                     if MIN {
                         // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                        let mw = unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 16) };
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
                         t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
                     }
                     *a = _mm512_add_ps(*a, t);
@@ -248,15 +348,12 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave 16: `MODE` [`I8`] (Q8_0) or
-        /// [`I8_X16`] (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8). `F16` as for the Q4 tile (Q8_0 f16, Q6_K
-        /// f32).
+        /// Int8 tile (Q8_0), interleave 16. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const MODE: u8, const F16: bool>(
+        unsafe fn $i8<const MR: usize, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
@@ -273,8 +370,14 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let mut sdv = _mm512_setzero_ps();
             for b in 0..nb {
-                prefetch_scales::<F16>(job, (g * nb + b) * 16, MODE == I8_X16);
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 16>(job, gb, false);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    sdv = unsafe { supers::<SC>(job, gb).0 };
+                }
                 if job.pf > 0 {
                     for l in 0..8 {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -283,8 +386,8 @@ macro_rules! tiles {
                     }
                 }
                 let mut s = [_mm512_setzero_si512(); MR];
-                // SAFETY: 16 scales of block b (f16 or f32 as the job's).
-                let dw = unsafe { scales::<F16>(job.d, job.dh, (g * nb + b) * 16) };
+                // SAFETY: the 16 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
                     let w = unsafe { _mm512_loadu_si512(qb.add(b * 512 + 64 * c).cast()) };
@@ -296,23 +399,7 @@ macro_rules! tiles {
                         let sx = _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb);
                         *si = $i8step(*si, aw, sx);
                     }
-                    if MODE == I8_X16 && c == 3 {
-                        for (i, a) in acc.iter_mut().enumerate() {
-                            // SAFETY: block b of row i0 + i.
-                            let x = unsafe { &*ab.add(i * nb + b) };
-                            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
-                            *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i])));
-                            s[i] = _mm512_setzero_si512();
-                        }
-                    }
                 }
-                // Upper-half scales (I8_X16).
-                let dw = if MODE == I8 {
-                    dw
-                } else {
-                    // SAFETY: I8_X16 jobs carry `m` shaped like the scales.
-                    unsafe { scales::<F16>(job.m, job.mh, (g * nb + b) * 16) }
-                };
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -341,19 +428,25 @@ macro_rules! tiles {
         ) {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, job.f16) {
-                    (Kind::Q4_0, true) => by_mr!(mr, $q4::<false, NIB, true>(job, g, i0, out)),
-                    (Kind::Q4_1, true) => by_mr!(mr, $q4::<true, NIB, true>(job, g, i0, out)),
-                    (Kind::Q4_1, false) => by_mr!(mr, $q4::<true, NIB, false>(job, g, i0, out)),
-                    (Kind::Q5_0, true) => by_mr!(mr, $q4::<false, NIB_FIVE, true>(job, g, i0, out)),
-                    (Kind::Q5_1, true) => by_mr!(mr, $q4::<true, NIB_FIVE, true>(job, g, i0, out)),
-                    (Kind::Mxfp4, false) => {
-                        by_mr!(mr, $q4::<false, NIB_LUT, false>(job, g, i0, out))
+                match (job.kind, job.sc.mode) {
+                    (Kind::Q4_0, SC_F16) => by_mr!(mr, $q4::<false, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_F16) => by_mr!(mr, $q4::<true, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_KSUB) => by_mr!(mr, $q4::<true, NIB, SC_KSUB>(job, g, i0, out)),
+                    (Kind::Q5_0, SC_F16) => {
+                        by_mr!(mr, $q4::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::I8, true) => by_mr!(mr, $i8::<I8, true>(job, g, i0, out)),
-                    (Kind::I8x16, false) => by_mr!(mr, $i8::<I8_X16, false>(job, g, i0, out)),
-                    // No format packs these (see `pack::f16_scales`); the
-                    // scalar tile reads either scale width.
+                    (Kind::Q5_1, SC_F16) => {
+                        by_mr!(mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                    }
+                    (Kind::Mxfp4, SC_E8M0) => {
+                        by_mr!(mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                    }
+                    (Kind::Q6K, SC_KSUB) => {
+                        by_mr!(mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                    }
+                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<SC_F16>(job, g, i0, out)),
+                    // No format packs these (see `pack::scale_mode`); the
+                    // scalar tile reads every scale mode.
                     _ => super::scalar::tile(job, g, i0, mr, out),
                 }
             }

@@ -14,13 +14,14 @@
 //! each nibble chunk as the NEON tiles do (the plane shifted so the chunk's
 //! bit sits at bit 4, one `bsl`), MXFP4 maps its codes with `tbl`. Scaling
 //! is the NEON tiles' (bit-equal to
-//! the scalar micro-kernel; Q6_K's half-block sums are scaled after the
-//! second and the fourth step). A tile of one row runs the `sdot` tile. `vmmlaq_s32`
+//! the scalar micro-kernel; Q6_K, nibbles plus its fifth- and sixth-bit
+//! planes, runs its low-nibble steps first, so its half-block sums are
+//! scaled after the second and the fourth step). A tile of one row runs the `sdot` tile. `vmmlaq_s32`
 //! is unstable in Rust 1.95, so `smmla` is emitted with `asm!`.
 
 use super::Job;
-use super::neon::scales4;
-use super::pack::{Kind, MXFP4_LUT};
+use super::neon::{scales4, seconds4, supers4};
+use super::pack::{Kind, MXFP4_LUT, SC_E8M0, SC_F16, SC_KSUB};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -81,8 +82,9 @@ const K_Q4_0: u8 = 0;
 const K_Q4_1: u8 = 1;
 /// Int8 (Q8_0).
 const K_I8: u8 = 2;
-/// Int8 with half-block scales (Q6_K).
-const K_I8_X16: u8 = 3;
+/// Nibbles plus the fifth- and sixth-bit planes, offset 32, one scale per
+/// half-block (Q6_K).
+const K_Q6: u8 = 3;
 /// Nibbles plus the fifth-bit plane, offset 16 (Q5_0).
 const K_Q5_0: u8 = 4;
 /// Nibbles plus the fifth-bit plane, plus `m · s_x` (Q5_1).
@@ -92,7 +94,8 @@ const K_MXFP4: u8 = 6;
 
 /// `acc[i][v] += (w · dx_i) · (Σ − off·Σx)` for the `2·pairs` rows of a
 /// tile from the `smmla` sums `s` (reset to zero), plus `m · s_x` when `mw`
-/// is given.
+/// is given; `Σx` over the whole block (`half` 0), values 0..16 (1) or
+/// 16..32 (2).
 ///
 /// # Safety
 /// `ab` points at the tile's first activation row, rows `nb` blocks apart,
@@ -109,6 +112,7 @@ unsafe fn scale_into<const MR: usize, const V: usize>(
     w: [float32x4_t; V],
     mw: Option<[float32x4_t; V]>,
     off: i32,
+    half: u8,
 ) {
     for (p, sp) in s.iter_mut().enumerate().take(MR / 2) {
         for v in 0..V {
@@ -119,7 +123,12 @@ unsafe fn scale_into<const MR: usize, const V: usize>(
                 // SAFETY: block b of row i0 + i (the caller's bounds).
                 let x = unsafe { &*ab.add(i * nb + b) };
                 let si = if off != 0 {
-                    vsubq_s32(si, vdupq_n_s32(off * x.sum()))
+                    let sum = match half {
+                        0 => x.sum(),
+                        1 => x.sum_lo(),
+                        _ => x.sum_hi(),
+                    };
+                    vsubq_s32(si, vdupq_n_s32(off * sum))
                 } else {
                     si
                 };
@@ -135,14 +144,14 @@ unsafe fn scale_into<const MR: usize, const V: usize>(
 }
 
 /// Shared tile body: `MR` rows (even) × `4V` columns; `KIND` one of the
-/// `K_*` constants.; `F16`: scales and mins stored as f16 bits (the
-/// legacy formats), else f32.
+/// `K_*` constants; `SC`: how the scales are stored (`SC_F16`,
+/// `SC_E8M0`, `SC_KSUB`).
 ///
 /// # Safety
 /// Needs FEAT_I8MM; `g` a group of the job, rows `i0 .. i0 + MR` inside its
 /// activations, `out` ≥ `MR · 4V`.
 #[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: bool>(
+unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const SC: u8>(
     job: &Job<'_>,
     g: usize,
     i0: usize,
@@ -151,18 +160,18 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: 
     let (nb, nr, pairs) = (job.nb, 4 * V, MR / 2);
     debug_assert!(MR.is_multiple_of(2) && job.nr == nr && out.len() >= MR * nr);
     debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-    let int8 = matches!(KIND, K_I8 | K_I8_X16);
-    let five = matches!(KIND, K_Q5_0 | K_Q5_1);
+    let int8 = KIND == K_I8;
+    let five = matches!(KIND, K_Q5_0 | K_Q5_1 | K_Q6);
+    let six = KIND == K_Q6;
     // Quant bytes per row and block.
     let rb = if int8 {
         32
-    } else if five {
-        20
     } else {
-        16
+        16 + 4 * (five as usize + six as usize)
     };
     let mask = vdupq_n_u8(0x0F);
     let bit4 = vdupq_n_u8(0x10);
+    let bit5 = vdupq_n_u8(0x20);
     // SAFETY: the table is 16 bytes.
     let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
     let mut acc = [[vdupq_n_f32(0.0); V]; MR];
@@ -176,22 +185,30 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: 
     };
     // Each step: two chunks of weights (k offsets ka .. ka + 8 in the
     // activation block); int8 steps 0, 1 cover values 0..16, steps 2, 3
-    // values 16..32. Nibble chunk c's fifth bits are plane bit c (low
+    // values 16..32, and so do Q6_K's (low nibbles first: one scale per
+    // half). Nibble chunk c's fifth (sixth) bits are plane bit c (low
     // nibbles) or 4 + c (high).
     let steps: &[(usize, usize, bool)] = if int8 {
         &[(0, 0, false), (2, 8, false), (4, 16, false), (6, 24, false)]
+    } else if six {
+        &[(0, 0, false), (2, 8, false), (0, 16, true), (2, 24, true)]
     } else {
         &[(0, 0, false), (0, 16, true), (2, 8, false), (2, 24, true)]
     };
+    let (mut sdv, mut smv) = ([vdupq_n_f32(0.0); V], [vdupq_n_f32(0.0); V]);
     for b in 0..nb {
         let at = (g * nb + b) * nr;
+        if b % 8 == 0 {
+            // SAFETY: super-block b / 8 of group g (K-quants).
+            (sdv, smv) = unsafe { supers4::<SC, V>(job, g * nb + b) };
+        }
         // SAFETY: nr scales (and, for the kinds with one, second values)
-        // of block b, f16 or f32 as the job's.
+        // of block b.
         let (dw, mw): ([float32x4_t; V], [float32x4_t; V]) = unsafe {
             (
-                std::array::from_fn(|v| scales4::<F16>(job.d, job.dh, at + 4 * v)),
-                if matches!(KIND, K_Q4_1 | K_Q5_1 | K_I8_X16) {
-                    std::array::from_fn(|v| scales4::<F16>(job.m, job.mh, at + 4 * v))
+                std::array::from_fn(|v| scales4::<SC>(job, at + 4 * v, sdv[v])),
+                if matches!(KIND, K_Q4_1 | K_Q5_1 | K_Q6) {
+                    std::array::from_fn(|v| seconds4::<SC>(job, at + 4 * v, smv[v]))
                 } else {
                     [vdupq_n_f32(0.0); V]
                 },
@@ -204,6 +221,13 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: 
         let plane: [uint8x16_t; V] = if five {
             // SAFETY: the 4·nr plane bytes follow the 16·nr nibble bytes.
             std::array::from_fn(|v| unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * nr + 16 * v)) })
+        } else {
+            [vdupq_n_u8(0); V]
+        };
+        // Q6_K's sixth-bit plane.
+        let plane6: [uint8x16_t; V] = if six {
+            // SAFETY: the second 4·nr plane bytes follow the first.
+            std::array::from_fn(|v| unsafe { vld1q_u8(qb.add(b * rb * nr + 20 * nr + 16 * v)) })
         } else {
             [vdupq_n_u8(0); V]
         };
@@ -236,6 +260,15 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: 
                 } else {
                     (wa, wb)
                 };
+                let (wa, wb) = if six {
+                    // The same plane bits of the sixth-bit plane to bit 5.
+                    let bit = 4 * high as i8 + c as i8;
+                    let ha = vshlq_u8(plane6[v], vdupq_n_s8(5 - bit));
+                    let hb = vshlq_u8(plane6[v], vdupq_n_s8(4 - bit));
+                    (vbslq_u8(bit5, ha, wa), vbslq_u8(bit5, hb, wb))
+                } else {
+                    (wa, wb)
+                };
                 let (wa, wb) = (vreinterpretq_s8_u8(wa), vreinterpretq_s8_u8(wb));
                 let (w01, w23) = row_pairs(wa, wb);
                 for (p, sp) in s.iter_mut().enumerate().take(pairs) {
@@ -250,24 +283,26 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const F16: 
                     sp[v] = (smmla(sp[v].0, a, w01), smmla(sp[v].1, a, w23));
                 }
             }
-            if KIND == K_I8_X16 && step == 1 {
+            if six && step == 1 {
+                // The low halves (values 0..16), with their scales.
                 // SAFETY: rows and block as above.
-                unsafe { scale_into(&mut acc, &mut s, ab, nb, b, dw, None, 0) };
+                unsafe { scale_into(&mut acc, &mut s, ab, nb, b, dw, None, 32, 1) };
             }
         }
         let (w, m) = match KIND {
-            K_I8_X16 => (mw, None),
+            K_Q6 => (mw, None),
             K_Q4_1 | K_Q5_1 => (dw, Some(mw)),
             _ => (dw, None),
         };
-        let off = match KIND {
-            K_Q4_0 => 8,
-            K_Q5_0 => 16,
-            K_MXFP4 => 12,
-            _ => 0,
+        let (off, half) = match KIND {
+            K_Q4_0 => (8, 0),
+            K_Q5_0 => (16, 0),
+            K_MXFP4 => (12, 0),
+            K_Q6 => (32, 2),
+            _ => (0, 0),
         };
         // SAFETY: rows and block as above.
-        unsafe { scale_into(&mut acc, &mut s, ab, nb, b, w, m, off) };
+        unsafe { scale_into(&mut acc, &mut s, ab, nb, b, w, m, off, half) };
     }
     for (i, ai) in acc.iter().enumerate() {
         for (v, a) in ai.iter().enumerate() {
@@ -289,37 +324,37 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
         Kind::Q5_1 => K_Q5_1,
         Kind::Mxfp4 => K_MXFP4,
         Kind::I8 => K_I8,
-        Kind::I8x16 => K_I8_X16,
+        Kind::Q6K => K_Q6,
     };
     if mr == 1 {
         // SAFETY: FEAT_I8MM implies the dot product; forwarded.
         return unsafe { super::dotprod::tile(job, g, i0, 1, out) };
     }
     macro_rules! by_shape {
-        ($k:ident, $f16:literal) => {
+        ($k:ident, $sc:ident) => {
             match (job.nr, mr) {
-                (4, 8) => tile_mmla::<8, 1, $k, $f16>(job, g, i0, out),
-                (4, 4) => tile_mmla::<4, 1, $k, $f16>(job, g, i0, out),
-                (4, _) => tile_mmla::<2, 1, $k, $f16>(job, g, i0, out),
-                (_, 8) => tile_mmla::<8, 2, $k, $f16>(job, g, i0, out),
-                (_, 4) => tile_mmla::<4, 2, $k, $f16>(job, g, i0, out),
-                (_, _) => tile_mmla::<2, 2, $k, $f16>(job, g, i0, out),
+                (4, 8) => tile_mmla::<8, 1, $k, $sc>(job, g, i0, out),
+                (4, 4) => tile_mmla::<4, 1, $k, $sc>(job, g, i0, out),
+                (4, _) => tile_mmla::<2, 1, $k, $sc>(job, g, i0, out),
+                (_, 8) => tile_mmla::<8, 2, $k, $sc>(job, g, i0, out),
+                (_, 4) => tile_mmla::<4, 2, $k, $sc>(job, g, i0, out),
+                (_, _) => tile_mmla::<2, 2, $k, $sc>(job, g, i0, out),
             }
         };
     }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match (k, job.f16) {
-            (K_Q4_0, true) => by_shape!(K_Q4_0, true),
-            (K_Q4_1, true) => by_shape!(K_Q4_1, true),
-            (K_Q4_1, false) => by_shape!(K_Q4_1, false),
-            (K_Q5_0, true) => by_shape!(K_Q5_0, true),
-            (K_Q5_1, true) => by_shape!(K_Q5_1, true),
-            (K_MXFP4, false) => by_shape!(K_MXFP4, false),
-            (K_I8, true) => by_shape!(K_I8, true),
-            (K_I8_X16, false) => by_shape!(K_I8_X16, false),
-            // No format packs these (see `pack::f16_scales`); the scalar
-            // tile reads either scale width.
+        match (k, job.sc.mode) {
+            (K_Q4_0, SC_F16) => by_shape!(K_Q4_0, SC_F16),
+            (K_Q4_1, SC_F16) => by_shape!(K_Q4_1, SC_F16),
+            (K_Q4_1, SC_KSUB) => by_shape!(K_Q4_1, SC_KSUB),
+            (K_Q5_0, SC_F16) => by_shape!(K_Q5_0, SC_F16),
+            (K_Q5_1, SC_F16) => by_shape!(K_Q5_1, SC_F16),
+            (K_MXFP4, SC_E8M0) => by_shape!(K_MXFP4, SC_E8M0),
+            (K_I8, SC_F16) => by_shape!(K_I8, SC_F16),
+            (K_Q6, SC_KSUB) => by_shape!(K_Q6, SC_KSUB),
+            // No format packs these (see `pack::scale_mode`); the scalar
+            // tile reads every scale mode.
             _ => super::scalar::tile(job, g, i0, mr, out),
         }
     }

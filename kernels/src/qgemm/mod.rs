@@ -14,7 +14,8 @@
 //! Formats ([`FORMATS`]): every quantized GGUF weight format tiletune reads —
 //! Q4_0, Q4_1, Q4_K (4-bit nibbles kept), Q5_0, Q5_1 (nibbles plus a
 //! fifth-bit plane, merged in registers), MXFP4 (its E2M1 codes as nibbles,
-//! mapped in registers by a 16-entry table), Q8_0, Q6_K (int8 values); the
+//! mapped in registers by a 16-entry table), Q6_K (nibbles plus two bit
+//! planes, one sum per half-block), Q8_0 (int8 values); the
 //! kinds, what each block adds and their bits per value are tabled in
 //! [`pack`].
 //! Activations are always Q8_1 blocks (one f32 scale per 32 values), also
@@ -34,9 +35,10 @@
 //! `acc += (d_w·d_x)·Σ` (plus `m_w·s_x` for the kinds with a min; Q6_K adds
 //! its two halves one after the other) block by block with separately
 //! rounded multiplies and adds, in block order, so all variants are
-//! bit-identical to the scalar micro-kernel on every ISA. (Scales kept as
-//! f16 are widened exactly, so the products see the values an f32 copy
-//! would hold.) For the formats
+//! bit-identical to the scalar micro-kernel on every ISA. (Scales are kept
+//! as GGUF codes — f16, E8M0, K-quant sub-block codes and f16 super-scales —
+//! and decoded exactly in registers, so the products see the f32 values
+//! ggml computes.) For the formats
 //! whose GEMV uses the same activations (all but Q4_K and Q6_K) this is
 //! also bit-identical to the scalar W·A8 GEMV (`qgemv::scalar`) on each row,
 //! ggml's `vec_dot` order. [`scalar::definition`] is what the tests and the
@@ -292,13 +294,8 @@ pub(crate) struct Job<'a> {
     /// the x86 tiles only.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub pf: usize,
-    /// Whether the scales and mins are the f16 bits `dh`, `mh` (else the
-    /// f32 `d`, `m`); the ISA tiles take it as their `F16` parameter.
-    pub f16: bool,
-    pub d: &'a [f32],
-    pub m: &'a [f32],
-    pub dh: &'a [u16],
-    pub mh: &'a [u16],
+    /// The scale streams; `sc.mode` is the ISA tiles' `SC` parameter.
+    pub sc: pack::Scales<'a>,
     pub qs: &'a [u8],
     /// `rows × nb` activation blocks.
     pub acts: &'a [ActBlock],
@@ -308,24 +305,14 @@ impl Job<'_> {
     /// Scale of row `r` of group `g`, block `b`.
     #[inline]
     pub fn d_at(&self, g: usize, b: usize, r: usize) -> f32 {
-        let at = (g * self.nb + b) * self.nr + r;
-        if self.f16 {
-            pack::f16_to_f32(self.dh[at])
-        } else {
-            self.d[at]
-        }
+        self.sc.d(g * self.nb + b, r)
     }
 
     /// Second value of row `r` of group `g`, block `b`: the min (Q4_1,
-    /// Q5_1 kinds) or upper-half scale (I8x16).
+    /// Q5_1 kinds) or upper-half scale (Q6_K).
     #[inline]
     pub fn m_at(&self, g: usize, b: usize, r: usize) -> f32 {
-        let at = (g * self.nb + b) * self.nr + r;
-        if self.f16 {
-            pack::f16_to_f32(self.mh[at])
-        } else {
-            self.m[at]
-        }
+        self.sc.m(g * self.nb + b, r)
     }
 
     /// Quants of group `g`, block `b` (for the five-bit kinds the nibble
@@ -337,9 +324,10 @@ impl Job<'_> {
         &self.qs[at..at + len]
     }
 
-    /// The fifth-bit plane of group `g`, block `b` (`4·nr` bytes; five-bit
-    /// kinds only): byte `4r + t`, bit `4h + c` is the fifth bit of the
-    /// value in nibble byte `4·nr·c + 4r + t`, half h (see [`pack`]).
+    /// The bit planes of group `g`, block `b` (kinds with a fifth-bit
+    /// plane; `4·nr` bytes, Q6_K `8·nr`): byte `4·nr·p + 4r + t`, bit
+    /// `4h + c` is bit `4 + p` of the value in nibble byte `4·nr·c + 4r + t`,
+    /// half h (see [`pack`]).
     #[inline]
     pub fn qh_at(&self, g: usize, b: usize) -> &[u8] {
         debug_assert!(self.kind.five());
@@ -549,11 +537,7 @@ impl QGemm {
             nr,
             nb,
             pf: self.params.pf,
-            f16: w.f16(),
-            d: &w.d,
-            m: &w.m,
-            dh: &w.dh,
-            mh: &w.mh,
+            sc: w.scales(),
             qs: &w.qs,
             acts: cast_blocks(aq).expect("length checked by the caller"),
         };

@@ -11,7 +11,9 @@
 //! are broadcast with `ld1r`. The 5-bit kinds put each nibble's fifth bit
 //! in with one bit select (`bsl`, mask 0x10) from the block's bit-sliced
 //! plane, shifted per chunk so the chunk's bit sits at bit 4 (byte shifts:
-//! no lane crossing); MXFP4 maps its nibble codes with one `tbl` each.
+//! no lane crossing); Q6_K adds its sixth bits with a second `bsl` (mask
+//! 0x20) from its sixth-bit plane, shifted per chunk (`ushl`), and keeps
+//! one sum per half-block; MXFP4 maps its nibble codes with one `tbl` each.
 //! Scaling uses separately rounded multiplies
 //! and adds (bit-equal to the scalar micro-kernel). `tiles!` is shared with the
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
@@ -19,32 +21,136 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-/// 4 scales (or mins) from `at`: f16 bits in `h`, widened in registers
-/// (`fcvtl`, exact; its intrinsic needs the f16 type, unstable in Rust
-/// 1.95, hence `asm!`), or f32 in `f`.
+/// 4 f32 values from the 4 f16 bits at `p` (`fcvtl`, exact; its intrinsic
+/// needs the f16 type, unstable in Rust 1.95, hence `asm!`).
 ///
 /// # Safety
-/// The slice the `F16` choice reads must hold `at + 4` values.
+/// `p` must point to 4 readable values.
 #[inline]
 #[target_feature(enable = "neon")]
-pub(super) unsafe fn scales4<const F16: bool>(f: &[f32], h: &[u16], at: usize) -> float32x4_t {
-    if F16 {
-        // SAFETY: forwarded from the caller.
-        let v = unsafe { vld1_u16(h.as_ptr().add(at)) };
-        let o: float32x4_t;
-        // SAFETY: register-only base-NEON instruction.
-        unsafe {
-            asm!(
-                "fcvtl {o:v}.4s, {i:v}.4h",
-                i = in(vreg) v,
-                o = out(vreg) o,
-                options(pure, nomem, nostack, preserves_flags)
-            );
+unsafe fn f16x4(p: *const u16) -> float32x4_t {
+    // SAFETY: forwarded from the caller.
+    let v = unsafe { vld1_u16(p) };
+    let o: float32x4_t;
+    // SAFETY: register-only base-NEON instruction.
+    unsafe {
+        asm!(
+            "fcvtl {o:v}.4s, {i:v}.4h",
+            i = in(vreg) v,
+            o = out(vreg) o,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    o
+}
+
+/// The 4 bytes at `p` in the low lanes of a vector.
+///
+/// # Safety
+/// `p` must point to 4 readable bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn bytes4(p: *const u8) -> uint8x8_t {
+    // SAFETY: forwarded from the caller.
+    vreinterpret_u8_u32(vdup_n_u32(unsafe { p.cast::<u32>().read_unaligned() }))
+}
+
+/// The f32 values of the 4 E8M0 codes at `p`, exactly `e8m0_to_f32_half`:
+/// widened (`uxtl` ×2), bits `(e − 1) << 23`, or for the two subnormal
+/// codes 0 and 1 `0x0020_0000 << e`, selected on `e < 2`.
+///
+/// # Safety
+/// `p` must point to 4 readable bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn e8m0x4(p: *const u8) -> float32x4_t {
+    // SAFETY: forwarded from the caller.
+    let e = vmovl_u16(vget_low_u16(vmovl_u8(unsafe { bytes4(p) })));
+    let normal = vshlq_n_u32::<23>(vsubq_u32(e, vdupq_n_u32(1)));
+    let sub = vshlq_u32(vdupq_n_u32(0x0020_0000), vreinterpretq_s32_u32(e));
+    let small = vcltq_u32(e, vdupq_n_u32(2));
+    vreinterpretq_f32_u32(vbslq_u32(small, sub, normal))
+}
+
+/// The 4 signed byte codes at `p` as f32 (`sxtl` ×2, `scvtf`; exact).
+///
+/// # Safety
+/// `p` must point to 4 readable bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn codes4(p: *const u8) -> float32x4_t {
+    // SAFETY: forwarded from the caller.
+    let c = vreinterpret_s8_u8(unsafe { bytes4(p) });
+    vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(c))))
+}
+
+/// 4 scales from scale index `at` (`gb·nr + row`) as f32: f16 bits
+/// widened (`SC_F16`), E8M0 bytes decoded (`SC_E8M0`), or sub-block codes
+/// times their super-scales `sup` (`SC_KSUB`).
+///
+/// # Safety
+/// The job's streams for `SC` must hold `at + 4` values.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn scales4<const SC: u8>(
+    job: &super::Job<'_>,
+    at: usize,
+    sup: float32x4_t,
+) -> float32x4_t {
+    use super::pack::{SC_E8M0, SC_F16};
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match SC {
+            SC_F16 => f16x4(job.sc.dh.as_ptr().add(at)),
+            SC_E8M0 => e8m0x4(job.sc.dc.as_ptr().add(at)),
+            _ => vmulq_f32(codes4(job.sc.dc.as_ptr().add(at)), sup),
         }
-        o
-    } else {
-        // SAFETY: forwarded from the caller.
-        unsafe { vld1q_f32(f.as_ptr().add(at)) }
+    }
+}
+
+/// 4 second values (mins, Q6_K's upper-half scales) from index `at`: f16
+/// bits (`SC_F16`) or codes times their super-scales `sup`.
+///
+/// # Safety
+/// As for [`scales4`], for a kind with second values.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn seconds4<const SC: u8>(
+    job: &super::Job<'_>,
+    at: usize,
+    sup: float32x4_t,
+) -> float32x4_t {
+    use super::pack::SC_F16;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match SC {
+            SC_F16 => f16x4(job.sc.mh.as_ptr().add(at)),
+            _ => vmulq_f32(codes4(job.sc.mc.as_ptr().add(at)), sup),
+        }
+    }
+}
+
+/// The `4·V` super-scales (`sd`, `sm`) of group block `gb` (`SC_KSUB`; zero
+/// otherwise), widened once per super-block by the tiles.
+///
+/// # Safety
+/// The job's super-scale streams must hold block `gb`'s (`nr = 4·V`).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn supers4<const SC: u8, const V: usize>(
+    job: &super::Job<'_>,
+    gb: usize,
+) -> ([float32x4_t; V], [float32x4_t; V]) {
+    if SC != super::pack::SC_KSUB {
+        return ([vdupq_n_f32(0.0); V], [vdupq_n_f32(0.0); V]);
+    }
+    let at = gb / 8 * 4 * V;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        (
+            std::array::from_fn(|v| f16x4(job.sc.sd.as_ptr().add(at + 4 * v))),
+            std::array::from_fn(|v| f16x4(job.sc.sm.as_ptr().add(at + 4 * v))),
+        )
     }
 }
 
@@ -93,8 +199,10 @@ macro_rules! tiles {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// `4·V`; `X` `NIB`, or `NIB_FIVE` for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or `NIB_LUT` for MXFP4 (`MIN = false`; codes
-        /// through `MXFP4_LUT`). `F16`: scales and mins stored as f16
-        /// bits (the legacy formats), else f32.
+        /// through `MXFP4_LUT`), or `NIB_SIX` for Q6_K (`MIN = false`;
+        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// scale per half). `SC`: how the scales are stored (`SC_F16`,
+        /// `SC_E8M0`, `SC_KSUB`).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
@@ -105,7 +213,7 @@ macro_rules! tiles {
             const V: usize,
             const MIN: bool,
             const X: u8,
-            const F16: bool,
+            const SC: u8,
         >(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
@@ -115,14 +223,15 @@ macro_rules! tiles {
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-            use $crate::qgemm::pack::{MXFP4_LUT, NIB_FIVE, NIB_LUT};
-            let (five, table) = (X == NIB_FIVE, X == NIB_LUT);
+            use $crate::qgemm::pack::{MXFP4_LUT, NIB_FIVE, NIB_LUT, NIB_SIX};
+            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
             let mask = vdupq_n_u8(0x0F);
             let bit4 = vdupq_n_u8(0x10);
+            let bit5 = vdupq_n_u8(0x20);
             // SAFETY: the table is 16 bytes.
             let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
-            // Quant bytes per row and block: 16 nibble bytes (+ 4 plane bytes).
-            let rb = if five { 20 } else { 16 };
+            // Quant bytes per row and block: 16 nibble bytes (+ 4 per plane).
+            let rb = 16 + 4 * (five as usize + six as usize);
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of nr
             // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
@@ -133,8 +242,23 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let (mut sdv, mut smv) = ([vdupq_n_f32(0.0); V], [vdupq_n_f32(0.0); V]);
             for b in 0..nb {
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b) };
+                }
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                // Q6_K: sums of the high halves (values 16..32).
+                let mut s2 = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let mut h6 = [vdupq_n_u8(0); V];
+                if six {
+                    for (v, h) in h6.iter_mut().enumerate() {
+                        // SAFETY: the second 4·nr plane bytes follow the first.
+                        *h = unsafe { vld1q_u8(qb.add(b * rb * nr + 20 * nr + 16 * v)) };
+                    }
+                }
                 // The fifth-bit plane (rows 4v .. 4v + 4 in vector v), for
                 // the low nibbles moved up by 4: bit c of each byte is at
                 // bit 4 after c right shifts.
@@ -161,8 +285,15 @@ macro_rules! tiles {
                             hl[v] = vshrq_n_u8::<1>(hl[v]);
                             hh[v] = vshrq_n_u8::<1>(hh[v]);
                         }
+                        if six {
+                            // Plane bit c (low nibbles) and 4 + c (high) to
+                            // bit 5 (a negative count shifts right).
+                            let c = c as i8;
+                            lo = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(5 - c)), lo);
+                            hi = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(1 - c)), hi);
+                        }
                         let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
-                        for (i, si) in s.iter_mut().enumerate() {
+                        for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                             // SAFETY: block b of row i0 + i; 16 + 4c + 4 <= 32.
                             let (xl, xh) = unsafe {
                                 let xp = (*ab.add(i * nb + b)).qs.as_ptr();
@@ -171,7 +302,12 @@ macro_rules! tiles {
                                     $crate::qgemm::neon::bcast4(xp.add(16 + 4 * c)),
                                 )
                             };
-                            si[v] = $step($step(si[v], lo, xl), hi, xh);
+                            if six {
+                                si[v] = $step(si[v], lo, xl);
+                                s2i[v] = $step(s2i[v], hi, xh);
+                            } else {
+                                si[v] = $step($step(si[v], lo, xl), hi, xh);
+                            }
                         }
                     }
                 }
@@ -179,6 +315,26 @@ macro_rules! tiles {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     for v in 0..V {
+                        if six {
+                            // Σ(u − 32)x per half; the halves' scales
+                            // applied one after the other, as the scalar
+                            // tile does.
+                            let lo = vsubq_s32($fin(s[i][v]), vdupq_n_s32(32 * x.sum_lo()));
+                            let hi = vsubq_s32($fin(s2[i][v]), vdupq_n_s32(32 * x.sum_hi()));
+                            let at = (g * nb + b) * nr + 4 * v;
+                            // SAFETY: 4 of the nr scales and second codes of block b.
+                            let (dw, mw) = unsafe {
+                                (
+                                    $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]),
+                                    $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v]),
+                                )
+                            };
+                            let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
+                            ai[v] = vaddq_f32(ai[v], vmulq_f32(dd, vcvtq_f32_s32(lo)));
+                            let dm = vmulq_f32(mw, vdupq_n_f32(x.d()));
+                            ai[v] = vaddq_f32(ai[v], vmulq_f32(dm, vcvtq_f32_s32(hi)));
+                            continue;
+                        }
                         let mut si = $fin(s[i][v]);
                         if !MIN {
                             let off = match X {
@@ -190,13 +346,13 @@ macro_rules! tiles {
                         }
                         let at = (g * nb + b) * nr + 4 * v;
                         // SAFETY: 4 of the nr scales of block b.
-                        let dw = unsafe { $crate::qgemm::neon::scales4::<F16>(job.d, job.dh, at) };
+                        let dw = unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
                         let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
                         if MIN {
                             // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
                             let mw =
-                                unsafe { $crate::qgemm::neon::scales4::<F16>(job.m, job.mh, at) };
+                                unsafe { $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v]) };
                             t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
                         }
                         ai[v] = vaddq_f32(ai[v], t);
@@ -211,21 +367,17 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile, interleave `4·V`: `MODE` `I8` (Q8_0) or
-        /// `I8_X16` (Q6_K: the half-block sums are scaled and added after
-        /// chunks 0..4 and 4..8). `F16` as for the Q4 tile (Q8_0 f16, Q6_K
-        /// f32).
+        /// Int8 tile (Q8_0), interleave `4·V`. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const V: usize, const MODE: u8, const F16: bool>(
+        unsafe fn $i8<const MR: usize, const V: usize, const SC: u8>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
         ) {
-            use $crate::qgemm::pack::{I8, I8_X16};
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
@@ -237,7 +389,12 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
+            let mut sdv = [vdupq_n_f32(0.0); V];
             for b in 0..nb {
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    sdv = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b).0 };
+                }
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 for c in 0..8 {
                     for v in 0..V {
@@ -253,39 +410,14 @@ macro_rules! tiles {
                             si[v] = $step(si[v], w, xb);
                         }
                     }
-                    if MODE == I8_X16 && c == 3 {
-                        for (i, ai) in acc.iter_mut().enumerate() {
-                            // SAFETY: block b of row i0 + i.
-                            let x = unsafe { &*ab.add(i * nb + b) };
-                            for v in 0..V {
-                                let at = (g * nb + b) * nr + 4 * v;
-                                // SAFETY: 4 of the nr scales of block b.
-                                let dw = unsafe {
-                                    $crate::qgemm::neon::scales4::<F16>(job.d, job.dh, at)
-                                };
-                                let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                                let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
-                                ai[v] = vaddq_f32(ai[v], t);
-                                s[i][v] = $crate::qgemm::neon::zero_acc();
-                            }
-                        }
-                    }
                 }
                 for (i, ai) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
                     for v in 0..V {
                         let at = (g * nb + b) * nr + 4 * v;
-                        // Scales (I8) or upper-half scales (I8_X16).
-                        // SAFETY: 4 of the nr values of block b; I8_X16 jobs
-                        // carry `m` shaped like the scales.
-                        let dw = unsafe {
-                            if MODE == I8 {
-                                $crate::qgemm::neon::scales4::<F16>(job.d, job.dh, at)
-                            } else {
-                                $crate::qgemm::neon::scales4::<F16>(job.m, job.mh, at)
-                            }
-                        };
+                        // SAFETY: 4 of the nr scales of block b.
+                        let dw = unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
                         let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
                         let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
                         ai[v] = vaddq_f32(ai[v], t);
@@ -311,60 +443,62 @@ macro_rules! tiles {
             mr: usize,
             out: &mut [f32],
         ) {
-            use $crate::qgemm::pack::{I8, I8_X16, Kind, NIB, NIB_FIVE, NIB_LUT};
+            use $crate::qgemm::pack::{
+                Kind, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB,
+            };
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, job.f16, job.nr) {
-                    (Kind::Q4_0, true, 4) => {
-                        by_mr!(mr, $q4::<1, false, NIB, true>(job, g, i0, out))
+                match (job.kind, job.sc.mode, job.nr) {
+                    (Kind::Q4_0, SC_F16, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_0, true, _) => {
-                        by_mr!(mr, $q4::<2, false, NIB, true>(job, g, i0, out))
+                    (Kind::Q4_0, SC_F16, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, true, 4) => {
-                        by_mr!(mr, $q4::<1, true, NIB, true>(job, g, i0, out))
+                    (Kind::Q4_1, SC_F16, 4) => {
+                        by_mr!(mr, $q4::<1, true, NIB, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, true, _) => {
-                        by_mr!(mr, $q4::<2, true, NIB, true>(job, g, i0, out))
+                    (Kind::Q4_1, SC_F16, _) => {
+                        by_mr!(mr, $q4::<2, true, NIB, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, false, 4) => {
-                        by_mr!(mr, $q4::<1, true, NIB, false>(job, g, i0, out))
+                    (Kind::Q4_1, SC_KSUB, 4) => {
+                        by_mr!(mr, $q4::<1, true, NIB, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, false, _) => {
-                        by_mr!(mr, $q4::<2, true, NIB, false>(job, g, i0, out))
+                    (Kind::Q4_1, SC_KSUB, _) => {
+                        by_mr!(mr, $q4::<2, true, NIB, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::Q5_0, true, 4) => {
-                        by_mr!(mr, $q4::<1, false, NIB_FIVE, true>(job, g, i0, out))
+                    (Kind::Q5_0, SC_F16, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q5_0, true, _) => {
-                        by_mr!(mr, $q4::<2, false, NIB_FIVE, true>(job, g, i0, out))
+                    (Kind::Q5_0, SC_F16, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q5_1, true, 4) => {
-                        by_mr!(mr, $q4::<1, true, NIB_FIVE, true>(job, g, i0, out))
+                    (Kind::Q5_1, SC_F16, 4) => {
+                        by_mr!(mr, $q4::<1, true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q5_1, true, _) => {
-                        by_mr!(mr, $q4::<2, true, NIB_FIVE, true>(job, g, i0, out))
+                    (Kind::Q5_1, SC_F16, _) => {
+                        by_mr!(mr, $q4::<2, true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Mxfp4, false, 4) => {
-                        by_mr!(mr, $q4::<1, false, NIB_LUT, false>(job, g, i0, out))
+                    (Kind::Mxfp4, SC_E8M0, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
-                    (Kind::Mxfp4, false, _) => {
-                        by_mr!(mr, $q4::<2, false, NIB_LUT, false>(job, g, i0, out))
+                    (Kind::Mxfp4, SC_E8M0, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
-                    (Kind::I8, true, 4) => {
-                        by_mr!(mr, $i8::<1, I8, true>(job, g, i0, out))
+                    (Kind::Q6K, SC_KSUB, 4) => {
+                        by_mr!(mr, $q4::<1, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::I8, true, _) => {
-                        by_mr!(mr, $i8::<2, I8, true>(job, g, i0, out))
+                    (Kind::Q6K, SC_KSUB, _) => {
+                        by_mr!(mr, $q4::<2, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::I8x16, false, 4) => {
-                        by_mr!(mr, $i8::<1, I8_X16, false>(job, g, i0, out))
+                    (Kind::I8, SC_F16, 4) => {
+                        by_mr!(mr, $i8::<1, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::I8x16, false, _) => {
-                        by_mr!(mr, $i8::<2, I8_X16, false>(job, g, i0, out))
+                    (Kind::I8, SC_F16, _) => {
+                        by_mr!(mr, $i8::<2, SC_F16>(job, g, i0, out))
                     }
-                    // No format packs these (see `pack::f16_scales`); the
-                    // scalar tile reads either scale width.
+                    // No format packs these (see `pack::scale_mode`); the
+                    // scalar tile reads every scale mode.
                     _ => $crate::qgemm::scalar::tile(job, g, i0, mr, out),
                 }
             }

@@ -13,29 +13,44 @@
 //! Per (group of NR rows, block b) a [`PackedQ`] holds NR scales `d`, NR
 //! second values `m` for the kinds that have one, and the quants,
 //! chunk-major: byte `4·NR·c + 4·r + t` is byte `4c + t` of row r's quants.
-//! Scales and mins are stored as GGUF stores them where that is f16 (Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q8_0: the f16 bits, widened to f32 in registers by
-//! `vcvtph2ps` / `fcvtl`, exactly), and as f32 where GGUF's are not f16
-//! values: Q4_K's and Q6_K's products of the f16 super-block scale and a
-//! 6/8-bit sub-block scale (at most 19 significant bits, exact in f32) and
-//! MXFP4's E8M0 powers of two (outside f16's range). The tiles take the
-//! choice as a const parameter (`F16`), so the hot loop has no branch.
+//! No scale is stored as f32: each is kept as GGUF stores it and decoded
+//! exactly in registers, so the packs are GGUF-sized (or nearly) and the
+//! decoded f32 values are the ones ggml computes. The tiles take the scale
+//! mode as a const parameter (`SC`), so the hot loop has no branch:
+//!
+//! - `SC_F16` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): the f16 bits per (row,
+//!   block), widened by `vcvtph2ps` / `fcvtl`.
+//! - `SC_E8M0` (MXFP4): the E8M0 byte e per (row, block), widened to i32
+//!   and turned into `GGML_E8M0_TO_FP32_HALF(e)` = 2^(e−128) by building
+//!   its f32 bits: `(e − 1) << 23`, or `0x0020_0000 << e` for the two
+//!   subnormal codes 0 and 1, blended on `e < 2`.
+//! - `SC_KSUB` (Q4_K, Q6_K): per (row, block) the sub-block codes as bytes
+//!   (Q4_K: its 6-bit scale and min, unpacked from GGUF's 12-byte packing;
+//!   Q6_K: the i8 scales of its two 16-value halves), sign-extended and
+//!   converted to f32; per (row, 256-value super-block) the f16
+//!   super-scales (Q4_K: `d` and `−dmin`, f16 negation being exact; Q6_K:
+//!   `d`), widened once per super-block. `code · super` has at most 19
+//!   significant bits, so it is exact in f32 and equal to ggml's `d·sc`
+//!   (and `−(dmin·m) = m·(−dmin)`). Codes sit at `(group·nb + b)·NR + r`
+//!   like the f16 scales, super-scales at `(group·nb/8 + b/8)·NR + r`.
 //!
 //! | kind | formats | quants per block | `d` | `m` | a block adds | bits/value (GGUF) |
 //! |---|---|---|---|---|---|---|
 //! | Q4_0 | Q4_0 | 16 nibble bytes | scale, f16 | – | `d·dx·(Σqx − 8Σx)` | 4.5 (4.5) |
-//! | Q4_1 | Q4_1; Q4_K | 16 nibble bytes | scale, f16; Q4_K f32 | min, as `d` | `d·dx·Σqx + m·s_x` | 5 (5); Q4_K 6 (4.5) |
+//! | Q4_1 | Q4_1; Q4_K | 16 nibble bytes | scale, f16; Q4_K `sc·d` | min, f16; Q4_K `m·(−dmin)` | `d·dx·Σqx + m·s_x` | 5 (5); Q4_K 4.625 (4.5) |
 //! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | – | `d·dx·(Σqx − 16Σx)` | 5.5 (5.5) |
 //! | Q5_1 | Q5_1 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | min, f16 | `d·dx·Σqx + m·s_x` | 6 (6) |
-//! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, f32 | – | `d·dx·(Σux − 12Σx)` | 5 (4.25) |
+//! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, E8M0 byte | – | `d·dx·(Σux − 12Σx)` | 4.25 (4.25) |
+//! | Q6K | Q6_K | 16 nibble bytes + 4 fifth-bit + 4 sixth-bit bytes | scale of values 0..15, `sc₀·d` | scale of 16..31, `sc₁·d` | `d·dx·(Σ₀..₁₅ux − 32Σ₀..₁₅x)`, then `m·dx·(Σ₁₆..₃₁ux − 32Σ₁₆..₃₁x)` | 6.5625 (6.5625) |
 //! | I8 | Q8_0 | 32 int8 | scale, f16 | – | `d·dx·Σqx` | 8.5 (8.5) |
-//! | I8x16 | Q6_K | 32 int8 (−32..31) | scale of values 0..15, f32 | scale of 16..31, f32 | `d·dx·Σ₀..₁₅qx`, then `m·dx·Σ₁₆..₃₁qx` | 10 (6.56) |
+//!
+//! (bits/value per padded row: scales, codes and super-scales included.)
 //!
 //! - Nibble kinds keep 4 bits (chunk c ∈ 0..4 of nibble bytes; the low
 //!   nibbles are values `4c + t`, the high ones values `16 + 4c + t`, both
 //!   unsigned 0..15). Q4_0's `−8` is applied through the activation block
 //!   sum: `Σ(q−8)x = Σqx − 8Σx`. Q4_K's sub-block j (value `d·sc_j·q −
-//!   dmin·m_j`) becomes a Q4_1 block with `d = d·sc_j`, `m = −(dmin·m_j)`,
+//!   dmin·m_j`) becomes a Q4_1 block with `d = sc_j·d`, `m = m_j·(−dmin)`,
 //!   its nibbles moved from Q4_K's layout (64 values per 32 bytes: low
 //!   nibbles sub-block 2i, high 2i+1) to Q4_1's.
 //! - Five-bit kinds (Q5_0, Q5_1) are the nibble kinds with values 0..31:
@@ -50,33 +65,45 @@
 //!   (AVX-512) or one `bsl` (NEON). Q5_0's `−16` goes
 //!   through the activation block sum as Q4_0's `−8` does; Q5_1 is Q4_1.
 //!   Both give the same i32 block sums as the int8 values `q − 16` / `q`.
+//! - Q6_K keeps GGUF's 6-bit values `u = q + 32` (0..63) the same way: the
+//!   nibbles, then the fifth-bit plane (bit 4 of each value), then a
+//!   sixth-bit plane (bit 5) laid out exactly like it, so a block is
+//!   16·NR + 8·NR bytes, GGUF's 6 bits per value. A nibble byte's low
+//!   nibble is value `4c + t` (first half-scale), its high one `16 + 4c +
+//!   t` (second), so the tiles keep one i32 sum per half and subtract
+//!   `32·Σx` per half through the activation half sums ([`ActBlock`]'s
+//!   `sum_lo`, and `sum − sum_lo`): `Σ(u−32)x = Σux − 32Σx`, the i32 sums
+//!   of GGUF's signed q. Precomputing the half sums once per activation
+//!   block costs 4 bytes per 32 activations; the alternatives (signed
+//!   weights `u − 32` through the sign trick, or summing the activations
+//!   per half in the tile) cost work per weight chunk and activation row.
+//!   Products of u ≤ 63 and |x| ≤ 127 fit i16 over one chunk (4 · 63 ·
+//!   127), not two, so the non-VNNI x86 tiles widen each chunk's sums to
+//!   i32.
 //! - MXFP4 keeps its 4-bit E2M1 codes as nibbles (`d` =
 //!   `GGML_E8M0_TO_FP32_HALF(e)`); the kernels map them in registers with
 //!   one 16-entry table lookup (`vpshufb` / `tbl`) to `u = v + 12`, where v
 //!   is ggml's doubled value (`kvalues_mxfp4`, −12..12), so u is unsigned
 //!   (0..24) like a nibble and the `−12` goes through the activation block
 //!   sum: `Σvx = Σux − 12Σx`, the same i32 sum as the int8 values.
-//! - Int8 kinds: chunk c ∈ 0..8 holds values `4c + t`. Q6_K stores `q − 32`
-//!   with one scale `d·sc` per 16 values (two per block: chunks 0..4 and
-//!   4..8).
+//! - Int8 kinds (Q8_0): chunk c ∈ 0..8 holds values `4c + t`.
 //!
 //! Each packed block dequantizes to exactly the value ggml's
 //! `dequantize_row_*` computes (the same f32 products; Q4_K's `d1·q − m1`
 //! equals `q·d1 + (−m1)` in IEEE arithmetic), see
-//! [`PackedQ::dequantize_row`]. The legacy formats pack at exactly GGUF's
-//! size (their f16 scales kept as f16, the quants rearranged, not padded).
-//! The others pay for f32 scales per 32 values: Q4_K takes 6 bits per value
-//! (GGUF: 4.5), Q6_K 10 (6.56), MXFP4 5 (4.25) — the price of one kernel
-//! per kind that needs no scale decoding in the hot loop beyond one
-//! widening.
+//! [`PackedQ::dequantize_row`], and [`PackedQ::unpack`] gives the GGUF
+//! bytes back for every format. The legacy formats, MXFP4 and Q6_K pack at
+//! exactly GGUF's size (the quants rearranged, not padded); Q4_K pays 0.125
+//! bits per value for its 6-bit codes as whole bytes (4.625 vs 4.5).
 //!
 //! The last group is padded with zero rows (scale 0, quants 0) when NR does
 //! not divide n; the driver writes only the real columns.
 //!
 //! **Activations.** Each row of A is quantized with ggml's Q8_1 quantizer
 //! (its `d` and quants are exactly Q8_0's), stored with its scale widened to
-//! f32, Q8_1's `s` widened to f32, and the integer sum of its quants (for
-//! the kinds with an offset). For the legacy formats and MXFP4 these are
+//! f32, Q8_1's `s` widened to f32, and the integer sums of its quants and
+//! of its first 16 quants (for the kinds with an offset; the half sum for
+//! Q6_K's two half-block scales): 48 bytes per 32 values. For the legacy formats and MXFP4 these are
 //! the blocks the W·A8 GEMV uses. The K-quant GEMV quantizes activations to
 //! Q8_K (one scale per 256 values); the GEMM keeps Q8_1 (one per 32,
 //! slightly more accurate), so for Q4_K and Q6_K the two agree within the
@@ -114,15 +141,11 @@ pub(crate) enum Kind {
     Mxfp4,
     /// Signed int8 values (Q8_0).
     I8,
-    /// Signed int8 values with one scale per 16 (Q6_K): `d` scales values
-    /// 0..16 of a block, `m` values 16..32.
-    I8x16,
+    /// Nibbles plus the fifth- and sixth-bit planes (0..63) with offset 32
+    /// and one scale per 16 values (Q6_K): `d` scales the low nibbles
+    /// (values 0..16 of a block), `m` the high ones (16..32).
+    Q6K,
 }
-
-/// The int8 micro-kernels' `MODE` parameter: plain int8 (Q8_0).
-pub(crate) const I8: u8 = 0;
-/// Int8 with two half-block scales (Q6_K).
-pub(crate) const I8_X16: u8 = 1;
 
 /// The nibble micro-kernels' `X` parameter: plain nibbles (Q4_0, Q4_1).
 pub(crate) const NIB: u8 = 0;
@@ -130,6 +153,9 @@ pub(crate) const NIB: u8 = 0;
 pub(crate) const NIB_FIVE: u8 = 1;
 /// Nibble codes through [`MXFP4_LUT`] (MXFP4).
 pub(crate) const NIB_LUT: u8 = 2;
+/// Nibbles plus the fifth- and sixth-bit planes, two half-block sums and
+/// scales (Q6_K).
+pub(crate) const NIB_SIX: u8 = 3;
 
 /// MXFP4 code → ggml's doubled E2M1 value + 12 (0..24, unsigned).
 pub(crate) const MXFP4_LUT: [u8; 16] = {
@@ -151,71 +177,128 @@ impl Kind {
             QuantFormat::Q5_1 => Some(Kind::Q5_1),
             QuantFormat::Mxfp4 => Some(Kind::Mxfp4),
             QuantFormat::Q8_0 => Some(Kind::I8),
-            QuantFormat::Q6K => Some(Kind::I8x16),
+            QuantFormat::Q6K => Some(Kind::Q6K),
             QuantFormat::Q8_1 | QuantFormat::Q8K => None,
         }
     }
 
-    /// Quant bytes per row and block (for the five-bit kinds: nibbles and
-    /// the fifth-bit plane).
+    /// Quant bytes per row and block (for the five- and six-bit kinds:
+    /// nibbles and the bit planes).
     pub(crate) fn row_bytes(self) -> usize {
         match self {
             Kind::Q4_0 | Kind::Q4_1 | Kind::Mxfp4 => QK / 2,
             Kind::Q5_0 | Kind::Q5_1 => QK / 2 + QK / 8,
-            Kind::I8 | Kind::I8x16 => QK,
+            Kind::Q6K => QK / 2 + 2 * QK / 8,
+            Kind::I8 => QK,
         }
     }
 
-    /// Whether the quants are nibble bytes (with or without a fifth-bit
-    /// plane after them).
+    /// Whether the quants are nibble bytes (with or without bit planes
+    /// after them).
     pub(crate) fn nibbles(self) -> bool {
-        matches!(
-            self,
-            Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 | Kind::Mxfp4
-        )
+        self != Kind::I8
     }
 
     /// What the nibble kinds subtract per activation sum: the value offset
-    /// (Q4_0 8, Q5_0 16, MXFP4's table 12; 0 for the kinds with a min).
+    /// (Q4_0 8, Q5_0 16, MXFP4's table 12, Q6_K 32 per half; 0 for the
+    /// kinds with a min).
     pub(crate) fn offset(self) -> i32 {
         match self {
             Kind::Q4_0 => 8,
             Kind::Q5_0 => 16,
             Kind::Mxfp4 => 12,
+            Kind::Q6K => 32,
             _ => 0,
         }
     }
 
     /// Whether a fifth-bit plane follows the nibble bytes of each block.
     pub(crate) fn five(self) -> bool {
-        matches!(self, Kind::Q5_0 | Kind::Q5_1)
+        matches!(self, Kind::Q5_0 | Kind::Q5_1 | Kind::Q6K)
+    }
+
+    /// Whether a sixth-bit plane follows the fifth-bit plane.
+    pub(crate) fn six(self) -> bool {
+        self == Kind::Q6K
     }
 
     /// Whether the kind has the second per-(row, block) value `m`.
     pub(crate) fn has_m(self) -> bool {
-        matches!(self, Kind::Q4_1 | Kind::Q5_1 | Kind::I8x16)
+        matches!(self, Kind::Q4_1 | Kind::Q5_1 | Kind::Q6K)
     }
 }
 
-/// Whether a format's packed scales (and mins) are stored as f16 bits: the
-/// legacy formats, whose scales are GGUF f16 values (so f16 loses nothing).
-/// Q4_K and Q6_K (products `d·sc`) and MXFP4 (powers of two outside f16's
-/// range) keep f32.
-pub(crate) fn f16_scales(format: QuantFormat) -> bool {
-    matches!(
-        format,
-        QuantFormat::Q4_0
-            | QuantFormat::Q4_1
-            | QuantFormat::Q5_0
-            | QuantFormat::Q5_1
-            | QuantFormat::Q8_0
-    )
+/// How a pack stores its scales (the ISA tiles' `SC` parameter, so the hot
+/// loop has no branch): per (row, 32-value block) f16 bits `dh` (and mins
+/// `mh`), as the legacy formats' GGUF blocks hold them.
+pub(crate) const SC_F16: u8 = 0;
+/// MXFP4: the E8M0 byte per (row, block) in `dc`, decoded in registers to
+/// exactly `e8m0_to_f32_half(e)`.
+pub(crate) const SC_E8M0: u8 = 1;
+/// The K-quants: integer sub-block codes per (row, block) in `dc` and `mc`
+/// (Q4_K: the 6-bit scale and min; Q6_K: the i8 scales of its two 16-value
+/// halves), and f16 super-block scales per (row, 256 values) in `sd` and
+/// `sm` (Q4_K: `d` and `−dmin`; Q6_K: `d`, read for both codes). The code,
+/// widened to f32, times the widened super-scale is exact (an f16 times an
+/// integer of at most 8 bits has at most 19 significant bits), so it is
+/// the f32 product ggml computes (`d·sc`; `−(dmin·m) = m·(−dmin)`).
+pub(crate) const SC_KSUB: u8 = 2;
+
+/// The scale storage of `format`'s pack.
+pub(crate) fn scale_mode(format: QuantFormat) -> u8 {
+    match format {
+        QuantFormat::Mxfp4 => SC_E8M0,
+        QuantFormat::Q4K | QuantFormat::Q6K => SC_KSUB,
+        _ => SC_F16,
+    }
 }
 
 /// The exact f32 value of IEEE half bits (as `F16Le::to_f32`).
 #[inline]
 pub(crate) fn f16_to_f32(bits: u16) -> f32 {
     half::f16::from_bits(bits).to_f32()
+}
+
+/// The scale streams of a pack, borrowed (what the micro-kernels read).
+/// Scales and codes of block `gb = group·nb + b` are at `gb·nr + row`,
+/// super-scales at `(gb / 8)·nr + row` (nb is a multiple of 8 for the
+/// K-quants, so that is `(group·nsb + b / 8)·nr + row`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scales<'a> {
+    /// [`SC_F16`], [`SC_E8M0`] or [`SC_KSUB`].
+    pub mode: u8,
+    pub nr: usize,
+    pub dh: &'a [u16],
+    pub mh: &'a [u16],
+    pub dc: &'a [u8],
+    pub mc: &'a [u8],
+    pub sd: &'a [u16],
+    /// Super-scales of the `mc` codes (Q6_K: `sd` again).
+    pub sm: &'a [u16],
+}
+
+impl Scales<'_> {
+    /// Scale of row `r` in group block `gb`, as f32.
+    #[inline]
+    pub fn d(&self, gb: usize, r: usize) -> f32 {
+        let at = gb * self.nr + r;
+        match self.mode {
+            SC_F16 => f16_to_f32(self.dh[at]),
+            SC_E8M0 => e8m0_to_f32_half(self.dc[at]),
+            _ => self.dc[at] as i8 as f32 * f16_to_f32(self.sd[gb / 8 * self.nr + r]),
+        }
+    }
+
+    /// Second value (min, or Q6_K's upper-half scale) of row `r` in group
+    /// block `gb`, as f32 (kinds with one).
+    #[inline]
+    pub fn m(&self, gb: usize, r: usize) -> f32 {
+        let at = gb * self.nr + r;
+        match self.mode {
+            SC_F16 => f16_to_f32(self.mh[at]),
+            _ => self.mc[at] as i8 as f32 * f16_to_f32(self.sm[gb / 8 * self.nr + r]),
+        }
+    }
 }
 
 /// Quantized weights `(n, k)` repacked into groups of `nr` interleaved rows.
@@ -225,14 +308,20 @@ pub struct PackedQ {
     n: usize,
     k: usize,
     nr: usize,
-    /// Scales as f32 (formats without [`f16_scales`]; empty otherwise).
-    pub(crate) d: Vec<f32>,
-    /// Mins (Q4_K) or upper-half scales (Q6_K) as f32; empty otherwise.
-    pub(crate) m: Vec<f32>,
-    /// Scales as f16 bits (formats with [`f16_scales`]; empty otherwise).
+    /// Scales as f16 bits ([`SC_F16`]; empty otherwise).
     pub(crate) dh: Vec<u16>,
     /// Mins (Q4_1, Q5_1) as f16 bits; empty otherwise.
     pub(crate) mh: Vec<u16>,
+    /// Per (row, block) codes: MXFP4's E8M0 byte, Q4_K's 6-bit scale,
+    /// Q6_K's first-half i8 scale; empty otherwise.
+    pub(crate) dc: Vec<u8>,
+    /// Per (row, block) second codes: Q4_K's 6-bit min, Q6_K's second-half
+    /// i8 scale; empty otherwise.
+    pub(crate) mc: Vec<u8>,
+    /// Per (row, super-block) f16 bits: the K-quants' `d`; empty otherwise.
+    pub(crate) sd: Vec<u16>,
+    /// Per (row, super-block) f16 bits of Q4_K's `−dmin`; empty otherwise.
+    pub(crate) sm: Vec<u16>,
     pub(crate) qs: Vec<u8>,
 }
 
@@ -259,33 +348,29 @@ impl PackedQ {
         self.n.div_ceil(self.nr)
     }
 
-    /// Bytes held (scales, mins and quants).
+    /// Bytes held (scales, codes, super-scales and quants).
     pub fn bytes(&self) -> usize {
-        4 * (self.d.len() + self.m.len()) + 2 * (self.dh.len() + self.mh.len()) + self.qs.len()
+        2 * (self.dh.len() + self.mh.len() + self.sd.len() + self.sm.len())
+            + self.dc.len()
+            + self.mc.len()
+            + self.qs.len()
     }
 
-    /// Whether the scales (and mins) are stored as f16 bits.
-    pub(crate) fn f16(&self) -> bool {
-        f16_scales(self.format)
-    }
-
-    /// Scale number `at` (`(group · nb + block) · nr + row`) as f32.
-    #[inline]
-    fn scale(&self, at: usize) -> f32 {
-        if self.f16() {
-            f16_to_f32(self.dh[at])
-        } else {
-            self.d[at]
-        }
-    }
-
-    /// Second value number `at` as f32 (kinds with one).
-    #[inline]
-    fn second(&self, at: usize) -> f32 {
-        if self.f16() {
-            f16_to_f32(self.mh[at])
-        } else {
-            self.m[at]
+    /// The scale streams as the micro-kernels read them.
+    pub(crate) fn scales(&self) -> Scales<'_> {
+        Scales {
+            mode: scale_mode(self.format),
+            nr: self.nr,
+            dh: &self.dh,
+            mh: &self.mh,
+            dc: &self.dc,
+            mc: &self.mc,
+            sd: &self.sd,
+            sm: if self.format == QuantFormat::Q6K {
+                &self.sd
+            } else {
+                &self.sm
+            },
         }
     }
 
@@ -301,16 +386,19 @@ impl PackedQ {
         self.qs[gb * nr * rb + 4 * nr * (j / 4) + 4 * r + j % 4]
     }
 
-    /// Value `j` (0..32, unsigned 0..31) of row `r` in group block `gb` of a
-    /// five-bit kind: its nibble and its bit in the fifth-bit plane.
+    /// Value `j` (0..32) of row `r` in group block `gb` of a kind with bit
+    /// planes: its nibble, its bit in the fifth-bit plane and (Q6_K) in the
+    /// sixth-bit plane (0..31, or 0..63).
     #[inline]
     fn value5(&self, gb: usize, r: usize, j: usize) -> u8 {
         let nr = self.nr;
         let (h, c, t) = (j / 16, (j % 16) / 4, j % 4);
         let nib = self.byte(gb, r, j % 16);
         let nib = if h == 0 { nib & 0x0F } else { nib >> 4 };
-        let plane = self.qs[gb * nr * (QK / 2 + QK / 8) + 16 * nr + 4 * r + t];
-        nib | (((plane >> (4 * h + c)) & 1) << 4)
+        let base = gb * nr * self.kind().row_bytes() + 16 * nr + 4 * r + t;
+        let bit = |plane: usize| (self.qs[base + 4 * nr * plane] >> (4 * h + c)) & 1;
+        let six = if self.kind().six() { bit(1) << 5 } else { 0 };
+        nib | (bit(0) << 4) | six
     }
 
     /// Row `row` of the weights dequantized into `out` (`k` values),
@@ -327,16 +415,13 @@ impl PackedQ {
         check_len(OP, "out", out.len(), self.k)?;
         let (nr, nb) = (self.nr, self.k / QK);
         let kind = self.kind();
+        let sc = self.scales();
         let (g, r) = (row / nr, row % nr);
         for (b, o) in out.chunks_exact_mut(QK).enumerate() {
             let gb = g * nb + b;
             let byte = |j: usize| self.byte(gb, r, j);
-            let d = self.scale(gb * nr + r);
-            let m = if kind.has_m() {
-                self.second(gb * nr + r)
-            } else {
-                0.0
-            };
+            let d = sc.d(gb, r);
+            let m = if kind.has_m() { sc.m(gb, r) } else { 0.0 };
             match kind {
                 Kind::Q4_0 => {
                     for j in 0..QK / 2 {
@@ -374,9 +459,10 @@ impl PackedQ {
                         *v = byte(j) as i8 as f32 * d;
                     }
                 }
-                Kind::I8x16 => {
+                Kind::Q6K => {
                     for (j, v) in o.iter_mut().enumerate() {
-                        *v = byte(j) as i8 as f32 * if j < QK / 2 { d } else { m };
+                        let q = self.value5(gb, r, j) as i32 - 32;
+                        *v = q as f32 * if j < QK / 2 { d } else { m };
                     }
                 }
             }
@@ -384,112 +470,160 @@ impl PackedQ {
         Ok(())
     }
 
-    /// The GGUF bytes this was made from (the inverse of [`repack`]), or
-    /// `None` where the packed form does not determine them: Q4_K and Q6_K
-    /// (the pack keeps each sub-block's product `d·sc`, not the super-block
-    /// scale and the 6/8-bit factor). The values always survive: see
-    /// [`dequantize_row`](Self::dequantize_row).
-    pub fn unpack(&self) -> Option<Vec<u8>> {
-        if matches!(self.format, QuantFormat::Q4K | QuantFormat::Q6K) {
-            return None;
+    /// Stored value `j` (0..32) of row `r` in group block `gb`: a nibble
+    /// (4-bit kinds), the 5- or 6-bit value (kinds with bit planes) or the
+    /// int8 byte.
+    #[inline]
+    fn value(&self, gb: usize, r: usize, j: usize) -> u8 {
+        let kind = self.kind();
+        if kind.five() {
+            self.value5(gb, r, j)
+        } else if kind.nibbles() {
+            let q = self.byte(gb, r, j % 16);
+            if j < 16 { q & 0x0F } else { q >> 4 }
+        } else {
+            self.byte(gb, r, j)
         }
+    }
+
+    /// The GGUF bytes this was made from (the inverse of [`repack`]), for
+    /// every format: the legacy formats' f16 scales, MXFP4's E8M0 bytes and
+    /// the K-quants' super-scales and sub-block codes are kept as GGUF
+    /// stores them, and the quants are only rearranged.
+    pub fn unpack(&self) -> Vec<u8> {
         let (n, nr) = (self.n, self.nr);
         let nb = self.k / QK;
-        let kind = self.kind();
         let bb = self.format.block_bytes();
-        let mut out = vec![0u8; n * self.format.row_bytes(self.k)];
-        for row in 0..n {
+        let rowb = self.format.row_bytes(self.k);
+        let h = |v: u16| F16Le(v.to_le_bytes());
+        let mut out = vec![0u8; n * rowb];
+        for (row, dst) in out.chunks_exact_mut(rowb.max(1)).take(n).enumerate() {
             let (g, r) = (row / nr, row % nr);
-            for b in 0..nb {
-                let gb = g * nb + b;
-                // Quant bytes as packed; for the five-bit kinds the values.
-                let q: [u8; QK] = if kind.five() {
-                    std::array::from_fn(|j| self.value5(gb, r, j))
-                } else {
-                    std::array::from_fn(|j| {
-                        if j < kind.row_bytes() {
-                            self.byte(gb, r, j)
-                        } else {
-                            0
-                        }
-                    })
-                };
-                // The f16 formats keep GGUF's bits; MXFP4's f32 scale is
-                // mapped back to its E8M0 code below.
-                let si = gb * nr + r;
-                let (d, m) = if self.f16() {
-                    let m = if kind.has_m() { self.mh[si] } else { 0 };
-                    (F16Le(self.dh[si].to_le_bytes()), F16Le(m.to_le_bytes()))
-                } else {
-                    (F16Le([0; 2]), F16Le([0; 2]))
-                };
-                let at = (row * nb + b) * bb;
-                let dst = &mut out[at..at + bb];
-                match self.format {
-                    QuantFormat::Q4_0 => {
-                        let blk: &mut [BlockQ4_0] = cast_blocks_mut(dst).expect("one block");
-                        blk[0].d = d;
-                        blk[0].qs.copy_from_slice(&q[..QK / 2]);
-                    }
-                    QuantFormat::Q4_1 => {
-                        let blk: &mut [BlockQ4_1] = cast_blocks_mut(dst).expect("one block");
-                        blk[0].d = d;
-                        blk[0].m = m;
-                        blk[0].qs.copy_from_slice(&q[..QK / 2]);
-                    }
-                    QuantFormat::Q8_0 => {
-                        let blk: &mut [BlockQ8_0] = cast_blocks_mut(dst).expect("one block");
-                        blk[0].d = d;
-                        for (o, &v) in blk[0].qs.iter_mut().zip(&q) {
-                            *o = v as i8;
-                        }
-                    }
-                    QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
-                        // q = 5 bits: low nibble | fifth bit in qh.
-                        let mut qh = 0u32;
-                        let mut qs = [0u8; QK / 2];
-                        for (j, &u) in q.iter().enumerate() {
-                            qh |= ((u >> 4) as u32 & 1) << j;
-                            if j < QK / 2 {
-                                qs[j] |= u & 0x0F;
-                            } else {
-                                qs[j - QK / 2] |= (u & 0x0F) << 4;
+            let vals =
+                |b: usize| -> [u8; QK] { std::array::from_fn(|j| self.value(g * nb + b, r, j)) };
+            match self.format {
+                QuantFormat::Q4K => {
+                    let blocks: &mut [BlockQ4K] = cast_blocks_mut(dst).expect(WHOLE);
+                    for (sb, blk) in blocks.iter_mut().enumerate() {
+                        let sat = (g * nb / 8 + sb) * nr + r;
+                        blk.d = h(self.sd[sat]);
+                        // −dmin was stored: f16 negation is the sign bit.
+                        blk.dmin = h(self.sm[sat] ^ 0x8000);
+                        let mut codes = [(0u8, 0u8); 8];
+                        for (j, code) in codes.iter_mut().enumerate() {
+                            let at = (g * nb + 8 * sb + j) * nr + r;
+                            *code = (self.dc[at], self.mc[at]);
+                            // Sub-block j: nibble (j mod 2) of bytes 32·(j/2) ..+32.
+                            for (l, &v) in vals(8 * sb + j).iter().enumerate() {
+                                blk.qs[32 * (j / 2) + l] |= v << (4 * (j % 2));
                             }
                         }
-                        if self.format == QuantFormat::Q5_0 {
-                            let blk: &mut [BlockQ5_0] = cast_blocks_mut(dst).expect("one block");
-                            blk[0].d = d;
-                            blk[0].qs = qs;
-                            blk[0].qh = qh.to_le_bytes();
-                        } else {
-                            let blk: &mut [BlockQ5_1] = cast_blocks_mut(dst).expect("one block");
-                            blk[0].d = d;
-                            blk[0].m = m;
-                            blk[0].qs = qs;
-                            blk[0].qh = qh.to_le_bytes();
+                        blk.scales = scale_min_k4_bytes(&codes);
+                    }
+                }
+                QuantFormat::Q6K => {
+                    let blocks: &mut [BlockQ6K] = cast_blocks_mut(dst).expect(WHOLE);
+                    for (sb, blk) in blocks.iter_mut().enumerate() {
+                        blk.d = h(self.sd[(g * nb / 8 + sb) * nr + r]);
+                        for j in 0..8 {
+                            let at = (g * nb + 8 * sb + j) * nr + r;
+                            blk.scales[2 * j] = self.dc[at] as i8;
+                            blk.scales[2 * j + 1] = self.mc[at] as i8;
+                            for (l, &v) in vals(8 * sb + j).iter().enumerate() {
+                                set_q6_k_value(blk, QK * j + l, v);
+                            }
                         }
                     }
-                    _ => {
-                        // MXFP4 (the K-quants returned above).
-                        let blk: &mut [BlockMxfp4] = cast_blocks_mut(dst).expect("one block");
-                        blk[0].e = e8m0_from_f32_half(self.d[si]);
-                        blk[0].qs.copy_from_slice(&q[..QK / 2]);
+                }
+                _ => {
+                    for b in 0..nb {
+                        let gb = g * nb + b;
+                        let q = vals(b);
+                        let at = gb * nr + r;
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        // Nibble bytes: value j low, value j + 16 high (the
+                        // five-bit kinds' fifth bits go to `qh`).
+                        let nib: [u8; QK / 2] =
+                            std::array::from_fn(|j| (q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+                        match self.format {
+                            QuantFormat::Q4_0 => {
+                                let blk: &mut [BlockQ4_0] = cast_blocks_mut(blk).expect(WHOLE);
+                                blk[0].d = h(self.dh[at]);
+                                blk[0].qs = nib;
+                            }
+                            QuantFormat::Q4_1 => {
+                                let blk: &mut [BlockQ4_1] = cast_blocks_mut(blk).expect(WHOLE);
+                                blk[0].d = h(self.dh[at]);
+                                blk[0].m = h(self.mh[at]);
+                                blk[0].qs = nib;
+                            }
+                            QuantFormat::Q8_0 => {
+                                let blk: &mut [BlockQ8_0] = cast_blocks_mut(blk).expect(WHOLE);
+                                blk[0].d = h(self.dh[at]);
+                                blk[0].qs = q.map(|v| v as i8);
+                            }
+                            QuantFormat::Mxfp4 => {
+                                let blk: &mut [BlockMxfp4] = cast_blocks_mut(blk).expect(WHOLE);
+                                blk[0].e = self.dc[at];
+                                blk[0].qs = nib;
+                            }
+                            QuantFormat::Q5_0 => {
+                                let blk: &mut [BlockQ5_0] = cast_blocks_mut(blk).expect(WHOLE);
+                                blk[0].d = h(self.dh[at]);
+                                blk[0].qs = nib;
+                                blk[0].qh = fifth_bits(&q).to_le_bytes();
+                            }
+                            _ => {
+                                // Q5_1 (the formats are those of `repack`).
+                                let blk: &mut [BlockQ5_1] = cast_blocks_mut(blk).expect(WHOLE);
+                                blk[0].d = h(self.dh[at]);
+                                blk[0].m = h(self.mh[at]);
+                                blk[0].qs = nib;
+                                blk[0].qh = fifth_bits(&q).to_le_bytes();
+                            }
+                        }
                     }
                 }
             }
         }
-        Some(out)
+        out
     }
 }
 
-/// The E8M0 code of `GGML_E8M0_TO_FP32_HALF`'s value `d` (its inverse).
-fn e8m0_from_f32_half(d: f32) -> u8 {
-    let bits = d.to_bits();
-    match bits {
-        0x0020_0000 => 0,
-        0x0040_0000 => 1,
-        _ => ((bits >> 23) + 1) as u8,
+/// Q5's `qh`: bit j is the fifth bit of value j.
+fn fifth_bits(q: &[u8; QK]) -> u32 {
+    q.iter()
+        .enumerate()
+        .fold(0, |qh, (j, &u)| qh | (((u >> 4) & 1) as u32) << j)
+}
+
+/// The 12 scale bytes of a Q4_K block from its 8 (scale, min) 6-bit codes:
+/// the inverse of `kquants::get_scale_min_k4` (ggml's packing: codes 0..4
+/// in the low 6 bits of bytes 0..4 and 4..8, codes 4..8 as nibbles of
+/// bytes 8..12 plus their top 2 bits in the top bits of bytes 0..8; all 96
+/// bits are used, so every byte string round-trips).
+fn scale_min_k4_bytes(codes: &[(u8, u8); 8]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for (j, &(sc, m)) in codes.iter().enumerate() {
+        if j < 4 {
+            q[j] |= sc & 63;
+            q[j + 4] |= m & 63;
+        } else {
+            q[j + 4] = (sc & 0x0F) | ((m & 0x0F) << 4);
+            q[j - 4] |= (sc >> 4) << 6;
+            q[j] |= (m >> 4) << 6;
+        }
     }
+    q
+}
+
+/// Sets Q6_K value `j` (stored form `u` = q + 32, 0..63) in `ql`/`qh`, the
+/// layout `kquants::q6_k_value` reads.
+fn set_q6_k_value(b: &mut BlockQ6K, j: usize, u: u8) {
+    let (c, l, part) = (j / 128, j % 32, (j % 128) / 32);
+    let ql = &mut b.ql[64 * c + l + 32 * (part & 1)];
+    *ql |= (u & 0x0F) << (4 * (part / 2));
+    b.qh[32 * c + l] |= (u >> 4) << (2 * part);
 }
 
 /// Repacks `n` GGUF rows of `k` values in `format` (one of
@@ -513,13 +647,24 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
     let nb = k / QK;
     let groups = n.div_ceil(nr);
     let rb = kind.row_bytes();
-    let f16 = f16_scales(format);
+    let mode = scale_mode(format);
     let slots = groups * nb * nr;
     let sized = |on: bool| if on { slots } else { 0 };
-    let mut d = vec![0.0f32; sized(!f16)];
-    let mut m = vec![0.0f32; sized(!f16 && kind.has_m())];
-    let mut dh = vec![0u16; sized(f16)];
-    let mut mh = vec![0u16; sized(f16 && kind.has_m())];
+    let mut dh = vec![0u16; sized(mode == SC_F16)];
+    let mut mh = vec![0u16; sized(mode == SC_F16 && kind.has_m())];
+    let mut dc = vec![0u8; sized(mode != SC_F16)];
+    let mut mc = vec![0u8; sized(mode == SC_KSUB)];
+    // Super-blocks: nb / 8 per row of a K-quant.
+    let supers = if mode == SC_KSUB { slots / 8 } else { 0 };
+    let mut sd = vec![0u16; supers];
+    let mut sm = vec![
+        0u16;
+        if format == QuantFormat::Q4K {
+            supers
+        } else {
+            0
+        }
+    ];
     let mut qs = vec![0u8; groups * nb * nr * rb];
     let row_bytes = format.row_bytes(k);
     for row in 0..n {
@@ -532,12 +677,12 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
             let gb = g * nb + b;
             let at = gb * nr + r;
             match dv {
-                Scale::F32(v) => d[at] = v,
+                Scale::Code(v) => dc[at] = v,
                 Scale::F16(v) => dh[at] = v,
             }
             if kind.has_m() {
                 match mv {
-                    Scale::F32(v) => m[at] = v,
+                    Scale::Code(v) => mc[at] = v,
                     Scale::F16(v) => mh[at] = v,
                 }
             }
@@ -547,14 +692,19 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     let v = (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4);
                     qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
                 }
-                for t in 0..4 {
-                    let mut p = 0u8;
-                    for h in 0..2 {
-                        for c in 0..4 {
-                            p |= ((q[16 * h + 4 * c + t] >> 4) & 1) << (4 * h + c);
+                // Plane 0 holds bit 4 of each value, plane 1 (Q6_K) bit 5.
+                let planes = if kind.six() { 2 } else { 1 };
+                for plane in 0..planes {
+                    for t in 0..4 {
+                        let mut p = 0u8;
+                        for h in 0..2 {
+                            for c in 0..4 {
+                                let v = q[16 * h + 4 * c + t];
+                                p |= ((v >> (4 + plane)) & 1) << (4 * h + c);
+                            }
                         }
+                        qs[base + (16 + 4 * plane) * nr + 4 * r + t] = p;
                     }
-                    qs[base + 16 * nr + 4 * r + t] = p;
                 }
             } else {
                 for (j, &v) in q.iter().enumerate().take(rb) {
@@ -625,7 +775,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 {
                     let mut q = [0u8; QK];
                     q[..QK / 2].copy_from_slice(&blk.qs);
-                    put(b, Scale::F32(e8m0_to_f32_half(blk.e)), NONE, &q);
+                    put(b, Scale::Code(blk.e), NONE, &q);
                 }
             }
             QuantFormat::Q4K => {
@@ -634,29 +784,21 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     .iter()
                     .enumerate()
                 {
-                    let (dd, dmin) = (blk.d.to_f32(), blk.dmin.to_f32());
+                    // ggml: d1 = d·sc, m1 = dmin·m, y = d1·q − m1; the
+                    // kernels add q·(sc·d) + m·(−dmin), the same f32 values.
+                    let sat = (g * nb / 8 + sb) * nr + r;
+                    sd[sat] = u16::from_le_bytes(blk.d.0);
+                    sm[sat] = u16::from_le_bytes(blk.dmin.0) ^ 0x8000;
                     for j in 0..8 {
                         let (sc, mn) = kquants::get_scale_min_k4(j, &blk.scales);
                         // Sub-block j: nibble (j mod 2) of bytes 32·(j/2) ..+32.
                         let src = &blk.qs[32 * (j / 2)..32 * (j / 2) + 32];
-                        let nib = |l: usize| {
-                            if j % 2 == 0 {
-                                src[l] & 0x0F
-                            } else {
-                                src[l] >> 4
-                            }
-                        };
+                        let nib = |l: usize| (src[l] >> (4 * (j % 2))) & 0x0F;
                         let mut q = [0u8; QK];
                         for (t, v) in q.iter_mut().enumerate().take(QK / 2) {
                             *v = nib(t) | (nib(t + QK / 2) << 4);
                         }
-                        // ggml: d1 = d·sc, m1 = min·m, y = d1·q − m1.
-                        put(
-                            8 * sb + j,
-                            Scale::F32(dd * sc as f32),
-                            Scale::F32(-(dmin * mn as f32)),
-                            &q,
-                        );
+                        put(8 * sb + j, Scale::Code(sc), Scale::Code(mn), &q);
                     }
                 }
             }
@@ -666,18 +808,15 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     .iter()
                     .enumerate()
                 {
-                    let dd = blk.d.to_f32();
+                    // ggml: y = d·sc·q, sc per 16 values.
+                    sd[(g * nb / 8 + sb) * nr + r] = u16::from_le_bytes(blk.d.0);
                     for j in 0..8 {
-                        let q: [u8; QK] =
-                            std::array::from_fn(|l| kquants::q6_k_value(blk, QK * j + l) as u8);
-                        // ggml: y = d·sc·q, sc per 16 values.
+                        // GGUF's stored 6-bit values u = q + 32 (0..63).
+                        let q: [u8; QK] = std::array::from_fn(|l| {
+                            (kquants::q6_k_value(blk, QK * j + l) as i32 + 32) as u8
+                        });
                         let (s0, s1) = (blk.scales[2 * j], blk.scales[2 * j + 1]);
-                        put(
-                            8 * sb + j,
-                            Scale::F32(dd * s0 as f32),
-                            Scale::F32(dd * s1 as f32),
-                            &q,
-                        );
+                        put(8 * sb + j, Scale::Code(s0 as u8), Scale::Code(s1 as u8), &q);
                     }
                 }
             }
@@ -689,20 +828,22 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
         n,
         k,
         nr,
-        d,
-        m,
         dh,
         mh,
+        dc,
+        mc,
+        sd,
+        sm,
         qs,
     })
 }
 
-/// A scale or min as [`repack`] stores it: f16 bits for the formats with
-/// [`f16_scales`], f32 for the others.
+/// A per-block scale or second value as [`repack`] stores it: f16 bits
+/// ([`SC_F16`]) or a byte code ([`SC_E8M0`], [`SC_KSUB`]).
 #[derive(Clone, Copy)]
 enum Scale {
-    F32(f32),
     F16(u16),
+    Code(u8),
 }
 
 /// No second value (the kinds without one ignore it).
@@ -724,10 +865,13 @@ pub struct ActBlock {
     pub s: [u8; 4],
     /// `Σq`, i32 little-endian.
     pub sum: [u8; 4],
+    /// `Σq` of values 0..16 (the low half), i32 little-endian: Q6_K's two
+    /// half-block scales need the offset `−32·Σx` per half.
+    pub sum_lo: [u8; 4],
     pub qs: [i8; QK],
 }
 
-const _: () = assert!(size_of::<ActBlock>() == 44 && align_of::<ActBlock>() == 1);
+const _: () = assert!(size_of::<ActBlock>() == 48 && align_of::<ActBlock>() == 1);
 
 // SAFETY: repr(C), alignment 1 (asserted above), only u8/i8 arrays, no padding.
 unsafe impl RawBlock for ActBlock {
@@ -749,6 +893,18 @@ impl ActBlock {
     pub fn sum(&self) -> i32 {
         i32::from_le_bytes(self.sum)
     }
+
+    /// `Σq` of values 0..16.
+    #[inline]
+    pub fn sum_lo(&self) -> i32 {
+        i32::from_le_bytes(self.sum_lo)
+    }
+
+    /// `Σq` of values 16..32.
+    #[inline]
+    pub fn sum_hi(&self) -> i32 {
+        self.sum() - self.sum_lo()
+    }
 }
 
 /// Bytes of the quantized activations of `m` rows of `k` values.
@@ -767,11 +923,13 @@ pub fn quantize_activations_into(a: &[f32], m: usize, k: usize, out: &mut [u8]) 
     let blocks: &mut [ActBlock] = cast_blocks_mut(out).expect("length checked above");
     for (o, x) in blocks.iter_mut().zip(a.chunks_exact(QK)) {
         let q = legacy::quantize_q8_1(x.try_into().expect("chunks of 32"));
-        let sum: i32 = q.qs.iter().map(|&v| v as i32).sum();
+        let sum_lo: i32 = q.qs[..QK / 2].iter().map(|&v| v as i32).sum();
+        let sum: i32 = sum_lo + q.qs[QK / 2..].iter().map(|&v| v as i32).sum::<i32>();
         *o = ActBlock {
             d: q.d.to_f32().to_le_bytes(),
             s: q.s.to_f32().to_le_bytes(),
             sum: sum.to_le_bytes(),
+            sum_lo: sum_lo.to_le_bytes(),
             qs: q.qs,
         };
     }

@@ -1,7 +1,7 @@
-//! The quantized GEMM in plain Rust: the definitions ([`reference`]: the
+//! The quantized GEMM in plain Rust: the definitions ([`reference()`]: the
 //! scalar W·A8 GEMV of `crate::qgemv` on each activation row; [`definition`]:
 //! what every variant equals bit for bit) and the scalar micro-kernel over
-//! the packed layout ([`tile`]), which walks the interleaved bytes exactly
+//! the packed layout (`tile`), which walks the interleaved bytes exactly
 //! as the ISA kernels do.
 
 use super::Job;
@@ -42,7 +42,7 @@ pub fn reference(
     Ok(())
 }
 
-/// Whether the GEMM of `format` is bit-identical to [`reference`]: it is
+/// Whether the GEMM of `format` is bit-identical to [`reference()`]: it is
 /// when the GEMV quantizes activations as the GEMM does (Q8_0/Q8_1 blocks
 /// of 32), i.e. for every format but the K-quants (Q8_K activations).
 pub fn matches_reference(format: QuantFormat) -> bool {
@@ -50,7 +50,7 @@ pub fn matches_reference(format: QuantFormat) -> bool {
 }
 
 /// `C = A · Wᵀ` exactly as every GEMM variant computes it (bit for bit):
-/// [`reference`] where [`matches_reference`], else (Q4_K, Q6_K) the scalar
+/// [`reference()`] where [`matches_reference`], else (Q4_K, Q6_K) the scalar
 /// micro-kernel over `w` repacked with interleave 4 (the result does not
 /// depend on the interleave or `mr`). `format` must have a GEMM.
 pub fn definition(
@@ -81,14 +81,16 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
     acc.fill(0.0);
     for b in 0..job.nb {
         let q = job.qs_at(g, b);
-        let five = job.kind.five();
-        // The fifth bit (as 16) of the value in nibble byte `4·nr·c + 4r + t`,
-        // half h; zero for the 4-bit kinds.
+        let (five, six) = (job.kind.five(), job.kind.six());
+        // The fifth and sixth bits (as 16, 32) of the value in nibble byte
+        // `4·nr·c + 4r + t`, half h; zero for the kinds without them.
         let bit5 = |c: usize, r: usize, t: usize, h: usize| -> i32 {
-            if five {
-                (((job.qh_at(g, b)[4 * r + t] >> (4 * h + c)) & 1) << 4) as i32
-            } else {
-                0
+            let bit =
+                |p: usize| ((job.qh_at(g, b)[4 * nr * p + 4 * r + t] >> (4 * h + c)) & 1) as i32;
+            match (five, six) {
+                (true, true) => (bit(0) << 4) | (bit(1) << 5),
+                (true, false) => bit(0) << 4,
+                _ => 0,
             }
         };
         // A nibble's value (MXFP4: its code through the table).
@@ -104,9 +106,10 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
             let x = job.act(i0 + i, b);
             let dx = x.d();
             for r in 0..nr {
-                // Sums of values 0..16 and 16..32 (one sum for the nibble
-                // kinds, which walk both halves per byte).
+                // Sums of values 0..16 and 16..32 (Q6_K, one scale each);
+                // the other kinds add both into s[0].
                 let mut s = [0i32; 2];
+                let hi_half = usize::from(six);
                 if job.kind.nibbles() {
                     for c in 0..4 {
                         for t in 0..4 {
@@ -114,14 +117,14 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                             let lo = val(v & 0x0F) | bit5(c, r, t, 0);
                             let hi = val(v >> 4) | bit5(c, r, t, 1);
                             s[0] += lo * x.qs[4 * c + t] as i32;
-                            s[0] += hi * x.qs[16 + 4 * c + t] as i32;
+                            s[hi_half] += hi * x.qs[16 + 4 * c + t] as i32;
                         }
                     }
                 } else {
                     for c in 0..8 {
                         for t in 0..4 {
                             let v = q[4 * nr * c + 4 * r + t] as i8;
-                            s[c / 4] += v as i32 * x.qs[4 * c + t] as i32;
+                            s[0] += v as i32 * x.qs[4 * c + t] as i32;
                         }
                     }
                 }
@@ -134,10 +137,12 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                     Kind::Q4_1 | Kind::Q5_1 => {
                         *a += (d * dx) * s[0] as f32 + job.m_at(g, b, r) * x.s()
                     }
-                    Kind::I8 => *a += (d * dx) * (s[0] + s[1]) as f32,
-                    Kind::I8x16 => {
-                        *a += (d * dx) * s[0] as f32;
-                        *a += (job.m_at(g, b, r) * dx) * s[1] as f32;
+                    Kind::I8 => *a += (d * dx) * s[0] as f32,
+                    Kind::Q6K => {
+                        // Σ(u − 32)x per half, through the activation half
+                        // sums: the i32 sums of GGUF's signed values q.
+                        *a += (d * dx) * (s[0] - 32 * x.sum_lo()) as f32;
+                        *a += (job.m_at(g, b, r) * dx) * (s[1] - 32 * x.sum_hi()) as f32;
                     }
                 }
             }
