@@ -64,7 +64,8 @@ enum WData {
     Quant {
         format: QuantFormat,
         blocks: Option<Vec<u8>>,
-        packed: Option<PackedQ>,
+        /// Boxed: a `PackedQ` is several vectors, the other variants one.
+        packed: Option<Box<PackedQ>>,
     },
 }
 
@@ -126,6 +127,7 @@ impl Linear {
                 let packed = if matmul {
                     Self::pack(f, data, n, k, &mut decode, &mut prefill)
                         .map_err(|e| bad(e.to_string()))?
+                        .map(Box::new)
                 } else {
                     None
                 };
@@ -241,7 +243,7 @@ impl Linear {
             WData::F32(v) => 4 * v.len(),
             WData::F16(v) => 2 * v.len(),
             WData::Quant { blocks, packed, .. } => {
-                blocks.as_ref().map_or(0, Vec::len) + packed.as_ref().map_or(0, PackedQ::bytes)
+                blocks.as_ref().map_or(0, Vec::len) + packed.as_deref().map_or(0, PackedQ::bytes)
             }
         }
     }
