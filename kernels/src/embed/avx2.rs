@@ -14,20 +14,12 @@
 
 use std::arch::x86_64::*;
 
-/// The byte selectors (`vpshufb`) and right shifts that unpack 8 B-bit
-/// values from their B bytes copied into both 128-bit lanes.
+/// [`super::unpack_tables`] in registers.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn unpack_consts<const B: usize>() -> (__m256i, __m256i) {
-    let mut ctrl = [-128i8; 32];
-    let mut sh = [0i32; 8];
-    for j in 0..8 {
-        let bit = j * B;
-        ctrl[4 * j] = (bit / 8) as i8;
-        ctrl[4 * j + 1] = (bit / 8 + 1) as i8;
-        sh[j] = (bit % 8) as i32;
-    }
-    // SAFETY: both arrays are 32 bytes.
+    let (ctrl, sh) = super::unpack_tables::<B>();
+    // SAFETY: the tables hold 64 bytes, this loads the first 32.
     unsafe {
         (
             _mm256_loadu_si256(ctrl.as_ptr().cast()),

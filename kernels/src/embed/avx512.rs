@@ -13,20 +13,12 @@
 
 use std::arch::x86_64::*;
 
-/// The byte selectors (`vpshufb`) and right shifts that unpack 16 B-bit
-/// values from their 2·B bytes broadcast to every 128-bit lane.
+/// [`super::unpack_tables`] in registers.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 fn unpack_consts<const B: usize>() -> (__m512i, __m512i) {
-    let mut ctrl = [-128i8; 64];
-    let mut sh = [0i32; 16];
-    for j in 0..16 {
-        let bit = j * B;
-        ctrl[4 * j] = (bit / 8) as i8;
-        ctrl[4 * j + 1] = (bit / 8 + 1) as i8;
-        sh[j] = (bit % 8) as i32;
-    }
-    // SAFETY: both arrays are 64 bytes.
+    let (ctrl, sh) = super::unpack_tables::<B>();
+    // SAFETY: the tables hold 64 bytes each.
     unsafe {
         (
             _mm512_loadu_si512(ctrl.as_ptr().cast()),

@@ -372,6 +372,24 @@ impl Rows<'_> {
     }
 }
 
+/// The `vpshufb` byte selectors and right shifts that unpack 16 B-bit
+/// values (`x86` kernels; the AVX2 one uses the first 8 lanes): i32 lane j
+/// takes bytes `⌊jB/8⌋` and `⌊jB/8⌋ + 1` (B ≤ 7, so a value never spans
+/// three bytes; the other two bytes are zeroed by −128) and shifts right
+/// by `jB mod 8`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn unpack_tables<const B: usize>() -> ([i8; 64], [i32; 16]) {
+    let mut ctrl = [-128i8; 64];
+    let mut sh = [0i32; 16];
+    for j in 0..16 {
+        let bit = j * B;
+        ctrl[4 * j] = (bit / 8) as i8;
+        ctrl[4 * j + 1] = (bit / 8 + 1) as i8;
+        sh[j] = (bit % 8) as i32;
+    }
+    (ctrl, sh)
+}
+
 /// The tied LM head: `logits = W · x` over a [`PackedEmbedding`] (builder style).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LmHead {
