@@ -6,8 +6,8 @@
 //!   MXFP4 4.25, as GGUF; Q4_K 4.625): packed rows dequantize bit-identically
 //!   to the GGUF rows (quantizer output, arbitrary bytes, extreme scales
 //!   and codes), and `unpack` gives the GGUF bytes back for every format;
-//! - every variant the CPU runs (every interleave it reads, every `mr` and
-//!   k-unroll `ku`, 1 or 3 threads) is **bit-identical** to `scalar::definition` over
+//! - every variant the CPU runs (every interleave it reads, every `mr`, 1
+//!   or 3 threads) is **bit-identical** to `scalar::definition` over
 //!   m ∈ {1, 2, 3, 5, 17, 64}, n not a multiple of the interleave, k = 1, 3
 //!   and 9 blocks (K-quants: 1 and 3 super-blocks). The definition is the
 //!   scalar W·A8 GEMV on each row, except for Q4_K and Q6_K, whose GEMV
@@ -21,7 +21,7 @@
 //!   `Σ|w|·|x_Q8_1 − x_Q8_K|`.
 
 use tiletune_kernels::qgemm::{
-    self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, UNROLLS, interleaves,
+    self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves,
     quantize_activations, repack, scalar,
 };
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
@@ -114,26 +114,22 @@ fn assert_rows_exact(f: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) {
     assert!(p.dequantize_row(n, &mut row).is_err());
 }
 
-/// Every variant this CPU runs that reads interleave `nr`, at every `mr` and
-/// k-unroll, gives `want` bit for bit on `c`.
+/// Every variant this CPU runs that reads interleave `nr`, at every `mr`,
+/// gives `want` bit for bit on `c`.
 fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
     for isa in available(f) {
         if !interleaves(isa).contains(&nr) {
             continue;
         }
         for (i, mr) in MRS.into_iter().enumerate() {
-            for ku in UNROLLS {
-                // Every prefetch distance across the mr sweep: prefetching
-                // must not change a bit.
-                let pf = PREFETCHES[i % PREFETCHES.len()];
-                let q = QGemm::new(f)
-                    .isa(isa)
-                    .params(QGemmParams { mr, nr, pf, ku });
-                assert!(
-                    same_bits(&run(&q, c), want),
-                    "{f} {isa} nr={nr} mr={mr} pf={pf} ku={ku}"
-                );
-            }
+            // Every prefetch distance across the mr sweep: prefetching
+            // must not change a bit.
+            let pf = PREFETCHES[i % PREFETCHES.len()];
+            let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr, pf });
+            assert!(
+                same_bits(&run(&q, c), want),
+                "{f} {isa} nr={nr} mr={mr} pf={pf}"
+            );
         }
     }
 }
@@ -495,10 +491,6 @@ fn every_variant_is_bit_identical_to_the_definition() {
                             mr,
                             nr,
                             pf: PREFETCHES[j % PREFETCHES.len()],
-                            // Both k-unrolls over 1, 3 and 9 blocks (a
-                            // lone odd block, a pair and a tail) and the
-                            // K-quants' 8 and 24.
-                            ku: UNROLLS[(j / 3) % UNROLLS.len()],
                         })
                         .threads(1 + 2 * (j % 2));
                     let got = run(&q, &c);

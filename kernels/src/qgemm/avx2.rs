@@ -22,9 +22,7 @@
 //! scales are decoded in registers from the pack's codes (f16 by
 //! `vcvtph2ps`; E8M0 bytes by building the f32 bits; K-quant sub-block
 //! codes sign-extended, converted and multiplied by the super-scales,
-//! widened once per super-block), exactly. With `ku = 2` the tiles form the
-//! integer sums of two consecutive blocks chunk by chunk side by side (two
-//! independent dependency chains), then scale them block by block in order.
+//! widened once per super-block), exactly.
 
 use super::Job;
 use super::pack::Kind;
@@ -223,54 +221,31 @@ pub(super) fn prefetch_scales<const SC: u8, const NR: usize>(job: &Job<'_>, gb: 
     }
 }
 
-/// Generates the Q4 and int8 tiles, their k-unrolled drivers and the
-/// dispatching entry for one feature set and its step functions.
+/// Generates the Q4 and int8 tiles and the dispatching entry for one
+/// feature set and its step functions.
 macro_rules! tiles {
-    (
-        $feat:literal,
-        $q4step:ident,
-        $q4fin:ident,
-        $i8step:ident,
-        $q4:ident,
-        $i8:ident,
-        $q4k:ident,
-        $i8k:ident,
-        $entry:ident
-    ) => {
-        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
-        /// 8; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
+    ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
+        /// `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
         /// through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K (`MIN = false`;
         /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
         /// scale per half). `SC`: how the scales are stored ([`SC_F16`],
-        /// [`SC_E8M0`], [`SC_KSUB`]). Runs blocks `blocks`, `KU` at a time:
-        /// the integer sums of the `KU` blocks are formed chunk by chunk
-        /// side by side (independent dependency chains), then scaled block
-        /// by block in order. Starts from the partial results in `out`
-        /// unless `blocks` starts at block 0.
+        /// [`SC_E8M0`], [`SC_KSUB`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
-        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`;
-        /// `blocks` within the job's blocks, a multiple of `KU` long.
+        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<
-            const MR: usize,
-            const MIN: bool,
-            const X: u8,
-            const SC: u8,
-            const KU: usize,
-        >(
+        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
-            blocks: std::ops::Range<usize>,
         ) {
             let nb = job.nb;
             debug_assert!(job.nr == 8 && out.len() >= MR * 8);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-            debug_assert!(blocks.end <= nb && blocks.len().is_multiple_of(KU));
             let mask = _mm256_set1_epi8(0x0F);
             let bit4 = _mm256_set1_epi8(0x10);
             let bit5 = _mm256_set1_epi8(0x20);
@@ -282,12 +257,6 @@ macro_rules! tiles {
             // Bytes per block: 8 rows × 16 nibble bytes (+ 4 bytes per plane).
             let bs = 128 + 32 * (five as usize + six as usize);
             let mut acc = [_mm256_setzero_ps(); MR];
-            if blocks.start > 0 {
-                for (i, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: out holds MR · 8 floats.
-                    *a = unsafe { _mm256_loadu_ps(out.as_ptr().add(8 * i)) };
-                }
-            }
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 8 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
@@ -298,140 +267,133 @@ macro_rules! tiles {
                 )
             };
             let (mut sdv, mut smv) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            for b in blocks.clone().step_by(KU) {
-                for k in 0..KU {
-                    prefetch_scales::<SC, 8>(job, g * nb + b + k, MIN);
-                    // Every line of the block job.pf ahead.
-                    if job.pf > 0 {
-                        for l in 0..bs.div_ceil(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(
-                                qb.wrapping_add((b + k + job.pf) * bs + 64 * l).cast(),
-                            );
-                        }
+            for b in 0..nb {
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 8>(job, gb, MIN);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                }
+                // Every line of the block job.pf ahead (160- and 192-byte
+                // blocks touch at most 3, 4).
+                if job.pf > 0 {
+                    for l in 0..bs.div_ceil(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            qb.wrapping_add((b + job.pf) * bs + 64 * l).cast(),
+                        );
                     }
                 }
-                // The fifth-bit planes, for the low nibbles moved up by 4
+                // The fifth-bit plane, for the low nibbles moved up by 4
                 // (bit c of each byte → bit 4 at chunk c after c right
-                // shifts; 16-bit shifts keep bit 4 within its byte); Q6_K's
-                // sixth-bit planes, shifted per chunk below.
-                let mut hl = [_mm256_setzero_si256(); KU];
-                let mut hh = [_mm256_setzero_si256(); KU];
-                let mut h6 = [_mm256_setzero_si256(); KU];
-                for k in 0..KU {
-                    if five {
-                        // SAFETY: the plane bytes follow the nibble bytes.
-                        let h = unsafe { _mm256_loadu_si256(qb.add((b + k) * bs + 128).cast()) };
-                        (hl[k], hh[k]) = (_mm256_slli_epi16::<4>(h), h);
-                    }
-                    if six {
-                        // SAFETY: the second plane follows the first.
-                        h6[k] =
-                            unsafe { _mm256_loadu_si256(qb.add((b + k) * bs + 128 + 32).cast()) };
-                    }
-                }
-                let mut s = [[_mm256_setzero_si256(); MR]; KU];
+                // shifts; 16-bit shifts keep bit 4 within its byte).
+                let (mut hl, mut hh) = if five {
+                    // SAFETY: the 32 plane bytes follow the 128 nibble bytes.
+                    let h = unsafe { _mm256_loadu_si256(qb.add(b * bs + 128).cast()) };
+                    (_mm256_slli_epi16::<4>(h), h)
+                } else {
+                    (_mm256_setzero_si256(), _mm256_setzero_si256())
+                };
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let h6 = if six {
+                    // SAFETY: the second 32 plane bytes follow the first.
+                    unsafe { _mm256_loadu_si256(qb.add(b * bs + 160).cast()) }
+                } else {
+                    _mm256_setzero_si256()
+                };
+                let mut s = [_mm256_setzero_si256(); MR];
                 // Q6_K: sums of the high halves (values 16..32).
-                let mut s2 = [[_mm256_setzero_si256(); MR]; KU];
+                let mut s2 = [_mm256_setzero_si256(); MR];
                 // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
                 // i16 would overflow over 4 chunks.
-                let mut part = [[_mm256_setzero_si256(); MR]; KU];
+                let mut part = [_mm256_setzero_si256(); MR];
                 for c in 0..4 {
-                    for k in 0..KU {
-                        // SAFETY: chunk c of block b + k is inside the group.
-                        let v = unsafe { _mm256_loadu_si256(qb.add((b + k) * bs + 32 * c).cast()) };
-                        let mut lo = _mm256_and_si256(v, mask);
-                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
-                        if table {
-                            lo = _mm256_shuffle_epi8(lut, lo);
-                            hi = _mm256_shuffle_epi8(lut, hi);
-                        }
-                        if five {
-                            lo = _mm256_or_si256(lo, _mm256_and_si256(hl[k], bit4));
-                            hi = _mm256_or_si256(hi, _mm256_and_si256(hh[k], bit4));
-                            hl[k] = _mm256_srli_epi16::<1>(hl[k]);
-                            hh[k] = _mm256_srli_epi16::<1>(hh[k]);
-                        }
+                    // SAFETY: chunk c of block b is 32 bytes inside the group.
+                    let v = unsafe { _mm256_loadu_si256(qb.add(b * bs + 32 * c).cast()) };
+                    let mut lo = _mm256_and_si256(v, mask);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+                    if table {
+                        lo = _mm256_shuffle_epi8(lut, lo);
+                        hi = _mm256_shuffle_epi8(lut, hi);
+                    }
+                    if five {
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(hl, bit4));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(hh, bit4));
+                        hl = _mm256_srli_epi16::<1>(hl);
+                        hh = _mm256_srli_epi16::<1>(hh);
+                    }
+                    if six {
+                        // Plane bit c (low nibbles) and 4 + c (high) to
+                        // bit 5, shifted afresh per chunk: a running shift
+                        // would push needed bits out of the 16-bit lane.
+                        let sl = _mm256_sll_epi16(h6, _mm_cvtsi32_si128(5 - c as i32));
+                        let sh = if c <= 1 {
+                            _mm256_sll_epi16(h6, _mm_cvtsi32_si128(1 - c as i32))
+                        } else {
+                            _mm256_srl_epi16(h6, _mm_cvtsi32_si128(c as i32 - 1))
+                        };
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(sl, bit5));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(sh, bit5));
+                    }
+                    for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
+                        // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
+                        let (xl, xh) = unsafe {
+                            let xp = (*ab.add(i * nb + b)).qs.as_ptr();
+                            (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
+                        };
                         if six {
-                            // Plane bit c (low nibbles) and 4 + c (high) to
-                            // bit 5, shifted afresh per chunk: a running shift
-                            // would push needed bits out of the 16-bit lane.
-                            let sl = _mm256_sll_epi16(h6[k], _mm_cvtsi32_si128(5 - c as i32));
-                            let sh = if c <= 1 {
-                                _mm256_sll_epi16(h6[k], _mm_cvtsi32_si128(1 - c as i32))
-                            } else {
-                                _mm256_srl_epi16(h6[k], _mm_cvtsi32_si128(c as i32 - 1))
-                            };
-                            lo = _mm256_or_si256(lo, _mm256_and_si256(sl, bit5));
-                            hi = _mm256_or_si256(hi, _mm256_and_si256(sh, bit5));
+                            // Values up to 63: i16 holds one chunk's
+                            // products (4 · 63 · 127), so widen per chunk.
+                            *si = $i8step(*si, lo, xl);
+                            *s2i = $i8step(*s2i, hi, xh);
+                        } else {
+                            *si = $q4step(*si, lo, xl, hi, xh);
                         }
-                        for i in 0..MR {
-                            // SAFETY: block b + k of row i0 + i; 4c + 16 + 4 <= 32.
-                            let (xl, xh) = unsafe {
-                                let xp = (*ab.add(i * nb + b + k)).qs.as_ptr();
-                                (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
-                            };
-                            if six {
-                                // Values up to 63: i16 holds one chunk's
-                                // products (4 · 63 · 127), so widen per chunk.
-                                s[k][i] = $i8step(s[k][i], lo, xl);
-                                s2[k][i] = $i8step(s2[k][i], hi, xh);
-                            } else {
-                                s[k][i] = $q4step(s[k][i], lo, xl, hi, xh);
-                            }
-                        }
-                        if (X == NIB_FIVE || X == NIB_LUT) && c == 1 {
-                            for i in 0..MR {
-                                part[k][i] = $q4fin(s[k][i]);
-                                s[k][i] = _mm256_setzero_si256();
-                            }
+                    }
+                    if (X == NIB_FIVE || X == NIB_LUT) && c == 1 {
+                        for (p, si) in part.iter_mut().zip(s.iter_mut()) {
+                            *p = $q4fin(*si);
+                            *si = _mm256_setzero_si256();
                         }
                     }
                 }
-                for k in 0..KU {
-                    let gb = g * nb + b + k;
-                    if (b + k).is_multiple_of(8) || b + k == blocks.start {
-                        // SAFETY: super-block (b + k) / 8 of group g (K-quants).
-                        (sdv, smv) = unsafe { supers::<SC>(job, gb) };
-                    }
-                    // SAFETY: the 8 scales of block b + k.
-                    let dw = unsafe { scales::<SC>(job, gb, sdv) };
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        // SAFETY: block b + k of row i0 + i.
-                        let x = unsafe { &*ab.add(i * nb + b + k) };
-                        if six {
-                            // Σ(u − 32)x per half; the halves' scales applied
-                            // one after the other, as the scalar tile does.
-                            let lo = _mm256_sub_epi32(s[k][i], _mm256_set1_epi32(32 * x.sum_lo()));
-                            let hi = _mm256_sub_epi32(s2[k][i], _mm256_set1_epi32(32 * x.sum_hi()));
-                            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                            *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(lo)));
-                            // SAFETY: Q6_K jobs carry second codes shaped like the scales.
-                            let mw = unsafe { seconds::<SC>(job, gb, smv) };
-                            let dm = _mm256_mul_ps(mw, _mm256_set1_ps(x.d()));
-                            *a = _mm256_add_ps(*a, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(hi)));
-                            continue;
-                        }
-                        let mut si = $q4fin(s[k][i]);
-                        if X != NIB {
-                            si = _mm256_add_epi32(part[k][i], si);
-                        }
-                        if !MIN {
-                            let off = match X {
-                                NIB_FIVE => 16,
-                                NIB_LUT => 12,
-                                _ => 8,
-                            };
-                            si = _mm256_sub_epi32(si, _mm256_set1_epi32(off * x.sum()));
-                        }
+                // SAFETY: the 8 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
+                for (i, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    if six {
+                        // Σ(u − 32)x per half; the halves' scales applied
+                        // one after the other, as the scalar tile does.
+                        let lo = _mm256_sub_epi32(s[i], _mm256_set1_epi32(32 * x.sum_lo()));
+                        let hi = _mm256_sub_epi32(s2[i], _mm256_set1_epi32(32 * x.sum_hi()));
                         let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                        let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
-                        if MIN {
-                            // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                            let mw = unsafe { seconds::<SC>(job, gb, smv) };
-                            t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
-                        }
-                        *a = _mm256_add_ps(*a, t);
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(lo)));
+                        // SAFETY: Q6_K jobs carry second codes shaped like the scales.
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
+                        let dm = _mm256_mul_ps(mw, _mm256_set1_ps(x.d()));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(hi)));
+                        continue;
                     }
+                    let mut si = $q4fin(s[i]);
+                    if X != NIB {
+                        si = _mm256_add_epi32(part[i], si);
+                    }
+                    if !MIN {
+                        let off = match X {
+                            NIB_FIVE => 16,
+                            NIB_LUT => 12,
+                            _ => 8,
+                        };
+                        si = _mm256_sub_epi32(si, _mm256_set1_epi32(off * x.sum()));
+                    }
+                    let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
+                    let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
+                    if MIN {
+                        // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
+                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
+                        t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
+                    }
+                    *a = _mm256_add_ps(*a, t);
                 }
             }
             for (i, a) in acc.iter().enumerate() {
@@ -440,30 +402,21 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile (Q8_0), interleave 8. `SC`, `KU` and `blocks` as for
-        /// the Q4 tile.
+        /// Int8 tile (Q8_0), interleave 8. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const SC: u8, const KU: usize>(
+        unsafe fn $i8<const MR: usize, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
-            blocks: std::ops::Range<usize>,
         ) {
             let nb = job.nb;
             debug_assert!(job.nr == 8 && out.len() >= MR * 8);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-            debug_assert!(blocks.end <= nb && blocks.len().is_multiple_of(KU));
             let mut acc = [_mm256_setzero_ps(); MR];
-            if blocks.start > 0 {
-                for (i, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: out holds MR · 8 floats.
-                    *a = unsafe { _mm256_loadu_ps(out.as_ptr().add(8 * i)) };
-                }
-            }
             // SAFETY: as in the Q4 tile, with 256 quant bytes per block.
             let (qb, ab) = unsafe {
                 (
@@ -472,103 +425,44 @@ macro_rules! tiles {
                 )
             };
             let mut sdv = _mm256_setzero_ps();
-            for b in blocks.clone().step_by(KU) {
-                for k in 0..KU {
-                    prefetch_scales::<SC, 8>(job, g * nb + b + k, false);
-                    if job.pf > 0 {
-                        for l in 0..256 / 64 {
-                            _mm_prefetch::<_MM_HINT_T0>(
-                                qb.wrapping_add((b + k + job.pf) * 256 + 64 * l).cast(),
-                            );
-                        }
+            for b in 0..nb {
+                let gb = g * nb + b;
+                prefetch_scales::<SC, 8>(job, gb, false);
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    sdv = unsafe { supers::<SC>(job, gb).0 };
+                }
+                if job.pf > 0 {
+                    for l in 0..4 {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            qb.wrapping_add((b + job.pf) * 256 + 64 * l).cast(),
+                        );
                     }
                 }
-                let mut s = [[_mm256_setzero_si256(); MR]; KU];
+                let mut s = [_mm256_setzero_si256(); MR];
+                // SAFETY: the 8 scales of block b.
+                let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for c in 0..8 {
-                    for (k, sk) in s.iter_mut().enumerate() {
-                        // SAFETY: chunk c of block b + k is inside the group.
-                        let w =
-                            unsafe { _mm256_loadu_si256(qb.add((b + k) * 256 + 32 * c).cast()) };
-                        let aw = _mm256_sign_epi8(w, w);
-                        for (i, si) in sk.iter_mut().enumerate() {
-                            // SAFETY: block b + k of row i0 + i; 4c + 4 <= 32.
-                            let xb =
-                                unsafe { bcast4((*ab.add(i * nb + b + k)).qs.as_ptr().add(4 * c)) };
-                            *si = $i8step(*si, aw, _mm256_sign_epi8(xb, w));
-                        }
+                    // SAFETY: chunk c of block b is 32 bytes inside the group.
+                    let w = unsafe { _mm256_loadu_si256(qb.add(b * 256 + 32 * c).cast()) };
+                    let aw = _mm256_sign_epi8(w, w);
+                    for (i, si) in s.iter_mut().enumerate() {
+                        // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
+                        let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
+                        *si = $i8step(*si, aw, _mm256_sign_epi8(xb, w));
                     }
                 }
-                for (k, sk) in s.iter().enumerate() {
-                    let gb = g * nb + b + k;
-                    if (b + k).is_multiple_of(8) || b + k == blocks.start {
-                        // SAFETY: super-block (b + k) / 8 of group g (K-quants).
-                        sdv = unsafe { supers::<SC>(job, gb).0 };
-                    }
-                    // SAFETY: the 8 scales of block b + k.
-                    let dw = unsafe { scales::<SC>(job, gb, sdv) };
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        // SAFETY: block b + k of row i0 + i.
-                        let x = unsafe { &*ab.add(i * nb + b + k) };
-                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                        let t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sk[i]));
-                        *a = _mm256_add_ps(*a, t);
-                    }
+                for (i, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
+                    let t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i]));
+                    *a = _mm256_add_ps(*a, t);
                 }
             }
             for (i, a) in acc.iter().enumerate() {
                 // SAFETY: out holds MR · 8 floats.
                 unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
-            }
-        }
-
-        /// The Q4 tile over every block, `job.ku` at a time (a last odd
-        /// block on its own).
-        ///
-        /// # Safety
-        /// As for the Q4 tile.
-        #[target_feature(enable = $feat)]
-        unsafe fn $q4k<const MR: usize, const MIN: bool, const X: u8, const SC: u8>(
-            job: &Job<'_>,
-            g: usize,
-            i0: usize,
-            out: &mut [f32],
-        ) {
-            let (nb, even) = (job.nb, job.nb - job.nb % 2);
-            // SAFETY: forwarded; the ranges are whole multiples of KU.
-            unsafe {
-                if job.ku == 2 && even > 0 {
-                    $q4::<MR, MIN, X, SC, 2>(job, g, i0, out, 0..even);
-                    if even < nb {
-                        $q4::<MR, MIN, X, SC, 1>(job, g, i0, out, even..nb);
-                    }
-                } else {
-                    $q4::<MR, MIN, X, SC, 1>(job, g, i0, out, 0..nb);
-                }
-            }
-        }
-
-        /// The int8 tile over every block, `job.ku` at a time.
-        ///
-        /// # Safety
-        /// As for the Q4 tile.
-        #[target_feature(enable = $feat)]
-        unsafe fn $i8k<const MR: usize, const SC: u8>(
-            job: &Job<'_>,
-            g: usize,
-            i0: usize,
-            out: &mut [f32],
-        ) {
-            let (nb, even) = (job.nb, job.nb - job.nb % 2);
-            // SAFETY: forwarded; the ranges are whole multiples of KU.
-            unsafe {
-                if job.ku == 2 && even > 0 {
-                    $i8::<MR, SC, 2>(job, g, i0, out, 0..even);
-                    if even < nb {
-                        $i8::<MR, SC, 1>(job, g, i0, out, even..nb);
-                    }
-                } else {
-                    $i8::<MR, SC, 1>(job, g, i0, out, 0..nb);
-                }
             }
         }
 
@@ -587,24 +481,22 @@ macro_rules! tiles {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, job.sc.mode) {
-                    (Kind::Q4_0, SC_F16) => by_mr!(mr, $q4k::<false, NIB, SC_F16>(job, g, i0, out)),
-                    (Kind::Q4_1, SC_F16) => by_mr!(mr, $q4k::<true, NIB, SC_F16>(job, g, i0, out)),
-                    (Kind::Q4_1, SC_KSUB) => {
-                        by_mr!(mr, $q4k::<true, NIB, SC_KSUB>(job, g, i0, out))
-                    }
+                    (Kind::Q4_0, SC_F16) => by_mr!(mr, $q4::<false, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_F16) => by_mr!(mr, $q4::<true, NIB, SC_F16>(job, g, i0, out)),
+                    (Kind::Q4_1, SC_KSUB) => by_mr!(mr, $q4::<true, NIB, SC_KSUB>(job, g, i0, out)),
                     (Kind::Q5_0, SC_F16) => {
-                        by_mr!(mr, $q4k::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q5_1, SC_F16) => {
-                        by_mr!(mr, $q4k::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Mxfp4, SC_E8M0) => {
-                        by_mr!(mr, $q4k::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                        by_mr!(mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
                     (Kind::Q6K, SC_KSUB) => {
-                        by_mr!(mr, $q4k::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                        by_mr!(mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::I8, SC_F16) => by_mr!(mr, $i8k::<SC_F16>(job, g, i0, out)),
+                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<SC_F16>(job, g, i0, out)),
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.
                     _ => super::scalar::tile(job, g, i0, mr, out),
@@ -621,8 +513,6 @@ tiles!(
     i8_step_avx2,
     q4_avx2,
     i8_avx2,
-    q4k_avx2,
-    i8k_avx2,
     tile
 );
 
@@ -633,7 +523,5 @@ tiles!(
     i8_step_vnni,
     q4_vnni,
     i8_vnni,
-    q4k_vnni,
-    i8k_vnni,
     tile_vnni
 );

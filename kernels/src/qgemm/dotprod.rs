@@ -46,7 +46,5 @@ tiles!(
     finish_sdot,
     q4_sdot,
     i8_sdot,
-    q4k_sdot,
-    i8k_sdot,
     tile
 );

@@ -34,9 +34,7 @@
 //! block sums (for Q6_K: half-block sums) and accumulates
 //! `acc += (d_w·d_x)·Σ` (plus `m_w·s_x` for the kinds with a min; Q6_K adds
 //! its two halves one after the other) block by block with separately
-//! rounded multiplies and adds, in block order (also when the SIMD tiles
-//! form the integer sums of two blocks side by side, [`QGemmParams::ku`]),
-//! so all variants are
+//! rounded multiplies and adds, in block order, so all variants are
 //! bit-identical to the scalar micro-kernel on every ISA. (Scales are kept
 //! as GGUF codes — f16, E8M0, K-quant sub-block codes and f16 super-scales —
 //! and decoded exactly in registers, so the products see the f32 values
@@ -155,28 +153,6 @@ pub struct QGemmParams {
     /// as 16, what those kernels did.
     #[serde(default = "default_pf")]
     pub pf: usize,
-    /// Blocks whose integer sums the x86 and NEON tiles form side by side
-    /// (k-unroll), one of [`UNROLLS`]: with 2, the chunk steps of two
-    /// consecutive blocks interleave as independent dependency chains; the
-    /// float scaling stays block by block in order, so results do not
-    /// change (an odd last block runs alone). It costs registers (`ku ×
-    /// mr` i32 sums live), so it is tuned. The scalar tile and the i8mm
-    /// tiles of 2+ rows ignore it. Tables from before it existed read as 1.
-    #[serde(default = "default_ku")]
-    pub ku: usize,
-}
-
-/// The k-unroll factors ([`QGemmParams::ku`]) the SIMD variants are tuned
-/// over.
-pub const UNROLLS: [usize; 2] = [1, 2];
-
-fn default_ku() -> usize {
-    1
-}
-
-/// Whether `isa`'s micro-kernels read [`QGemmParams::ku`].
-fn unrolls(isa: Isa) -> bool {
-    isa != Isa::Scalar
 }
 
 /// The prefetch distances (blocks ahead) the x86 variants are tuned over.
@@ -225,27 +201,18 @@ impl QGemmParams {
             .max()
             .unwrap_or(1);
         let pf = if prefetches(isa) { default_pf() } else { 0 };
-        QGemmParams {
-            mr,
-            nr,
-            pf,
-            ku: default_ku(),
-        }
+        QGemmParams { mr, nr, pf }
     }
 
-    /// The search space of one variant: every `mr` × the variant's `nr` ×
-    /// the prefetch distances and k-unrolls it reads.
+    /// The search space of one variant: every `mr` × the variant's `nr`.
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
         let pfs: &[usize] = if prefetches(isa) { &PREFETCHES } else { &[0] };
-        let kus: &[usize] = if unrolls(isa) { &UNROLLS } else { &[1] };
         for &nr in interleaves(isa) {
             for &mr in &MRS {
                 for &pf in pfs {
-                    for &ku in kus {
-                        if mr <= shape.m.max(1) {
-                            v.push(QGemmParams { mr, nr, pf, ku });
-                        }
+                    if mr <= shape.m.max(1) {
+                        v.push(QGemmParams { mr, nr, pf });
                     }
                 }
             }
@@ -266,17 +233,14 @@ impl Tunable for QGemmParams {
         Self::default_for_isa(shape, cpu, Isa::best_of(variants(shape.format)))
     }
 
-    /// Every `mr` × interleave × prefetch distance × k-unroll (variants
-    /// accept a subset; the tuner uses
-    /// [`candidates_for_isa`](Self::candidates_for_isa)).
+    /// Every `mr` × every interleave (variants accept a subset; the tuner
+    /// uses [`candidates_for_isa`](Self::candidates_for_isa)).
     fn candidates(shape: &QGemmShape, cpu: &CpuCaps) -> Vec<Self> {
         let mut v = Vec::new();
         for &nr in &INTERLEAVES {
             for &mr in &MRS {
                 for &pf in &PREFETCHES {
-                    for &ku in &UNROLLS {
-                        v.push(QGemmParams { mr, nr, pf, ku });
-                    }
+                    v.push(QGemmParams { mr, nr, pf });
                 }
             }
         }
@@ -306,12 +270,6 @@ impl Tunable for QGemmParams {
                 reason: format!("pf {} must be one of 0, 8, 16, 32", self.pf),
             });
         }
-        if !UNROLLS.contains(&self.ku) {
-            return Err(KernelError::InvalidParams {
-                op: OP,
-                reason: format!("ku {} must be 1 or 2", self.ku),
-            });
-        }
         Ok(())
     }
 }
@@ -322,7 +280,6 @@ impl Default for QGemmParams {
             mr: 4,
             nr: 8,
             pf: default_pf(),
-            ku: default_ku(),
         }
     }
 }
@@ -337,8 +294,6 @@ pub(crate) struct Job<'a> {
     /// the x86 tiles only.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub pf: usize,
-    /// Blocks per k-unrolled step, [`QGemmParams::ku`].
-    pub ku: usize,
     /// The scale streams; `sc.mode` is the ISA tiles' `SC` parameter.
     pub sc: pack::Scales<'a>,
     pub qs: &'a [u8],
@@ -582,7 +537,6 @@ impl QGemm {
             nr,
             nb,
             pf: self.params.pf,
-            ku: self.params.ku,
             sc: w.scales(),
             qs: &w.qs,
             acts: cast_blocks(aq).expect("length checked by the caller"),
@@ -655,22 +609,8 @@ mod tests {
         assert!(QGemmParams { mr: 3, ..ok }.validate().is_err());
         assert!(QGemmParams { nr: 12, ..ok }.validate().is_err());
         assert!(QGemmParams { pf: 4, ..ok }.validate().is_err());
-        assert!(QGemmParams { ku: 3, ..ok }.validate().is_err());
-        assert!(QGemmParams { ku: 0, ..ok }.validate().is_err());
-        // Tables from before `pf` and `ku` existed read as what the kernels
-        // then did.
+        // Tables from before `pf` existed read as the old fixed distance.
         let old: QGemmParams = serde_json::from_str(r#"{"mr":1,"nr":16}"#).unwrap();
-        assert_eq!((old.pf, old.ku), (16, 1));
-        let v = QGemmParams::candidates_for_isa(
-            &QGemmShape {
-                format: QuantFormat::Q4_0,
-                m: 1,
-                n: 64,
-                k: 64,
-            },
-            &cpu,
-            Isa::Avx2,
-        );
-        assert!(UNROLLS.iter().all(|&ku| v.iter().any(|p| p.ku == ku)));
+        assert_eq!(old.pf, 16);
     }
 }

@@ -192,34 +192,21 @@ fn finish_neon(s: Acc) -> int32x4_t {
     vpaddq_s32(s.0, s.1)
 }
 
-/// Generates the Q4 and int8 tiles, their k-unrolled drivers and the
-/// dispatching entry for one feature set and its step/finish functions.
+/// Generates the Q4 and int8 tiles and the dispatching entry for one
+/// feature set and its step/finish functions.
 macro_rules! tiles {
-    (
-        $feat:literal,
-        $step:ident,
-        $fin:ident,
-        $q4:ident,
-        $i8:ident,
-        $q4k:ident,
-        $i8k:ident,
-        $entry:ident
-    ) => {
+    ($feat:literal, $step:ident, $fin:ident, $q4:ident, $i8:ident, $entry:ident) => {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// `4·V`; `X` `NIB`, or `NIB_FIVE` for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or `NIB_LUT` for MXFP4 (`MIN = false`; codes
         /// through `MXFP4_LUT`), or `NIB_SIX` for Q6_K (`MIN = false`;
         /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
         /// scale per half). `SC`: how the scales are stored (`SC_F16`,
-        /// `SC_E8M0`, `SC_KSUB`). Runs blocks `blocks`, `KU` at a time:
-        /// the integer sums of the `KU` blocks are formed chunk by chunk
-        /// side by side, then scaled block by block in order. Starts from
-        /// the partial results in `out` unless `blocks` starts at block 0.
+        /// `SC_E8M0`, `SC_KSUB`).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
-        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 4V`;
-        /// `blocks` within the job's blocks, a multiple of `KU` long.
+        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 4V`.
         #[target_feature(enable = $feat)]
         unsafe fn $q4<
             const MR: usize,
@@ -227,19 +214,15 @@ macro_rules! tiles {
             const MIN: bool,
             const X: u8,
             const SC: u8,
-            const KU: usize,
         >(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
-            blocks: std::ops::Range<usize>,
         ) {
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-            debug_assert!(blocks.end <= nb && blocks.len().is_multiple_of(KU));
-            use $crate::qgemm::neon::{bcast4, zero_acc};
             use $crate::qgemm::pack::{MXFP4_LUT, NIB_FIVE, NIB_LUT, NIB_SIX};
             let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
             let mask = vdupq_n_u8(0x0F);
@@ -250,14 +233,6 @@ macro_rules! tiles {
             // Quant bytes per row and block: 16 nibble bytes (+ 4 per plane).
             let rb = 16 + 4 * (five as usize + six as usize);
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
-            if blocks.start > 0 {
-                for (i, ai) in acc.iter_mut().enumerate() {
-                    for (v, a) in ai.iter_mut().enumerate() {
-                        // SAFETY: out holds MR · nr floats.
-                        *a = unsafe { vld1q_f32(out.as_ptr().add(i * nr + 4 * v)) };
-                    }
-                }
-            }
             // SAFETY (pointer offsets below): group g has nb blocks of nr
             // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
@@ -268,124 +243,119 @@ macro_rules! tiles {
                 )
             };
             let (mut sdv, mut smv) = ([vdupq_n_f32(0.0); V], [vdupq_n_f32(0.0); V]);
-            for b in blocks.clone().step_by(KU) {
-                let mut s = [[[zero_acc(); V]; MR]; KU];
+            for b in 0..nb {
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b) };
+                }
+                let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 // Q6_K: sums of the high halves (values 16..32).
-                let mut s2 = [[[zero_acc(); V]; MR]; KU];
+                let mut s2 = [[$crate::qgemm::neon::zero_acc(); V]; MR];
+                // Q6_K's sixth-bit plane, shifted per chunk below.
+                let mut h6 = [vdupq_n_u8(0); V];
+                if six {
+                    for (v, h) in h6.iter_mut().enumerate() {
+                        // SAFETY: the second 4·nr plane bytes follow the first.
+                        *h = unsafe { vld1q_u8(qb.add(b * rb * nr + 20 * nr + 16 * v)) };
+                    }
+                }
                 // The fifth-bit plane (rows 4v .. 4v + 4 in vector v), for
                 // the low nibbles moved up by 4: bit c of each byte is at
-                // bit 4 after c right shifts; Q6_K's sixth-bit plane,
-                // shifted per chunk below.
-                let mut hl = [[vdupq_n_u8(0); V]; KU];
-                let mut hh = [[vdupq_n_u8(0); V]; KU];
-                let mut h6 = [[vdupq_n_u8(0); V]; KU];
-                for k in 0..KU {
-                    let base = (b + k) * rb * nr + 16 * nr;
+                // bit 4 after c right shifts.
+                let (mut hl, mut hh) = ([vdupq_n_u8(0); V], [vdupq_n_u8(0); V]);
+                if five {
                     for v in 0..V {
-                        if five {
-                            // SAFETY: the 4·nr plane bytes follow the 16·nr
-                            // nibble bytes of the block.
-                            let h = unsafe { vld1q_u8(qb.add(base + 16 * v)) };
-                            (hl[k][v], hh[k][v]) = (vshlq_n_u8::<4>(h), h);
-                        }
-                        if six {
-                            // SAFETY: the second 4·nr plane bytes follow the first.
-                            h6[k][v] = unsafe { vld1q_u8(qb.add(base + 4 * nr + 16 * v)) };
-                        }
+                        // SAFETY: the 4·nr plane bytes follow the 16·nr
+                        // nibble bytes of block b.
+                        let h = unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * nr + 16 * v)) };
+                        (hl[v], hh[v]) = (vshlq_n_u8::<4>(h), h);
                     }
                 }
                 for c in 0..4 {
-                    for k in 0..KU {
-                        for v in 0..V {
-                            // SAFETY: 16 bytes of chunk c of block b + k.
-                            let u = unsafe {
-                                vld1q_u8(qb.add((b + k) * rb * nr + 4 * nr * c + 16 * v))
+                    for v in 0..V {
+                        // SAFETY: 16 bytes of chunk c of block b.
+                        let u = unsafe { vld1q_u8(qb.add(b * rb * nr + 4 * nr * c + 16 * v)) };
+                        let (mut lo, mut hi) = (vandq_u8(u, mask), vshrq_n_u8::<4>(u));
+                        if table {
+                            (lo, hi) = (vqtbl1q_u8(lut, lo), vqtbl1q_u8(lut, hi));
+                        }
+                        if five {
+                            lo = vbslq_u8(bit4, hl[v], lo);
+                            hi = vbslq_u8(bit4, hh[v], hi);
+                            hl[v] = vshrq_n_u8::<1>(hl[v]);
+                            hh[v] = vshrq_n_u8::<1>(hh[v]);
+                        }
+                        if six {
+                            // Plane bit c (low nibbles) and 4 + c (high) to
+                            // bit 5 (a negative count shifts right).
+                            let c = c as i8;
+                            lo = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(5 - c)), lo);
+                            hi = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(1 - c)), hi);
+                        }
+                        let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
+                        for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
+                            // SAFETY: block b of row i0 + i; 16 + 4c + 4 <= 32.
+                            let (xl, xh) = unsafe {
+                                let xp = (*ab.add(i * nb + b)).qs.as_ptr();
+                                (
+                                    $crate::qgemm::neon::bcast4(xp.add(4 * c)),
+                                    $crate::qgemm::neon::bcast4(xp.add(16 + 4 * c)),
+                                )
                             };
-                            let (mut lo, mut hi) = (vandq_u8(u, mask), vshrq_n_u8::<4>(u));
-                            if table {
-                                (lo, hi) = (vqtbl1q_u8(lut, lo), vqtbl1q_u8(lut, hi));
-                            }
-                            if five {
-                                lo = vbslq_u8(bit4, hl[k][v], lo);
-                                hi = vbslq_u8(bit4, hh[k][v], hi);
-                                hl[k][v] = vshrq_n_u8::<1>(hl[k][v]);
-                                hh[k][v] = vshrq_n_u8::<1>(hh[k][v]);
-                            }
                             if six {
-                                // Plane bit c (low nibbles) and 4 + c (high) to
-                                // bit 5 (a negative count shifts right).
-                                let c = c as i8;
-                                lo = vbslq_u8(bit5, vshlq_u8(h6[k][v], vdupq_n_s8(5 - c)), lo);
-                                hi = vbslq_u8(bit5, vshlq_u8(h6[k][v], vdupq_n_s8(1 - c)), hi);
-                            }
-                            let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
-                            for i in 0..MR {
-                                // SAFETY: block b + k of row i0 + i; 16 + 4c + 4 <= 32.
-                                let (xl, xh) = unsafe {
-                                    let xp = (*ab.add(i * nb + b + k)).qs.as_ptr();
-                                    (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
-                                };
-                                if six {
-                                    s[k][i][v] = $step(s[k][i][v], lo, xl);
-                                    s2[k][i][v] = $step(s2[k][i][v], hi, xh);
-                                } else {
-                                    s[k][i][v] = $step($step(s[k][i][v], lo, xl), hi, xh);
-                                }
+                                si[v] = $step(si[v], lo, xl);
+                                s2i[v] = $step(s2i[v], hi, xh);
+                            } else {
+                                si[v] = $step($step(si[v], lo, xl), hi, xh);
                             }
                         }
                     }
                 }
-                for k in 0..KU {
-                    if (b + k).is_multiple_of(8) || b + k == blocks.start {
-                        // SAFETY: super-block (b + k) / 8 of group g (K-quants).
-                        (sdv, smv) =
-                            unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b + k) };
-                    }
-                    for (i, ai) in acc.iter_mut().enumerate() {
-                        // SAFETY: block b + k of row i0 + i.
-                        let x = unsafe { &*ab.add(i * nb + b + k) };
-                        for v in 0..V {
-                            let at = (g * nb + b + k) * nr + 4 * v;
-                            if six {
-                                // Σ(u − 32)x per half; the halves' scales
-                                // applied one after the other, as the scalar
-                                // tile does.
-                                let lo = vsubq_s32($fin(s[k][i][v]), vdupq_n_s32(32 * x.sum_lo()));
-                                let hi = vsubq_s32($fin(s2[k][i][v]), vdupq_n_s32(32 * x.sum_hi()));
-                                // SAFETY: 4 of the nr scales and second codes of the block.
-                                let (dw, mw) = unsafe {
-                                    (
-                                        $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]),
-                                        $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v]),
-                                    )
-                                };
-                                let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                                ai[v] = vaddq_f32(ai[v], vmulq_f32(dd, vcvtq_f32_s32(lo)));
-                                let dm = vmulq_f32(mw, vdupq_n_f32(x.d()));
-                                ai[v] = vaddq_f32(ai[v], vmulq_f32(dm, vcvtq_f32_s32(hi)));
-                                continue;
-                            }
-                            let mut si = $fin(s[k][i][v]);
-                            if !MIN {
-                                let off = match X {
-                                    NIB_FIVE => 16,
-                                    NIB_LUT => 12,
-                                    _ => 8,
-                                };
-                                si = vsubq_s32(si, vdupq_n_s32(off * x.sum()));
-                            }
-                            // SAFETY: 4 of the nr scales of the block.
-                            let dw = unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
+                for (i, ai) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    for v in 0..V {
+                        if six {
+                            // Σ(u − 32)x per half; the halves' scales
+                            // applied one after the other, as the scalar
+                            // tile does.
+                            let lo = vsubq_s32($fin(s[i][v]), vdupq_n_s32(32 * x.sum_lo()));
+                            let hi = vsubq_s32($fin(s2[i][v]), vdupq_n_s32(32 * x.sum_hi()));
+                            let at = (g * nb + b) * nr + 4 * v;
+                            // SAFETY: 4 of the nr scales and second codes of block b.
+                            let (dw, mw) = unsafe {
+                                (
+                                    $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]),
+                                    $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v]),
+                                )
+                            };
                             let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                            let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
-                            if MIN {
-                                // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                                let mw =
-                                    unsafe { $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v]) };
-                                t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
-                            }
-                            ai[v] = vaddq_f32(ai[v], t);
+                            ai[v] = vaddq_f32(ai[v], vmulq_f32(dd, vcvtq_f32_s32(lo)));
+                            let dm = vmulq_f32(mw, vdupq_n_f32(x.d()));
+                            ai[v] = vaddq_f32(ai[v], vmulq_f32(dm, vcvtq_f32_s32(hi)));
+                            continue;
                         }
+                        let mut si = $fin(s[i][v]);
+                        if !MIN {
+                            let off = match X {
+                                NIB_FIVE => 16,
+                                NIB_LUT => 12,
+                                _ => 8,
+                            };
+                            si = vsubq_s32(si, vdupq_n_s32(off * x.sum()));
+                        }
+                        let at = (g * nb + b) * nr + 4 * v;
+                        // SAFETY: 4 of the nr scales of block b.
+                        let dw = unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
+                        let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
+                        let mut t = vmulq_f32(dd, vcvtq_f32_s32(si));
+                        if MIN {
+                            // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
+                            let mw =
+                                unsafe { $crate::qgemm::neon::seconds4::<SC>(job, at, smv[v]) };
+                            t = vaddq_f32(t, vmulq_f32(mw, vdupq_n_f32(x.s())));
+                        }
+                        ai[v] = vaddq_f32(ai[v], t);
                     }
                 }
             }
@@ -397,33 +367,21 @@ macro_rules! tiles {
             }
         }
 
-        /// Int8 tile (Q8_0), interleave `4·V`. `SC`, `KU` and `blocks` as
-        /// for the Q4 tile.
+        /// Int8 tile (Q8_0), interleave `4·V`. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const V: usize, const SC: u8, const KU: usize>(
+        unsafe fn $i8<const MR: usize, const V: usize, const SC: u8>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
-            blocks: std::ops::Range<usize>,
         ) {
-            use $crate::qgemm::neon::{bcast4, zero_acc};
             let (nb, nr) = (job.nb, 4 * V);
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-            debug_assert!(blocks.end <= nb && blocks.len().is_multiple_of(KU));
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
-            if blocks.start > 0 {
-                for (i, ai) in acc.iter_mut().enumerate() {
-                    for (v, a) in ai.iter_mut().enumerate() {
-                        // SAFETY: out holds MR · nr floats.
-                        *a = unsafe { vld1q_f32(out.as_ptr().add(i * nr + 4 * v)) };
-                    }
-                }
-            }
             // SAFETY: as in the Q4 tile, with 32·nr quant bytes per block.
             let (qb, ab) = unsafe {
                 (
@@ -432,42 +390,37 @@ macro_rules! tiles {
                 )
             };
             let mut sdv = [vdupq_n_f32(0.0); V];
-            for b in blocks.clone().step_by(KU) {
-                let mut s = [[[zero_acc(); V]; MR]; KU];
+            for b in 0..nb {
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    sdv = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b).0 };
+                }
+                let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 for c in 0..8 {
-                    for (k, sk) in s.iter_mut().enumerate() {
-                        for v in 0..V {
-                            // SAFETY: 16 bytes of chunk c of block b + k.
-                            let w = unsafe {
-                                vld1q_s8(qb.add((b + k) * 32 * nr + 4 * nr * c + 16 * v))
+                    for v in 0..V {
+                        // SAFETY: 16 bytes of chunk c of block b.
+                        let w = unsafe { vld1q_s8(qb.add(b * 32 * nr + 4 * nr * c + 16 * v)) };
+                        for (i, si) in s.iter_mut().enumerate() {
+                            // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
+                            let xb = unsafe {
+                                $crate::qgemm::neon::bcast4(
+                                    (*ab.add(i * nb + b)).qs.as_ptr().add(4 * c),
+                                )
                             };
-                            for (i, si) in sk.iter_mut().enumerate() {
-                                // SAFETY: block b + k of row i0 + i; 4c + 4 <= 32.
-                                let xb = unsafe {
-                                    bcast4((*ab.add(i * nb + b + k)).qs.as_ptr().add(4 * c))
-                                };
-                                si[v] = $step(si[v], w, xb);
-                            }
+                            si[v] = $step(si[v], w, xb);
                         }
                     }
                 }
-                for (k, sk) in s.iter().enumerate() {
-                    if (b + k).is_multiple_of(8) || b + k == blocks.start {
-                        // SAFETY: super-block (b + k) / 8 of group g (K-quants).
-                        sdv =
-                            unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b + k).0 };
-                    }
-                    for (i, ai) in acc.iter_mut().enumerate() {
-                        // SAFETY: block b + k of row i0 + i.
-                        let x = unsafe { &*ab.add(i * nb + b + k) };
-                        for v in 0..V {
-                            let at = (g * nb + b + k) * nr + 4 * v;
-                            // SAFETY: 4 of the nr scales of the block.
-                            let dw = unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
-                            let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
-                            let t = vmulq_f32(dd, vcvtq_f32_s32($fin(sk[i][v])));
-                            ai[v] = vaddq_f32(ai[v], t);
-                        }
+                for (i, ai) in acc.iter_mut().enumerate() {
+                    // SAFETY: block b of row i0 + i.
+                    let x = unsafe { &*ab.add(i * nb + b) };
+                    for v in 0..V {
+                        let at = (g * nb + b) * nr + 4 * v;
+                        // SAFETY: 4 of the nr scales of block b.
+                        let dw = unsafe { $crate::qgemm::neon::scales4::<SC>(job, at, sdv[v]) };
+                        let dd = vmulq_f32(dw, vdupq_n_f32(x.d()));
+                        let t = vmulq_f32(dd, vcvtq_f32_s32($fin(s[i][v])));
+                        ai[v] = vaddq_f32(ai[v], t);
                     }
                 }
             }
@@ -475,63 +428,6 @@ macro_rules! tiles {
                 for (v, a) in ai.iter().enumerate() {
                     // SAFETY: out holds MR · nr floats.
                     unsafe { vst1q_f32(out.as_mut_ptr().add(i * nr + 4 * v), *a) };
-                }
-            }
-        }
-
-        /// The Q4 tile over every block, `job.ku` at a time (a last odd
-        /// block on its own).
-        ///
-        /// # Safety
-        /// As for the Q4 tile.
-        #[target_feature(enable = $feat)]
-        unsafe fn $q4k<
-            const MR: usize,
-            const V: usize,
-            const MIN: bool,
-            const X: u8,
-            const SC: u8,
-        >(
-            job: &$crate::qgemm::Job<'_>,
-            g: usize,
-            i0: usize,
-            out: &mut [f32],
-        ) {
-            let (nb, even) = (job.nb, job.nb - job.nb % 2);
-            // SAFETY: forwarded; the ranges are whole multiples of KU.
-            unsafe {
-                if job.ku == 2 && even > 0 {
-                    $q4::<MR, V, MIN, X, SC, 2>(job, g, i0, out, 0..even);
-                    if even < nb {
-                        $q4::<MR, V, MIN, X, SC, 1>(job, g, i0, out, even..nb);
-                    }
-                } else {
-                    $q4::<MR, V, MIN, X, SC, 1>(job, g, i0, out, 0..nb);
-                }
-            }
-        }
-
-        /// The int8 tile over every block, `job.ku` at a time.
-        ///
-        /// # Safety
-        /// As for the Q4 tile.
-        #[target_feature(enable = $feat)]
-        unsafe fn $i8k<const MR: usize, const V: usize, const SC: u8>(
-            job: &$crate::qgemm::Job<'_>,
-            g: usize,
-            i0: usize,
-            out: &mut [f32],
-        ) {
-            let (nb, even) = (job.nb, job.nb - job.nb % 2);
-            // SAFETY: forwarded; the ranges are whole multiples of KU.
-            unsafe {
-                if job.ku == 2 && even > 0 {
-                    $i8::<MR, V, SC, 2>(job, g, i0, out, 0..even);
-                    if even < nb {
-                        $i8::<MR, V, SC, 1>(job, g, i0, out, even..nb);
-                    }
-                } else {
-                    $i8::<MR, V, SC, 1>(job, g, i0, out, 0..nb);
                 }
             }
         }
@@ -554,52 +450,52 @@ macro_rules! tiles {
             unsafe {
                 match (job.kind, job.sc.mode, job.nr) {
                     (Kind::Q4_0, SC_F16, 4) => {
-                        by_mr!(mr, $q4k::<1, false, NIB, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<1, false, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_0, SC_F16, _) => {
-                        by_mr!(mr, $q4k::<2, false, NIB, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<2, false, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_F16, 4) => {
-                        by_mr!(mr, $q4k::<1, true, NIB, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<1, true, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_F16, _) => {
-                        by_mr!(mr, $q4k::<2, true, NIB, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<2, true, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_KSUB, 4) => {
-                        by_mr!(mr, $q4k::<1, true, NIB, SC_KSUB>(job, g, i0, out))
+                        by_mr!(mr, $q4::<1, true, NIB, SC_KSUB>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_KSUB, _) => {
-                        by_mr!(mr, $q4k::<2, true, NIB, SC_KSUB>(job, g, i0, out))
+                        by_mr!(mr, $q4::<2, true, NIB, SC_KSUB>(job, g, i0, out))
                     }
                     (Kind::Q5_0, SC_F16, 4) => {
-                        by_mr!(mr, $q4k::<1, false, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<1, false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q5_0, SC_F16, _) => {
-                        by_mr!(mr, $q4k::<2, false, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<2, false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q5_1, SC_F16, 4) => {
-                        by_mr!(mr, $q4k::<1, true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<1, true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q5_1, SC_F16, _) => {
-                        by_mr!(mr, $q4k::<2, true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $q4::<2, true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Mxfp4, SC_E8M0, 4) => {
-                        by_mr!(mr, $q4k::<1, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                        by_mr!(mr, $q4::<1, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
                     (Kind::Mxfp4, SC_E8M0, _) => {
-                        by_mr!(mr, $q4k::<2, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                        by_mr!(mr, $q4::<2, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
                     (Kind::Q6K, SC_KSUB, 4) => {
-                        by_mr!(mr, $q4k::<1, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                        by_mr!(mr, $q4::<1, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
                     }
                     (Kind::Q6K, SC_KSUB, _) => {
-                        by_mr!(mr, $q4k::<2, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                        by_mr!(mr, $q4::<2, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
                     }
                     (Kind::I8, SC_F16, 4) => {
-                        by_mr!(mr, $i8k::<1, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $i8::<1, SC_F16>(job, g, i0, out))
                     }
                     (Kind::I8, SC_F16, _) => {
-                        by_mr!(mr, $i8k::<2, SC_F16>(job, g, i0, out))
+                        by_mr!(mr, $i8::<2, SC_F16>(job, g, i0, out))
                     }
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.
@@ -612,13 +508,4 @@ macro_rules! tiles {
 
 pub(super) use tiles;
 
-tiles!(
-    "neon",
-    step_neon,
-    finish_neon,
-    q4_neon,
-    i8_neon,
-    q4k_neon,
-    i8k_neon,
-    tile
-);
+tiles!("neon", step_neon, finish_neon, q4_neon, i8_neon, tile);
