@@ -509,3 +509,33 @@ macro_rules! tiles {
 pub(super) use tiles;
 
 tiles!("neon", step_neon, finish_neon, q4_neon, i8_neon, tile);
+
+/// One activation block quantized exactly as `legacy::quantize_q8_1`
+/// does: `d = amax / 127` and `q = round(x · (1/d))`, with `frinta`
+/// (round to nearest, ties away from zero: Rust's `round`). Returns `(d,
+/// quants, Σ quants 0..16, Σ quants)`; finite inputs.
+///
+/// # Safety
+/// Needs NEON (baseline on aarch64).
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn quantize_act_block(x: &[f32; 32]) -> (f32, [i8; 32], i32, i32) {
+    // SAFETY: x holds 32 floats, 4 per load.
+    let v: [float32x4_t; 8] = std::array::from_fn(|j| unsafe { vld1q_f32(x.as_ptr().add(4 * j)) });
+    let amax = v
+        .iter()
+        .fold(vdupq_n_f32(0.0), |m, &x| vmaxq_f32(m, vabsq_f32(x)));
+    let d = vmaxvq_f32(amax) / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let q: [int32x4_t; 8] =
+        std::array::from_fn(|j| vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id))));
+    let mut qs = [0i8; 32];
+    for (j, pair) in q.chunks_exact(2).enumerate() {
+        // |q| ≤ 127: the narrowing keeps every value.
+        let n16 = vcombine_s16(vqmovn_s32(pair[0]), vqmovn_s32(pair[1]));
+        // SAFETY: bytes 8j .. 8j + 8 of qs.
+        unsafe { vst1_s8(qs.as_mut_ptr().add(8 * j), vqmovn_s16(n16)) };
+    }
+    let lo: i32 = q[..4].iter().map(|&v| vaddvq_s32(v)).sum();
+    let hi: i32 = q[4..].iter().map(|&v| vaddvq_s32(v)).sum();
+    (d, qs, lo, lo + hi)
+}

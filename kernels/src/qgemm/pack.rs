@@ -921,19 +921,50 @@ pub fn quantize_activations_into(a: &[f32], m: usize, k: usize, out: &mut [u8]) 
     check_len("qgemm_quantize", "a", a.len(), m * k)?;
     check_len("qgemm_quantize", "out", out.len(), act_bytes(m, k))?;
     let blocks: &mut [ActBlock] = cast_blocks_mut(out).expect("length checked above");
+    let block = act_block_fn();
     for (o, x) in blocks.iter_mut().zip(a.chunks_exact(QK)) {
-        let q = legacy::quantize_q8_1(x.try_into().expect("chunks of 32"));
-        let sum_lo: i32 = q.qs[..QK / 2].iter().map(|&v| v as i32).sum();
-        let sum: i32 = sum_lo + q.qs[QK / 2..].iter().map(|&v| v as i32).sum::<i32>();
+        let (d, qs, sum_lo, sum) = block(x.try_into().expect("chunks of 32"));
+        // As `legacy::quantize_q8_1` stores them (f16), widened.
+        let (d16, s16) = (F16Le::from_f32(d), F16Le::from_f32(sum as f32 * d));
         *o = ActBlock {
-            d: q.d.to_f32().to_le_bytes(),
-            s: q.s.to_f32().to_le_bytes(),
+            d: d16.to_f32().to_le_bytes(),
+            s: s16.to_f32().to_le_bytes(),
             sum: sum.to_le_bytes(),
             sum_lo: sum_lo.to_le_bytes(),
-            qs: q.qs,
+            qs,
         };
     }
     Ok(())
+}
+
+/// `(d, quants, Σ quants 0..16, Σ quants)` of one block.
+type ActBlockFn = fn(&[f32; QK]) -> (f32, [i8; QK], i32, i32);
+
+/// The scalar block quantizer: `legacy::quantize_q8_1` and its sums.
+fn act_block_scalar(x: &[f32; QK]) -> (f32, [i8; QK], i32, i32) {
+    let q = legacy::quantize_q8_1(x);
+    let amax = x.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+    let sum_lo: i32 = q.qs[..QK / 2].iter().map(|&v| v as i32).sum();
+    let sum = sum_lo + q.qs[QK / 2..].iter().map(|&v| v as i32).sum::<i32>();
+    (amax / 127.0, q.qs, sum_lo, sum)
+}
+
+/// The block quantizer this CPU runs: AVX-512 or NEON where present (bit
+/// for bit the scalar one, see `qgemm::avx512::quantize_act_block`),
+/// else scalar.
+fn act_block_fn() -> ActBlockFn {
+    #[cfg(target_arch = "x86_64")]
+    if crate::Isa::Avx512.is_available() {
+        // SAFETY: AVX-512 is available (checked above).
+        return |x| unsafe { super::avx512::quantize_act_block(x) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: NEON is baseline on aarch64.
+        return |x| unsafe { super::neon::quantize_act_block(x) };
+    }
+    #[allow(unreachable_code)]
+    act_block_scalar
 }
 
 /// [`quantize_activations_into`] into a new buffer.
@@ -941,4 +972,50 @@ pub fn quantize_activations(a: &[f32], m: usize, k: usize) -> Result<Vec<u8>> {
     let mut out = vec![0u8; act_bytes(m, k)];
     quantize_activations_into(a, m, k, &mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Rng;
+
+    /// The block quantizer this CPU runs equals `legacy::quantize_q8_1`
+    /// (and the sums over its quants) bit for bit: random blocks at
+    /// several scales, and blocks whose scaled values are exact ties
+    /// (k + 0.5, both signs: half away from zero, not to even), zeros,
+    /// subnormals and a lone extreme.
+    #[test]
+    fn activation_blocks_match_the_scalar_quantizer_bit_for_bit() {
+        let mut rng = Rng::new(21);
+        let mut blocks: Vec<[f32; QK]> = Vec::new();
+        for scale in [1e-30f32, 1e-3, 1.0, 7.5, 1e4, 1e30] {
+            for _ in 0..50 {
+                blocks.push(std::array::from_fn(|_| rng.uniform(-1.0, 1.0) * scale));
+            }
+        }
+        // amax 127: d = 1, so every value below is its own scaled value.
+        blocks.push(std::array::from_fn(|j| match j {
+            0 => 127.0,
+            _ => (j as f32 - 16.0) + 0.5,
+        }));
+        blocks.push(std::array::from_fn(|j| match j {
+            0 => -127.0,
+            _ => -(j as f32) * 0.25,
+        }));
+        blocks.push([0.0; QK]);
+        blocks.push(std::array::from_fn(|j| if j == 7 { -3.0 } else { 0.0 }));
+        blocks.push(std::array::from_fn(|j| f32::from_bits(1 + j as u32)));
+        let fast = act_block_fn();
+        for (i, x) in blocks.iter().enumerate() {
+            let (d, qs, lo, sum) = fast(x);
+            let (wd, wqs, wlo, wsum) = act_block_scalar(x);
+            assert_eq!(d.to_bits(), wd.to_bits(), "block {i}: d");
+            assert_eq!((qs, lo, sum), (wqs, wlo, wsum), "block {i}: {x:?}");
+            let q = legacy::quantize_q8_1(x);
+            assert_eq!(q.qs, qs, "block {i}: quants vs legacy");
+        }
+        // Ties went away from zero: 0.5 → 1, −0.5 → −1 (value j = 16, 15).
+        let (_, qs, _, _) = fast(&blocks[300]);
+        assert_eq!((qs[16], qs[15], qs[17]), (1, -1, 2));
+    }
 }
