@@ -525,3 +525,53 @@ tiles!(
     i8_vnni,
     tile_vnni
 );
+
+/// One activation block quantized exactly as `legacy::quantize_q8_1`
+/// does, as `avx512::quantize_act_block` does it (truncate, then one step
+/// away from zero where the exact remainder is at least 0.5: Rust's
+/// `round`), on 8 lanes. Returns `(d, quants, Σ quants 0..16, Σ
+/// quants)`; finite inputs.
+///
+/// # Safety
+/// Needs AVX2 + FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_act_block(x: &[f32; 32]) -> (f32, [i8; 32], i32, i32) {
+    // SAFETY: x holds 32 floats, 8 per load.
+    let v: [__m256; 4] = std::array::from_fn(|j| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * j)) });
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    let m = v.iter().fold(_mm256_setzero_ps(), |m, &x| {
+        _mm256_max_ps(m, _mm256_and_ps(x, abs))
+    });
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let q: [__m256i; 4] = std::array::from_fn(|j| {
+        let v = _mm256_mul_ps(v[j], id);
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+        let away = _mm256_cmp_ps::<_CMP_GE_OQ>(
+            _mm256_and_ps(_mm256_sub_ps(v, t), abs),
+            _mm256_set1_ps(0.5),
+        );
+        // ±1 with the sign of v where the remainder reached 0.5, else 0.
+        let step = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0)), _mm256_set1_ps(1.0));
+        _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(away, step)))
+    });
+    // Saturating packs work per 128-bit lane; the permute restores order.
+    let p = _mm256_packs_epi16(
+        _mm256_packs_epi32(q[0], q[1]),
+        _mm256_packs_epi32(q[2], q[3]),
+    );
+    let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    let mut qs = [0i8; 32];
+    // SAFETY: qs is 32 bytes.
+    unsafe { _mm256_storeu_si256(qs.as_mut_ptr().cast(), p) };
+    let hsum = |v: __m256i| {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
+    };
+    let lo = hsum(_mm256_add_epi32(q[0], q[1]));
+    (d, qs, lo, lo + hsum(_mm256_add_epi32(q[2], q[3])))
+}

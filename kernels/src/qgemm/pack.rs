@@ -949,22 +949,32 @@ fn act_block_scalar(x: &[f32; QK]) -> (f32, [i8; QK], i32, i32) {
     (amax / 127.0, q.qs, sum_lo, sum)
 }
 
-/// The block quantizer this CPU runs: AVX-512 or NEON where present (bit
-/// for bit the scalar one, see `qgemm::avx512::quantize_act_block`),
-/// else scalar.
-fn act_block_fn() -> ActBlockFn {
+/// The block quantizers this CPU runs, best first, each bit for bit the
+/// scalar one (see `qgemm::avx512::quantize_act_block`); scalar last.
+fn act_block_fns() -> Vec<ActBlockFn> {
+    let mut v: Vec<ActBlockFn> = Vec::new();
     #[cfg(target_arch = "x86_64")]
-    if crate::Isa::Avx512.is_available() {
-        // SAFETY: AVX-512 is available (checked above).
-        return |x| unsafe { super::avx512::quantize_act_block(x) };
+    {
+        if crate::Isa::Avx512.is_available() {
+            // SAFETY: AVX-512 is available (checked above).
+            v.push(|x| unsafe { super::avx512::quantize_act_block(x) });
+        }
+        if crate::Isa::Avx2.is_available() {
+            // SAFETY: AVX2 + FMA are available (checked above).
+            v.push(|x| unsafe { super::avx2::quantize_act_block(x) });
+        }
     }
     #[cfg(target_arch = "aarch64")]
-    {
-        // SAFETY: NEON is baseline on aarch64.
-        return |x| unsafe { super::neon::quantize_act_block(x) };
-    }
-    #[allow(unreachable_code)]
-    act_block_scalar
+    // SAFETY: NEON is baseline on aarch64.
+    v.push(|x| unsafe { super::neon::quantize_act_block(x) });
+    v.push(act_block_scalar);
+    v
+}
+
+/// The best block quantizer this CPU runs (chosen once).
+fn act_block_fn() -> ActBlockFn {
+    static BEST: std::sync::OnceLock<ActBlockFn> = std::sync::OnceLock::new();
+    *BEST.get_or_init(|| act_block_fns()[0])
 }
 
 /// [`quantize_activations_into`] into a new buffer.
@@ -1005,17 +1015,24 @@ mod tests {
         blocks.push([0.0; QK]);
         blocks.push(std::array::from_fn(|j| if j == 7 { -3.0 } else { 0.0 }));
         blocks.push(std::array::from_fn(|j| f32::from_bits(1 + j as u32)));
-        let fast = act_block_fn();
-        for (i, x) in blocks.iter().enumerate() {
-            let (d, qs, lo, sum) = fast(x);
-            let (wd, wqs, wlo, wsum) = act_block_scalar(x);
-            assert_eq!(d.to_bits(), wd.to_bits(), "block {i}: d");
-            assert_eq!((qs, lo, sum), (wqs, wlo, wsum), "block {i}: {x:?}");
-            let q = legacy::quantize_q8_1(x);
-            assert_eq!(q.qs, qs, "block {i}: quants vs legacy");
+        let fns = act_block_fns();
+        assert!(fns.len() >= 2 || cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64"))));
+        for (f, fast) in fns.iter().enumerate() {
+            for (i, x) in blocks.iter().enumerate() {
+                let (d, qs, lo, sum) = fast(x);
+                let (wd, wqs, wlo, wsum) = act_block_scalar(x);
+                assert_eq!(d.to_bits(), wd.to_bits(), "quantizer {f}, block {i}: d");
+                assert_eq!(
+                    (qs, lo, sum),
+                    (wqs, wlo, wsum),
+                    "quantizer {f}, block {i}: {x:?}"
+                );
+                let q = legacy::quantize_q8_1(x);
+                assert_eq!(q.qs, qs, "quantizer {f}, block {i}: quants vs legacy");
+            }
+            // Ties went away from zero: 0.5 → 1, −0.5 → −1 (values j = 16, 15).
+            let (_, qs, _, _) = fast(&blocks[300]);
+            assert_eq!((qs[16], qs[15], qs[17]), (1, -1, 2), "quantizer {f}");
         }
-        // Ties went away from zero: 0.5 → 1, −0.5 → −1 (value j = 16, 15).
-        let (_, qs, _, _) = fast(&blocks[300]);
-        assert_eq!((qs[16], qs[15], qs[17]), (1, -1, 2));
     }
 }
