@@ -21,6 +21,7 @@ pub mod isa;
 pub mod matmul_rope;
 pub mod norm;
 pub mod pool;
+mod prefetch;
 pub mod qgemm;
 pub mod qgemv;
 pub mod quant;

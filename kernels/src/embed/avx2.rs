@@ -65,21 +65,13 @@ unsafe fn rows<const B: usize, const R: usize>(
             // SAFETY: i + 8 <= x.len().
             let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) };
             let at = i / 8 * B;
-            for r in 0..R {
+            for (r, sr) in s.iter_mut().enumerate() {
                 // Values i..i + 8 of row r are its bytes at .. at + B
-                // (i + 8 <= dim); an 8-byte load wherever `data` has 8
-                // bytes left (the bytes past B are not used).
-                let u = match data.get(r * rb + at..r * rb + at + 8) {
-                    Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
-                    None => {
-                        let mut b = [0u8; 8];
-                        b[..B].copy_from_slice(&data[r * rb + at..r * rb + at + B]);
-                        u64::from_le_bytes(b)
-                    }
-                };
+                // (i + 8 <= dim).
+                let u = super::load8::<B>(data, r * rb + at);
                 let v = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(u as i64));
                 let q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(v, ctrl), sh), mask);
-                s[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, s[r]);
+                *sr = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, *sr);
             }
             i += 8;
         }

@@ -35,7 +35,7 @@ pub mod scalar;
 
 use crate::error::check_len;
 use crate::pool::{check_threads, pool, split_range};
-use crate::{CpuCaps, Isa, KernelError, Result, Tunable};
+use crate::{CpuCaps, Isa, KernelError, Result, Tunable, prefetch};
 use serde::{Deserialize, Serialize};
 
 const OP: &str = "embed";
@@ -231,12 +231,7 @@ pub struct LmHeadParams {
 pub const ROWS_PER_BLOCK: [usize; 3] = [1, 2, 4];
 
 /// The prefetch distances (bytes) the x86 kernels are tuned over.
-pub const PREFETCHES: [usize; 4] = [0, 4096, 8192, 16384];
-
-/// Whether `isa`'s kernels read [`LmHeadParams::pf`].
-fn prefetches(isa: Isa) -> bool {
-    matches!(isa, Isa::Avx2 | Isa::Avx512)
-}
+pub const PREFETCHES: [usize; 4] = prefetch::BYTE_DISTANCES;
 
 /// What [`LmHeadParams`] are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,22 +257,14 @@ impl Tunable for LmHeadParams {
         } else {
             4
         };
-        let pf = if prefetches(Isa::best_of(variants())) {
-            8192
-        } else {
-            0
-        };
+        let pf = prefetch::default_bytes(Isa::best_of(variants()));
         LmHeadParams { rows_per_block, pf }
     }
 
     /// Every row block × the prefetch distances, where the best variant
     /// reads them.
     fn candidates(shape: &LmHeadShape, cpu: &CpuCaps) -> Vec<Self> {
-        let pfs: &[usize] = if prefetches(Isa::best_of(variants())) {
-            &PREFETCHES
-        } else {
-            &[0]
-        };
+        let pfs = prefetch::byte_candidates(Isa::best_of(variants()));
         let mut v: Vec<Self> = ROWS_PER_BLOCK
             .iter()
             .flat_map(|&rows_per_block| {
@@ -293,12 +280,7 @@ impl Tunable for LmHeadParams {
     }
 
     fn validate(&self) -> Result<()> {
-        if !PREFETCHES.contains(&self.pf) {
-            return Err(KernelError::InvalidParams {
-                op: OP,
-                reason: format!("pf {} must be one of 0, 4096, 8192, 16384", self.pf),
-            });
-        }
+        prefetch::check_bytes(OP, self.pf)?;
         if ROWS_PER_BLOCK.contains(&self.rows_per_block) {
             Ok(())
         } else {
@@ -346,29 +328,14 @@ impl Rows<'_> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline]
     pub(crate) fn prefetch(&self, r: usize, n: usize, rb: usize) {
-        #[cfg(target_arch = "x86_64")]
         if self.pf > 0 {
-            let lines = |base: *const u8, from: usize, to: usize| {
-                let mut off = from & !63;
-                while off < to {
-                    // SAFETY: a prefetch is a hint; it never faults.
-                    unsafe {
-                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                            base.wrapping_add(off).cast(),
-                        )
-                    };
-                    off += 64;
-                }
-            };
-            lines(self.data.as_ptr(), r * rb + self.pf, (r + n) * rb + self.pf);
+            prefetch::lines(self.data.as_ptr(), r * rb + self.pf, (r + n) * rb + self.pf);
             let ahead = self.pf / rb.max(1);
             let gb = 4 * self.xs.len();
             let (from, to) = ((r + ahead) * gb, (r + n + ahead) * gb);
-            lines(self.scales.as_ptr().cast(), from, to);
-            lines(self.zeros.as_ptr().cast(), from, to);
+            prefetch::lines(self.scales.as_ptr().cast(), from, to);
+            prefetch::lines(self.zeros.as_ptr().cast(), from, to);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (r, n, rb);
     }
 }
 
@@ -388,6 +355,26 @@ fn unpack_tables<const B: usize>() -> ([i8; 64], [i32; 16]) {
         sh[j] = (bit % 8) as i32;
     }
     (ctrl, sh)
+}
+
+/// The 8 B-bit values at byte `o` of `data` (B bytes) as a little-endian
+/// u64 for the AVX2 and NEON kernels: one 8-byte load wherever `data` has
+/// 8 bytes left (the bytes past B are the next values, and the kernels use
+/// only bits `0 .. 8·B`), the B-byte copy only at the very end.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+#[inline(always)]
+fn load8<const B: usize>(data: &[u8], o: usize) -> u64 {
+    match data.get(o..o + 8) {
+        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+        None => {
+            let mut b = [0u8; 8];
+            b[..B].copy_from_slice(&data[o..o + B]);
+            u64::from_le_bytes(b)
+        }
+    }
 }
 
 /// The tied LM head: `logits = W · x` over a [`PackedEmbedding`] (builder style).

@@ -6,14 +6,8 @@
 //! masked and converted with `ucvtf`. B is a const generic (one kernel per
 //! width 1..=7).
 
+use super::load8;
 use std::arch::aarch64::*;
-
-#[inline(always)]
-fn load8<const B: usize>(row: &[u8], o: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..B].copy_from_slice(&row[o..o + B]);
-    u64::from_le_bytes(b)
-}
 
 /// # Safety
 /// Needs NEON; shapes as in `avx2::rows` (group % 8 = 0).
@@ -48,12 +42,12 @@ unsafe fn rows<const B: usize, const R: usize>(
                     vld1q_f32(x.as_ptr().add(i + 4)),
                 )
             };
-            for r in 0..R {
-                let u = load8::<B>(&data[r * rb..(r + 1) * rb], i / 8 * B);
+            for (r, sr) in s.iter_mut().enumerate() {
+                let u = load8::<B>(data, r * rb + i / 8 * B);
                 let lo = vandq_u32(vshlq_u32(vdupq_n_u32((u & m4) as u32), sh), mask);
                 let hi = vandq_u32(vshlq_u32(vdupq_n_u32((u >> (4 * B)) as u32), sh), mask);
-                s[r] = vfmaq_f32(s[r], vcvtq_f32_u32(lo), x0);
-                s[r] = vfmaq_f32(s[r], vcvtq_f32_u32(hi), x1);
+                *sr = vfmaq_f32(*sr, vcvtq_f32_u32(lo), x0);
+                *sr = vfmaq_f32(*sr, vcvtq_f32_u32(hi), x1);
             }
             i += 8;
         }

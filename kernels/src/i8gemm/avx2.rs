@@ -13,6 +13,7 @@
 //! weight sum removes the second term exactly. The k tail is copied into a
 //! zero-padded 32-byte buffer (zero weights contribute nothing).
 
+use super::{prefetch_rows, unrolled};
 use std::arch::x86_64::*;
 
 #[inline]
@@ -22,18 +23,6 @@ fn hsum_i32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
     _mm_cvtsi128_si32(s)
-}
-
-/// Prefetches byte `at` of each of the `NR` weight rows (`pf` = 0: none).
-/// A prefetch never faults, so `at` may run past the rows.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn prefetch<const NR: usize>(w: &[i8], k: usize, at: usize, pf: usize) {
-    if pf > 0 {
-        for c in 0..NR {
-            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(c * k + at));
-        }
-    }
 }
 
 /// # Safety
@@ -49,9 +38,9 @@ unsafe fn tile_avx2<const MR: usize, const NR: usize, const U: usize>(
     debug_assert!(a.len() >= MR * k && w.len() >= NR * k);
     let mut v = [[[_mm256_setzero_si256(); NR]; MR]; U];
     // Bytes t..t + 16 of every row into accumulator set u.
-    let mut step = |u: usize, t: usize| {
+    let step = |u: usize, t: usize| {
         if t.is_multiple_of(64) {
-            prefetch::<NR>(w, k, t + pf, pf);
+            prefetch_rows::<NR>(w, k, t, pf);
         }
         // SAFETY: the callers keep t + 16 <= k, so each load stays inside its row.
         let wv: [__m256i; NR] = std::array::from_fn(|c| unsafe {
@@ -67,17 +56,7 @@ unsafe fn tile_avx2<const MR: usize, const NR: usize, const U: usize>(
         }
     };
     let kv = k / 16 * 16;
-    let mut t = 0;
-    while t + 16 * U <= kv {
-        for u in 0..U {
-            step(u, t + 16 * u);
-        }
-        t += 16 * U;
-    }
-    while t < kv {
-        step(0, t);
-        t += 16;
-    }
+    unrolled::<U>(kv, 16, step);
     for r in 0..MR {
         for c in 0..NR {
             let tail: i32 = (kv..k)
@@ -108,7 +87,7 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
     // rows) places the prefetch.
     let mut step = |u: usize, at: usize, ap: [*const i8; MR], wp: [*const i8; NR]| {
         if at.is_multiple_of(64) {
-            prefetch::<NR>(w, k, at + pf, pf);
+            prefetch_rows::<NR>(w, k, at, pf);
         }
         // SAFETY: the callers pass pointers to 32 readable bytes.
         let wv: [__m256i; NR] =
@@ -122,27 +101,17 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
         }
     };
     let kv = k / 32 * 32;
-    // SAFETY (both loops): t + 32 <= kv <= k keeps every pointer's 32 bytes
-    // inside its row.
-    let at = |t: usize| -> ([*const i8; MR], [*const i8; NR]) {
-        (
-            std::array::from_fn(|r| unsafe { a.as_ptr().add(r * k + t) }),
-            std::array::from_fn(|c| unsafe { w.as_ptr().add(c * k + t) }),
-        )
-    };
-    let mut t = 0;
-    while t + 32 * U <= kv {
-        for u in 0..U {
-            let (ap, wp) = at(t + 32 * u);
-            step(u, t + 32 * u, ap, wp);
-        }
-        t += 32 * U;
-    }
-    while t < kv {
-        let (ap, wp) = at(t);
-        step(0, t, ap, wp);
-        t += 32;
-    }
+    unrolled::<U>(kv, 32, |u, t| {
+        // SAFETY: t + 32 <= kv <= k keeps every pointer's 32 bytes inside
+        // its row.
+        let (ap, wp) = unsafe {
+            (
+                std::array::from_fn(|r| a.as_ptr().add(r * k + t)),
+                std::array::from_fn(|c| w.as_ptr().add(c * k + t)),
+            )
+        };
+        step(u, t, ap, wp)
+    });
     if kv < k {
         let n = k - kv;
         let mut ab = [[0i8; 32]; MR];

@@ -11,24 +11,13 @@
 //! `k · 255 · 128 < 2³¹` (k ≤ [`super::MAX_K`]). The k tail uses zero-masked
 //! loads (`vmovdqu8{z}`), so no scalar remainder loop is needed.
 
+use super::{prefetch_rows, unrolled};
 use std::arch::x86_64::*;
 
 /// Mask selecting the first `n` (≤ 64) bytes.
 #[inline]
 fn mask64(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
-}
-
-/// Prefetches byte `at` of each of the `NR` weight rows (`pf` = 0: none).
-/// A prefetch never faults, so `at` may run past the rows.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn prefetch<const NR: usize>(w: &[i8], k: usize, at: usize, pf: usize) {
-    if pf > 0 {
-        for c in 0..NR {
-            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(c * k + at));
-        }
-    }
 }
 
 /// # Safety
@@ -44,10 +33,10 @@ unsafe fn tile_512<const MR: usize, const NR: usize, const U: usize>(
     debug_assert!(a.len() >= MR * k && w.len() >= NR * k);
     let mut v = [[[_mm512_setzero_si512(); NR]; MR]; U];
     // Bytes t..t + 32 of every row into accumulator set u (zero-masked past k).
-    let mut step = |u: usize, t: usize| {
+    let step = |u: usize, t: usize| {
         let m = mask64(k - t) as u32;
         if t.is_multiple_of(64) {
-            prefetch::<NR>(w, k, t + pf, pf);
+            prefetch_rows::<NR>(w, k, t, pf);
         }
         // SAFETY: the mask limits the load to bytes t..min(t + 32, k) of the row.
         let wv: [__m512i; NR] = std::array::from_fn(|c| unsafe {
@@ -63,17 +52,7 @@ unsafe fn tile_512<const MR: usize, const NR: usize, const U: usize>(
             }
         }
     };
-    let mut t = 0;
-    while t + 32 * U <= k {
-        for u in 0..U {
-            step(u, t + 32 * u);
-        }
-        t += 32 * U;
-    }
-    while t < k {
-        step(0, t);
-        t += 32;
-    }
+    unrolled::<U>(k, 32, step);
     for r in 0..MR {
         for c in 0..NR {
             let s = (1..U).fold(v[0][r][c], |s, u| _mm512_add_epi32(s, v[u][r][c]));
@@ -98,9 +77,9 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
     let flip = _mm512_set1_epi8(-128);
     let mut v = [[[_mm512_setzero_si512(); NR]; MR]; U];
     // Bytes t..t + 64 of every row into accumulator set u.
-    let mut step = |u: usize, t: usize| {
+    let step = |u: usize, t: usize| {
         let m = mask64(k - t);
-        prefetch::<NR>(w, k, t + pf, pf);
+        prefetch_rows::<NR>(w, k, t, pf);
         // SAFETY: the mask limits the load to bytes t..min(t + 64, k) of the row;
         // masked-off weight bytes are zero, so their (flipped) activations add nothing.
         let wv: [__m512i; NR] = std::array::from_fn(|c| unsafe {
@@ -117,17 +96,7 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
             }
         }
     };
-    let mut t = 0;
-    while t + 64 * U <= k {
-        for u in 0..U {
-            step(u, t + 64 * u);
-        }
-        t += 64 * U;
-    }
-    while t < k {
-        step(0, t);
-        t += 64;
-    }
+    unrolled::<U>(k, 64, step);
     for r in 0..MR {
         for c in 0..NR {
             let s = (1..U).fold(v[0][r][c], |s, u| _mm512_add_epi32(s, v[u][r][c]));

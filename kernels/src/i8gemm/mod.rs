@@ -43,7 +43,7 @@ pub mod scalar;
 
 use crate::error::check_len;
 use crate::pool::{check_threads, pool, split_range};
-use crate::{CpuCaps, Isa, KernelError, Result, Tunable};
+use crate::{CpuCaps, Isa, KernelError, Result, Tunable, prefetch};
 use serde::{Deserialize, Serialize};
 
 const OP: &str = "i8gemm";
@@ -215,7 +215,7 @@ pub struct I8GemmParams {
 
 /// The prefetch distances (bytes ahead in a weight row) the x86 tiles are
 /// tuned over.
-pub const PREFETCHES: [usize; 4] = [0, 4096, 8192, 16384];
+pub const PREFETCHES: [usize; 4] = prefetch::BYTE_DISTANCES;
 
 /// What [`I8GemmParams`] are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,11 +238,7 @@ impl Tunable for I8GemmParams {
     /// with four accumulators), a single linear stream the prefetcher
     /// follows best, prefetched 8 KiB ahead on x86.
     fn default_for(shape: &I8GemmShape, cpu: &CpuCaps) -> Self {
-        let pf = if prefetches(Isa::best_of(variants())) {
-            8192
-        } else {
-            0
-        };
+        let pf = prefetch::default_bytes(Isa::best_of(variants()));
         if shape.m <= 1 {
             return I8GemmParams { mr: 1, nr: 1, pf };
         }
@@ -259,11 +255,7 @@ impl Tunable for I8GemmParams {
     /// Every tile that uses its rows (no `mr` 2 for a GEMV) × the prefetch
     /// distances, where the best variant reads them.
     fn candidates(shape: &I8GemmShape, cpu: &CpuCaps) -> Vec<Self> {
-        let pfs: &[usize] = if prefetches(Isa::best_of(variants())) {
-            &PREFETCHES
-        } else {
-            &[0]
-        };
+        let pfs = prefetch::byte_candidates(Isa::best_of(variants()));
         let mut v = Vec::new();
         for mr in MR_VALUES.into_iter().filter(|&r| r <= shape.m.max(1)) {
             for nr in NR_VALUES {
@@ -280,12 +272,7 @@ impl Tunable for I8GemmParams {
     }
 
     fn validate(&self) -> Result<()> {
-        if !PREFETCHES.contains(&self.pf) {
-            return Err(KernelError::InvalidParams {
-                op: OP,
-                reason: format!("pf {} must be one of 0, 4096, 8192, 16384", self.pf),
-            });
-        }
+        prefetch::check_bytes(OP, self.pf)?;
         if MR_VALUES.contains(&self.mr) && NR_VALUES.contains(&self.nr) {
             Ok(())
         } else {
@@ -313,14 +300,6 @@ impl Default for I8GemmParams {
             pf: 0,
         }
     }
-}
-
-/// Whether `isa`'s tiles read [`I8GemmParams::pf`].
-fn prefetches(isa: Isa) -> bool {
-    matches!(
-        isa,
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
-    )
 }
 
 /// A micro-tile: `acc[r·nr + c] = Σ_t a[r·k + t] · w[c·k + t]`.
@@ -548,6 +527,37 @@ impl I8Gemm {
                 s.spawn(move |_| work(r));
             }
         });
+    }
+}
+
+/// Requests (x86) byte `at + pf` of each of the `NR` weight rows of `k`
+/// bytes (`pf` = 0: nothing); the x86 tiles call it once per 64 bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetch_rows<const NR: usize>(w: &[i8], k: usize, at: usize, pf: usize) {
+    if pf > 0 {
+        for c in 0..NR {
+            prefetch::line(w.as_ptr().wrapping_add(c * k + at + pf).cast());
+        }
+    }
+}
+
+/// Runs `step(u, t)` for `t = 0, width, 2·width, … < end`: rounds of `U`
+/// steps (`u = 0..U`, each on its own accumulator set, so the x86 tiles
+/// keep `U` independent dependency chains), then the steps left on set 0.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn unrolled<const U: usize>(end: usize, width: usize, mut step: impl FnMut(usize, usize)) {
+    let mut t = 0;
+    while t + width * U <= end {
+        for u in 0..U {
+            step(u, t + width * u);
+        }
+        t += width * U;
+    }
+    while t < end {
+        step(0, t);
+        t += width;
     }
 }
 

@@ -79,7 +79,7 @@ use crate::error::check_len;
 use crate::pool::{check_threads, parallel_ranges};
 use crate::quant::QuantFormat;
 use crate::quant::blocks::{QK, cast_blocks};
-use crate::{CpuCaps, Isa, KernelError, Result, Tunable};
+use crate::{CpuCaps, Isa, KernelError, Result, Tunable, prefetch};
 use pack::Kind;
 use serde::{Deserialize, Serialize};
 
@@ -162,14 +162,6 @@ fn default_pf() -> usize {
     16
 }
 
-/// Whether `isa`'s micro-kernels read [`QGemmParams::pf`].
-fn prefetches(isa: Isa) -> bool {
-    matches!(
-        isa,
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
-    )
-}
-
 /// What [`QGemmParams`] are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QGemmShape {
@@ -200,14 +192,22 @@ impl QGemmParams {
             .filter(|&r| r <= cap && r <= shape.m.max(1))
             .max()
             .unwrap_or(1);
-        let pf = if prefetches(isa) { default_pf() } else { 0 };
+        let pf = if prefetch::reads(isa) {
+            default_pf()
+        } else {
+            0
+        };
         QGemmParams { mr, nr, pf }
     }
 
     /// The search space of one variant: every `mr` × the variant's `nr`.
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
-        let pfs: &[usize] = if prefetches(isa) { &PREFETCHES } else { &[0] };
+        let pfs: &[usize] = if prefetch::reads(isa) {
+            &PREFETCHES
+        } else {
+            &[0]
+        };
         for &nr in interleaves(isa) {
             for &mr in &MRS {
                 for &pf in pfs {

@@ -50,7 +50,7 @@ use crate::quant::blocks::{
     BlockQ8_1, BlockQ8K, RawBlock, cast_blocks,
 };
 use crate::quant::{self, QuantFormat};
-use crate::{CpuCaps, Isa, KernelError, Result, Tunable};
+use crate::{CpuCaps, Isa, KernelError, Result, Tunable, prefetch};
 use serde::{Deserialize, Serialize};
 
 const OP: &str = "qgemv";
@@ -142,17 +142,9 @@ pub struct QGemvParams {
 /// The allowed `rows_per_block` values (each has a compiled micro-kernel).
 pub const ROWS_PER_BLOCK: [usize; 3] = [1, 2, 4];
 
-/// The prefetch distances (bytes) the x86 variants are tuned over.
-pub const PREFETCHES: [usize; 4] = [0, 4096, 8192, 16384];
-
-/// Whether `isa`'s variants read [`QGemvParams::pf`] (the prefetch is
-/// issued by the shared driver, on x86 only).
-fn prefetches(isa: Isa) -> bool {
-    matches!(
-        isa,
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
-    )
-}
+/// The prefetch distances (bytes) the x86 variants are tuned over (the
+/// prefetch is issued by the shared driver, on x86 only).
+pub const PREFETCHES: [usize; 4] = prefetch::BYTE_DISTANCES;
 
 /// What [`QGemvParams`] are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,22 +179,14 @@ impl Tunable for QGemvParams {
         } else {
             4
         };
-        let pf = if prefetches(Isa::best_of(variants(shape.format, shape.mode))) {
-            8192
-        } else {
-            0
-        };
+        let pf = prefetch::default_bytes(Isa::best_of(variants(shape.format, shape.mode)));
         QGemvParams { rows_per_block, pf }
     }
 
     /// Every row group × the prefetch distances, where the best variant
     /// reads them.
     fn candidates(shape: &QGemvShape, cpu: &CpuCaps) -> Vec<Self> {
-        let pfs: &[usize] = if prefetches(Isa::best_of(variants(shape.format, shape.mode))) {
-            &PREFETCHES
-        } else {
-            &[0]
-        };
+        let pfs = prefetch::byte_candidates(Isa::best_of(variants(shape.format, shape.mode)));
         let mut v: Vec<Self> = ROWS_PER_BLOCK
             .iter()
             .flat_map(|&rows_per_block| {
@@ -218,12 +202,7 @@ impl Tunable for QGemvParams {
     }
 
     fn validate(&self) -> Result<()> {
-        if !PREFETCHES.contains(&self.pf) {
-            return Err(KernelError::InvalidParams {
-                op: OP,
-                reason: format!("pf {} must be one of 0, 4096, 8192, 16384", self.pf),
-            });
-        }
+        prefetch::check_bytes(OP, self.pf)?;
         if ROWS_PER_BLOCK.contains(&self.rows_per_block) {
             Ok(())
         } else {
@@ -367,38 +346,28 @@ pub(crate) unsafe fn drive<B, X>(
     let row_bytes = nb * size_of::<B>();
     let mut i = 0;
     while i + r <= n {
-        prefetch(w, i * row_bytes + p.pf, r * row_bytes, p.pf);
+        ahead(w, i * row_bytes, r * row_bytes, p.pf);
         // SAFETY: the caller guarantees the ISA; slices have R rows.
         unsafe { kr(&w[i * nb..(i + r) * nb], x, &mut y[i..i + r]) };
         i += r;
     }
     while i < n {
-        prefetch(w, i * row_bytes + p.pf, row_bytes, p.pf);
+        ahead(w, i * row_bytes, row_bytes, p.pf);
         // SAFETY: as above, one row.
         unsafe { k[0](&w[i * nb..(i + 1) * nb], x, &mut y[i..i + 1]) };
         i += 1;
     }
 }
 
-/// Prefetches (x86) the 64-byte lines of bytes `at .. at + len` of `w`
-/// (`pf` = 0: nothing). Consecutive row groups request consecutive ranges,
-/// so the whole tensor is requested once, `pf` bytes ahead of the rows
-/// being read. A prefetch never faults, so the range may run past `w`.
+/// Requests (x86) bytes `at .. at + len` of `w` `pf` bytes further on
+/// (`pf` = 0: nothing): consecutive row groups request consecutive
+/// ranges, so the tensor is requested once, `pf` bytes ahead of the rows
+/// being read.
 #[inline]
-fn prefetch<B>(w: &[B], at: usize, len: usize, pf: usize) {
-    #[cfg(target_arch = "x86_64")]
+fn ahead<B>(w: &[B], at: usize, len: usize, pf: usize) {
     if pf > 0 {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let base = w.as_ptr().cast::<i8>();
-        let mut off = at & !63;
-        while off < at + len {
-            // SAFETY: a prefetch is a hint; it never faults, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off)) };
-            off += 64;
-        }
+        prefetch::lines(w.as_ptr().cast(), at + pf, at + pf + len);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (w, at, len, pf);
 }
 
 /// A configured quantized GEMV (builder style): format, mode, variant,
