@@ -6,8 +6,9 @@
 //!   MXFP4 4.25, as GGUF; Q4_K 4.625): packed rows dequantize bit-identically
 //!   to the GGUF rows (quantizer output, arbitrary bytes, extreme scales
 //!   and codes), and `unpack` gives the GGUF bytes back for every format;
-//! - every variant the CPU runs (every interleave it reads, every `mr`, 1
-//!   or 3 threads) is **bit-identical** to `scalar::definition` over
+//! - every variant the CPU runs (every interleave it reads, every `mr`,
+//!   prefetch distance and k-unroll it reads, 1 or 3 threads) is
+//!   **bit-identical** to `scalar::definition` over
 //!   m ∈ {1, 2, 3, 5, 17, 64}, n not a multiple of the interleave, k = 1, 3
 //!   and 9 blocks (K-quants: 1 and 3 super-blocks). The definition is the
 //!   scalar W·A8 GEMV on each row, except for Q4_K and Q6_K, whose GEMV
@@ -22,7 +23,7 @@
 
 use tiletune_kernels::qgemm::{
     self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves,
-    quantize_activations, repack, scalar,
+    quantize_activations, repack, scalar, unrolls,
 };
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
 use tiletune_kernels::quant::kquants::get_scale_min_k4;
@@ -114,8 +115,8 @@ fn assert_rows_exact(f: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) {
     assert!(p.dequantize_row(n, &mut row).is_err());
 }
 
-/// Every variant this CPU runs that reads interleave `nr`, at every `mr`,
-/// gives `want` bit for bit on `c`.
+/// Every variant this CPU runs that reads interleave `nr`, at every `mr`
+/// and k-unroll it reads, gives `want` bit for bit on `c`.
 fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
     for isa in available(f) {
         if !interleaves(isa).contains(&nr) {
@@ -125,11 +126,15 @@ fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
             // Every prefetch distance across the mr sweep: prefetching
             // must not change a bit.
             let pf = PREFETCHES[i % PREFETCHES.len()];
-            let q = QGemm::new(f).isa(isa).params(QGemmParams { mr, nr, pf });
-            assert!(
-                same_bits(&run(&q, c), want),
-                "{f} {isa} nr={nr} mr={mr} pf={pf}"
-            );
+            for &ku in unrolls(isa, mr) {
+                let q = QGemm::new(f)
+                    .isa(isa)
+                    .params(QGemmParams { mr, nr, pf, ku });
+                assert!(
+                    same_bits(&run(&q, c), want),
+                    "{f} {isa} nr={nr} mr={mr} pf={pf} ku={ku}"
+                );
+            }
         }
     }
 }
@@ -485,19 +490,25 @@ fn every_variant_is_bit_identical_to_the_definition() {
                     let k = f.block_size() * blocks[j % blocks.len()];
                     let c = case(&mut rng, f, m, n, k);
                     let want = definition(f, &c);
+                    // Where the variant reads both k-unrolls, each over
+                    // 1, 3 and 9 blocks (a lone block, pairs and an odd
+                    // tail; K-quants 8 and 24).
+                    let kus = unrolls(isa, mr);
+                    let ku = kus[(j / 3) % kus.len()];
                     let q = QGemm::new(f)
                         .isa(isa)
                         .params(QGemmParams {
                             mr,
                             nr,
                             pf: PREFETCHES[j % PREFETCHES.len()],
+                            ku,
                         })
                         .threads(1 + 2 * (j % 2));
                     let got = run(&q, &c);
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         assert!(
                             g.to_bits() == w.to_bits(),
-                            "{f} {isa} nr={nr} mr={mr} m={m} n={n} k={k} at ({}, {}): {g} vs {w}",
+                            "{f} {isa} nr={nr} mr={mr} ku={ku} m={m} n={n} k={k} at ({}, {}): {g} vs {w}",
                             i / n,
                             i % n
                         );

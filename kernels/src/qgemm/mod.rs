@@ -34,7 +34,9 @@
 //! block sums (for Q6_K: half-block sums) and accumulates
 //! `acc += (d_w·d_x)·Σ` (plus `m_w·s_x` for the kinds with a min; Q6_K adds
 //! its two halves one after the other) block by block with separately
-//! rounded multiplies and adds, in block order, so all variants are
+//! rounded multiplies and adds, in block order (also when the NEON tiles
+//! form two blocks' integer sums first, [`QGemmParams::ku`]), so all
+//! variants are
 //! bit-identical to the scalar micro-kernel on every ISA. (Scales are kept
 //! as GGUF codes — f16, E8M0, K-quant sub-block codes and f16 super-scales —
 //! and decoded exactly in registers, so the products see the f32 values
@@ -53,6 +55,44 @@ macro_rules! by_mr {
             4 => $f::<4, $($p),*>($($a),*),
             2 => $f::<2, $($p),*>($($a),*),
             _ => $f::<1, $($p),*>($($a),*),
+        }
+    };
+}
+
+/// `sums(b)` then `scale(b, sums)` for every block `b < nb` in order
+/// (the NEON tiles' block loop). With `ku` 2 ([`QGemmParams::ku`]) the
+/// sums of two consecutive blocks are formed before either is scaled: two
+/// independent dependency chains for in-order cores; the float scaling
+/// stays block by block in order, so no result changes. An odd last block
+/// runs alone.
+#[cfg(target_arch = "aarch64")]
+macro_rules! unroll {
+    ($ku:expr, $nb:expr, $sums:expr, $scale:expr) => {{
+        let (nb, sums, mut scale) = ($nb, $sums, $scale);
+        let mut b = 0;
+        if $ku == 2 {
+            while b + 2 <= nb {
+                let (t0, t1) = (sums(b), sums(b + 1));
+                scale(b, t0);
+                scale(b + 1, t1);
+                b += 2;
+            }
+        }
+        while b < nb {
+            let t = sums(b);
+            scale(b, t);
+            b += 1;
+        }
+    }};
+}
+
+/// [`by_mr!`] with the k-unroll `ku` (1 or 2) as the last const parameter.
+#[cfg(target_arch = "aarch64")]
+macro_rules! by_mr_ku {
+    ($mr:expr, $ku:expr, $f:ident::<$($p:tt),*>($($a:expr),*)) => {
+        match $ku {
+            2 => by_mr!($mr, $f::<$($p,)* 2>($($a),*)),
+            _ => by_mr!($mr, $f::<$($p,)* 1>($($a),*)),
         }
     };
 }
@@ -153,6 +193,40 @@ pub struct QGemmParams {
     /// as 16, what those kernels did.
     #[serde(default = "default_pf")]
     pub pf: usize,
+    /// Blocks whose integer sums the NEON tiles form before scaling
+    /// either (k-unroll), one of [`UNROLLS`]. With 2, two blocks' chunk
+    /// steps are independent dependency chains, which an in-order core
+    /// (Cortex-A53/A55) cannot overlap by itself; the float scaling stays
+    /// block by block in order, so no result changes (an odd last block
+    /// runs alone). It costs registers (twice the live i32 sums), so it is
+    /// tuned. The x86 and scalar tiles read 1 only: on x86 a k-unroll
+    /// measured slower at every tile (docs/PERF.md, fifth run, item 5): an
+    /// out-of-order core overlaps consecutive blocks by itself. Nor do
+    /// the i8mm tiles of 2+ rows: each `smmla` already feeds `MR/2 · 2V`
+    /// independent sums, and an unrolled Q6_K tile of 8 rows would spill
+    /// (its low-half sums stay live; 155 stack accesses against 109,
+    /// counted in the compiled code). Tables from before it existed read
+    /// as 1, what the kernels then did.
+    #[serde(default = "default_ku")]
+    pub ku: usize,
+}
+
+/// The k-unroll factors ([`QGemmParams::ku`]).
+pub const UNROLLS: [usize; 2] = [1, 2];
+
+fn default_ku() -> usize {
+    1
+}
+
+/// The k-unrolls a variant reads at tile height `mr`: both in the NEON
+/// and dot product tiles (the i8mm variant's 1-row tiles are those), 1
+/// elsewhere.
+pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
+    match isa {
+        Isa::Neon | Isa::NeonDotprod => &UNROLLS,
+        Isa::NeonI8mm if mr == 1 => &UNROLLS,
+        _ => &[1],
+    }
 }
 
 /// The prefetch distances (blocks ahead) the x86 variants are tuned over.
@@ -197,10 +271,16 @@ impl QGemmParams {
         } else {
             0
         };
-        QGemmParams { mr, nr, pf }
+        QGemmParams {
+            mr,
+            nr,
+            pf,
+            ku: default_ku(),
+        }
     }
 
-    /// The search space of one variant: every `mr` × the variant's `nr`.
+    /// The search space of one variant: every `mr` × the variant's `nr`
+    /// × the prefetch distances and k-unrolls it reads.
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
         let pfs: &[usize] = if prefetch::reads(isa) {
@@ -211,8 +291,10 @@ impl QGemmParams {
         for &nr in interleaves(isa) {
             for &mr in &MRS {
                 for &pf in pfs {
-                    if mr <= shape.m.max(1) {
-                        v.push(QGemmParams { mr, nr, pf });
+                    for &ku in unrolls(isa, mr) {
+                        if mr <= shape.m.max(1) {
+                            v.push(QGemmParams { mr, nr, pf, ku });
+                        }
                     }
                 }
             }
@@ -233,14 +315,17 @@ impl Tunable for QGemmParams {
         Self::default_for_isa(shape, cpu, Isa::best_of(variants(shape.format)))
     }
 
-    /// Every `mr` × every interleave (variants accept a subset; the tuner
-    /// uses [`candidates_for_isa`](Self::candidates_for_isa)).
+    /// Every `mr` × interleave × prefetch distance × k-unroll (variants
+    /// accept a subset; the tuner uses
+    /// [`candidates_for_isa`](Self::candidates_for_isa)).
     fn candidates(shape: &QGemmShape, cpu: &CpuCaps) -> Vec<Self> {
         let mut v = Vec::new();
         for &nr in &INTERLEAVES {
             for &mr in &MRS {
                 for &pf in &PREFETCHES {
-                    v.push(QGemmParams { mr, nr, pf });
+                    for &ku in &UNROLLS {
+                        v.push(QGemmParams { mr, nr, pf, ku });
+                    }
                 }
             }
         }
@@ -270,6 +355,12 @@ impl Tunable for QGemmParams {
                 reason: format!("pf {} must be one of 0, 8, 16, 32", self.pf),
             });
         }
+        if !UNROLLS.contains(&self.ku) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("ku {} must be 1 or 2", self.ku),
+            });
+        }
         Ok(())
     }
 }
@@ -280,6 +371,7 @@ impl Default for QGemmParams {
             mr: 4,
             nr: 8,
             pf: default_pf(),
+            ku: default_ku(),
         }
     }
 }
@@ -294,6 +386,10 @@ pub(crate) struct Job<'a> {
     /// the x86 tiles only.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub pf: usize,
+    /// Blocks per k-unrolled step, [`QGemmParams::ku`]; read by the NEON
+    /// tiles only.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    pub ku: usize,
     /// The scale streams; `sc.mode` is the ISA tiles' `SC` parameter.
     pub sc: pack::Scales<'a>,
     pub qs: &'a [u8],
@@ -444,6 +540,16 @@ impl QGemm {
                 ),
             });
         }
+        let kus = unrolls(self.isa, self.params.mr);
+        if !kus.contains(&self.params.ku) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!(
+                    "the {} variant has no k-unroll {} at mr {} (it reads {kus:?}); use ku 1",
+                    self.isa, self.params.ku, self.params.mr
+                ),
+            });
+        }
         check_threads(OP, self.threads)
     }
 
@@ -537,6 +643,7 @@ impl QGemm {
             nr,
             nb,
             pf: self.params.pf,
+            ku: self.params.ku,
             sc: w.scales(),
             qs: &w.qs,
             acts: cast_blocks(aq).expect("length checked by the caller"),
@@ -602,6 +709,16 @@ mod tests {
                 let c = QGemmParams::candidates_for_isa(&s, &cpu, isa);
                 assert!(c.contains(&d));
                 assert!(c.iter().all(|p| interleaves(isa).contains(&p.nr)));
+                // Every k-unroll the variant reads is timed, no other.
+                for &mr in MRS.iter().filter(|&&r| r <= m) {
+                    for &ku in &UNROLLS {
+                        assert_eq!(
+                            c.iter().any(|p| p.mr == mr && p.ku == ku),
+                            unrolls(isa, mr).contains(&ku),
+                            "{isa} mr={mr} ku={ku}"
+                        );
+                    }
+                }
             }
         }
         let ok = QGemmParams::default();
@@ -609,8 +726,34 @@ mod tests {
         assert!(QGemmParams { mr: 3, ..ok }.validate().is_err());
         assert!(QGemmParams { nr: 12, ..ok }.validate().is_err());
         assert!(QGemmParams { pf: 4, ..ok }.validate().is_err());
-        // Tables from before `pf` existed read as the old fixed distance.
+        assert!(QGemmParams { ku: 0, ..ok }.validate().is_err());
+        assert!(QGemmParams { ku: 3, ..ok }.validate().is_err());
+        // Tables from before `pf` and `ku` existed read as what the
+        // kernels then did.
         let old: QGemmParams = serde_json::from_str(r#"{"mr":1,"nr":16}"#).unwrap();
-        assert_eq!(old.pf, 16);
+        assert_eq!((old.pf, old.ku), (16, 1));
+    }
+
+    #[test]
+    fn a_k_unroll_the_variant_does_not_read_is_refused() {
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for mr in MRS {
+                let nr = interleaves(isa)[0];
+                let q = QGemm::new(QuantFormat::Q4_0).isa(isa).params(QGemmParams {
+                    mr,
+                    nr,
+                    pf: 0,
+                    ku: 2,
+                });
+                let err = q.check_config().err();
+                let reads = unrolls(isa, mr).contains(&2);
+                assert_eq!(err.is_none(), reads, "{isa} mr={mr}: {err:?}");
+                if let Some(e) = err {
+                    assert!(e.to_string().contains("use ku 1"), "{e}");
+                }
+            }
+        }
+        // The NEON tiles read both at every height.
+        assert!(MRS.iter().all(|&mr| unrolls(Isa::Neon, mr) == UNROLLS));
     }
 }

@@ -15,7 +15,10 @@
 //! 0x20) from its sixth-bit plane, shifted per chunk (`ushl`), and keeps
 //! one sum per half-block; MXFP4 maps its nibble codes with one `tbl` each.
 //! Scaling uses separately rounded multiplies
-//! and adds (bit-equal to the scalar micro-kernel). `tiles!` is shared with the
+//! and adds (bit-equal to the scalar micro-kernel). Each tile is a block's
+//! integer sums (`sums`) and their scaling (`scale`), run by `unroll!`:
+//! with `ku` 2 two blocks' sums are formed before either is scaled, for
+//! in-order cores. `tiles!` is shared with the
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
 
 use std::arch::aarch64::*;
@@ -214,6 +217,7 @@ macro_rules! tiles {
             const MIN: bool,
             const X: u8,
             const SC: u8,
+            const KU: usize,
         >(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
@@ -243,11 +247,9 @@ macro_rules! tiles {
                 )
             };
             let (mut sdv, mut smv) = ([vdupq_n_f32(0.0); V], [vdupq_n_f32(0.0); V]);
-            for b in 0..nb {
-                if b % 8 == 0 {
-                    // SAFETY: super-block b / 8 of group g (K-quants).
-                    (sdv, smv) = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b) };
-                }
+            // The integer sums of block b per row and vector: the whole
+            // block's (Q6_K: its low half's) and Q6_K's high half's.
+            let sums = |b: usize| {
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 // Q6_K: sums of the high halves (values 16..32).
                 let mut s2 = [[$crate::qgemm::neon::zero_acc(); V]; MR];
@@ -311,6 +313,14 @@ macro_rules! tiles {
                         }
                     }
                 }
+                (s, s2)
+            };
+            // acc += the scaled sums of block b, in block order.
+            let scale = |b: usize, (s, s2): ([[_; V]; MR], [[_; V]; MR])| {
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    (sdv, smv) = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b) };
+                }
                 for (i, ai) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -358,7 +368,8 @@ macro_rules! tiles {
                         ai[v] = vaddq_f32(ai[v], t);
                     }
                 }
-            }
+            };
+            unroll!(KU, nb, sums, scale);
             for (i, ai) in acc.iter().enumerate() {
                 for (v, a) in ai.iter().enumerate() {
                     // SAFETY: out holds MR · nr floats.
@@ -372,7 +383,7 @@ macro_rules! tiles {
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const V: usize, const SC: u8>(
+        unsafe fn $i8<const MR: usize, const V: usize, const SC: u8, const KU: usize>(
             job: &$crate::qgemm::Job<'_>,
             g: usize,
             i0: usize,
@@ -390,11 +401,8 @@ macro_rules! tiles {
                 )
             };
             let mut sdv = [vdupq_n_f32(0.0); V];
-            for b in 0..nb {
-                if b % 8 == 0 {
-                    // SAFETY: super-block b / 8 of group g (K-quants).
-                    sdv = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b).0 };
-                }
+            // The integer sums of block b per row and vector.
+            let sums = |b: usize| {
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 for c in 0..8 {
                     for v in 0..V {
@@ -411,6 +419,14 @@ macro_rules! tiles {
                         }
                     }
                 }
+                s
+            };
+            // acc += the scaled sums of block b, in block order.
+            let scale = |b: usize, s: [[$crate::qgemm::neon::Acc; V]; MR]| {
+                if b % 8 == 0 {
+                    // SAFETY: super-block b / 8 of group g (K-quants).
+                    sdv = unsafe { $crate::qgemm::neon::supers4::<SC, V>(job, g * nb + b).0 };
+                }
                 for (i, ai) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
@@ -423,7 +439,8 @@ macro_rules! tiles {
                         ai[v] = vaddq_f32(ai[v], t);
                     }
                 }
-            }
+            };
+            unroll!(KU, nb, sums, scale);
             for (i, ai) in acc.iter().enumerate() {
                 for (v, a) in ai.iter().enumerate() {
                     // SAFETY: out holds MR · nr floats.
@@ -450,52 +467,84 @@ macro_rules! tiles {
             unsafe {
                 match (job.kind, job.sc.mode, job.nr) {
                     (Kind::Q4_0, SC_F16, 4) => {
-                        by_mr!(mr, $q4::<1, false, NIB, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $q4::<1, false, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_0, SC_F16, _) => {
-                        by_mr!(mr, $q4::<2, false, NIB, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $q4::<2, false, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_F16, 4) => {
-                        by_mr!(mr, $q4::<1, true, NIB, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $q4::<1, true, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_F16, _) => {
-                        by_mr!(mr, $q4::<2, true, NIB, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $q4::<2, true, NIB, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_KSUB, 4) => {
-                        by_mr!(mr, $q4::<1, true, NIB, SC_KSUB>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $q4::<1, true, NIB, SC_KSUB>(job, g, i0, out))
                     }
                     (Kind::Q4_1, SC_KSUB, _) => {
-                        by_mr!(mr, $q4::<2, true, NIB, SC_KSUB>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $q4::<2, true, NIB, SC_KSUB>(job, g, i0, out))
                     }
                     (Kind::Q5_0, SC_F16, 4) => {
-                        by_mr!(mr, $q4::<1, false, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<1, false, NIB_FIVE, SC_F16>(job, g, i0, out)
+                        )
                     }
                     (Kind::Q5_0, SC_F16, _) => {
-                        by_mr!(mr, $q4::<2, false, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<2, false, NIB_FIVE, SC_F16>(job, g, i0, out)
+                        )
                     }
                     (Kind::Q5_1, SC_F16, 4) => {
-                        by_mr!(mr, $q4::<1, true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<1, true, NIB_FIVE, SC_F16>(job, g, i0, out)
+                        )
                     }
                     (Kind::Q5_1, SC_F16, _) => {
-                        by_mr!(mr, $q4::<2, true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<2, true, NIB_FIVE, SC_F16>(job, g, i0, out)
+                        )
                     }
                     (Kind::Mxfp4, SC_E8M0, 4) => {
-                        by_mr!(mr, $q4::<1, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<1, false, NIB_LUT, SC_E8M0>(job, g, i0, out)
+                        )
                     }
                     (Kind::Mxfp4, SC_E8M0, _) => {
-                        by_mr!(mr, $q4::<2, false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<2, false, NIB_LUT, SC_E8M0>(job, g, i0, out)
+                        )
                     }
                     (Kind::Q6K, SC_KSUB, 4) => {
-                        by_mr!(mr, $q4::<1, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<1, false, NIB_SIX, SC_KSUB>(job, g, i0, out)
+                        )
                     }
                     (Kind::Q6K, SC_KSUB, _) => {
-                        by_mr!(mr, $q4::<2, false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                        by_mr_ku!(
+                            mr,
+                            job.ku,
+                            $q4::<2, false, NIB_SIX, SC_KSUB>(job, g, i0, out)
+                        )
                     }
                     (Kind::I8, SC_F16, 4) => {
-                        by_mr!(mr, $i8::<1, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $i8::<1, SC_F16>(job, g, i0, out))
                     }
                     (Kind::I8, SC_F16, _) => {
-                        by_mr!(mr, $i8::<2, SC_F16>(job, g, i0, out))
+                        by_mr_ku!(mr, job.ku, $i8::<2, SC_F16>(job, g, i0, out))
                     }
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.

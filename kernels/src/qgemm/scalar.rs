@@ -69,6 +69,7 @@ pub fn definition(
         mr: 1,
         nr: 4,
         pf: 0,
+        ku: 1,
     });
     q.run(&repack(format, w, n, k, 4)?, a, m, c, &mut Vec::new())
 }
