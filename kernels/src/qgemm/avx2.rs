@@ -175,52 +175,6 @@ unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m256, __m256) {
     }
 }
 
-/// Prefetches the line holding element `at` of `s` if `at` starts a
-/// 64-byte line (so each line is prefetched once).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_line<T>(s: &[T], at: usize) {
-    if (at * size_of::<T>()).is_multiple_of(64) {
-        _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(at).cast());
-    }
-}
-
-/// Prefetches the scale streams of the block `job.pf` blocks after group
-/// block `gb` (interleave `NR`), as the quants are, once per 64-byte line
-/// of each stream: f16 scales (and with `min` mins), E8M0 bytes, or the
-/// K-quants' two code streams and, per super-block, their super-scales. A
-/// prefetch per block measured slower at m = 1 than none at all, one per
-/// line no slower.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn prefetch_scales<const SC: u8, const NR: usize>(job: &Job<'_>, gb: usize, min: bool) {
-    if job.pf == 0 {
-        return;
-    }
-    let ahead = gb + job.pf;
-    let sc = &job.sc;
-    match SC {
-        SC_F16 => {
-            prefetch_line(sc.dh, ahead * NR);
-            if min {
-                prefetch_line(sc.mh, ahead * NR);
-            }
-        }
-        SC_E8M0 => prefetch_line(sc.dc, ahead * NR),
-        _ => {
-            prefetch_line(sc.dc, ahead * NR);
-            prefetch_line(sc.mc, ahead * NR);
-            if ahead.is_multiple_of(8) {
-                prefetch_line(sc.sd, ahead / 8 * NR);
-                // Q6_K reads `sd` for both codes.
-                if !std::ptr::eq(sc.sm, sc.sd) {
-                    prefetch_line(sc.sm, ahead / 8 * NR);
-                }
-            }
-        }
-    }
-}
-
 /// Generates the Q4 and int8 tiles and the dispatching entry for one
 /// feature set and its step functions.
 macro_rules! tiles {
@@ -269,7 +223,7 @@ macro_rules! tiles {
             let (mut sdv, mut smv) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for b in 0..nb {
                 let gb = g * nb + b;
-                prefetch_scales::<SC, 8>(job, gb, MIN);
+                super::prefetch_scales::<SC, 8>(job, gb, MIN);
                 if b % 8 == 0 {
                     // SAFETY: super-block b / 8 of group g (K-quants).
                     (sdv, smv) = unsafe { supers::<SC>(job, gb) };
@@ -427,7 +381,7 @@ macro_rules! tiles {
             let mut sdv = _mm256_setzero_ps();
             for b in 0..nb {
                 let gb = g * nb + b;
-                prefetch_scales::<SC, 8>(job, gb, false);
+                super::prefetch_scales::<SC, 8>(job, gb, false);
                 if b % 8 == 0 {
                     // SAFETY: super-block b / 8 of group g (K-quants).
                     sdv = unsafe { supers::<SC>(job, gb).0 };

@@ -18,9 +18,9 @@
 //! micro-kernel).
 
 use super::Job;
-use super::avx2::prefetch_scales;
 use super::pack::Kind;
 use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
+use super::prefetch_scales;
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.

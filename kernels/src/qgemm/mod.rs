@@ -188,9 +188,10 @@ pub struct QGemmParams {
     /// is a pure stream from DRAM and one core's hardware prefetcher keeps
     /// too few lines in flight: 16 blocks (4 KiB of Q4 at nr 16) raised
     /// SmolLM2 decode on one thread by ~20% here; the best distance depends
-    /// on the memory system, so it is tuned. The NEON and scalar variants
-    /// do not prefetch and ignore it. Tables from before it existed read
-    /// as 16, what those kernels did.
+    /// on the memory system, so it is tuned. The NEON variants prefetch the
+    /// same way (`prfm pldl1keep`; untimed here, where no ARM core runs);
+    /// the scalar tile ignores it. Tables from before it existed read as
+    /// 16, what the x86 kernels did.
     #[serde(default = "default_pf")]
     pub pf: usize,
     /// Blocks whose integer sums the NEON tiles form before scaling
@@ -229,11 +230,16 @@ pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
     }
 }
 
-/// The prefetch distances (blocks ahead) the x86 variants are tuned over.
+/// The prefetch distances (blocks ahead) the SIMD variants are tuned over.
 pub const PREFETCHES: [usize; 4] = [0, 8, 16, 32];
 
 fn default_pf() -> usize {
     16
+}
+
+/// Whether `isa`'s tiles read [`QGemmParams::pf`] (every SIMD variant).
+fn prefetches(isa: Isa) -> bool {
+    isa != Isa::Scalar
 }
 
 /// What [`QGemmParams`] are chosen for.
@@ -254,11 +260,14 @@ impl QGemmParams {
     /// within half the registers (AVX2: 16 → mr 4; AVX-512: 32 zmm → 8;
     /// NEON: 32 with two vectors per row → 4), and by m (no wasted rows).
     pub fn default_for_isa(shape: &QGemmShape, _cpu: &CpuCaps, isa: Isa) -> Self {
-        let (nr, cap) = match isa {
-            Isa::Avx2 | Isa::AvxVnni => (8, 4),
-            Isa::Avx512 | Isa::Avx512Vnni => (16, 8),
-            Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (8, 4),
-            Isa::Scalar => (8, 4),
+        // The prefetch default is the distance measured best on x86; on
+        // NEON none, what its tiles did before they could (no ARM core
+        // here to choose one; the tuner times them all).
+        let (nr, cap, pf) = match isa {
+            Isa::Avx2 | Isa::AvxVnni => (8, 4, default_pf()),
+            Isa::Avx512 | Isa::Avx512Vnni => (16, 8, default_pf()),
+            Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (8, 4, 0),
+            Isa::Scalar => (8, 4, 0),
         };
         let mr = MRS
             .iter()
@@ -266,11 +275,6 @@ impl QGemmParams {
             .filter(|&r| r <= cap && r <= shape.m.max(1))
             .max()
             .unwrap_or(1);
-        let pf = if prefetch::reads(isa) {
-            default_pf()
-        } else {
-            0
-        };
         QGemmParams {
             mr,
             nr,
@@ -283,11 +287,7 @@ impl QGemmParams {
     /// × the prefetch distances and k-unrolls it reads.
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
-        let pfs: &[usize] = if prefetch::reads(isa) {
-            &PREFETCHES
-        } else {
-            &[0]
-        };
+        let pfs: &[usize] = if prefetches(isa) { &PREFETCHES } else { &[0] };
         for &nr in interleaves(isa) {
             for &mr in &MRS {
                 for &pf in pfs {
@@ -383,8 +383,7 @@ pub(crate) struct Job<'a> {
     /// Blocks per row.
     pub nb: usize,
     /// Prefetch distance in blocks (0: none), [`QGemmParams::pf`]; read by
-    /// the x86 tiles only.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// the SIMD tiles.
     pub pf: usize,
     /// Blocks per k-unrolled step, [`QGemmParams::ku`]; read by the NEON
     /// tiles only.
@@ -434,6 +433,50 @@ impl Job<'_> {
     #[inline]
     pub fn act(&self, i: usize, b: usize) -> &ActBlock {
         &self.acts[i * self.nb + b]
+    }
+}
+
+/// Prefetches the line holding element `at` of `s` if `at` starts a
+/// 64-byte line (so each line is prefetched once).
+#[inline]
+fn prefetch_line<T>(s: &[T], at: usize) {
+    if (at * size_of::<T>()).is_multiple_of(64) {
+        prefetch::line(s.as_ptr().wrapping_add(at).cast());
+    }
+}
+
+/// Prefetches the scale streams of the block `job.pf` blocks after group
+/// block `gb` (interleave `NR`), as the SIMD tiles do the quants, once per
+/// 64-byte line of each stream: f16 scales (and with `min` mins), E8M0
+/// bytes, or the K-quants' two code streams and, per super-block, their
+/// super-scales. A prefetch per block measured slower at m = 1 than none
+/// at all, one per line no slower (AVX2, AVX-512).
+#[inline]
+fn prefetch_scales<const SC: u8, const NR: usize>(job: &Job<'_>, gb: usize, min: bool) {
+    if job.pf == 0 {
+        return;
+    }
+    let ahead = gb + job.pf;
+    let sc = &job.sc;
+    match SC {
+        pack::SC_F16 => {
+            prefetch_line(sc.dh, ahead * NR);
+            if min {
+                prefetch_line(sc.mh, ahead * NR);
+            }
+        }
+        pack::SC_E8M0 => prefetch_line(sc.dc, ahead * NR),
+        _ => {
+            prefetch_line(sc.dc, ahead * NR);
+            prefetch_line(sc.mc, ahead * NR);
+            if ahead.is_multiple_of(8) {
+                prefetch_line(sc.sd, ahead / 8 * NR);
+                // Q6_K reads `sd` for both codes.
+                if !std::ptr::eq(sc.sm, sc.sd) {
+                    prefetch_line(sc.sm, ahead / 8 * NR);
+                }
+            }
+        }
     }
 }
 
@@ -709,6 +752,11 @@ mod tests {
                 let c = QGemmParams::candidates_for_isa(&s, &cpu, isa);
                 assert!(c.contains(&d));
                 assert!(c.iter().all(|p| interleaves(isa).contains(&p.nr)));
+                // Every SIMD variant prefetches, so its distances are timed.
+                for &pf in &PREFETCHES {
+                    let timed = c.iter().any(|p| p.pf == pf);
+                    assert_eq!(timed, pf == 0 || isa != Isa::Scalar, "{isa} pf={pf}");
+                }
                 // Every k-unroll the variant reads is timed, no other.
                 for &mr in MRS.iter().filter(|&&r| r <= m) {
                     for &ku in &UNROLLS {

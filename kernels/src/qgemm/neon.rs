@@ -157,6 +157,33 @@ pub(super) unsafe fn supers4<const SC: u8, const V: usize>(
     }
 }
 
+/// Requests the quants (`bs` bytes per block from group `g`'s `qb`) and
+/// the scales of the block `job.pf` blocks after block `b` of group `g`
+/// (`prfm pldl1keep`, through `prefetch::line`), as the x86 tiles do;
+/// nothing at `pf` 0. `min`: the F16-scaled kind has mins.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn prefetch_ahead<const SC: u8, const V: usize>(
+    job: &super::Job<'_>,
+    qb: *const u8,
+    g: usize,
+    b: usize,
+    bs: usize,
+    min: bool,
+) {
+    if job.pf == 0 {
+        return;
+    }
+    let ahead = b + job.pf;
+    crate::prefetch::lines(qb, ahead * bs, (ahead + 1) * bs);
+    let gb = g * job.nb + b;
+    if V == 1 {
+        super::prefetch_scales::<SC, 4>(job, gb, min);
+    } else {
+        super::prefetch_scales::<SC, 8>(job, gb, min);
+    }
+}
+
 /// The 4 activation bytes at `p`, broadcast to every i32 lane (`ld1r`).
 ///
 /// # Safety
@@ -250,6 +277,7 @@ macro_rules! tiles {
             // The integer sums of block b per row and vector: the whole
             // block's (Q6_K: its low half's) and Q6_K's high half's.
             let sums = |b: usize| {
+                $crate::qgemm::neon::prefetch_ahead::<SC, V>(job, qb, g, b, rb * nr, MIN);
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 // Q6_K: sums of the high halves (values 16..32).
                 let mut s2 = [[$crate::qgemm::neon::zero_acc(); V]; MR];
@@ -403,6 +431,7 @@ macro_rules! tiles {
             let mut sdv = [vdupq_n_f32(0.0); V];
             // The integer sums of block b per row and vector.
             let sums = |b: usize| {
+                $crate::qgemm::neon::prefetch_ahead::<SC, V>(job, qb.cast(), g, b, 32 * nr, false);
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 for c in 0..8 {
                     for v in 0..V {
