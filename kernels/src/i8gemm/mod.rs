@@ -23,8 +23,8 @@
 //! stream: `nr` 1 (one linear stream, which the hardware prefetcher follows
 //! best), the k loop split over up to four independent accumulators on x86
 //! (one `vpdpbusd` chain per 64 bytes held ~44 GB/s even from L2), and
-//! software prefetch [`I8GemmParams::pf`] bytes ahead (x86 and NEON). Integer sums are
-//! exact in any order, so neither changes a result.
+//! software prefetch [`I8GemmParams::pf`] bytes ahead (x86 and NEON).
+//! Integer sums are exact in any order, so neither changes a result.
 //!
 //! Accumulators are exact while `k · 128 · 255 < 2³¹` (the VNNI offset
 //! trick's worst case), so `k` is limited to [`MAX_K`].
