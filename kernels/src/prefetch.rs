@@ -4,9 +4,13 @@
 //!
 //! A decode GEMV reads its weights once from DRAM, and one core's hardware
 //! prefetcher keeps too few lines in flight for it on the machines measured
-//! (docs/PERF.md, fifth run). So the x86 variants request lines a tuned
-//! distance ahead. NEON does not prefetch: there is no ARM machine here to
-//! tune a distance on, so its variants ignore the parameter.
+//! (docs/PERF.md, fifth run). So the SIMD variants of the three byte-distance
+//! families request lines a tuned distance ahead: `prefetcht0` on x86,
+//! `prfm pldl1keep` on aarch64. ARM targets are often in-order cores
+//! (Cortex-A53/A55) with weak hardware prefetchers, and no ARM machine was
+//! measured here, so the NEON variants default to no prefetch and the tuner
+//! times every distance on the real hardware. The quantized GEMM's NEON
+//! tiles do not prefetch; only its x86 tiles read its block distance.
 
 use crate::{Isa, KernelError, Result};
 
@@ -18,7 +22,9 @@ pub(crate) const BYTE_DISTANCES: [usize; 4] = [0, 4096, 8192, 16384];
 /// the distances for one linear stream here (I8 GEMV, 1×14336×4096).
 const DEFAULT_BYTES: usize = 8192;
 
-/// Whether `isa`'s variants read a prefetch distance (the x86 ones).
+/// Whether `isa`'s quantized GEMM tiles read its block distance (the x86
+/// ones), and where the byte-distance families default to [`DEFAULT_BYTES`]
+/// (measured on x86 only).
 pub(crate) fn reads(isa: Isa) -> bool {
     matches!(
         isa,
@@ -26,15 +32,28 @@ pub(crate) fn reads(isa: Isa) -> bool {
     )
 }
 
-/// The default byte distance for a family whose best variant is `isa`.
+/// Whether `isa`'s variants of the byte-distance families (I8 GEMV, per-row
+/// quantized GEMV, LM head) read their `pf`: every SIMD one, x86 and NEON.
+pub(crate) fn reads_bytes(isa: Isa) -> bool {
+    reads(isa) || matches!(isa, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm)
+}
+
+/// The default byte distance for a family whose best variant is `isa`:
+/// 8 KiB where it was measured (x86); 0 on NEON, where no distance has been
+/// measured, so the untuned kernels stream as they always did and the
+/// tuner decides on the hardware.
 pub(crate) fn default_bytes(isa: Isa) -> usize {
     if reads(isa) { DEFAULT_BYTES } else { 0 }
 }
 
 /// The byte distances worth timing for a family whose best variant is
-/// `isa` (only 0 where it ignores them).
+/// `isa` (only 0 where it ignores them: scalar).
 pub(crate) fn byte_candidates(isa: Isa) -> &'static [usize] {
-    if reads(isa) { &BYTE_DISTANCES } else { &[0] }
+    if reads_bytes(isa) {
+        &BYTE_DISTANCES
+    } else {
+        &[0]
+    }
 }
 
 /// Checks a tuned byte distance.
@@ -49,7 +68,8 @@ pub(crate) fn check_bytes(op: &'static str, pf: usize) -> Result<()> {
     }
 }
 
-/// Requests (x86) the 64-byte line holding `p`. A prefetch is a hint and
+/// Requests the 64-byte line holding `p` into L1 (x86 `prefetcht0`,
+/// aarch64 `prfm pldl1keep`; nothing elsewhere). A prefetch is a hint and
 /// never faults, so `p` may point past its buffer.
 #[inline]
 pub(crate) fn line(p: *const u8) {
@@ -58,17 +78,76 @@ pub(crate) fn line(p: *const u8) {
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
     };
-    #[cfg(not(target_arch = "x86_64"))]
+    // The `_prefetch` intrinsic is unstable in Rust 1.95, hence `asm!`.
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: `prfm` never faults, whatever the address (a translation
+    // fault drops the hint), and writes no register, flag or memory.
+    unsafe {
+        std::arch::asm!(
+            "prfm pldl1keep, [{p}]",
+            p = in(reg) p,
+            options(nostack, preserves_flags, readonly)
+        )
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = p;
 }
 
-/// Requests (x86) every 64-byte line of bytes `from .. to` after `base`.
-/// Callers that request consecutive ranges request each line once.
+/// Requests every 64-byte line of bytes `from .. to` after `base` (a core
+/// with 128-byte lines gets each request twice, which costs an issue slot
+/// and nothing else). Callers that request consecutive ranges request each
+/// line once.
 #[inline]
 pub(crate) fn lines(base: *const u8, from: usize, to: usize) {
     let mut off = from & !63;
     while off < to {
         line(base.wrapping_add(off));
         off += 64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prefetch must never fault: null, an address past any buffer, one
+    /// in the kernel half and the top of the address space (under qemu the
+    /// aarch64 `prfm` is decoded and run, so a wrong encoding or a load in
+    /// its place would trap here).
+    #[test]
+    fn line_never_faults() {
+        let buf = [7u8; 256];
+        for p in [
+            std::ptr::null(),
+            buf.as_ptr(),
+            buf.as_ptr().wrapping_add(1 << 20),
+            1usize.wrapping_shl(63) as *const u8,
+            usize::MAX as *const u8,
+        ] {
+            line(p);
+        }
+        lines(buf.as_ptr(), 0, 1 << 16);
+        lines(std::ptr::null(), 0, 4096);
+        assert_eq!(buf, [7u8; 256]);
+    }
+
+    /// Every SIMD variant reads the byte distance; only the x86 ones read
+    /// the quantized GEMM's block distance and default to 8 KiB.
+    #[test]
+    fn which_isas_read_which_distance() {
+        for isa in Isa::ALL {
+            let x86 = matches!(
+                isa,
+                Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+            );
+            let neon = matches!(isa, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm);
+            assert_eq!(reads(isa), x86, "{isa}");
+            assert_eq!(reads_bytes(isa), x86 || neon, "{isa}");
+            let want: &[usize] = if x86 || neon { &BYTE_DISTANCES } else { &[0] };
+            assert_eq!(byte_candidates(isa), want, "{isa}");
+            assert_eq!(default_bytes(isa), if x86 { DEFAULT_BYTES } else { 0 });
+            assert!(check_bytes("t", default_bytes(isa)).is_ok());
+        }
+        assert!(check_bytes("t", 100).is_err());
     }
 }

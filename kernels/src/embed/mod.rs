@@ -216,13 +216,14 @@ pub fn variants() -> &'static [Isa] {
 pub struct LmHeadParams {
     /// Vocab rows computed together, sharing each load of `x`: 1, 2 or 4.
     pub rows_per_block: usize,
-    /// How many bytes ahead of each row block the x86 kernels prefetch the
-    /// packed table (and its scales and zeros as many rows ahead), one of
-    /// [`PREFETCHES`] (0: none). The table is three streams read once
-    /// from DRAM; without it the hardware prefetcher left the 5- and 7-bit
-    /// heads at a quarter of their in-cache speed (151936×896, one thread:
-    /// 4–6 vs 18–22 GB/s with 8 KiB). NEON and scalar ignore it. Tables
-    /// from before it existed read as 0, what those kernels did.
+    /// How many bytes ahead of each row block the x86 and NEON kernels
+    /// prefetch the packed table (and its scales and zeros as many rows
+    /// ahead), one of [`PREFETCHES`] (0: none). The table is three streams
+    /// read once from DRAM; without it the hardware prefetcher left the 5-
+    /// and 7-bit heads at a quarter of their in-cache speed on x86
+    /// (151936×896, one thread: 4–6 vs 18–22 GB/s with 8 KiB; on ARM it is
+    /// unmeasured, so it is tuned). Scalar ignores it. Tables from before
+    /// it existed read as 0, what those kernels did.
     #[serde(default)]
     pub pf: usize,
 }
@@ -230,7 +231,7 @@ pub struct LmHeadParams {
 /// Allowed `rows_per_block` values.
 pub const ROWS_PER_BLOCK: [usize; 3] = [1, 2, 4];
 
-/// The prefetch distances (bytes) the x86 kernels are tuned over.
+/// The prefetch distances (bytes) the x86 and NEON kernels are tuned over.
 pub const PREFETCHES: [usize; 4] = prefetch::BYTE_DISTANCES;
 
 /// What [`LmHeadParams`] are chosen for.
@@ -248,7 +249,8 @@ impl Tunable for LmHeadParams {
     /// the rows of a block. R rows keep R accumulator chains plus R group
     /// sums live (2R + 1 vector registers), cheap up to R = 4; while `x`
     /// fits in half of L1D the extra row streams do not evict it. On x86
-    /// the streams are prefetched 8 KiB ahead.
+    /// the streams are prefetched 8 KiB ahead (NEON starts at no prefetch:
+    /// no distance was measured on ARM; the tuner times them).
     fn default_for(shape: &LmHeadShape, cpu: &CpuCaps) -> Self {
         let rows_per_block = if shape.vocab < 2 {
             1
@@ -314,18 +316,24 @@ pub(crate) struct Rows<'a> {
     pub x: &'a [f32],
     /// Per-group sums of `x`.
     pub xs: &'a [f32],
-    /// [`LmHeadParams::pf`] (read by the x86 kernels only).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// [`LmHeadParams::pf`] (read by the x86 and NEON kernels).
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     pub pf: usize,
 }
 
 impl Rows<'_> {
-    /// Prefetches (x86) what rows `r .. r + n` are `pf` bytes ahead of:
+    /// Prefetches what rows `r .. r + n` are `pf` bytes ahead of:
     /// the packed bytes `pf` further on and the scales and zeros of as
     /// many rows further on. Consecutive row blocks request consecutive
     /// ranges, so each stream is requested once, ahead of its reads. A
     /// prefetch never faults, so the ranges may run past the slices.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     #[inline]
     pub(crate) fn prefetch(&self, r: usize, n: usize, rb: usize) {
         if self.pf > 0 {

@@ -4,7 +4,8 @@
 //! `avx2.rs`); its two 4·B-bit halves are broadcast into two `uint32x4_t`,
 //! shifted right by (0, B, 2B, 3B) with `ushl` (negative shift counts),
 //! masked and converted with `ucvtf`. B is a const generic (one kernel per
-//! width 1..=7).
+//! width 1..=7). Before each row block the three streams are requested
+//! `pf` bytes ahead (`prfm`, [`super::Rows::prefetch`]), as on x86.
 
 use super::load8;
 use std::arch::aarch64::*;
@@ -78,6 +79,7 @@ unsafe fn drive<const B: usize>(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) 
             1
         };
         let (d, s, z) = (&p.data[r * rb..], &p.scales[r * gpr..], &p.zeros[r * gpr..]);
+        p.prefetch(r, n, rb);
         let yr = &mut y[r..r + n];
         // SAFETY: forwarded; the slices start at row r and hold n rows.
         unsafe {

@@ -227,9 +227,22 @@ fn bad_input_is_an_error() {
         bits: 4,
     };
     let cpu = CpuCaps::default();
-    assert!(
-        LmHeadParams::candidates(&shape, &cpu).contains(&LmHeadParams::default_for(&shape, &cpu))
+    let (d, c) = (
+        LmHeadParams::default_for(&shape, &cpu),
+        LmHeadParams::candidates(&shape, &cpu),
     );
+    assert!(c.contains(&d));
+    // The x86 and NEON kernels prefetch: every distance is timed. Only x86
+    // has a measured default.
+    let best = Isa::best_of(variants());
+    for pf in PREFETCHES {
+        let timed = c.iter().any(|p| p.pf == pf);
+        assert_eq!(timed, pf == 0 || best != Isa::Scalar, "{best} pf {pf}");
+    }
+    let x86 = matches!(best, Isa::Avx2 | Isa::Avx512);
+    assert_eq!(d.pf, if x86 { 8192 } else { 0 }, "{best}");
+    #[cfg(target_arch = "aarch64")]
+    assert_eq!(best, Isa::Neon);
     // Tables from before `pf` existed read as no prefetch.
     let old: LmHeadParams = serde_json::from_str(r#"{"rows_per_block":2}"#).unwrap();
     assert_eq!(old.pf, 0);

@@ -7,8 +7,11 @@
 //! zeros). The intrinsic `vmmlaq_s32` is unstable in Rust 1.95, so it is
 //! emitted with `asm!` under `#[target_feature(enable = "i8mm")]`. Tiles with
 //! one activation row (GEMV) would waste half of each `smmla`, so they run
-//! the `sdot` tile instead. The k tail (< 8) is a scalar loop.
+//! the `sdot` tile instead. The k tail (< 8) is a scalar loop. Each 64
+//! bytes of the weight rows first request their bytes `pf` further on
+//! (`prfm`, see [`super::by_lines`]).
 
+use super::{by_lines, prefetch_rows};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -35,14 +38,14 @@ fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 /// # Safety
 /// Needs FEAT_I8MM; `a` holds 2 rows of `k`, `w` holds `NR` rows of `k`.
 #[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn tile_mmla<const NR: usize>(a: &[i8], w: &[i8], k: usize, acc: &mut [i32; 8]) {
+unsafe fn tile_mmla<const NR: usize>(a: &[i8], w: &[i8], k: usize, pf: usize, acc: &mut [i32; 8]) {
     debug_assert!(a.len() >= 2 * k && w.len() >= NR * k);
     let pairs = NR.div_ceil(2);
     let mut v = [vdupq_n_s32(0); 2];
     let kv = k / 8 * 8;
-    let mut t = 0;
-    while t < kv {
-        // SAFETY: t + 8 <= k keeps each 8-byte load inside its row.
+    // Bytes t..t + 8 of every row.
+    let step = |t: usize| {
+        // SAFETY: t + 8 <= kv <= k keeps each 8-byte load inside its row.
         let an = unsafe { vcombine_s8(vld1_s8(a.as_ptr().add(t)), vld1_s8(a.as_ptr().add(k + t))) };
         for (p, vp) in v.iter_mut().enumerate().take(pairs) {
             let c0 = 2 * p;
@@ -56,8 +59,8 @@ unsafe fn tile_mmla<const NR: usize>(a: &[i8], w: &[i8], k: usize, acc: &mut [i3
             };
             *vp = smmla(*vp, an, vcombine_s8(w0, w1));
         }
-        t += 8;
-    }
+    };
+    by_lines::<8>(k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
     for (p, vp) in v.iter().enumerate().take(pairs) {
         let mut l = [0i32; 4];
         // SAFETY: l holds 4 i32.
@@ -74,7 +77,8 @@ unsafe fn tile_mmla<const NR: usize>(a: &[i8], w: &[i8], k: usize, acc: &mut [i3
     }
 }
 
-/// I8MM tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}` (`mr = 1` runs `sdot`).
+/// I8MM tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}` (`mr = 1` runs `sdot`),
+/// prefetching `pf` bytes ahead in each weight row.
 ///
 /// # Safety
 /// Needs FEAT_I8MM (and so FEAT_DotProd); `a` holds `mr` rows of `k`, `w`
@@ -84,17 +88,17 @@ pub unsafe fn tile(
     w: &[i8],
     wsum: &[i32],
     k: usize,
-    mr: usize,
-    nr: usize,
+    (mr, nr): (usize, usize),
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match (mr, nr) {
-            (1, _) => super::dotprod::tile(a, w, wsum, k, mr, nr, acc),
-            (_, 1) => tile_mmla::<1>(a, w, k, acc),
-            (_, 2) => tile_mmla::<2>(a, w, k, acc),
-            _ => tile_mmla::<4>(a, w, k, acc),
+            (1, _) => super::dotprod::tile(a, w, wsum, k, (mr, nr), pf, acc),
+            (_, 1) => tile_mmla::<1>(a, w, k, pf, acc),
+            (_, 2) => tile_mmla::<2>(a, w, k, pf, acc),
+            _ => tile_mmla::<4>(a, w, k, pf, acc),
         }
     }
 }

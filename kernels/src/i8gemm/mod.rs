@@ -21,10 +21,10 @@
 //! (`nr · k` bytes, L1-resident), sweeps all activation rows `mr` at a time.
 //! A GEMV streams the weights from DRAM once, so its tile is made for the
 //! stream: `nr` 1 (one linear stream, which the hardware prefetcher follows
-//! best), the k loop split over up to four independent accumulators (one
-//! `vpdpbusd` chain per 64 bytes held ~44 GB/s even from L2), and x86
-//! software prefetch [`I8GemmParams::pf`] bytes ahead. Integer sums are
-//! exact in any order, so neither changes a result.
+//! best), the k loop split over up to four independent accumulators on x86
+//! (one `vpdpbusd` chain per 64 bytes held ~44 GB/s even from L2), and
+//! software prefetch [`I8GemmParams::pf`] bytes ahead (x86 and NEON).
+//! Integer sums are exact in any order, so neither changes a result.
 //!
 //! Accumulators are exact while `k · 128 · 255 < 2³¹` (the VNNI offset
 //! trick's worst case), so `k` is limited to [`MAX_K`].
@@ -201,20 +201,20 @@ pub struct I8GemmParams {
     pub mr: usize,
     /// Weight rows (output channels) per tile: 1, 2 or 4.
     pub nr: usize,
-    /// How many bytes ahead in each weight row the x86 tiles prefetch (0:
-    /// none), one of [`PREFETCHES`]. A GEMV streams its weights from DRAM
-    /// once, and one core's hardware prefetcher keeps too few lines in
-    /// flight for the `nr` row streams: at 1×14336×4096, one thread, `nr` 1
-    /// went from ~10 to ~40 GB/s with 8 KiB. The best distance depends on
-    /// `nr`, `k` and the memory system, so it is tuned. NEON and scalar
-    /// ignore it. Tables from before it existed read as 0, what those
-    /// kernels did.
+    /// How many bytes ahead in each weight row the x86 and NEON tiles
+    /// prefetch (0: none), one of [`PREFETCHES`]. A GEMV streams its
+    /// weights from DRAM once, and one core's hardware prefetcher keeps too
+    /// few lines in flight for the `nr` row streams: on x86 at 1×14336×4096,
+    /// one thread, `nr` 1 went from ~10 to ~40 GB/s with 8 KiB. The best
+    /// distance depends on `nr`, `k` and the memory system (on ARM it is
+    /// unmeasured), so it is tuned. Scalar ignores it. Tables from before
+    /// it existed read as 0, what those kernels did.
     #[serde(default)]
     pub pf: usize,
 }
 
-/// The prefetch distances (bytes ahead in a weight row) the x86 tiles are
-/// tuned over.
+/// The prefetch distances (bytes ahead in a weight row) the x86 and NEON
+/// tiles are tuned over.
 pub const PREFETCHES: [usize; 4] = prefetch::BYTE_DISTANCES;
 
 /// What [`I8GemmParams`] are chosen for.
@@ -236,7 +236,8 @@ impl Tunable for I8GemmParams {
     /// so `nr` drops to 2 when four rows would not fit in half of L1D.
     /// A GEMV (m = 1) reuses nothing: it reads one row at a time (`nr` 1,
     /// with four accumulators), a single linear stream the prefetcher
-    /// follows best, prefetched 8 KiB ahead on x86.
+    /// follows best, prefetched 8 KiB ahead on x86 (NEON starts at no
+    /// prefetch: no distance was measured on ARM; the tuner times them).
     fn default_for(shape: &I8GemmShape, cpu: &CpuCaps) -> Self {
         let pf = prefetch::default_bytes(Isa::best_of(variants()));
         if shape.m <= 1 {
@@ -305,7 +306,7 @@ impl Default for I8GemmParams {
 /// A micro-tile: `acc[r·nr + c] = Σ_t a[r·k + t] · w[c·k + t]`.
 /// Arguments: activation rows, weight rows, weight-row sums, k, `(mr, nr)`,
 /// the prefetch distance in bytes
-/// ([`I8GemmParams::pf`]), read by the x86 tiles only.
+/// ([`I8GemmParams::pf`]), read by the x86 and NEON tiles.
 type TileFn = unsafe fn(&[i8], &[i8], &[i32], usize, (usize, usize), usize, &mut [i32; 8]);
 
 /// A raw pointer shared by workers that write disjoint elements.
@@ -409,22 +410,20 @@ impl I8Gemm {
             Isa::Avx512 => avx512::tile,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => avx512::tile_vnni512,
-            // The NEON tiles do not prefetch (no ARM machine here to tune
-            // a distance on); they ignore `pf`.
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => |a, w, s, k, (mr, nr), _pf, acc| {
+            Isa::Neon => |a, w, s, k, (mr, nr), pf, acc| {
                 // SAFETY: forwarded; `check` verified the ISA.
-                unsafe { neon::tile(a, w, s, k, mr, nr, acc) }
+                unsafe { neon::tile(a, w, s, k, (mr, nr), pf, acc) }
             },
             #[cfg(target_arch = "aarch64")]
-            Isa::NeonDotprod => |a, w, s, k, (mr, nr), _pf, acc| {
+            Isa::NeonDotprod => |a, w, s, k, (mr, nr), pf, acc| {
                 // SAFETY: forwarded; `check` verified the ISA.
-                unsafe { dotprod::tile(a, w, s, k, mr, nr, acc) }
+                unsafe { dotprod::tile(a, w, s, k, (mr, nr), pf, acc) }
             },
             #[cfg(target_arch = "aarch64")]
-            Isa::NeonI8mm => |a, w, s, k, (mr, nr), _pf, acc| {
+            Isa::NeonI8mm => |a, w, s, k, (mr, nr), pf, acc| {
                 // SAFETY: forwarded; `check` verified the ISA.
-                unsafe { i8mm::tile(a, w, s, k, mr, nr, acc) }
+                unsafe { i8mm::tile(a, w, s, k, (mr, nr), pf, acc) }
             },
             _ => |a, w, s, k, (mr, nr), _pf, acc| scalar::tile(a, w, s, k, mr, nr, acc),
         }
@@ -530,9 +529,9 @@ impl I8Gemm {
     }
 }
 
-/// Requests (x86) byte `at + pf` of each of the `NR` weight rows of `k`
-/// bytes (`pf` = 0: nothing); the x86 tiles call it once per 64 bytes.
-#[cfg(target_arch = "x86_64")]
+/// Requests byte `at + pf` of each of the `NR` weight rows of `k` bytes
+/// (`pf` = 0: nothing); the SIMD tiles call it once per 64 bytes.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline]
 fn prefetch_rows<const NR: usize>(w: &[i8], k: usize, at: usize, pf: usize) {
     if pf > 0 {
@@ -558,6 +557,39 @@ fn unrolled<const U: usize>(end: usize, width: usize, mut step: impl FnMut(usize
     while t < end {
         step(0, t);
         t += width;
+    }
+}
+
+/// Runs `step(t)` for `t = 0, W, 2·W, … < end` (`W` divides 64, `end ≤ k`),
+/// and `ahead(t)` before the steps of each 64 bytes `t` of a `k`-byte row,
+/// including the 64 bytes that only the tile's scalar tail reads: the NEON
+/// tiles' loop, which requests each line of their rows once. A full 64
+/// bytes is `64 / W` steps with a constant count, so it unrolls.
+#[cfg(any(target_arch = "aarch64", test))]
+#[inline(always)]
+fn by_lines<const W: usize>(
+    k: usize,
+    end: usize,
+    mut ahead: impl FnMut(usize),
+    mut step: impl FnMut(usize),
+) {
+    debug_assert!(64 % W == 0 && end <= k);
+    let mut t = 0;
+    while t + 64 <= end {
+        ahead(t);
+        for u in 0..64 / W {
+            step(t + u * W);
+        }
+        t += 64;
+    }
+    while t < k {
+        ahead(t);
+        let mut s = t;
+        while s < end.min(t + 64) {
+            step(s);
+            s += W;
+        }
+        t += 64;
     }
 }
 

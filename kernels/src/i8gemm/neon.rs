@@ -3,8 +3,10 @@
 //! 16 int8 pairs per step: `smull`/`smull2` give eight exact i16 products
 //! each (|p| ≤ 128·128 = 16384) and `sadalp` pairwise-adds them into the
 //! i32 accumulator, so nothing saturates even for −128·−128. The k tail
-//! (< 16) is a scalar loop.
+//! (< 16) is a scalar loop. Each 64 bytes of the weight rows first request
+//! their bytes `pf` further on (`prfm`, see [`super::by_lines`]).
 
+use super::{by_lines, prefetch_rows};
 use std::arch::aarch64::*;
 
 /// # Safety
@@ -14,14 +16,15 @@ unsafe fn tile_neon<const MR: usize, const NR: usize>(
     a: &[i8],
     w: &[i8],
     k: usize,
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     debug_assert!(a.len() >= MR * k && w.len() >= NR * k);
     let mut v = [[vdupq_n_s32(0); NR]; MR];
     let kv = k / 16 * 16;
-    let mut t = 0;
-    while t < kv {
-        // SAFETY: t + 16 <= k keeps each load inside its row.
+    // Bytes t..t + 16 of every row.
+    let step = |t: usize| {
+        // SAFETY: t + 16 <= kv <= k keeps each load inside its row.
         let wv: [int8x16_t; NR] =
             std::array::from_fn(|c| unsafe { vld1q_s8(w.as_ptr().add(c * k + t)) });
         for (r, vr) in v.iter_mut().enumerate() {
@@ -33,8 +36,8 @@ unsafe fn tile_neon<const MR: usize, const NR: usize>(
                 *vc = vpadalq_s16(vpadalq_s16(*vc, lo), hi);
             }
         }
-        t += 16;
-    }
+    };
+    by_lines::<16>(k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
     for r in 0..MR {
         for c in 0..NR {
             let tail: i32 = (kv..k)
@@ -45,7 +48,8 @@ unsafe fn tile_neon<const MR: usize, const NR: usize>(
     }
 }
 
-/// NEON tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`.
+/// NEON tile for `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching `pf` bytes
+/// ahead in each weight row.
 ///
 /// # Safety
 /// Needs NEON; `a` holds `mr` rows of `k`, `w` holds `nr` rows of `k`.
@@ -54,19 +58,19 @@ pub unsafe fn tile(
     w: &[i8],
     _wsum: &[i32],
     k: usize,
-    mr: usize,
-    nr: usize,
+    (mr, nr): (usize, usize),
+    pf: usize,
     acc: &mut [i32; 8],
 ) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match (mr, nr) {
-            (1, 1) => tile_neon::<1, 1>(a, w, k, acc),
-            (1, 2) => tile_neon::<1, 2>(a, w, k, acc),
-            (1, 4) => tile_neon::<1, 4>(a, w, k, acc),
-            (2, 1) => tile_neon::<2, 1>(a, w, k, acc),
-            (2, 2) => tile_neon::<2, 2>(a, w, k, acc),
-            _ => tile_neon::<2, 4>(a, w, k, acc),
+            (1, 1) => tile_neon::<1, 1>(a, w, k, pf, acc),
+            (1, 2) => tile_neon::<1, 2>(a, w, k, pf, acc),
+            (1, 4) => tile_neon::<1, 4>(a, w, k, pf, acc),
+            (2, 1) => tile_neon::<2, 1>(a, w, k, pf, acc),
+            (2, 2) => tile_neon::<2, 2>(a, w, k, pf, acc),
+            _ => tile_neon::<2, 4>(a, w, k, pf, acc),
         }
     }
 }

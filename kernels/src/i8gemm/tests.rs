@@ -307,10 +307,73 @@ fn params_contract() {
         assert!(c.iter().all(|p| p.validate().is_ok()));
         // A GEMV has one activation row: no 2-row tiles to time.
         assert_eq!(c.iter().any(|p| p.mr == 2), shape.m >= 2);
+        // The x86 and NEON tiles prefetch: every distance is timed. Only
+        // x86 has a measured default.
+        let best = Isa::best_of(variants());
+        for pf in PREFETCHES {
+            let timed = c.iter().any(|p| p.pf == pf);
+            assert_eq!(timed, pf == 0 || best != Isa::Scalar, "{best} pf {pf}");
+        }
+        let x86 = matches!(
+            best,
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+        );
+        assert_eq!(d.pf, if x86 { 8192 } else { 0 }, "{best}");
     }
+    // Every aarch64 CPU has NEON, so ARM always times the distances.
+    #[cfg(target_arch = "aarch64")]
+    assert!(matches!(
+        Isa::best_of(variants()),
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm
+    ));
     let ok = I8GemmParams::default();
     assert!(I8GemmParams { pf: 100, ..ok }.validate().is_err());
     // Tables from before `pf` existed read as no prefetch.
     let old: I8GemmParams = serde_json::from_str(r#"{"mr":2,"nr":4}"#).unwrap();
     assert_eq!(old.pf, 0);
+}
+
+/// The NEON tiles' walk: every step once, in order, and one line request
+/// per 64 bytes of the row, each before the steps it covers, including the
+/// 64 bytes only the scalar tail reads (k = 257: kv = 256).
+#[test]
+fn by_lines_steps_once_and_requests_each_line_once() {
+    fn walk<const W: usize>(k: usize) -> Vec<(char, usize)> {
+        let kv = k / W * W;
+        let log = std::cell::RefCell::new(Vec::new());
+        by_lines::<W>(
+            k,
+            kv,
+            |t| log.borrow_mut().push(('p', t)),
+            |t| log.borrow_mut().push(('s', t)),
+        );
+        log.into_inner()
+    }
+    fn check<const W: usize>(k: usize) {
+        let kv = k / W * W;
+        let log = walk::<W>(k);
+        let steps: Vec<usize> = log.iter().filter(|e| e.0 == 's').map(|e| e.1).collect();
+        let want: Vec<usize> = (0..kv).step_by(W).collect();
+        assert_eq!(steps, want, "W{W} k{k} steps");
+        let reqs: Vec<usize> = log.iter().filter(|e| e.0 == 'p').map(|e| e.1).collect();
+        assert_eq!(
+            reqs,
+            (0..k).step_by(64).collect::<Vec<_>>(),
+            "W{W} k{k} requests"
+        );
+        // Each step comes after the request of its 64 bytes.
+        let mut line = None;
+        for &(what, t) in &log {
+            match what {
+                'p' => line = Some(t),
+                _ => assert_eq!(line, Some(t / 64 * 64), "W{W} k{k} step {t}"),
+            }
+        }
+    }
+    for k in [
+        0, 1, 7, 8, 15, 16, 63, 64, 65, 100, 128, 130, 255, 256, 257, 520, 1000,
+    ] {
+        check::<16>(k);
+        check::<8>(k);
+    }
 }

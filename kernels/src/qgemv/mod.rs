@@ -127,14 +127,14 @@ pub struct QGemvParams {
     /// Rows computed together, sharing each load (and, for W·A32, each
     /// conversion) of an activation block: 1, 2 or 4.
     pub rows_per_block: usize,
-    /// How many bytes ahead of each row group the x86 variants prefetch
-    /// the weights (0: none), one of [`PREFETCHES`]. A GGUF tensor's rows
-    /// are contiguous, so the weights are one linear stream; before each
-    /// group of rows the next group's bytes `pf` further on are
+    /// How many bytes ahead of each row group the x86 and NEON variants
+    /// prefetch the weights (0: none), one of [`PREFETCHES`]. A GGUF
+    /// tensor's rows are contiguous, so the weights are one linear stream;
+    /// before each group of rows the next group's bytes `pf` further on are
     /// requested, which keeps more lines in flight than one core's
-    /// hardware prefetcher does (see [`drive`]). NEON and scalar ignore
-    /// it. Tables from before it existed read as 0, what those kernels
-    /// did.
+    /// hardware prefetcher does (see [`drive`]; the best distance is
+    /// unmeasured on ARM, so it is tuned). Scalar ignores it. Tables from
+    /// before it existed read as 0, what those kernels did.
     #[serde(default)]
     pub pf: usize,
 }
@@ -142,8 +142,8 @@ pub struct QGemvParams {
 /// The allowed `rows_per_block` values (each has a compiled micro-kernel).
 pub const ROWS_PER_BLOCK: [usize; 3] = [1, 2, 4];
 
-/// The prefetch distances (bytes) the x86 variants are tuned over (the
-/// prefetch is issued by the shared driver, on x86 only).
+/// The prefetch distances (bytes) the x86 and NEON variants are tuned over
+/// (the prefetch is issued by the shared driver, which they all run).
 pub const PREFETCHES: [usize; 4] = prefetch::BYTE_DISTANCES;
 
 /// What [`QGemvParams`] are chosen for.
@@ -166,7 +166,8 @@ impl Tunable for QGemvParams {
     /// AVX2, the smallest). The R weight streams plus `x` must stay in L1D
     /// between blocks; when `x` alone exceeds half of L1D the extra streams
     /// start evicting it, and R = 2 is the safer start. On x86 the stream
-    /// is prefetched 8 KiB ahead.
+    /// is prefetched 8 KiB ahead (NEON starts at no prefetch: no distance
+    /// was measured on ARM; the tuner times them).
     fn default_for(shape: &QGemvShape, cpu: &CpuCaps) -> Self {
         let x_bytes = match shape.mode {
             QMode::A32 => 4 * shape.k,
@@ -359,7 +360,7 @@ pub(crate) unsafe fn drive<B, X>(
     }
 }
 
-/// Requests (x86) bytes `at .. at + len` of `w` `pf` bytes further on
+/// Requests bytes `at .. at + len` of `w` `pf` bytes further on
 /// (`pf` = 0: nothing): consecutive row groups request consecutive
 /// ranges, so the tensor is requested once, `pf` bytes ahead of the rows
 /// being read.
