@@ -1,16 +1,15 @@
 //! Software prefetch shared by the streaming families: the I8 GEMV, the
 //! per-row quantized GEMV and the LM head (byte distances), and the
-//! quantized GEMM (which variants read its block distance).
+//! quantized GEMM (its own block distance; which variants read it).
 //!
 //! A decode GEMV reads its weights once from DRAM, and one core's hardware
 //! prefetcher keeps too few lines in flight for it on the machines measured
-//! (docs/PERF.md, fifth run). So the SIMD variants of the three byte-distance
-//! families request lines a tuned distance ahead: `prefetcht0` on x86,
+//! (docs/PERF.md, fifth run). So the SIMD variants of every streaming
+//! family request lines a tuned distance ahead: `prefetcht0` on x86,
 //! `prfm pldl1keep` on aarch64. ARM targets are often in-order cores
 //! (Cortex-A53/A55) with weak hardware prefetchers, and no ARM machine was
 //! measured here, so the NEON variants default to no prefetch and the tuner
-//! times every distance on the real hardware. The quantized GEMM's NEON
-//! tiles do not prefetch; only its x86 tiles read its block distance.
+//! times every distance on the real hardware.
 
 use crate::{Isa, KernelError, Result};
 
@@ -22,20 +21,18 @@ pub(crate) const BYTE_DISTANCES: [usize; 4] = [0, 4096, 8192, 16384];
 /// the distances for one linear stream here (I8 GEMV, 1×14336×4096).
 const DEFAULT_BYTES: usize = 8192;
 
-/// Whether `isa`'s quantized GEMM tiles read its block distance (the x86
-/// ones), and where the byte-distance families default to [`DEFAULT_BYTES`]
-/// (measured on x86 only).
+/// Whether `isa`'s variants read a prefetch distance: every SIMD one, x86
+/// and NEON (the scalar references do not prefetch).
 pub(crate) fn reads(isa: Isa) -> bool {
+    isa != Isa::Scalar
+}
+
+/// Whether a default distance was measured for `isa` (the x86 ones).
+pub(crate) fn measured(isa: Isa) -> bool {
     matches!(
         isa,
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
     )
-}
-
-/// Whether `isa`'s variants of the byte-distance families (I8 GEMV, per-row
-/// quantized GEMV, LM head) read their `pf`: every SIMD one, x86 and NEON.
-pub(crate) fn reads_bytes(isa: Isa) -> bool {
-    reads(isa) || matches!(isa, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm)
 }
 
 /// The default byte distance for a family whose best variant is `isa`:
@@ -43,17 +40,13 @@ pub(crate) fn reads_bytes(isa: Isa) -> bool {
 /// measured, so the untuned kernels stream as they always did and the
 /// tuner decides on the hardware.
 pub(crate) fn default_bytes(isa: Isa) -> usize {
-    if reads(isa) { DEFAULT_BYTES } else { 0 }
+    if measured(isa) { DEFAULT_BYTES } else { 0 }
 }
 
 /// The byte distances worth timing for a family whose best variant is
 /// `isa` (only 0 where it ignores them: scalar).
 pub(crate) fn byte_candidates(isa: Isa) -> &'static [usize] {
-    if reads_bytes(isa) {
-        &BYTE_DISTANCES
-    } else {
-        &[0]
-    }
+    if reads(isa) { &BYTE_DISTANCES } else { &[0] }
 }
 
 /// Checks a tuned byte distance.
@@ -131,8 +124,8 @@ mod tests {
         assert_eq!(buf, [7u8; 256]);
     }
 
-    /// Every SIMD variant reads the byte distance; only the x86 ones read
-    /// the quantized GEMM's block distance and default to 8 KiB.
+    /// Every SIMD variant reads a distance; only the x86 ones, where it was
+    /// measured, default to 8 KiB.
     #[test]
     fn which_isas_read_which_distance() {
         for isa in Isa::ALL {
@@ -141,8 +134,8 @@ mod tests {
                 Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
             );
             let neon = matches!(isa, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm);
-            assert_eq!(reads(isa), x86, "{isa}");
-            assert_eq!(reads_bytes(isa), x86 || neon, "{isa}");
+            assert_eq!(reads(isa), x86 || neon, "{isa}");
+            assert_eq!(measured(isa), x86, "{isa}");
             let want: &[usize] = if x86 || neon { &BYTE_DISTANCES } else { &[0] };
             assert_eq!(byte_candidates(isa), want, "{isa}");
             assert_eq!(default_bytes(isa), if x86 { DEFAULT_BYTES } else { 0 });

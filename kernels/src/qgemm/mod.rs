@@ -237,11 +237,6 @@ fn default_pf() -> usize {
     16
 }
 
-/// Whether `isa`'s tiles read [`QGemmParams::pf`] (every SIMD variant).
-fn prefetches(isa: Isa) -> bool {
-    isa != Isa::Scalar
-}
-
 /// What [`QGemmParams`] are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QGemmShape {
@@ -269,6 +264,7 @@ impl QGemmParams {
             Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (8, 4, 0),
             Isa::Scalar => (8, 4, 0),
         };
+        debug_assert!(pf == 0 || prefetch::measured(isa));
         let mr = MRS
             .iter()
             .copied()
@@ -287,7 +283,11 @@ impl QGemmParams {
     /// × the prefetch distances and k-unrolls it reads.
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
-        let pfs: &[usize] = if prefetches(isa) { &PREFETCHES } else { &[0] };
+        let pfs: &[usize] = if prefetch::reads(isa) {
+            &PREFETCHES
+        } else {
+            &[0]
+        };
         for &nr in interleaves(isa) {
             for &mr in &MRS {
                 for &pf in pfs {

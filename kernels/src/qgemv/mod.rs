@@ -132,7 +132,7 @@ pub struct QGemvParams {
     /// tensor's rows are contiguous, so the weights are one linear stream;
     /// before each group of rows the next group's bytes `pf` further on are
     /// requested, which keeps more lines in flight than one core's
-    /// hardware prefetcher does (see [`drive`]; the best distance is
+    /// hardware prefetcher does (see the driver, `drive`; the best distance is
     /// unmeasured on ARM, so it is tuned). Scalar ignores it. Tables from
     /// before it existed read as 0, what those kernels did.
     #[serde(default)]
