@@ -13,7 +13,7 @@
 //! weight sum removes the second term exactly. The k tail is copied into a
 //! zero-padded 32-byte buffer (zero weights contribute nothing).
 
-use super::{prefetch_rows, unrolled};
+use super::prefetch_rows;
 use std::arch::x86_64::*;
 
 #[inline]
@@ -56,7 +56,7 @@ unsafe fn tile_avx2<const MR: usize, const NR: usize, const U: usize>(
         }
     };
     let kv = k / 16 * 16;
-    unrolled::<U>(kv, 16, step);
+    unrolled!(U, kv, 16, step);
     for r in 0..MR {
         for c in 0..NR {
             let tail: i32 = (kv..k)
@@ -101,7 +101,7 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
         }
     };
     let kv = k / 32 * 32;
-    unrolled::<U>(kv, 32, |u, t| {
+    unrolled!(U, kv, 32, |u, t| {
         // SAFETY: t + 32 <= kv <= k keeps every pointer's 32 bytes inside
         // its row.
         let (ap, wp) = unsafe {

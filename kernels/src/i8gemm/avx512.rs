@@ -11,7 +11,7 @@
 //! `k · 255 · 128 < 2³¹` (k ≤ [`super::MAX_K`]). The k tail uses zero-masked
 //! loads (`vmovdqu8{z}`), so no scalar remainder loop is needed.
 
-use super::{prefetch_rows, unrolled};
+use super::prefetch_rows;
 use std::arch::x86_64::*;
 
 /// Mask selecting the first `n` (≤ 64) bytes.
@@ -52,7 +52,7 @@ unsafe fn tile_512<const MR: usize, const NR: usize, const U: usize>(
             }
         }
     };
-    unrolled::<U>(k, 32, step);
+    unrolled!(U, k, 32, step);
     for r in 0..MR {
         for c in 0..NR {
             let s = (1..U).fold(v[0][r][c], |s, u| _mm512_add_epi32(s, v[u][r][c]));
@@ -96,7 +96,7 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
             }
         }
     };
-    unrolled::<U>(k, 64, step);
+    unrolled!(U, k, 64, step);
     for r in 0..MR {
         for c in 0..NR {
             let s = (1..U).fold(v[0][r][c], |s, u| _mm512_add_epi32(s, v[u][r][c]));

@@ -3,10 +3,10 @@
 //! unstable in Rust 1.95, so `sdot` is emitted with `asm!` inside a
 //! `#[target_feature(enable = "dotprod")]` function. The k tail (< 16) is a
 //! scalar loop. Each 64 bytes of the weight rows first request their bytes
-//! `pf` further on (`prfm`, see [`super::by_lines`]). This is also the GEMV
+//! `pf` further on (`prfm`, see `by_lines!` in `mod.rs`). This is also the GEMV
 //! (m = 1) path of the i8mm variant.
 
-use super::{by_lines, prefetch_rows};
+use super::prefetch_rows;
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -54,7 +54,7 @@ unsafe fn tile_sdot<const MR: usize, const NR: usize>(
             }
         }
     };
-    by_lines::<16>(k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
+    by_lines!(16, k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
     for r in 0..MR {
         for c in 0..NR {
             let tail: i32 = (kv..k)

@@ -9,9 +9,9 @@
 //! one activation row (GEMV) would waste half of each `smmla`, so they run
 //! the `sdot` tile instead. The k tail (< 8) is a scalar loop. Each 64
 //! bytes of the weight rows first request their bytes `pf` further on
-//! (`prfm`, see [`super::by_lines`]).
+//! (`prfm`, see `by_lines!` in `mod.rs`).
 
-use super::{by_lines, prefetch_rows};
+use super::prefetch_rows;
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -60,7 +60,7 @@ unsafe fn tile_mmla<const NR: usize>(a: &[i8], w: &[i8], k: usize, pf: usize, ac
             *vp = smmla(*vp, an, vcombine_s8(w0, w1));
         }
     };
-    by_lines::<8>(k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
+    by_lines!(8, k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
     for (p, vp) in v.iter().enumerate().take(pairs) {
         let mut l = [0i32; 4];
         // SAFETY: l holds 4 i32.

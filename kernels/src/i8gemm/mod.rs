@@ -29,6 +29,61 @@
 //! Accumulators are exact while `k · 128 · 255 < 2³¹` (the VNNI offset
 //! trick's worst case), so `k` is limited to [`MAX_K`].
 
+/// Runs `step(u, t)` for `t = 0, width, 2·width, … < end`: rounds of `U`
+/// steps (`u = 0..U`, each on its own accumulator set, so the x86 tiles
+/// keep `U` independent dependency chains), then the steps left on set 0.
+/// A macro, not a function taking the closure: the closure has the tile's
+/// target features, which LLVM does not inline into a featureless helper,
+/// and whether it inlined once the helper itself had changed from build
+/// to build (the AVX2 tiles once compiled to a call per step).
+#[cfg(target_arch = "x86_64")]
+macro_rules! unrolled {
+    ($u:expr, $end:expr, $width:expr, $step:expr) => {{
+        let (end, width, mut step) = ($end, $width, $step);
+        let mut t = 0;
+        while t + width * $u <= end {
+            for u in 0..$u {
+                step(u, t + width * u);
+            }
+            t += width * $u;
+        }
+        while t < end {
+            step(0, t);
+            t += width;
+        }
+    }};
+}
+
+/// Runs `step(t)` for `t = 0, W, 2·W, … < end` (`W` divides 64, `end ≤ k`),
+/// and `ahead(t)` before the steps of each 64 bytes `t` of a `k`-byte row,
+/// then for the lines that only the tile's scalar tail reads: the NEON
+/// tiles' loop, which requests each line of their rows once. A macro with
+/// one call site of `step`, for the reason `unrolled!` is a macro: a step
+/// closure that is not inlined keeps the accumulators in memory.
+#[cfg(any(target_arch = "aarch64", test))]
+macro_rules! by_lines {
+    ($w:expr, $k:expr, $end:expr, $ahead:expr, $step:expr) => {{
+        // The closures are FnMut in the tiles, Fn in some tests.
+        #[allow(unused_mut)]
+        let (k, end, mut ahead, mut step) = ($k, $end, $ahead, $step);
+        debug_assert!(64 % $w == 0 && end <= k);
+        let mut t = 0;
+        while t < end {
+            ahead(t);
+            let stop = (t + 64).min(end);
+            while t < stop {
+                step(t);
+                t += $w;
+            }
+        }
+        let mut line = end.next_multiple_of(64);
+        while line < k {
+            ahead(line);
+            line += 64;
+        }
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -538,58 +593,6 @@ fn prefetch_rows<const NR: usize>(w: &[i8], k: usize, at: usize, pf: usize) {
         for c in 0..NR {
             prefetch::line(w.as_ptr().wrapping_add(c * k + at + pf).cast());
         }
-    }
-}
-
-/// Runs `step(u, t)` for `t = 0, width, 2·width, … < end`: rounds of `U`
-/// steps (`u = 0..U`, each on its own accumulator set, so the x86 tiles
-/// keep `U` independent dependency chains), then the steps left on set 0.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn unrolled<const U: usize>(end: usize, width: usize, mut step: impl FnMut(usize, usize)) {
-    let mut t = 0;
-    while t + width * U <= end {
-        for u in 0..U {
-            step(u, t + width * u);
-        }
-        t += width * U;
-    }
-    while t < end {
-        step(0, t);
-        t += width;
-    }
-}
-
-/// Runs `step(t)` for `t = 0, W, 2·W, … < end` (`W` divides 64, `end ≤ k`),
-/// and `ahead(t)` before the steps of each 64 bytes `t` of a `k`-byte row,
-/// including the 64 bytes that only the tile's scalar tail reads: the NEON
-/// tiles' loop, which requests each line of their rows once. A full 64
-/// bytes is `64 / W` steps with a constant count, so it unrolls.
-#[cfg(any(target_arch = "aarch64", test))]
-#[inline(always)]
-fn by_lines<const W: usize>(
-    k: usize,
-    end: usize,
-    mut ahead: impl FnMut(usize),
-    mut step: impl FnMut(usize),
-) {
-    debug_assert!(64 % W == 0 && end <= k);
-    let mut t = 0;
-    while t + 64 <= end {
-        ahead(t);
-        for u in 0..64 / W {
-            step(t + u * W);
-        }
-        t += 64;
-    }
-    while t < k {
-        ahead(t);
-        let mut s = t;
-        while s < end.min(t + 64) {
-            step(s);
-            s += W;
-        }
-        t += 64;
     }
 }
 

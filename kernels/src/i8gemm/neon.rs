@@ -4,9 +4,9 @@
 //! each (|p| ≤ 128·128 = 16384) and `sadalp` pairwise-adds them into the
 //! i32 accumulator, so nothing saturates even for −128·−128. The k tail
 //! (< 16) is a scalar loop. Each 64 bytes of the weight rows first request
-//! their bytes `pf` further on (`prfm`, see [`super::by_lines`]).
+//! their bytes `pf` further on (`prfm`, see `by_lines!` in `mod.rs`).
 
-use super::{by_lines, prefetch_rows};
+use super::prefetch_rows;
 use std::arch::aarch64::*;
 
 /// # Safety
@@ -37,7 +37,7 @@ unsafe fn tile_neon<const MR: usize, const NR: usize>(
             }
         }
     };
-    by_lines::<16>(k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
+    by_lines!(16, k, kv, |t| prefetch_rows::<NR>(w, k, t, pf), step);
     for r in 0..MR {
         for c in 0..NR {
             let tail: i32 = (kv..k)

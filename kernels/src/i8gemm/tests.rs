@@ -341,12 +341,9 @@ fn by_lines_steps_once_and_requests_each_line_once() {
     fn walk<const W: usize>(k: usize) -> Vec<(char, usize)> {
         let kv = k / W * W;
         let log = std::cell::RefCell::new(Vec::new());
-        by_lines::<W>(
-            k,
-            kv,
-            |t| log.borrow_mut().push(('p', t)),
-            |t| log.borrow_mut().push(('s', t)),
-        );
+        let ahead = |t| log.borrow_mut().push(('p', t));
+        let step = |t| log.borrow_mut().push(('s', t));
+        by_lines!(W, k, kv, ahead, step);
         log.into_inner()
     }
     fn check<const W: usize>(k: usize) {
