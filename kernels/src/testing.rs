@@ -99,3 +99,27 @@ pub fn max_rel_err(got: &[f32], want: &[f32]) -> f32 {
             |a: f32, b| if b.is_nan() { f32::INFINITY } else { a.max(b) },
         )
 }
+
+/// The prefetch contract of a byte-distance family (I8 GEMV, per-row
+/// quantized GEMV, LM head) whose best variant is `best`, given its
+/// untuned default distance and the distances of its candidates: every
+/// SIMD variant prefetches, so all of `distances` are timed (scalar: only
+/// 0), and the default is 8 KiB on x86, where it was measured, and 0
+/// elsewhere (ARM: no distance was measured, the tuner picks one).
+pub fn assert_prefetch_contract(
+    best: crate::Isa,
+    default_pf: usize,
+    timed: &[usize],
+    distances: &[usize],
+) {
+    use crate::Isa;
+    for &pf in distances {
+        let want = pf == 0 || best != Isa::Scalar;
+        assert_eq!(timed.contains(&pf), want, "{best}: pf {pf} timed?");
+    }
+    let x86 = matches!(
+        best,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+    );
+    assert_eq!(default_pf, if x86 { 8192 } else { 0 }, "{best}: default pf");
+}

@@ -307,18 +307,14 @@ fn params_candidates_are_valid_and_contain_the_default() {
                 );
                 assert!(c.iter().all(|p| p.validate().is_ok()));
                 assert!(d.rows_per_block <= n.max(1));
-                // The x86 and NEON variants prefetch: every distance is
-                // timed. Only x86 has a measured default.
                 let best = Isa::best_of(variants(format, mode));
-                for pf in PREFETCHES {
-                    let timed = c.iter().any(|p| p.pf == pf);
-                    assert_eq!(timed, pf == 0 || best != Isa::Scalar, "{best} pf {pf}");
-                }
-                let x86 = matches!(
+                let timed: Vec<usize> = c.iter().map(|p| p.pf).collect();
+                tiletune_kernels::testing::assert_prefetch_contract(
                     best,
-                    Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+                    d.pf,
+                    &timed,
+                    &PREFETCHES,
                 );
-                assert_eq!(d.pf, if x86 { 8192 } else { 0 }, "{best}");
                 #[cfg(target_arch = "aarch64")]
                 assert!(matches!(best, Isa::Neon | Isa::NeonDotprod), "{best}");
             }

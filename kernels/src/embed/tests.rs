@@ -232,15 +232,9 @@ fn bad_input_is_an_error() {
         LmHeadParams::candidates(&shape, &cpu),
     );
     assert!(c.contains(&d));
-    // The x86 and NEON kernels prefetch: every distance is timed. Only x86
-    // has a measured default.
     let best = Isa::best_of(variants());
-    for pf in PREFETCHES {
-        let timed = c.iter().any(|p| p.pf == pf);
-        assert_eq!(timed, pf == 0 || best != Isa::Scalar, "{best} pf {pf}");
-    }
-    let x86 = matches!(best, Isa::Avx2 | Isa::Avx512);
-    assert_eq!(d.pf, if x86 { 8192 } else { 0 }, "{best}");
+    let timed: Vec<usize> = c.iter().map(|p| p.pf).collect();
+    crate::testing::assert_prefetch_contract(best, d.pf, &timed, &PREFETCHES);
     #[cfg(target_arch = "aarch64")]
     assert_eq!(best, Isa::Neon);
     // Tables from before `pf` existed read as no prefetch.

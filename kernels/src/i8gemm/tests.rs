@@ -307,18 +307,13 @@ fn params_contract() {
         assert!(c.iter().all(|p| p.validate().is_ok()));
         // A GEMV has one activation row: no 2-row tiles to time.
         assert_eq!(c.iter().any(|p| p.mr == 2), shape.m >= 2);
-        // The x86 and NEON tiles prefetch: every distance is timed. Only
-        // x86 has a measured default.
-        let best = Isa::best_of(variants());
-        for pf in PREFETCHES {
-            let timed = c.iter().any(|p| p.pf == pf);
-            assert_eq!(timed, pf == 0 || best != Isa::Scalar, "{best} pf {pf}");
-        }
-        let x86 = matches!(
-            best,
-            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+        let timed: Vec<usize> = c.iter().map(|p| p.pf).collect();
+        crate::testing::assert_prefetch_contract(
+            Isa::best_of(variants()),
+            d.pf,
+            &timed,
+            &PREFETCHES,
         );
-        assert_eq!(d.pf, if x86 { 8192 } else { 0 }, "{best}");
     }
     // Every aarch64 CPU has NEON, so ARM always times the distances.
     #[cfg(target_arch = "aarch64")]
