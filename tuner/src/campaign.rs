@@ -45,6 +45,11 @@ pub trait KernelProblem: Send {
     fn run(&mut self, i: usize);
     /// Bytes moved and flops done by one run, for GB/s and GFLOP/s.
     fn work(&self) -> Work;
+    /// Frees what only timing needed (the weight copies a cold-cache
+    /// timing rotates through); the campaign calls it when it is done with
+    /// the problem, so it holds one problem's copies at a time. A later
+    /// run makes them again.
+    fn release(&mut self) {}
 }
 
 /// Work done by one run of a problem.
@@ -273,6 +278,7 @@ pub fn run_campaign(
         {
             note = Some(format!("could not store the selection: {e}"));
         }
+        problem.release();
         let report = ProblemReport {
             problem: spec,
             selection,
@@ -487,6 +493,11 @@ mod tests {
     struct Tracked {
         inner: Fake,
         current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        /// Releases so far, and runs after one (both should end 1 and 0).
+        released: std::sync::Arc<(
+            std::sync::atomic::AtomicUsize,
+            std::sync::atomic::AtomicUsize,
+        )>,
     }
     impl KernelProblem for Tracked {
         fn spec(&self) -> &Problem {
@@ -505,11 +516,20 @@ mod tests {
             self.inner.tolerance()
         }
         fn run(&mut self, i: usize) {
-            self.current.store(i, std::sync::atomic::Ordering::Relaxed);
+            use std::sync::atomic::Ordering::Relaxed;
+            if self.released.0.load(Relaxed) > 0 {
+                self.released.1.fetch_add(1, Relaxed);
+            }
+            self.current.store(i, Relaxed);
             self.inner.run(i)
         }
         fn work(&self) -> Work {
             Work::default()
+        }
+        fn release(&mut self) {
+            self.released
+                .0
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -517,9 +537,11 @@ mod tests {
         let f = fake(6);
         let times = std::cell::RefCell::new(f.times.clone());
         let cur = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let released = std::sync::Arc::default();
         let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
             inner: f,
             current: cur.clone(),
+            released: std::sync::Arc::clone(&released),
         })];
         let mut m = FakeMeasure(&times, cur);
         let cfg = CampaignConfig {
@@ -527,6 +549,12 @@ mod tests {
             budget: None,
         };
         let r = run_campaign(&mut problems, &cfg, &mut m, store, &mut ());
+        // The campaign frees each problem's timing copies once, after its
+        // last run.
+        let (releases, runs_after) = (&released.0, &released.1);
+        use std::sync::atomic::Ordering::Relaxed;
+        assert_eq!(releases.load(Relaxed), 1, "{strategy:?}");
+        assert_eq!(runs_after.load(Relaxed), 0, "{strategy:?}");
         (r, store.records)
     }
 
@@ -594,6 +622,7 @@ mod tests {
             let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
                 inner: fake(6),
                 current: cur.clone(),
+                released: std::sync::Arc::default(),
             })];
             let cfg = CampaignConfig {
                 strategy: Strategy::Exhaustive,

@@ -223,18 +223,83 @@ impl WeightElem for f16 {
 /// different L3 slices (a Zen CCD each), and a 2-thread run rotating through
 /// 2× one slice was then partly served from the two slices together
 /// (docs/PERF.md, fourth run: "cold" GEMVs above the measured bandwidth).
+///
+/// No small cap: with at most 64 copies a small decode GEMV (SmolLM2's
+/// 192×576 Q4_1, 69 KB) rotated through 4.4 MB, inside the LLC, where one
+/// thread beat two by 3×; in the model, which streams every weight from
+/// DRAM, that one-thread pick made decode ~8% slower (docs/PERF.md, sixth
+/// run). [`Copies`] makes them only while the problem is timed.
 fn cold_copies(bytes: usize, caps: &CpuCaps) -> usize {
     (2 * caps.l3.max(caps.l2) * caps.cores.max(1))
         .div_ceil(bytes.max(1))
-        .clamp(1, 64)
+        .max(1)
+}
+
+/// The weight copies a cold-cache timing rotates through: made on first use
+/// (a validation, before anything is timed) and dropped again by
+/// [`Copies::release`] when the campaign is done with the problem, so a
+/// campaign holds one problem's copies at a time, not every problem's.
+pub(crate) struct Copies<T: Clone> {
+    copies: Vec<T>,
+    want: usize,
+    next: usize,
+}
+
+impl<T: Clone> Copies<T> {
+    /// `want` copies of `first` (1: a single, cache-warm copy).
+    pub(crate) fn new(first: T, want: usize) -> Self {
+        Copies {
+            copies: vec![first],
+            want: want.max(1),
+            next: 0,
+        }
+    }
+
+    /// The first copy, for validation, which runs before any timing:
+    /// the missing copies are made here, so no timed run pays for them.
+    pub(crate) fn first(&mut self) -> &T {
+        self.fill();
+        &self.copies[0]
+    }
+
+    /// The first copy, without making any.
+    pub(crate) fn peek(&self) -> &T {
+        &self.copies[0]
+    }
+
+    /// The copy the next timed run reads, in rotation.
+    pub(crate) fn next(&mut self) -> &T {
+        self.fill();
+        self.next = (self.next + 1) % self.copies.len();
+        &self.copies[self.next]
+    }
+
+    /// Makes the missing copies.
+    fn fill(&mut self) {
+        while self.copies.len() < self.want {
+            self.copies.push(self.copies[0].clone());
+        }
+    }
+
+    /// Drops every copy but the first; the next use makes them again.
+    pub(crate) fn release(&mut self) {
+        self.copies.truncate(1);
+        self.copies.shrink_to_fit();
+        self.next = 0;
+    }
+
+    /// How many copies are held now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.copies.len()
+    }
 }
 
 struct GemvProblem<W: WeightElem> {
     spec: Problem,
     shape: GemvShape,
     /// Rotated weight copies (cold-cache timing).
-    w: Vec<Vec<W>>,
-    next: usize,
+    w: Copies<Vec<W>>,
     x: Vec<f32>,
     y: Vec<f32>,
     reference: Vec<f32>,
@@ -291,7 +356,7 @@ where
         } else {
             1
         };
-        let w = vec![w0; copies];
+        let w = Copies::new(w0, copies);
         let cands = cfgs
             .iter()
             .map(|c| candidate(c.isa, &c.params, c.threads))
@@ -300,7 +365,6 @@ where
             spec,
             shape,
             w,
-            next: 0,
             x,
             y: vec![0.0; shape.n],
             reference,
@@ -336,32 +400,19 @@ fn candidate_named<P: serde::Serialize>(variant: &str, params: &P, threads: usiz
 
 /// Dispatch to the right typed entry point.
 trait GemvCall {
-    fn call(&mut self, copy: usize, cfg: &GemvConfig) -> tiletune_kernels::Result<()>;
+    /// Runs `cfg` on the first weight copy, or with `next` on the next one.
+    fn call(&mut self, next: bool, cfg: &GemvConfig) -> tiletune_kernels::Result<()>;
 }
 impl GemvCall for GemvProblem<f32> {
-    fn call(&mut self, copy: usize, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
-        gemv::gemv_f32(
-            &self.w[copy],
-            &self.x,
-            None,
-            &mut self.y,
-            self.shape,
-            false,
-            cfg,
-        )
+    fn call(&mut self, next: bool, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
+        let w = if next { self.w.next() } else { self.w.first() };
+        gemv::gemv_f32(w, &self.x, None, &mut self.y, self.shape, false, cfg)
     }
 }
 impl GemvCall for GemvProblem<f16> {
-    fn call(&mut self, copy: usize, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
-        gemv::gemv_f16_f32(
-            &self.w[copy],
-            &self.x,
-            None,
-            &mut self.y,
-            self.shape,
-            false,
-            cfg,
-        )
+    fn call(&mut self, next: bool, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
+        let w = if next { self.w.next() } else { self.w.first() };
+        gemv::gemv_f16_f32(w, &self.x, None, &mut self.y, self.shape, false, cfg)
     }
 }
 
@@ -381,7 +432,7 @@ where
     fn validate(&mut self, i: usize) -> Result<f32, String> {
         let cfg = self.cfgs[i];
         self.y.fill(f32::NAN);
-        self.call(0, &cfg).map_err(|e| e.to_string())?;
+        self.call(false, &cfg).map_err(|e| e.to_string())?;
         Ok(max_rel_err(&self.y, &self.reference) / (self.shape.k.max(1) as f32).sqrt())
     }
     fn tolerance(&self) -> f32 {
@@ -392,9 +443,11 @@ where
     }
     fn run(&mut self, i: usize) {
         let cfg = self.cfgs[i];
-        self.next = (self.next + 1) % self.w.len();
         // Validation already proved this candidate runs on this shape.
-        let _ = self.call(self.next, &cfg);
+        let _ = self.call(true, &cfg);
+    }
+    fn release(&mut self) {
+        self.w.release();
     }
     fn work(&self) -> Work {
         let (n, k) = (self.shape.n as u64, self.shape.k as u64);
@@ -565,6 +618,39 @@ mod tests {
 
     fn machine() -> Machine {
         Machine::small_for_tests(7)
+    }
+
+    /// A small tensor rotates through twice the LLC of every core like a
+    /// large one (no copy cap), and the copies exist only between the
+    /// first use and `release`.
+    #[test]
+    fn cold_copies_exceed_the_cache_and_live_only_while_timed() {
+        let caps = machine().caps;
+        let want = 2 * caps.l3 * caps.cores;
+        for bytes in [100, 69 << 10, 3 << 20] {
+            let n = cold_copies(bytes, &caps);
+            assert!(n * bytes >= want, "{bytes} B x {n}");
+            assert!(
+                (n - 1) * bytes < want.max(bytes),
+                "{bytes} B x {n}: one too many"
+            );
+        }
+        let mut c = Copies::new(vec![7u8; 100], 5);
+        assert_eq!(c.held(), 1);
+        assert_eq!(c.peek().len(), 100);
+        assert_eq!(c.held(), 1, "peek makes no copy");
+        assert_eq!(c.first()[0], 7);
+        assert_eq!(c.held(), 5);
+        // The timed runs visit every copy in turn.
+        let seen: Vec<*const u8> = (0..5).map(|_| c.next().as_ptr()).collect();
+        let mut distinct = seen.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 5);
+        c.release();
+        assert_eq!(c.held(), 1);
+        c.next();
+        assert_eq!(c.held(), 5, "used again after release: made again");
     }
 
     #[test]

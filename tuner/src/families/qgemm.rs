@@ -18,7 +18,7 @@
 //! inside the timed run, as the runtime does per call; weights are repacked
 //! once per interleave outside it (the runtime repacks at load).
 
-use super::{Machine, candidate_named, thread_counts};
+use super::{Copies, Machine, candidate_named, thread_counts};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
 use tiletune_kernels::qgemm::{self, PackedQ, QGemm, QGemmParams, QGemmShape};
@@ -101,14 +101,14 @@ pub(super) struct QGemmTune {
     m: usize,
     n: usize,
     k: usize,
-    /// GGUF weight copies (the per-row GEMV reads these).
-    w: Vec<Vec<u8>>,
-    /// Per copy, the weights repacked for each interleave a candidate reads.
-    packed: Vec<Vec<PackedQ>>,
-    /// The copy the next timed run reads: rotating through more memory
-    /// than the last-level cache times weights streamed from DRAM, as the
-    /// runtime's decode reads them (a model does not fit the cache).
-    next: usize,
+    /// Weight copies, rotated through for cold-cache timing (through more
+    /// memory than the last-level cache: weights streamed from DRAM, as
+    /// the runtime's decode reads them; a model does not fit the cache).
+    /// Each is the GGUF bytes (the per-row GEMV reads these) and their
+    /// repacks for each interleave a candidate reads.
+    w: Copies<(Vec<u8>, Vec<PackedQ>)>,
+    /// GGUF bytes of one copy.
+    bytes: usize,
     a: Vec<f32>,
     c: Vec<f32>,
     scratch: Vec<u8>,
@@ -237,8 +237,8 @@ impl QGemmTune {
         } else {
             1
         };
-        let packed = vec![packed0; copies];
-        let w = vec![w; copies];
+        let bytes_one = w.len();
+        let w = Copies::new((w, packed0), copies);
         let cands = configs
             .iter()
             .map(|cfg| match cfg {
@@ -260,8 +260,7 @@ impl QGemmTune {
             n,
             k,
             w,
-            packed,
-            next: 0,
+            bytes: bytes_one,
             a,
             c,
             scratch: Vec::new(),
@@ -273,11 +272,14 @@ impl QGemmTune {
         })
     }
 
-    fn call(&mut self, i: usize, copy: usize) -> tiletune_kernels::Result<()> {
+    /// Runs config `i` on the first weight copy, or with `next` on the
+    /// next one.
+    fn call(&mut self, i: usize, next: bool) -> tiletune_kernels::Result<()> {
         let (m, n, k) = (self.m, self.n, self.k);
+        let (w, packed) = if next { self.w.next() } else { self.w.first() };
         match self.configs[i] {
             Config::Gemm(q) => {
-                let p = self.packed[copy]
+                let p = packed
                     .iter()
                     .find(|p| p.nr() == q.params.nr)
                     .expect("every interleave was packed");
@@ -290,7 +292,7 @@ impl QGemmTune {
                 }
                 for (x, y) in self.a.chunks_exact(k).zip(self.c.chunks_exact_mut(n)) {
                     let xq = qgemv::quantize_activations(q.format, x)?;
-                    q.run_prequantized(&self.w[copy], &xq, k, y)?;
+                    q.run_prequantized(w, &xq, k, y)?;
                 }
                 Ok(())
             }
@@ -310,7 +312,7 @@ impl KernelProblem for QGemmTune {
     }
     fn validate(&mut self, i: usize) -> Result<f32, String> {
         self.c.fill(f32::NAN);
-        self.call(i, 0).map_err(|e| e.to_string())?;
+        self.call(i, false).map_err(|e| e.to_string())?;
         let want = match (&self.configs[i], &self.gemm_reference) {
             (Config::Gemm(_), Some(g)) => g,
             _ => &self.reference,
@@ -321,13 +323,15 @@ impl KernelProblem for QGemmTune {
         1e-5
     }
     fn run(&mut self, i: usize) {
-        self.next = (self.next + 1) % self.w.len();
-        let _ = self.call(i, self.next);
+        let _ = self.call(i, true);
+    }
+    fn release(&mut self) {
+        self.w.release();
     }
     fn work(&self) -> Work {
         let (m, n, k) = (self.m as u64, self.n as u64, self.k as u64);
         Work {
-            bytes: self.w[0].len() as u64 + 4 * m * k + 4 * m * n,
+            bytes: self.bytes as u64 + 4 * m * k + 4 * m * n,
             flops: 2 * m * n * k,
         }
     }

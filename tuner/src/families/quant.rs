@@ -10,7 +10,7 @@
 //! bound the kernel's own tests use: `|got − want| ≤ 1e-6 + 1e-5 · Σ|w·x|`
 //! per row.
 
-use super::{Machine, candidate_named, cold_copies, thread_counts};
+use super::{Copies, Machine, candidate_named, cold_copies, thread_counts};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
 use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QMode};
@@ -42,8 +42,8 @@ struct ModeData {
 pub(super) struct QGemvTune {
     spec: Problem,
     k: usize,
-    w: Vec<Vec<u8>>,
-    next: usize,
+    /// Rotated weight copies (cold-cache timing).
+    w: Copies<Vec<u8>>,
     x: Vec<f32>,
     y: Vec<f32>,
     a32: ModeData,
@@ -142,8 +142,7 @@ impl QGemvTune {
         Ok(QGemvTune {
             spec,
             k,
-            w: vec![w0.clone(); cold_copies(w0.len(), &m.caps)],
-            next: 0,
+            w: Copies::new(w0.clone(), cold_copies(w0.len(), &m.caps)),
             x,
             y: vec![0.0; n],
             a32: ModeData {
@@ -161,11 +160,14 @@ impl QGemvTune {
         })
     }
 
-    fn call(&mut self, i: usize, copy: usize) -> tiletune_kernels::Result<()> {
+    /// Runs kernel `i` on the first weight copy, or with `next` on the
+    /// next one.
+    fn call(&mut self, i: usize, next: bool) -> tiletune_kernels::Result<()> {
         let q = self.kernels[i];
+        let w = if next { self.w.next() } else { self.w.first() };
         match q.mode {
-            QMode::A32 => q.run(&self.w[copy], &self.x, &mut self.y),
-            QMode::A8 => q.run_prequantized(&self.w[copy], &self.a8.xq, self.k, &mut self.y),
+            QMode::A32 => q.run(w, &self.x, &mut self.y),
+            QMode::A8 => q.run_prequantized(w, &self.a8.xq, self.k, &mut self.y),
         }
     }
 }
@@ -191,7 +193,7 @@ impl KernelProblem for QGemvTune {
     }
     fn validate(&mut self, i: usize) -> Result<f32, String> {
         self.y.fill(f32::NAN);
-        self.call(i, 0).map_err(|e| e.to_string())?;
+        self.call(i, false).map_err(|e| e.to_string())?;
         let data = match self.kernels[i].mode {
             QMode::A32 => &self.a32,
             QMode::A8 => &self.a8,
@@ -206,13 +208,15 @@ impl KernelProblem for QGemvTune {
         1e-5
     }
     fn run(&mut self, i: usize) {
-        self.next = (self.next + 1) % self.w.len();
-        let _ = self.call(i, self.next);
+        let _ = self.call(i, true);
+    }
+    fn release(&mut self) {
+        self.w.release();
     }
     fn work(&self) -> Work {
         let (n, k) = (self.y.len() as u64, self.k as u64);
         Work {
-            bytes: self.w[0].len() as u64 + 4 * k + 4 * n,
+            bytes: self.w.peek().len() as u64 + 4 * k + 4 * n,
             flops: 2 * n * k,
         }
     }
