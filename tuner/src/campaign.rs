@@ -45,10 +45,15 @@ pub trait KernelProblem: Send {
     fn run(&mut self, i: usize);
     /// Bytes moved and flops done by one run, for GB/s and GFLOP/s.
     fn work(&self) -> Work;
-    /// Frees what only timing needed (the weight copies a cold-cache
-    /// timing rotates through); the campaign calls it when it is done with
-    /// the problem, so it holds one problem's copies at a time. A later
-    /// run makes them again.
+    /// Makes what validating and timing read, where a family makes it
+    /// lazily (operands, references, weight copies); the campaign calls it
+    /// before the problem's search and does not count it against the
+    /// budget, as it did not when every problem made them up front. An
+    /// error here is reported by the first validation.
+    fn prepare(&mut self) {}
+    /// Frees what only validating and timing needed; the campaign calls it
+    /// when it is done with the problem, so it holds one problem's operands
+    /// at a time. A later use makes them again.
     fn release(&mut self) {}
 }
 
@@ -187,13 +192,16 @@ pub fn run_campaign(
     store: &mut dyn Store,
     progress: &mut dyn Progress,
 ) -> Vec<ProblemReport> {
-    let deadline = cfg.budget.map(|b| Instant::now() + b);
+    let mut deadline = cfg.budget.map(|b| Instant::now() + b);
     let total = problems.len();
     let mut reports = Vec::new();
     for (pi, problem) in problems.iter_mut().enumerate() {
         let spec = problem.spec().clone();
         let coords: Vec<Coords> = problem.candidates().iter().map(coords).collect();
         progress.problem_started(pi, total, &spec, coords.len());
+        let made = Instant::now();
+        problem.prepare();
+        deadline = deadline.map(|d| d + made.elapsed());
         measure.use_budget(
             problem
                 .candidates()
@@ -493,11 +501,25 @@ mod tests {
     struct Tracked {
         inner: Fake,
         current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-        /// Releases so far, and runs after one (both should end 1 and 0).
-        released: std::sync::Arc<(
-            std::sync::atomic::AtomicUsize,
-            std::sync::atomic::AtomicUsize,
-        )>,
+        calls: std::sync::Arc<Calls>,
+    }
+
+    /// What the campaign asked of a problem besides runs.
+    #[derive(Default)]
+    struct Calls {
+        prepares: std::sync::atomic::AtomicUsize,
+        releases: std::sync::atomic::AtomicUsize,
+        /// Validations and runs before the first prepare or after a release.
+        outside: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Calls {
+        fn inside(&self) {
+            use std::sync::atomic::Ordering::Relaxed;
+            if self.prepares.load(Relaxed) == 0 || self.releases.load(Relaxed) > 0 {
+                self.outside.fetch_add(1, Relaxed);
+            }
+        }
     }
     impl KernelProblem for Tracked {
         fn spec(&self) -> &Problem {
@@ -510,25 +532,28 @@ mod tests {
             0
         }
         fn validate(&mut self, i: usize) -> Result<f32, String> {
+            self.calls.inside();
             self.inner.validate(i)
         }
         fn tolerance(&self) -> f32 {
             self.inner.tolerance()
         }
         fn run(&mut self, i: usize) {
-            use std::sync::atomic::Ordering::Relaxed;
-            if self.released.0.load(Relaxed) > 0 {
-                self.released.1.fetch_add(1, Relaxed);
-            }
-            self.current.store(i, Relaxed);
+            self.calls.inside();
+            self.current.store(i, std::sync::atomic::Ordering::Relaxed);
             self.inner.run(i)
         }
         fn work(&self) -> Work {
             Work::default()
         }
+        fn prepare(&mut self) {
+            self.calls
+                .prepares
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         fn release(&mut self) {
-            self.released
-                .0
+            self.calls
+                .releases
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
@@ -537,11 +562,11 @@ mod tests {
         let f = fake(6);
         let times = std::cell::RefCell::new(f.times.clone());
         let cur = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let released = std::sync::Arc::default();
+        let calls = std::sync::Arc::<Calls>::default();
         let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
             inner: f,
             current: cur.clone(),
-            released: std::sync::Arc::clone(&released),
+            calls: std::sync::Arc::clone(&calls),
         })];
         let mut m = FakeMeasure(&times, cur);
         let cfg = CampaignConfig {
@@ -549,12 +574,12 @@ mod tests {
             budget: None,
         };
         let r = run_campaign(&mut problems, &cfg, &mut m, store, &mut ());
-        // The campaign frees each problem's timing copies once, after its
-        // last run.
-        let (releases, runs_after) = (&released.0, &released.1);
+        // The campaign makes each problem's operands once, before its first
+        // validation, and frees them once, after its last run.
         use std::sync::atomic::Ordering::Relaxed;
-        assert_eq!(releases.load(Relaxed), 1, "{strategy:?}");
-        assert_eq!(runs_after.load(Relaxed), 0, "{strategy:?}");
+        assert_eq!(calls.prepares.load(Relaxed), 1, "{strategy:?}");
+        assert_eq!(calls.releases.load(Relaxed), 1, "{strategy:?}");
+        assert_eq!(calls.outside.load(Relaxed), 0, "{strategy:?}");
         (r, store.records)
     }
 
@@ -622,7 +647,7 @@ mod tests {
             let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
                 inner: fake(6),
                 current: cur.clone(),
-                released: std::sync::Arc::default(),
+                calls: std::sync::Arc::default(),
             })];
             let cfg = CampaignConfig {
                 strategy: Strategy::Exhaustive,

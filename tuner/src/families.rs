@@ -653,6 +653,29 @@ mod tests {
         assert_eq!(c.held(), 5, "used again after release: made again");
     }
 
+    /// A problem's operands are made again, identically, after `release`:
+    /// the same validation errors before and after.
+    #[test]
+    fn released_problems_make_the_same_operands_again() {
+        for spec in [
+            Problem::new("gemv", "q4_1", [("n", 9), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "q4_k", [("m", 3), ("n", 5), ("k", 256)]).unwrap(),
+            Problem::new("gemv", "f32", [("n", 7), ("k", 33)]).unwrap(),
+        ] {
+            let mut p = instantiate(&spec, &machine()).unwrap();
+            p.prepare();
+            let before: Vec<f32> = (0..p.candidates().len())
+                .map(|i| p.validate(i).unwrap())
+                .collect();
+            p.run(0);
+            p.release();
+            let after: Vec<f32> = (0..p.candidates().len())
+                .map(|i| p.validate(i).unwrap())
+                .collect();
+            assert_eq!(before, after, "{spec}");
+        }
+    }
+
     #[test]
     fn every_offered_candidate_validates() {
         for spec in [

@@ -267,6 +267,9 @@ impl KernelProblem for Placed<'_> {
     fn run(&mut self, i: usize) {
         self.inner.run(self.inner_of[i]);
     }
+    fn prepare(&mut self) {
+        self.inner.prepare();
+    }
     fn release(&mut self) {
         self.inner.release();
     }

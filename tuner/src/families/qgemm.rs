@@ -101,22 +101,36 @@ pub(super) struct QGemmTune {
     m: usize,
     n: usize,
     k: usize,
-    /// Weight copies, rotated through for cold-cache timing (through more
-    /// memory than the last-level cache: weights streamed from DRAM, as
-    /// the runtime's decode reads them; a model does not fit the cache).
-    /// Each is the GGUF bytes (the per-row GEMV reads these) and their
-    /// repacks for each interleave a candidate reads.
-    w: Copies<(Vec<u8>, Vec<PackedQ>)>,
-    /// GGUF bytes of one copy.
+    format: QuantFormat,
+    seed: u64,
+    caps: tiletune_kernels::CpuCaps,
+    /// Rotate weight copies through more memory than the last-level cache
+    /// (decode: weights streamed from DRAM, as the runtime's decode reads
+    /// them; a model does not fit the cache).
+    cold: bool,
+    /// GGUF bytes of the weights.
     bytes: usize,
+    /// Operands, references and weight copies: made at the first
+    /// validation and dropped by `release`. A model's problems are all
+    /// instantiated before the campaign starts, and its large ones are
+    /// heavy (an m = 256 LM head, 151936×896, holds ~1.4 GB of weights,
+    /// references and output), so each holds them only while it is tuned.
+    data: Option<Data>,
+    cands: Vec<Candidate>,
+    configs: Vec<Config>,
+}
+
+/// What timing and validating a [`QGemmTune`] reads.
+struct Data {
+    /// Weight copies, each the GGUF bytes (the per-row GEMV reads these)
+    /// and their repacks for each interleave a candidate reads.
+    w: Copies<(Vec<u8>, Vec<PackedQ>)>,
     a: Vec<f32>,
     c: Vec<f32>,
     scratch: Vec<u8>,
     reference: Vec<f64>,
     gemm_reference: Option<Vec<f64>>,
     magnitude: Vec<f64>,
-    cands: Vec<Candidate>,
-    configs: Vec<Config>,
 }
 
 impl QGemmTune {
@@ -128,7 +142,6 @@ impl QGemmTune {
         k: usize,
         mach: &Machine,
     ) -> Result<Self, TunerError> {
-        let operands = Operands::new(format, m, n, k, mach.seed)?;
         let threads = thread_counts(mach.max_threads);
         let shape = QGemmShape { format, m, n, k };
         let mut configs = Vec::new();
@@ -179,7 +192,7 @@ impl QGemmTune {
         // Decode (m = 1) streams its weights from DRAM in a model: time it
         // cold, as the per-row GEMV family does. Prefill reuses each weight
         // chunk for many rows and stays warm.
-        Self::build(spec, (m, n, k), operands, configs, &mach.caps, m == 1)
+        Self::build(spec, format, (m, n, k), configs, mach, m == 1)
     }
 
     /// One forced GEMM configuration (`tiletune bench gemm --dtype q4_1`),
@@ -191,54 +204,20 @@ impl QGemmTune {
         mach: &Machine,
         cold: bool,
     ) -> Result<Self, TunerError> {
-        let operands = Operands::new(q.format, m, n, k, mach.seed)?;
-        Self::build(
-            spec,
-            (m, n, k),
-            operands,
-            vec![Config::Gemm(q)],
-            &mach.caps,
-            cold,
-        )
+        Self::build(spec, q.format, (m, n, k), vec![Config::Gemm(q)], mach, cold)
     }
 
     fn build(
         spec: Problem,
+        format: QuantFormat,
         (m, n, k): (usize, usize, usize),
-        operands: Operands,
         configs: Vec<Config>,
-        caps: &tiletune_kernels::CpuCaps,
+        mach: &Machine,
         cold: bool,
     ) -> Result<Self, TunerError> {
-        let Operands {
-            w,
-            a,
-            c,
-            reference,
-            gemm_reference,
-            magnitude,
-        } = operands;
-        let mut packed0: Vec<PackedQ> = Vec::new();
-        for cfg in &configs {
-            if let Config::Gemm(q) = cfg
-                && !packed0.iter().any(|p| p.nr() == q.params.nr)
-            {
-                packed0.push(q.pack(&w, n, k)?);
-            }
-        }
-        let bytes = packed0
-            .iter()
-            .map(PackedQ::bytes)
-            .chain([w.len()])
-            .max()
-            .unwrap_or(0);
-        let copies = if cold {
-            super::cold_copies(bytes, caps)
-        } else {
-            1
-        };
-        let bytes_one = w.len();
-        let w = Copies::new((w, packed0), copies);
+        // The operands are made later; a shape they cannot have is refused
+        // now, with the error quantizing would give.
+        quant::quantize(format, &vec![0.0f32; k])?;
         let cands = configs
             .iter()
             .map(|cfg| match cfg {
@@ -259,38 +238,82 @@ impl QGemmTune {
             m,
             n,
             k,
-            w,
-            bytes: bytes_one,
-            a,
-            c,
-            scratch: Vec::new(),
-            reference,
-            gemm_reference,
-            magnitude,
+            format,
+            seed: mach.seed,
+            caps: mach.caps,
+            cold,
+            bytes: n * format.row_bytes(k),
+            data: None,
             cands,
             configs,
         })
     }
 
+    /// The operands, made on first use.
+    fn data(&mut self) -> Result<&mut Data, TunerError> {
+        if self.data.is_none() {
+            let (m, n, k) = (self.m, self.n, self.k);
+            let Operands {
+                w,
+                a,
+                c,
+                reference,
+                gemm_reference,
+                magnitude,
+            } = Operands::new(self.format, m, n, k, self.seed)?;
+            let mut packed: Vec<PackedQ> = Vec::new();
+            for cfg in &self.configs {
+                if let Config::Gemm(q) = cfg
+                    && !packed.iter().any(|p| p.nr() == q.params.nr)
+                {
+                    packed.push(q.pack(&w, n, k)?);
+                }
+            }
+            let bytes = packed
+                .iter()
+                .map(PackedQ::bytes)
+                .chain([w.len()])
+                .max()
+                .unwrap_or(0);
+            let copies = if self.cold {
+                super::cold_copies(bytes, &self.caps)
+            } else {
+                1
+            };
+            self.data = Some(Data {
+                w: Copies::new((w, packed), copies),
+                a,
+                c,
+                scratch: Vec::new(),
+                reference,
+                gemm_reference,
+                magnitude,
+            });
+        }
+        Ok(self.data.as_mut().expect("made above"))
+    }
+
     /// Runs config `i` on the first weight copy, or with `next` on the
     /// next one.
-    fn call(&mut self, i: usize, next: bool) -> tiletune_kernels::Result<()> {
+    fn call(&mut self, i: usize, next: bool) -> Result<(), TunerError> {
         let (m, n, k) = (self.m, self.n, self.k);
-        let (w, packed) = if next { self.w.next() } else { self.w.first() };
-        match self.configs[i] {
+        let cfg = self.configs[i];
+        let d = self.data()?;
+        let (w, packed) = if next { d.w.next() } else { d.w.first() };
+        match cfg {
             Config::Gemm(q) => {
                 let p = packed
                     .iter()
                     .find(|p| p.nr() == q.params.nr)
                     .expect("every interleave was packed");
-                q.run(p, &self.a, m, &mut self.c, &mut self.scratch)
+                Ok(q.run(p, &d.a, m, &mut d.c, &mut d.scratch)?)
             }
             Config::Rows(q) => {
                 if k == 0 || n == 0 {
-                    self.c.fill(0.0);
+                    d.c.fill(0.0);
                     return Ok(());
                 }
-                for (x, y) in self.a.chunks_exact(k).zip(self.c.chunks_exact_mut(n)) {
+                for (x, y) in d.a.chunks_exact(k).zip(d.c.chunks_exact_mut(n)) {
                     let xq = qgemv::quantize_activations(q.format, x)?;
                     q.run_prequantized(w, &xq, k, y)?;
                 }
@@ -311,13 +334,15 @@ impl KernelProblem for QGemmTune {
         0
     }
     fn validate(&mut self, i: usize) -> Result<f32, String> {
-        self.c.fill(f32::NAN);
+        self.data().map_err(|e| e.to_string())?.c.fill(f32::NAN);
         self.call(i, false).map_err(|e| e.to_string())?;
-        let want = match (&self.configs[i], &self.gemm_reference) {
-            (Config::Gemm(_), Some(g)) => g,
-            _ => &self.reference,
+        let gemm = matches!(self.configs[i], Config::Gemm(_));
+        let d = self.data().map_err(|e| e.to_string())?;
+        let want = match (gemm, &d.gemm_reference) {
+            (true, Some(g)) => g,
+            _ => &d.reference,
         };
-        Ok(super::row_scaled_err(&self.c, want, &self.magnitude))
+        Ok(super::row_scaled_err(&d.c, want, &d.magnitude))
     }
     fn tolerance(&self) -> f32 {
         1e-5
@@ -325,8 +350,12 @@ impl KernelProblem for QGemmTune {
     fn run(&mut self, i: usize) {
         let _ = self.call(i, true);
     }
+    fn prepare(&mut self) {
+        // An error resurfaces at the first validation.
+        let _ = self.data();
+    }
     fn release(&mut self) {
-        self.w.release();
+        self.data = None;
     }
     fn work(&self) -> Work {
         let (m, n, k) = (self.m as u64, self.n as u64, self.k as u64);
