@@ -298,14 +298,23 @@ impl<T: Clone> Copies<T> {
 struct GemvProblem<W: WeightElem> {
     spec: Problem,
     shape: GemvShape,
+    seed: u64,
+    /// Weight copies to rotate through (1: cache-warm).
+    copies: usize,
+    /// Made by the first use, dropped by `release` (see [`Copies`]).
+    data: Option<GemvData<W>>,
+    cands: Vec<Candidate>,
+    cfgs: Vec<GemvConfig>,
+    default: usize,
+}
+
+/// The operands of a [`GemvProblem`].
+struct GemvData<W: Clone> {
     /// Rotated weight copies (cold-cache timing).
     w: Copies<Vec<W>>,
     x: Vec<f32>,
     y: Vec<f32>,
     reference: Vec<f32>,
-    cands: Vec<Candidate>,
-    cfgs: Vec<GemvConfig>,
-    default: usize,
 }
 
 impl<W: WeightElem> GemvProblem<W>
@@ -345,18 +354,11 @@ where
         cfgs: Vec<GemvConfig>,
         cold: bool,
     ) -> Self {
-        let mut rng = Rng::new(m.seed);
-        let w0: Vec<W> = (0..shape.n * shape.k)
-            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
-            .collect();
-        let x = rng.vec_f32(shape.k);
-        let reference = reference_gemv(&w0, &x, shape);
         let copies = if cold {
-            cold_copies(w0.len() * size_of::<W>(), &m.caps)
+            cold_copies(shape.n * shape.k * size_of::<W>(), &m.caps)
         } else {
             1
         };
-        let w = Copies::new(w0, copies);
         let cands = cfgs
             .iter()
             .map(|c| candidate(c.isa, &c.params, c.threads))
@@ -364,14 +366,32 @@ where
         GemvProblem {
             spec,
             shape,
-            w,
-            x,
-            y: vec![0.0; shape.n],
-            reference,
+            seed: m.seed,
+            copies,
+            data: None,
             cands,
             cfgs,
             default: 0,
         }
+    }
+
+    /// The operands, made on first use.
+    fn data(&mut self) -> &mut GemvData<W> {
+        let (shape, seed, copies) = (self.shape, self.seed, self.copies);
+        self.data.get_or_insert_with(|| {
+            let mut rng = Rng::new(seed);
+            let w0: Vec<W> = (0..shape.n * shape.k)
+                .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
+                .collect();
+            let x = rng.vec_f32(shape.k);
+            let reference = reference_gemv(&w0, &x, shape);
+            GemvData {
+                w: Copies::new(w0, copies),
+                x,
+                y: vec![0.0; shape.n],
+                reference,
+            }
+        })
     }
 }
 
@@ -405,14 +425,18 @@ trait GemvCall {
 }
 impl GemvCall for GemvProblem<f32> {
     fn call(&mut self, next: bool, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
-        let w = if next { self.w.next() } else { self.w.first() };
-        gemv::gemv_f32(w, &self.x, None, &mut self.y, self.shape, false, cfg)
+        let shape = self.shape;
+        let d = self.data();
+        let w = if next { d.w.next() } else { d.w.first() };
+        gemv::gemv_f32(w, &d.x, None, &mut d.y, shape, false, cfg)
     }
 }
 impl GemvCall for GemvProblem<f16> {
     fn call(&mut self, next: bool, cfg: &GemvConfig) -> tiletune_kernels::Result<()> {
-        let w = if next { self.w.next() } else { self.w.first() };
-        gemv::gemv_f16_f32(w, &self.x, None, &mut self.y, self.shape, false, cfg)
+        let shape = self.shape;
+        let d = self.data();
+        let w = if next { d.w.next() } else { d.w.first() };
+        gemv::gemv_f16_f32(w, &d.x, None, &mut d.y, shape, false, cfg)
     }
 }
 
@@ -431,9 +455,11 @@ where
     }
     fn validate(&mut self, i: usize) -> Result<f32, String> {
         let cfg = self.cfgs[i];
-        self.y.fill(f32::NAN);
+        self.data().y.fill(f32::NAN);
         self.call(false, &cfg).map_err(|e| e.to_string())?;
-        Ok(max_rel_err(&self.y, &self.reference) / (self.shape.k.max(1) as f32).sqrt())
+        let k = self.shape.k;
+        let d = self.data();
+        Ok(max_rel_err(&d.y, &d.reference) / (k.max(1) as f32).sqrt())
     }
     fn tolerance(&self) -> f32 {
         // f32 accumulation error grows like sqrt(k)·eps; the error above is
@@ -446,8 +472,11 @@ where
         // Validation already proved this candidate runs on this shape.
         let _ = self.call(true, &cfg);
     }
+    fn prepare(&mut self) {
+        self.data();
+    }
     fn release(&mut self) {
-        self.w.release();
+        self.data = None;
     }
     fn work(&self) -> Work {
         let (n, k) = (self.shape.n as u64, self.shape.k as u64);
@@ -461,14 +490,21 @@ where
 struct GemmProblem<W: WeightElem> {
     spec: Problem,
     shape: GemmShape,
-    a: Vec<f32>,
+    seed: u64,
     /// Weight copies: one warm copy, or enough to exceed the LLC (`--cold`).
-    w: Vec<Vec<W>>,
-    next: usize,
-    c: Vec<f32>,
-    reference: Vec<f32>,
+    copies: usize,
+    /// Made by the first use, dropped by `release` (see [`Copies`]).
+    data: Option<GemmData<W>>,
     cands: Vec<Candidate>,
     cfgs: Vec<GemmConfig>,
+}
+
+/// The operands of a [`GemmProblem`].
+struct GemmData<W: Clone> {
+    a: Vec<f32>,
+    w: Copies<Vec<W>>,
+    c: Vec<f32>,
+    reference: Vec<f32>,
 }
 
 impl<W: WeightElem> GemmProblem<W> {
@@ -501,26 +537,8 @@ impl<W: WeightElem> GemmProblem<W> {
         cfgs: Vec<GemmConfig>,
         cold: bool,
     ) -> Self {
-        let mut rng = Rng::new(m.seed);
-        let a = rng.vec_f32(shape.m * shape.k);
-        let w0: Vec<W> = (0..shape.n * shape.k)
-            .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
-            .collect();
-        let mut reference = vec![0.0f32; shape.m * shape.n];
-        for i in 0..shape.m {
-            let row = &a[i * shape.k..(i + 1) * shape.k];
-            let r = reference_gemv(
-                &w0,
-                row,
-                GemvShape {
-                    n: shape.n,
-                    k: shape.k,
-                },
-            );
-            reference[i * shape.n..(i + 1) * shape.n].copy_from_slice(&r);
-        }
         let copies = if cold {
-            cold_copies(w0.len() * size_of::<W>(), &m.caps)
+            cold_copies(shape.n * shape.k * size_of::<W>(), &m.caps)
         } else {
             1
         };
@@ -531,44 +549,64 @@ impl<W: WeightElem> GemmProblem<W> {
         GemmProblem {
             spec,
             shape,
-            a,
-            w: vec![w0; copies],
-            next: 0,
-            c: vec![0.0; shape.m * shape.n],
-            reference,
+            seed: m.seed,
+            copies,
+            data: None,
             cands,
             cfgs,
         }
     }
+
+    /// The operands, made on first use.
+    fn data(&mut self) -> &mut GemmData<W> {
+        let (shape, seed, copies) = (self.shape, self.seed, self.copies);
+        self.data.get_or_insert_with(|| {
+            let mut rng = Rng::new(seed);
+            let a = rng.vec_f32(shape.m * shape.k);
+            let w0: Vec<W> = (0..shape.n * shape.k)
+                .map(|_| W::from_f32(rng.uniform(-1.0, 1.0)))
+                .collect();
+            let mut reference = vec![0.0f32; shape.m * shape.n];
+            for i in 0..shape.m {
+                let row = &a[i * shape.k..(i + 1) * shape.k];
+                let r = reference_gemv(
+                    &w0,
+                    row,
+                    GemvShape {
+                        n: shape.n,
+                        k: shape.k,
+                    },
+                );
+                reference[i * shape.n..(i + 1) * shape.n].copy_from_slice(&r);
+            }
+            GemmData {
+                a,
+                w: Copies::new(w0, copies),
+                c: vec![0.0; shape.m * shape.n],
+                reference,
+            }
+        })
+    }
 }
 
 trait GemmCall {
-    fn call(&mut self, copy: usize, cfg: &GemmConfig) -> tiletune_kernels::Result<()>;
+    /// Runs `cfg` on the first weight copy, or with `next` on the next one.
+    fn call(&mut self, next: bool, cfg: &GemmConfig) -> tiletune_kernels::Result<()>;
 }
 impl GemmCall for GemmProblem<f32> {
-    fn call(&mut self, copy: usize, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
-        gemm::gemm_f32(
-            &self.a,
-            &self.w[copy],
-            None,
-            &mut self.c,
-            self.shape,
-            false,
-            cfg,
-        )
+    fn call(&mut self, next: bool, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
+        let shape = self.shape;
+        let d = self.data();
+        let w = if next { d.w.next() } else { d.w.first() };
+        gemm::gemm_f32(&d.a, w, None, &mut d.c, shape, false, cfg)
     }
 }
 impl GemmCall for GemmProblem<f16> {
-    fn call(&mut self, copy: usize, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
-        gemm::gemm_f16w_f32(
-            &self.a,
-            &self.w[copy],
-            None,
-            &mut self.c,
-            self.shape,
-            false,
-            cfg,
-        )
+    fn call(&mut self, next: bool, cfg: &GemmConfig) -> tiletune_kernels::Result<()> {
+        let shape = self.shape;
+        let d = self.data();
+        let w = if next { d.w.next() } else { d.w.first() };
+        gemm::gemm_f16w_f32(&d.a, w, None, &mut d.c, shape, false, cfg)
     }
 }
 
@@ -587,17 +625,24 @@ where
     }
     fn validate(&mut self, i: usize) -> Result<f32, String> {
         let cfg = self.cfgs[i];
-        self.c.fill(f32::NAN);
-        self.call(0, &cfg).map_err(|e| e.to_string())?;
-        Ok(max_rel_err(&self.c, &self.reference) / (self.shape.k.max(1) as f32).sqrt())
+        self.data().c.fill(f32::NAN);
+        self.call(false, &cfg).map_err(|e| e.to_string())?;
+        let k = self.shape.k;
+        let d = self.data();
+        Ok(max_rel_err(&d.c, &d.reference) / (k.max(1) as f32).sqrt())
     }
     fn tolerance(&self) -> f32 {
         1e-5
     }
     fn run(&mut self, i: usize) {
         let cfg = self.cfgs[i];
-        self.next = (self.next + 1) % self.w.len();
-        let _ = self.call(self.next, &cfg);
+        let _ = self.call(true, &cfg);
+    }
+    fn prepare(&mut self) {
+        self.data();
+    }
+    fn release(&mut self) {
+        self.data = None;
     }
     fn work(&self) -> Work {
         let (m, n, k) = (
@@ -661,6 +706,7 @@ mod tests {
             Problem::new("gemv", "q4_1", [("n", 9), ("k", 64)]).unwrap(),
             Problem::new("gemm", "q4_k", [("m", 3), ("n", 5), ("k", 256)]).unwrap(),
             Problem::new("gemv", "f32", [("n", 7), ("k", 33)]).unwrap(),
+            Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
         ] {
             let mut p = instantiate(&spec, &machine()).unwrap();
             p.prepare();
