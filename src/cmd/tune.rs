@@ -47,7 +47,10 @@ pub struct Args {
     /// analytic default), halving (successive halving), random, exhaustive.
     #[arg(long, default_value = "adaptive")]
     pub strategy: Strategy,
-    /// Wall-clock budget for the whole campaign, e.g. 90s, 5m, 1h. The best
+    /// Wall-clock budget for measuring, e.g. 90s, 5m, 1h, shared by the
+    /// problems (what one leaves unused goes to the rest). Making each
+    /// problem's inputs and scalar reference is not counted: for a large
+    /// prefill problem (an LM head at m = 256) that takes seconds. The best
     /// candidate found so far is kept when it runs out.
     #[arg(long, value_parser = parse_duration)]
     pub budget: Option<Duration>,

@@ -152,7 +152,8 @@ pub trait Store {
 #[derive(Debug, Clone)]
 pub struct CampaignConfig {
     pub strategy: Strategy,
-    /// Wall-clock budget for the whole campaign; the best so far is kept.
+    /// Wall-clock budget for measuring (each problem's `prepare` is not
+    /// counted); the best so far is kept.
     pub budget: Option<Duration>,
 }
 
