@@ -76,6 +76,23 @@ fn unzip_rows(s01: int32x4_t, s23: int32x4_t) -> (int32x4_t, int32x4_t) {
     )
 }
 
+/// Chunk pair `(wa, wb)` with bit `bit` (for `wa`) and `bit + 1` (for
+/// `wb`) of each `plane` byte put in at bit `to` (`mask` = 1 << `to`): a
+/// shift left by `to − bit` (negative: right) and a bit select.
+#[inline]
+#[target_feature(enable = "neon,dotprod,i8mm")]
+fn merge_plane(
+    plane: uint8x16_t,
+    bit: i8,
+    to: i8,
+    mask: uint8x16_t,
+    (wa, wb): (uint8x16_t, uint8x16_t),
+) -> (uint8x16_t, uint8x16_t) {
+    let ha = vshlq_u8(plane, vdupq_n_s8(to - bit));
+    let hb = vshlq_u8(plane, vdupq_n_s8(to - 1 - bit));
+    (vbslq_u8(mask, ha, wa), vbslq_u8(mask, hb, wb))
+}
+
 /// `KIND` of [`tile_mmla`]: Q4_0 nibbles.
 const K_Q4_0: u8 = 0;
 /// Q4_1-kind nibbles (Q4_1, Q4_K): plus `m · s_x`.
@@ -250,22 +267,16 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const SC: u
                 } else {
                     (wa, wb)
                 };
+                // Plane bit `4·high + c` (chunk c) and the next one (chunk
+                // c + 1): the fifth-bit plane's to bit 4, the sixth's to 5.
+                let bit = 4 * high as i8 + c as i8;
                 let (wa, wb) = if five {
-                    // Plane bit `4·high + c` (chunk c) and the next one
-                    // (chunk c + 1) to bit 4: shift left by 4 − bit.
-                    let bit = 4 * high as i8 + c as i8;
-                    let ha = vshlq_u8(plane[v], vdupq_n_s8(4 - bit));
-                    let hb = vshlq_u8(plane[v], vdupq_n_s8(3 - bit));
-                    (vbslq_u8(bit4, ha, wa), vbslq_u8(bit4, hb, wb))
+                    merge_plane(plane[v], bit, 4, bit4, (wa, wb))
                 } else {
                     (wa, wb)
                 };
                 let (wa, wb) = if six {
-                    // The same plane bits of the sixth-bit plane to bit 5.
-                    let bit = 4 * high as i8 + c as i8;
-                    let ha = vshlq_u8(plane6[v], vdupq_n_s8(5 - bit));
-                    let hb = vshlq_u8(plane6[v], vdupq_n_s8(4 - bit));
-                    (vbslq_u8(bit5, ha, wa), vbslq_u8(bit5, hb, wb))
+                    merge_plane(plane6[v], bit, 5, bit5, (wa, wb))
                 } else {
                     (wa, wb)
                 };

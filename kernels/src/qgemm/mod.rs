@@ -86,13 +86,17 @@ macro_rules! unroll {
     }};
 }
 
-/// [`by_mr!`] with the k-unroll `ku` (1 or 2) as the last const parameter.
+/// The NEON tiles' dispatch: [`by_mr!`] with the vectors per chunk `V`
+/// (interleave `job.nr` 4 or 8: 1 or 2) right after `MR` and the k-unroll
+/// `job.ku` (1 or 2) as the last const parameter.
 #[cfg(target_arch = "aarch64")]
-macro_rules! by_mr_ku {
-    ($mr:expr, $ku:expr, $f:ident::<$($p:tt),*>($($a:expr),*)) => {
-        match $ku {
-            2 => by_mr!($mr, $f::<$($p,)* 2>($($a),*)),
-            _ => by_mr!($mr, $f::<$($p,)* 1>($($a),*)),
+macro_rules! by_v_mr_ku {
+    ($job:expr, $mr:expr, $f:ident::<$($p:tt),*>($($a:expr),*)) => {
+        match ($job.nr, $job.ku) {
+            (4, 2) => by_mr!($mr, $f::<1, $($p,)* 2>($($a),*)),
+            (4, _) => by_mr!($mr, $f::<1, $($p,)* 1>($($a),*)),
+            (_, 2) => by_mr!($mr, $f::<2, $($p,)* 2>($($a),*)),
+            (_, _) => by_mr!($mr, $f::<2, $($p,)* 1>($($a),*)),
         }
     };
 }

@@ -494,87 +494,29 @@ macro_rules! tiles {
             };
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
-                match (job.kind, job.sc.mode, job.nr) {
-                    (Kind::Q4_0, SC_F16, 4) => {
-                        by_mr_ku!(mr, job.ku, $q4::<1, false, NIB, SC_F16>(job, g, i0, out))
+                match (job.kind, job.sc.mode) {
+                    (Kind::Q4_0, SC_F16) => {
+                        by_v_mr_ku!(job, mr, $q4::<false, NIB, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_0, SC_F16, _) => {
-                        by_mr_ku!(mr, job.ku, $q4::<2, false, NIB, SC_F16>(job, g, i0, out))
+                    (Kind::Q4_1, SC_F16) => {
+                        by_v_mr_ku!(job, mr, $q4::<true, NIB, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, SC_F16, 4) => {
-                        by_mr_ku!(mr, job.ku, $q4::<1, true, NIB, SC_F16>(job, g, i0, out))
+                    (Kind::Q4_1, SC_KSUB) => {
+                        by_v_mr_ku!(job, mr, $q4::<true, NIB, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, SC_F16, _) => {
-                        by_mr_ku!(mr, job.ku, $q4::<2, true, NIB, SC_F16>(job, g, i0, out))
+                    (Kind::Q5_0, SC_F16) => {
+                        by_v_mr_ku!(job, mr, $q4::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, SC_KSUB, 4) => {
-                        by_mr_ku!(mr, job.ku, $q4::<1, true, NIB, SC_KSUB>(job, g, i0, out))
+                    (Kind::Q5_1, SC_F16) => {
+                        by_v_mr_ku!(job, mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
-                    (Kind::Q4_1, SC_KSUB, _) => {
-                        by_mr_ku!(mr, job.ku, $q4::<2, true, NIB, SC_KSUB>(job, g, i0, out))
+                    (Kind::Mxfp4, SC_E8M0) => {
+                        by_v_mr_ku!(job, mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
-                    (Kind::Q5_0, SC_F16, 4) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<1, false, NIB_FIVE, SC_F16>(job, g, i0, out)
-                        )
+                    (Kind::Q6K, SC_KSUB) => {
+                        by_v_mr_ku!(job, mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::Q5_0, SC_F16, _) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<2, false, NIB_FIVE, SC_F16>(job, g, i0, out)
-                        )
-                    }
-                    (Kind::Q5_1, SC_F16, 4) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<1, true, NIB_FIVE, SC_F16>(job, g, i0, out)
-                        )
-                    }
-                    (Kind::Q5_1, SC_F16, _) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<2, true, NIB_FIVE, SC_F16>(job, g, i0, out)
-                        )
-                    }
-                    (Kind::Mxfp4, SC_E8M0, 4) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<1, false, NIB_LUT, SC_E8M0>(job, g, i0, out)
-                        )
-                    }
-                    (Kind::Mxfp4, SC_E8M0, _) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<2, false, NIB_LUT, SC_E8M0>(job, g, i0, out)
-                        )
-                    }
-                    (Kind::Q6K, SC_KSUB, 4) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<1, false, NIB_SIX, SC_KSUB>(job, g, i0, out)
-                        )
-                    }
-                    (Kind::Q6K, SC_KSUB, _) => {
-                        by_mr_ku!(
-                            mr,
-                            job.ku,
-                            $q4::<2, false, NIB_SIX, SC_KSUB>(job, g, i0, out)
-                        )
-                    }
-                    (Kind::I8, SC_F16, 4) => {
-                        by_mr_ku!(mr, job.ku, $i8::<1, SC_F16>(job, g, i0, out))
-                    }
-                    (Kind::I8, SC_F16, _) => {
-                        by_mr_ku!(mr, job.ku, $i8::<2, SC_F16>(job, g, i0, out))
-                    }
+                    (Kind::I8, SC_F16) => by_v_mr_ku!(job, mr, $i8::<SC_F16>(job, g, i0, out)),
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.
                     _ => $crate::qgemm::scalar::tile(job, g, i0, mr, out),

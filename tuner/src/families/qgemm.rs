@@ -108,8 +108,6 @@ pub(super) struct QGemmTune {
     /// (decode: weights streamed from DRAM, as the runtime's decode reads
     /// them; a model does not fit the cache).
     cold: bool,
-    /// GGUF bytes of the weights.
-    bytes: usize,
     /// Operands, references and weight copies: made at the first
     /// validation and dropped by `release`. A model's problems are all
     /// instantiated before the campaign starts, and its large ones are
@@ -242,7 +240,6 @@ impl QGemmTune {
             seed: mach.seed,
             caps: mach.caps,
             cold,
-            bytes: n * format.row_bytes(k),
             data: None,
             cands,
             configs,
@@ -360,7 +357,7 @@ impl KernelProblem for QGemmTune {
     fn work(&self) -> Work {
         let (m, n, k) = (self.m as u64, self.n as u64, self.k as u64);
         Work {
-            bytes: self.bytes as u64 + 4 * m * k + 4 * m * n,
+            bytes: (self.n * self.format.row_bytes(self.k)) as u64 + 4 * m * k + 4 * m * n,
             flops: 2 * m * n * k,
         }
     }
