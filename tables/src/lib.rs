@@ -14,6 +14,9 @@
 //!   peer results.
 //! - [`lookup`]: complete-key lookup with the explicit nearest-shape fallback
 //!   ([`Lookup`]), batched for the runtime ([`SelectorDb::lookup_many`]).
+//! - [`verdict`]: the model-level check of a tuned plan per phase and thread
+//!   budget ([`Verdict`]), which the runtime reads to decide whether a phase
+//!   runs its tuned choices.
 //! - [`exchange`]: JSON export per SoC, idempotent import, merge.
 //! - [`path`]: the default database location ([`default_db_path`]).
 //!
@@ -70,6 +73,7 @@ pub mod path;
 pub mod records;
 pub mod schema;
 mod store;
+pub mod verdict;
 
 pub use db::{OpenOptions, SelectorDb};
 pub use error::{Result, TableError};
@@ -81,3 +85,4 @@ pub use lookup::Lookup;
 pub use path::{DB_ENV, default_db_path, default_db_path_from};
 pub use records::{Campaign, Ceiling, Measurement, PeerResult, Selection, SocRecord, now_unix};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use verdict::{Phase, Verdict};

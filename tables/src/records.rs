@@ -169,7 +169,10 @@ pub struct PeerResult {
 
 // ---- row mapping -----------------------------------------------------------
 
-fn conv_err(idx: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+pub(crate) fn conv_err(
+    idx: usize,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e))
 }
 

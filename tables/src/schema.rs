@@ -16,6 +16,9 @@
 //!   the thread placement a candidate ran on (`t2`, `t2@cluster1`) and the
 //!   CPUs it pinned to (JSON list, empty when not pinned). Older rows become
 //!   unpinned `t{threads}`, whose candidate key is unchanged.
+//! - v5: `verdicts`: the model-level check of a tuned plan (tuned against
+//!   default, whole model, per phase and thread budget) that the runtime
+//!   reads to decide whether a phase runs its tuned choices.
 
 use rusqlite::{Connection, TransactionBehavior};
 
@@ -143,7 +146,29 @@ ALTER TABLE selections ADD COLUMN placement_cpus TEXT NOT NULL DEFAULT '[]';
 UPDATE selections SET placement = 't' || threads;
 ";
 
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+/// v4 → v5: model-level verdicts. The round timings are JSON lists of
+/// seconds, read back whole; nothing filters on them.
+const V5: &str = "
+CREATE TABLE verdicts (
+    soc         TEXT NOT NULL REFERENCES socs(fingerprint),
+    kernel_abi  INTEGER NOT NULL,
+    model       TEXT NOT NULL,     -- digest of the model's kernel problem list
+    model_name  TEXT NOT NULL,     -- for display only
+    phase       TEXT NOT NULL CHECK (phase IN ('prefill', 'decode')),
+    threads     INTEGER NOT NULL,
+    plan_digest TEXT NOT NULL,     -- digest of the tuned choices that were timed
+    test        TEXT NOT NULL,     -- e.g. pp512, tg128
+    default_s   TEXT NOT NULL,     -- JSON [seconds per round]
+    tuned_s     TEXT NOT NULL,     -- JSON [seconds per round], same rounds
+    ratio       REAL NOT NULL,     -- median(default_s) / median(tuned_s)
+    won         INTEGER NOT NULL,
+    campaign    TEXT REFERENCES campaigns(id),
+    measured_at INTEGER NOT NULL,
+    PRIMARY KEY (soc, kernel_abi, model, phase, threads)
+) STRICT;
+";
+
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// Reads `(application_id, user_version)` from the header.
 pub(crate) fn header_ids(conn: &Connection) -> rusqlite::Result<(u32, u32)> {

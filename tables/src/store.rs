@@ -85,7 +85,7 @@ impl SelectorDb {
         move |e| sql_err(&path, context, e)
     }
 
-    fn query_vec<T>(
+    pub(crate) fn query_vec<T>(
         &self,
         sql: &str,
         params: impl rusqlite::Params,

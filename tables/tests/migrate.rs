@@ -1,11 +1,11 @@
-//! A file written at schema v1 (and v2, v3) opens, migrates to the current schema,
+//! A file written at schema v1 (and v2, v3, v4) opens, migrates to the current schema,
 //! keeps its rows and gains what the later versions add.
 
 mod common;
 use common::*;
 use tiletune_tables::schema::create_at_version;
 use tiletune_tables::{
-    Candidate, Ceiling, OpenOptions, Placement, SCHEMA_VERSION, SelectorDb, TableError,
+    Candidate, Ceiling, OpenOptions, Phase, Placement, SCHEMA_VERSION, SelectorDb, TableError,
 };
 
 /// Rows inserted with v1's columns by raw SQL, the way a v1 build wrote them.
@@ -166,4 +166,43 @@ fn v3_file_migrates_to_placements() {
         .unwrap();
     assert_eq!(back.candidate, placed);
     assert_eq!(back.candidate.placement().cpus(), [4, 5]);
+}
+
+/// v4 → v5: a table from before verdicts keeps its selections, gains an
+/// empty `verdicts` table, and a verdict stored next to them reads back on
+/// the runtime's read-only open.
+#[test]
+fn v4_file_migrates_to_verdicts() {
+    let dir = tmp();
+    let path = db_path(dir.path());
+    {
+        let c = create_at_version(&path, 4).unwrap();
+        assert!(c.execute_batch("SELECT placement FROM selections").is_ok());
+        assert!(c.execute_batch("SELECT * FROM verdicts").is_err());
+        write_v1_rows(&c);
+    }
+    let err = SelectorDb::open_with(&path, OpenOptions::read_only()).unwrap_err();
+    assert!(
+        matches!(err, TableError::NeedsMigration { found: 4, .. }),
+        "{err}"
+    );
+    let mut db = SelectorDb::open(&path).unwrap();
+    assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
+    db.check_integrity().unwrap();
+    let sels = db.selections(Some("socA")).unwrap();
+    assert_eq!(sels.len(), 1);
+    assert_eq!(sels[0].winner.placement().name(), "t1");
+    assert!(db.verdicts(None).unwrap().is_empty());
+    let mut v = verdict("socA", "old.gguf", Phase::Prefill, 1);
+    v.kernel_abi = 3;
+    v.campaign = Some("c-1".into());
+    db.put_verdict(&v).unwrap();
+    drop(db);
+    let ro = SelectorDb::open_with(&path, OpenOptions::read_only()).unwrap();
+    assert_eq!(ro.selections(None).unwrap(), sels);
+    assert_eq!(
+        ro.verdict("socA", 3, "m-old.gguf", Phase::Prefill, 1)
+            .unwrap(),
+        Some(v)
+    );
 }

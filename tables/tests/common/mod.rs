@@ -5,7 +5,7 @@
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use tiletune_tables::{
-    Campaign, Candidate, Measurement, Problem, Selection, SelectorDb, SocRecord,
+    Campaign, Candidate, Measurement, Phase, Problem, Selection, SelectorDb, SocRecord, Verdict,
 };
 
 pub const ABI: u32 = 3;
@@ -72,5 +72,29 @@ pub fn sel(fp: &str, campaign: Option<&str>, p: &Problem, c: &Candidate, ns: f64
         speedup: None,
         campaign: campaign.map(str::to_string),
         selected_at: 1_700_000_200,
+    }
+}
+
+/// A verdict on `fp` for model `m-<name>` with three alternated rounds, the
+/// tuned plan 10% faster.
+pub fn verdict(fp: &str, name: &str, phase: Phase, threads: usize) -> Verdict {
+    Verdict {
+        soc: fp.to_string(),
+        kernel_abi: ABI,
+        model: format!("m-{name}"),
+        model_name: name.to_string(),
+        phase,
+        threads,
+        plan_digest: "p-1".to_string(),
+        test: match phase {
+            Phase::Prefill => "pp512".to_string(),
+            Phase::Decode => "tg128".to_string(),
+        },
+        default_s: vec![1.1, 1.2, 1.0],
+        tuned_s: vec![1.0, 1.0, 1.0],
+        ratio: 1.1,
+        won: true,
+        campaign: None,
+        measured_at: 1_700_000_500,
     }
 }
