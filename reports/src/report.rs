@@ -782,6 +782,7 @@ mod tests {
             selections: vec![],
             ceilings: vec![],
             peer_results: vec![],
+            verdicts: vec![],
         }
     }
 

@@ -1,16 +1,18 @@
 //! Moving tables between devices: JSON export (one file per SoC, versioned),
 //! idempotent import, and merging several tables into one without mixing SoCs.
 //!
-//! Export format (`format: "tiletune-selector"`, `version: 2`): one object with
-//! the SoC record and every campaign, measurement, selection, ceiling and peer
-//! result of that SoC. Every row carries the SoC fingerprint, and an import
+//! Export format (`format: "tiletune-selector"`, `version: 3`): one object with
+//! the SoC record and every campaign, measurement, selection, ceiling, peer
+//! result and model-level verdict of that SoC. Every row carries the SoC fingerprint, and an import
 //! rejects a file in which any row names another SoC.
 //!
 //! Versions: 2 adds a candidate's thread placement (`"placement": {"name":
 //! "t2@cluster1", "cpus": [4, 5]}`, present only when the workers were
-//! pinned); version 1 files have none and import as unpinned candidates. A
-//! reader older than a file's version refuses it, so a placement is never
-//! silently dropped.
+//! pinned); version 1 files have none and import as unpinned candidates.
+//! 3 adds `verdicts`, the model-level checks of tuned plans
+//! ([`Verdict`](crate::Verdict)); version 1 and 2 files have none and import
+//! without them. A reader older than a file's version refuses it, so a
+//! placement or a verdict is never silently dropped.
 //!
 //! Conflict rules on import and merge (rows are keyed, so importing twice adds
 //! nothing):
@@ -24,6 +26,10 @@
 //!   smaller median wins; on a tie the existing row stays. Both were measured on
 //!   the same SoC with the same kernels, so the faster one is the better choice.
 //! - Ceiling and peer result (by their measured-at keys): added if absent.
+//! - Verdict (by soc, kernel ABI, model, phase, threads): the newer
+//!   `measured_at` wins; on a tie the existing row stays. A verdict judges the
+//!   plan the tuner had when it was taken, so the newest one is about the
+//!   newest plan (and the runtime ignores one whose plan digest is stale).
 
 use crate::db::{OpenOptions, SelectorDb};
 use crate::error::{Result, TableError};
@@ -31,6 +37,9 @@ use crate::records::{
     CAMPAIGN_COLS, CEIL_COLS, Campaign, Ceiling, MEAS_COLS, Measurement, PEER_COLS, PeerResult,
     SEL_COLS, Selection, SocRecord, campaign_row, ceiling_row, check_measurement, check_selection,
     insert, measurement_row, peer_row, selection_row,
+};
+use crate::verdict::{
+    VERDICT_COLS, VERDICT_ORDER, Verdict, check_verdict, insert_verdict, verdict_row,
 };
 use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -40,7 +49,7 @@ use std::path::Path;
 /// The `format` field of every export.
 pub const EXPORT_FORMAT: &str = "tiletune-selector";
 /// The export format version this build writes and reads.
-pub const EXPORT_VERSION: u32 = 2;
+pub const EXPORT_VERSION: u32 = 3;
 
 /// Everything a table knows about one SoC.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,6 +63,9 @@ pub struct SocExport {
     pub ceilings: Vec<Ceiling>,
     #[serde(default)]
     pub peer_results: Vec<PeerResult>,
+    /// Absent from version 1 and 2 files.
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
 }
 
 /// What an import or merge changed.
@@ -69,6 +81,11 @@ pub struct ImportStats {
     pub selections_kept: usize,
     pub ceilings_added: usize,
     pub peer_results_added: usize,
+    pub verdicts_added: usize,
+    /// Existing verdicts replaced by a newer incoming one.
+    pub verdicts_replaced: usize,
+    /// Incoming verdicts dropped because the existing one is as new or newer.
+    pub verdicts_kept: usize,
 }
 
 impl ImportStats {
@@ -81,6 +98,8 @@ impl ImportStats {
             + self.selections_replaced
             + self.ceilings_added
             + self.peer_results_added
+            + self.verdicts_added
+            + self.verdicts_replaced
     }
 
     /// Adds another import's counts to these.
@@ -93,6 +112,9 @@ impl ImportStats {
         self.selections_kept += o.selections_kept;
         self.ceilings_added += o.ceilings_added;
         self.peer_results_added += o.peer_results_added;
+        self.verdicts_added += o.verdicts_added;
+        self.verdicts_replaced += o.verdicts_replaced;
+        self.verdicts_kept += o.verdicts_kept;
     }
 }
 
@@ -171,6 +193,23 @@ impl SocExport {
             if &p.soc != fp {
                 return Err(foreign("peer result", &p.soc));
             }
+        }
+        for v in &self.verdicts {
+            if &v.soc != fp {
+                return Err(bad(format!(
+                    "verdict {} (model {}) belongs to soc {:?}, not to the file's soc {fp:?}; \
+                     an export holds exactly one soc",
+                    v.label(),
+                    v.model,
+                    v.soc
+                )));
+            }
+            if let Some(c) = &v.campaign
+                && !ids.contains(c.as_str())
+            {
+                return Err(missing("verdict", c));
+            }
+            check_verdict(v).map_err(|e| bad(format!("{e} (model {})", v.model)))?;
         }
         Ok(())
     }
@@ -325,6 +364,13 @@ impl SelectorDb {
                 peer_row,
             )
             .map_err(&e)?,
+            verdicts: rows(
+                c,
+                format!("SELECT {VERDICT_COLS} FROM verdicts WHERE soc = ?1 ORDER BY {VERDICT_ORDER}"),
+                fp,
+                verdict_row,
+            )
+            .map_err(&e)?,
         })
     }
 
@@ -391,6 +437,29 @@ impl SelectorDb {
             }
             for p in &export.peer_results {
                 st.peer_results_added += insert::peer(tx, p).map_err(&e)? as usize;
+            }
+            for v in &export.verdicts {
+                let existing: Option<i64> = tx
+                    .query_row(
+                        "SELECT measured_at FROM verdicts
+                         WHERE soc = ?1 AND kernel_abi = ?2 AND model = ?3 AND phase = ?4
+                           AND threads = ?5",
+                        params![v.soc, v.kernel_abi, v.model, v.phase.name(), v.threads],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(&e)?;
+                match existing {
+                    Some(old) if v.measured_at <= old => st.verdicts_kept += 1,
+                    other => {
+                        insert_verdict(tx, v).map_err(&e)?;
+                        if other.is_some() {
+                            st.verdicts_replaced += 1;
+                        } else {
+                            st.verdicts_added += 1;
+                        }
+                    }
+                }
             }
             Ok(st)
         })

@@ -1,11 +1,12 @@
 //! JSON export → import round trips, imports are idempotent, and merging
-//! tables from several devices keeps SoCs apart and the faster selection.
+//! tables from several devices keeps SoCs apart, the faster selection and the
+//! newer verdict.
 
 mod common;
 use common::*;
 use serde_json::json;
 use tiletune_tables::{
-    Candidate, Ceiling, Lookup, PeerResult, Placement, SelectorDb, TableError, read_any,
+    Candidate, Ceiling, Lookup, PeerResult, Phase, Placement, SelectorDb, TableError, read_any,
     read_export, write_export,
 };
 
@@ -49,6 +50,11 @@ fn device_db(path: &std::path::Path, fp: &str, ns: f64) -> SelectorDb {
         measured_at: 1_700_000_400,
     })
     .unwrap();
+    for phase in Phase::ALL {
+        let mut v = verdict(fp, "qwen2.5-0.5b-q4_0.gguf", phase, 2);
+        v.campaign = Some(c.clone());
+        db.put_verdict(&v).unwrap();
+    }
     db
 }
 
@@ -76,11 +82,14 @@ fn export_import_round_trip_is_idempotent() {
         (1, 1, 4, 2)
     );
     assert_eq!((st.ceilings_added, st.peer_results_added), (1, 1));
+    assert_eq!(export.verdicts.len(), 2);
+    assert_eq!(st.verdicts_added, 2);
     assert_eq!(dst.export_soc("socA").unwrap(), export);
+    assert_eq!(dst.verdicts(Some("socA")).unwrap(), export.verdicts);
     // Importing again changes nothing.
     let again = dst.import(&read).unwrap();
     assert_eq!(again.changed(), 0, "{again:?}");
-    assert_eq!(again.selections_kept, 2);
+    assert_eq!((again.selections_kept, again.verdicts_kept), (2, 2));
     assert_eq!(dst.export_soc("socA").unwrap(), export);
     // A table file reads as the same exports.
     drop(src);
@@ -259,5 +268,110 @@ fn placements_round_trip_and_version_1_exports_still_import() {
         e.measurements
             .iter()
             .all(|m| m.candidate.placement().name() == "t2")
+    );
+}
+
+/// For one verdict key the newer measurement wins a merge, whichever side
+/// it comes from; a tie keeps the existing row.
+#[test]
+fn merge_keeps_the_newer_verdict() {
+    let dir = tmp();
+    let old = device_db(&dir.path().join("old.db"), "socA", 1000.0);
+    let mut new = device_db(&dir.path().join("new.db"), "socA", 1000.0);
+    let mut lost = verdict("socA", "qwen2.5-0.5b-q4_0.gguf", Phase::Decode, 2);
+    lost.tuned_s = vec![1.2, 1.2, 1.3];
+    lost.ratio = 1.1 / 1.2;
+    lost.won = false;
+    lost.plan_digest = "p-2".into();
+    lost.measured_at += 100;
+    new.put_verdict(&lost).unwrap();
+
+    let mut m = SelectorDb::open(dir.path().join("m.db")).unwrap();
+    let st = m.merge_from(&old).unwrap();
+    assert_eq!(st.verdicts_added, 2);
+    let st = m.merge_from(&new).unwrap();
+    assert_eq!((st.verdicts_replaced, st.verdicts_kept), (1, 1), "{st:?}");
+    // The older table merged again changes nothing.
+    let st = m.merge_from(&old).unwrap();
+    assert_eq!((st.verdicts_replaced, st.verdicts_kept), (0, 2), "{st:?}");
+    assert_eq!(st.changed(), 0, "{st:?}");
+    let got = m
+        .verdict("socA", ABI, "m-qwen2.5-0.5b-q4_0.gguf", Phase::Decode, 2)
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, lost);
+    assert_eq!(m.verdicts(None).unwrap().len(), 2);
+}
+
+/// A version 2 export (written before verdicts) has no `verdicts` field and
+/// still imports everything else.
+#[test]
+fn version_2_exports_without_verdicts_still_import() {
+    let dir = tmp();
+    let src = device_db(&dir.path().join("a.db"), "socA", 1000.0);
+    let mut v2 = serde_json::to_value(src.export_soc("socA").unwrap()).unwrap();
+    v2["version"] = json!(2);
+    v2.as_object_mut().unwrap().remove("verdicts");
+    let file = dir.path().join("v2.json");
+    std::fs::write(&file, serde_json::to_vec(&v2).unwrap()).unwrap();
+    let read = read_export(&file).unwrap();
+    assert!(read.verdicts.is_empty());
+    let mut dst = SelectorDb::open(dir.path().join("b.db")).unwrap();
+    let st = dst.import(&read).unwrap();
+    assert_eq!(
+        (
+            st.measurements_added,
+            st.selections_added,
+            st.verdicts_added
+        ),
+        (4, 2, 0)
+    );
+    assert!(dst.verdicts(None).unwrap().is_empty());
+    // A version 2 reader would refuse this build's files rather than drop verdicts.
+    let mut v3 = src.export_soc("socA").unwrap();
+    v3.version = tiletune_tables::EXPORT_VERSION + 1;
+    assert!(matches!(dst.import(&v3), Err(TableError::BadExport { .. })));
+}
+
+/// An imported verdict must belong to the export's SoC and pass the same
+/// checks as `put_verdict`; the error names the row and nothing is written.
+#[test]
+fn bad_verdicts_are_refused_by_name() {
+    let dir = tmp();
+    let src = device_db(&dir.path().join("a.db"), "socA", 1000.0);
+    let mut dst = SelectorDb::open(dir.path().join("b.db")).unwrap();
+
+    let mut foreign = src.export_soc("socA").unwrap();
+    foreign.verdicts[1].soc = "socB".into();
+    let err = dst.import(&foreign).unwrap_err().to_string();
+    for needle in [
+        "verdict qwen2.5-0.5b-q4_0.gguf decode threads=2",
+        "\"socB\"",
+        "exactly one soc",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+
+    let mut unpaired = src.export_soc("socA").unwrap();
+    unpaired.verdicts[0].tuned_s.pop();
+    let err = dst.import(&unpaired).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, TableError::BadExport { .. }), "{text}");
+    for needle in [
+        "qwen2.5-0.5b-q4_0.gguf prefill threads=2",
+        "time both plans in every round",
+        "model m-qwen2.5-0.5b-q4_0.gguf",
+    ] {
+        assert!(text.contains(needle), "{needle:?} not in {text}");
+    }
+
+    // The same through a file: the error names the file.
+    let file = dir.path().join("bad.json");
+    write_export(&file, &unpaired).unwrap();
+    let err = read_export(&file).unwrap_err().to_string();
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    assert!(
+        dst.socs().unwrap().is_empty(),
+        "a refused import wrote rows"
     );
 }
