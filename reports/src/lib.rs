@@ -4,7 +4,9 @@
 //!
 //! The report shows what the table holds about one SoC: its probe record,
 //! the machine ceilings, a roofline with each tuned problem's default and
-//! tuned point, tuned-vs-default speedups, parameter heatmaps, PMU metrics
+//! tuned point, tuned-vs-default speedups (and the model-level verdicts of
+//! `tune --model`: whole model, tuned plan against default), parameter
+//! heatmaps, PMU metrics
 //! per candidate (or the software-counter fallback note), and peer-engine
 //! comparisons with the perplexity table. A section without data says so and
 //! what to run, instead of drawing an empty plot.

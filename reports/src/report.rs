@@ -9,7 +9,7 @@ use crate::plot::{self, fmt_num};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tiletune_tables::{Ceiling, Measurement, Problem, Selection, SocExport};
+use tiletune_tables::{Ceiling, Measurement, Problem, Selection, SocExport, Verdict};
 
 /// Options of a report; [`ReportBuilder::build`] draws every plot.
 pub struct ReportBuilder<'a> {
@@ -81,6 +81,7 @@ impl<'a> ReportBuilder<'a> {
             .iter()
             .map(|s| s.kernel_abi)
             .chain(x.measurements.iter().map(|m| m.kernel_abi))
+            .chain(x.verdicts.iter().map(|v| v.kernel_abi))
             .max();
         let selections: Vec<Selection> = x
             .selections
@@ -94,8 +95,16 @@ impl<'a> ReportBuilder<'a> {
             .filter(|m| Some(m.kernel_abi) == abi)
             .cloned()
             .collect();
-        let dropped =
-            x.selections.len() - selections.len() + x.measurements.len() - measurements.len();
+        let verdicts: Vec<Verdict> = x
+            .verdicts
+            .iter()
+            .filter(|v| Some(v.kernel_abi) == abi)
+            .cloned()
+            .collect();
+        let dropped = x.selections.len() - selections.len() + x.measurements.len()
+            - measurements.len()
+            + x.verdicts.len()
+            - verdicts.len();
 
         let mut meta = vec![
             format!("fingerprint {}", x.soc.fingerprint),
@@ -116,7 +125,7 @@ impl<'a> ReportBuilder<'a> {
         }
         let mut sections = vec![soc_section(x, abi, dropped), ceilings_section(&x.ceilings)];
         sections.push(roofline_section(&x.ceilings, &selections)?);
-        sections.push(speedup_section(&selections)?);
+        sections.push(speedup_section(&selections, &verdicts)?);
         let problems = problems_in_order(&selections, &measurements);
         sections.push(heatmap_section(&problems, &selections, &measurements)?);
         sections.push(pmu_section(
@@ -441,7 +450,7 @@ fn roofline_section(ceilings: &[Ceiling], selections: &[Selection]) -> Result<Se
 
 // ---- tuned vs default ---------------------------------------------------------------
 
-fn speedup_section(selections: &[Selection]) -> Result<Section> {
+fn speedup_section(selections: &[Selection], verdicts: &[Verdict]) -> Result<Section> {
     let rows = model::speedups(selections);
     let mut blocks = Vec::new();
     if rows.is_empty() {
@@ -481,11 +490,46 @@ fn speedup_section(selections: &[Selection]) -> Result<Section> {
         }
         blocks.push(Block::Table(t));
     }
+    if !verdicts.is_empty() {
+        blocks.push(Block::Heading("Model-level verdict".into()));
+        blocks.push(Block::Paragraph(
+            "The whole model timed with the tuned plan against the default plan, alternated round by round, per phase and thread count (medians over the rounds; ratio = default ÷ tuned). The runtime runs a phase's tuned choices only where the tuned plan won beyond the noise.".into(),
+        ));
+        blocks.push(Block::Table(verdict_table(verdicts)));
+    }
     Ok(Section {
         id: "speedup".into(),
         title: "Tuned vs default".into(),
         blocks,
     })
+}
+
+/// The same columns as `tiletune table show` prints for verdicts.
+fn verdict_table(verdicts: &[Verdict]) -> Table {
+    let mut t = Table::new([
+        "model",
+        "phase",
+        "threads",
+        "test",
+        "default ms",
+        "tuned ms",
+        "ratio",
+        "verdict",
+    ])
+    .numeric_cols(&[2, 4, 5, 6]);
+    for v in verdicts {
+        t.row([
+            v.model_name.clone(),
+            v.phase.to_string(),
+            v.threads.to_string(),
+            v.test.clone(),
+            format!("{:.1}", v.default_median_s() * 1e3),
+            format!("{:.1}", v.tuned_median_s() * 1e3),
+            format!("{:.2}×", v.ratio),
+            if v.won { "tuned runs" } else { "default runs" }.to_string(),
+        ]);
+    }
+    t
 }
 
 // ---- heatmaps -----------------------------------------------------------------------
@@ -765,7 +809,7 @@ fn peer_section(results: &[tiletune_tables::PeerResult]) -> Result<Section> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tiletune_tables::{EXPORT_FORMAT, EXPORT_VERSION, SocRecord};
+    use tiletune_tables::{EXPORT_FORMAT, EXPORT_VERSION, Phase, SocRecord};
 
     fn empty_export() -> SocExport {
         SocExport {
@@ -814,6 +858,68 @@ mod tests {
             html,
             ReportBuilder::new(&empty_export()).build().unwrap().html()
         );
+    }
+
+    #[test]
+    fn model_level_verdicts_appear_in_html_and_markdown() {
+        let mut x = empty_export();
+        // Without verdicts, no verdict table.
+        let r = ReportBuilder::new(&x).build().unwrap();
+        assert!(!r.markdown().contains("Model-level verdict"));
+        let verdict = |phase, tuned_s: Vec<f64>, won| Verdict {
+            soc: "abc".into(),
+            kernel_abi: 2,
+            model: "d1g35t".into(),
+            model_name: "SmolLM2-135M.gguf".into(),
+            phase,
+            threads: 4,
+            plan_digest: "p1".into(),
+            test: if phase == Phase::Prefill {
+                "pp512"
+            } else {
+                "tg128"
+            }
+            .into(),
+            default_s: vec![0.214, 0.2, 0.21],
+            ratio: 0.21 / tuned_s[1],
+            tuned_s,
+            won,
+            campaign: None,
+            measured_at: 0,
+        };
+        x.verdicts = vec![
+            verdict(Phase::Prefill, vec![0.19, 0.196, 0.2], true),
+            verdict(Phase::Decode, vec![0.22, 0.2206, 0.23], false),
+        ];
+        // An older kernel ABI's verdict is not shown, like its selections.
+        let mut old = verdict(Phase::Decode, vec![0.1, 0.1, 0.1], true);
+        old.kernel_abi = 1;
+        old.model_name = "old-abi.gguf".into();
+        x.verdicts.push(old);
+        let r = ReportBuilder::new(&x).build().unwrap();
+        let md = r.markdown();
+        assert!(md.contains("Model-level verdict"), "{md}");
+        let rows: Vec<&str> = md.lines().filter(|l| l.contains("SmolLM2")).collect();
+        assert_eq!(rows.len(), 2, "{md}");
+        for needle in ["prefill", "pp512", "210.0", "196.0", "1.07×", "tuned runs"] {
+            assert!(rows[0].contains(needle), "{needle:?} not in {}", rows[0]);
+        }
+        for needle in ["decode", "tg128", "220.6", "0.95×", "default runs"] {
+            assert!(rows[1].contains(needle), "{needle:?} not in {}", rows[1]);
+        }
+        assert!(!md.contains("old-abi.gguf"), "{md}");
+        assert!(md.contains("1 row(s) from older kernel ABIs"), "{md}");
+        let html = r.html();
+        assert!(html.contains("Model-level verdict"));
+        for needle in [
+            "SmolLM2-135M.gguf",
+            "1.07×",
+            "0.95×",
+            "tuned runs",
+            "default runs",
+        ] {
+            assert!(html.contains(needle), "{needle:?} missing from the html");
+        }
     }
 
     #[test]
