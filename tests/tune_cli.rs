@@ -35,7 +35,12 @@ fn selections(db: &Path) -> Vec<serde_json::Value> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("table show --json prints JSON")
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("table show --json prints JSON");
+    v["selections"]
+        .as_array()
+        .cloned()
+        .expect("table show --json has a selections list")
 }
 
 fn measurement_count(db: &Path) -> usize {

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tiletune_tables::{
-    DB_ENV, ImportStats, OpenOptions, Selection, SelectorDb, SocExport, default_db_path, read_any,
-    read_export, write_export,
+    DB_ENV, ImportStats, OpenOptions, Selection, SelectorDb, SocExport, Verdict, default_db_path,
+    read_any, read_export, write_export,
 };
 
 #[derive(Debug, clap::Args)]
@@ -25,7 +25,8 @@ pub struct Args {
 pub enum TableCommand {
     /// Print the tuned winners: op, dtype, shape, thread budget, winner, its
     /// placement (`t2`, or `t2@cluster1` when pinned to a cluster), median,
-    /// speedup.
+    /// speedup; then, per SoC, the model-level verdicts of `tune --model`
+    /// (whole model, tuned plan against default, per phase and thread count).
     Show(ShowArgs),
     /// Write one JSON file per SoC (schema-versioned, for `import` or `merge` elsewhere).
     Export(ExportArgs),
@@ -113,10 +114,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 a.soc.as_deref().or(here.as_deref())
             };
             let sels = db.selections(soc)?;
+            let verdicts = db.verdicts(soc)?;
             if g.json {
-                serde_json::to_writer_pretty(&mut out, &sels)?;
+                let v = serde_json::json!({"selections": sels, "verdicts": verdicts});
+                serde_json::to_writer_pretty(&mut out, &v)?;
                 writeln!(out)?;
-            } else if sels.is_empty() {
+            } else if sels.is_empty() && verdicts.is_empty() {
                 let scope = soc.map_or("any soc".to_string(), |s| format!("soc {s}"));
                 writeln!(
                     out,
@@ -129,7 +132,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                     .into_iter()
                     .map(|s| (s.fingerprint, s.name))
                     .collect();
-                print_selections(&mut out, &sels, &names)?;
+                print_show(&mut out, &sels, &verdicts, &names)?;
             }
         }
         TableCommand::Export(a) => {
@@ -245,7 +248,7 @@ fn print_import_report(
         writeln!(
             out,
             "{} [soc {soc}]: +{} measurements, +{} selections, {} replaced by faster, {} kept, \
-             +{} campaigns, +{} ceilings, +{} peer results",
+             +{} campaigns, +{} ceilings, +{} peer results, +{} verdicts, {} replaced by newer",
             f.display(),
             st.measurements_added,
             st.selections_added,
@@ -253,7 +256,9 @@ fn print_import_report(
             st.selections_kept,
             st.campaigns_added,
             st.ceilings_added,
-            st.peer_results_added
+            st.peer_results_added,
+            st.verdicts_added,
+            st.verdicts_replaced
         )?;
     }
     Ok(())
@@ -270,6 +275,45 @@ fn fmt_ns(ns: f64) -> String {
     } else {
         format!("{:.2} s", ns / 1e9)
     }
+}
+
+/// Per SoC, its selections and then its model-level verdicts.
+fn print_show(
+    out: &mut impl Write,
+    sels: &[Selection],
+    verdicts: &[Verdict],
+    names: &std::collections::HashMap<String, String>,
+) -> anyhow::Result<()> {
+    let socs: std::collections::BTreeSet<&str> = sels
+        .iter()
+        .map(|s| s.soc.as_str())
+        .chain(verdicts.iter().map(|v| v.soc.as_str()))
+        .collect();
+    for (i, soc) in socs.into_iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        let mine: Vec<Selection> = sels.iter().filter(|s| s.soc == soc).cloned().collect();
+        let after_selections = !mine.is_empty();
+        if after_selections {
+            print_selections(out, &mine, names)?;
+        }
+        let mine: Vec<&Verdict> = verdicts.iter().filter(|v| v.soc == soc).collect();
+        if !mine.is_empty() {
+            if after_selections {
+                writeln!(out)?;
+            }
+            writeln!(out, "model-level verdicts for {}:", soc_cell(soc, names))?;
+            print_verdicts(out, &mine)?;
+        }
+    }
+    Ok(())
+}
+
+fn soc_cell(soc: &str, names: &std::collections::HashMap<String, String>) -> String {
+    names
+        .get(soc)
+        .map_or(soc.to_string(), |n| format!("{n} ({})", short(soc)))
 }
 
 fn print_selections(
@@ -289,13 +333,11 @@ fn print_selections(
         "median",
         "speedup",
     ];
-    let rows: Vec<[String; 10]> = sels
+    let rows: Vec<Vec<String>> = sels
         .iter()
         .map(|s| {
-            [
-                names
-                    .get(&s.soc)
-                    .map_or(s.soc.clone(), |n| format!("{n} ({})", short(&s.soc))),
+            vec![
+                soc_cell(&s.soc, names),
                 s.kernel_abi.to_string(),
                 s.problem.op().to_string(),
                 s.problem.dtype().to_string(),
@@ -308,21 +350,61 @@ fn print_selections(
             ]
         })
         .collect();
-    let mut widths = header.map(|h| h.chars().count());
-    for r in &rows {
+    print_table(out, &header, &rows, &[1, 5, 8, 9])
+}
+
+/// One line per verdict: the whole model timed with the tuned plan against
+/// the default one, medians over the alternated rounds.
+fn print_verdicts(out: &mut impl Write, verdicts: &[&Verdict]) -> anyhow::Result<()> {
+    let header = [
+        "model",
+        "phase",
+        "threads",
+        "test",
+        "default ms",
+        "tuned ms",
+        "ratio",
+        "verdict",
+    ];
+    let rows: Vec<Vec<String>> = verdicts
+        .iter()
+        .map(|v| {
+            vec![
+                v.model_name.clone(),
+                v.phase.to_string(),
+                v.threads.to_string(),
+                v.test.clone(),
+                format!("{:.1}", v.default_median_s() * 1e3),
+                format!("{:.1}", v.tuned_median_s() * 1e3),
+                format!("{:.2}x", v.ratio),
+                if v.won { "tuned runs" } else { "default runs" }.to_string(),
+            ]
+        })
+        .collect();
+    print_table(out, &header, &rows, &[2, 4, 5, 6])
+}
+
+/// Columns padded to their widest cell; `numeric` columns right-aligned.
+fn print_table(
+    out: &mut impl Write,
+    header: &[&str],
+    rows: &[Vec<String>],
+    numeric: &[usize],
+) -> anyhow::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
     }
     let line = |out: &mut dyn Write, cells: &[&str]| -> std::io::Result<()> {
         let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
             if i > 0 {
                 s.push_str("  ");
             }
-            // Numbers right-aligned, text left-aligned.
             let pad = w - c.chars().count();
-            if matches!(i, 1 | 5 | 8 | 9) {
+            if numeric.contains(&i) {
                 s.push_str(&" ".repeat(pad));
                 s.push_str(c);
             } else {
@@ -332,8 +414,8 @@ fn print_selections(
         }
         writeln!(out, "{}", s.trim_end())
     };
-    line(out, &header)?;
-    for r in &rows {
+    line(out, header)?;
+    for r in rows {
         let cells: Vec<&str> = r.iter().map(String::as_str).collect();
         line(out, &cells)?;
     }
@@ -357,7 +439,7 @@ fn short(fp: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tiletune_tables::{Candidate, Placement, Problem};
+    use tiletune_tables::{Candidate, Phase, Placement, Problem};
 
     #[test]
     fn show_prints_the_placement_column() {
@@ -386,5 +468,95 @@ mod tests {
         assert!(lines[1].contains("t2@cluster1 (cpus 4,5)"), "{text}");
         assert!(lines[2].contains(" t1 "), "{text}");
         assert!(lines[1].contains(r#"neon {"nr":4}"#), "{text}");
+    }
+
+    #[test]
+    fn show_prints_model_level_verdicts_after_the_selections() {
+        let sel = Selection {
+            soc: "socA".into(),
+            kernel_abi: 1,
+            problem: Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
+            thread_budget: 2,
+            winner: Candidate::new("neon", serde_json::json!({"nr": 8}), 2).unwrap(),
+            median_ns: 1500.0,
+            default_ns: Some(3000.0),
+            speedup: Some(2.0),
+            campaign: None,
+            selected_at: 0,
+        };
+        let verdict = |phase, tuned_s: Vec<f64>, won| Verdict {
+            soc: "socA".into(),
+            kernel_abi: 1,
+            model: "d1g35t".into(),
+            model_name: "SmolLM2-135M.gguf".into(),
+            phase,
+            threads: 2,
+            plan_digest: "p1".into(),
+            test: if phase == Phase::Prefill {
+                "pp512"
+            } else {
+                "tg128"
+            }
+            .into(),
+            default_s: vec![0.214, 0.2, 0.21],
+            ratio: 0.21 / tuned_s[1],
+            tuned_s,
+            won,
+            campaign: None,
+            measured_at: 0,
+        };
+        let verdicts = [
+            verdict(Phase::Prefill, vec![0.19, 0.196, 0.2], true),
+            verdict(Phase::Decode, vec![0.22, 0.2206, 0.23], false),
+        ];
+        let names = [("socA".to_string(), "Test SoC".to_string())].into();
+        let mut out = Vec::new();
+        print_show(&mut out, &[sel], &verdicts, &names).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("placement"), "{text}");
+        assert!(lines[1].contains("Test SoC (socA)"), "{text}");
+        assert_eq!(lines[2], "", "{text}");
+        assert_eq!(
+            lines[3], "model-level verdicts for Test SoC (socA):",
+            "{text}"
+        );
+        for h in [
+            "model",
+            "phase",
+            "threads",
+            "test",
+            "default ms",
+            "tuned ms",
+            "ratio",
+        ] {
+            assert!(lines[4].contains(h), "{h:?} missing: {text}");
+        }
+        let prefill: Vec<&str> = lines[5].split_whitespace().collect();
+        assert_eq!(
+            prefill,
+            [
+                "SmolLM2-135M.gguf",
+                "prefill",
+                "2",
+                "pp512",
+                "210.0",
+                "196.0",
+                "1.07x",
+                "tuned",
+                "runs"
+            ],
+            "{text}"
+        );
+        assert!(
+            lines[6].contains("decode") && lines[6].contains("tg128"),
+            "{text}"
+        );
+        assert!(
+            lines[6].contains("220.6") && lines[6].contains("0.95x"),
+            "{text}"
+        );
+        assert!(lines[6].ends_with("default runs"), "{text}");
+        assert_eq!(lines.len(), 7, "{text}");
     }
 }
