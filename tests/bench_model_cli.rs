@@ -355,3 +355,64 @@ fn bad_flags_give_clear_errors() {
         );
     }
 }
+
+/// `tune --model` ends with the model-level check: the tuned plan against
+/// the default plan, per phase, stored as verdicts that `plan` and `table
+/// show` print, and the workload decides the joint layout choice.
+#[test]
+fn tune_model_ends_with_a_model_level_verdict_that_plan_shows() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the binary");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tt-tune-verdict-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = tiny_model(&dir);
+    let m = model.to_str().unwrap();
+    let db = dir.join("sel.db");
+    let db = db.to_str().unwrap();
+    let bad = tiletune(&["tune", "--model", m, "--db", db, "--workload", "pp0"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("ppN nor tgN")
+            || String::from_utf8_lossy(&bad.stderr).contains("token count"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let out = ok(&tiletune(&[
+        "tune",
+        "--model",
+        m,
+        "--db",
+        db,
+        "--quick",
+        "--budget",
+        "4s",
+        "--threads",
+        "2",
+        "--workload",
+        "pp32,tg16",
+    ]));
+    assert!(out.contains("joint layout choice for pp32,tg16"), "{out}");
+    assert!(out.contains("model-level check"), "{out}");
+    assert!(
+        out.contains("prefill pp32") && out.contains("decode  tg16"),
+        "{out}"
+    );
+    let plan = ok(&tiletune(&["plan", "--model", m, "--db", db, "-t", "2"]));
+    for phase in ["verdict prefill: ", "verdict decode: "] {
+        let line = plan
+            .lines()
+            .find(|l| l.starts_with(phase))
+            .unwrap_or_else(|| panic!("no `{phase}` line:\n{plan}"));
+        assert!(
+            line.contains("the tuned choices run") || line.contains("the defaults run"),
+            "{line}"
+        );
+        assert!(line.contains("over 3 alternated rounds"), "{line}");
+    }
+    let show = ok(&tiletune(&["table", "show", "--db", db]));
+    assert!(show.contains("model-level verdicts"), "{show}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,6 +11,7 @@
 //! the thing that gets measured, not the thing that measures.
 
 pub mod attention;
+pub mod choice;
 pub mod eltwise;
 pub mod embed;
 pub mod error;

@@ -29,107 +29,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tiletune_kernels::gemm::{self, GemmConfig, GemmParams, GemmShape};
-use tiletune_kernels::gemv::{self, GemvConfig, GemvParams, GemvShape};
-use tiletune_kernels::qgemm::{self, QGemm, QGemmParams, QGemmShape};
-use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QGemvShape, QMode};
-use tiletune_kernels::quant::QuantFormat;
-use tiletune_kernels::{CpuCaps, Isa, KERNEL_ABI, Tunable};
-use tiletune_tables::{Lookup, OpenOptions, Placement, Problem, SelectorDb};
+use tiletune_kernels::qgemv::QMode;
+use tiletune_kernels::{CpuCaps, KERNEL_ABI};
+use tiletune_tables::{Lookup, OpenOptions, Phase, Placement, Problem, SelectorDb, Verdict};
 
-/// Weight formats the quantized GEMV reads straight from GGUF blocks.
-pub const QGEMV_FORMATS: [QuantFormat; 8] = [
-    QuantFormat::Q4_0,
-    QuantFormat::Q4_1,
-    QuantFormat::Q5_0,
-    QuantFormat::Q5_1,
-    QuantFormat::Q8_0,
-    QuantFormat::Q4K,
-    QuantFormat::Q6K,
-    QuantFormat::Mxfp4,
-];
-
-/// How the runtime keeps a weight of a given GGUF dtype.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WeightKind {
-    F32,
-    F16,
-    /// Kept in its GGUF blocks and run by the quantized GEMV.
-    Quant(QuantFormat),
-    /// Any other type: dequantized to f32 at load and run as f32.
-    Dequantized,
-}
-
-impl WeightKind {
-    /// The kind for a dtype as the problem keys spell it (`f32`, `q4_k`, ...).
-    pub fn of_dtype(dtype: &str) -> Self {
-        match dtype {
-            "f32" => WeightKind::F32,
-            "f16" => WeightKind::F16,
-            d => QGEMV_FORMATS
-                .iter()
-                .copied()
-                .find(|f| f.name().eq_ignore_ascii_case(d))
-                .map_or(WeightKind::Dequantized, WeightKind::Quant),
-        }
-    }
-}
-
-/// A concrete kernel configuration.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Kernel {
-    /// f32 or f16 weights, one row of activations.
-    Gemv(GemvConfig),
-    /// f32 or f16 weights, several rows.
-    Gemm(GemmConfig),
-    /// Quantized weights read in their GGUF blocks, one row; prefill with
-    /// this kernel runs it once per row (a forced W·A32, or a per-row
-    /// winner from the table).
-    QGemv(QGemv),
-    /// Quantized weights repacked at load, W·A8: decode (m = 1) and
-    /// prefill of every format with a GEMM (the default).
-    QGemm(QGemm),
-}
-
-/// The variant-name suffix of the quantized GEMM (`<isa>.qgemm`).
-pub const QGEMM_SUFFIX: &str = ".qgemm";
-
-impl Kernel {
-    /// The variant name as the selector table spells it.
-    pub fn variant(&self) -> String {
-        match self {
-            Kernel::Gemv(c) => c.isa.map_or("auto", Isa::name).to_string(),
-            Kernel::Gemm(c) => c.isa.map_or("auto", Isa::name).to_string(),
-            Kernel::QGemv(q) => format!("{}.{}", q.isa.name(), q.mode.name()),
-            Kernel::QGemm(q) => format!("{}{QGEMM_SUFFIX}", q.isa.name()),
-        }
-    }
-
-    /// The parameters as JSON.
-    pub fn params_json(&self) -> Value {
-        let v = match self {
-            Kernel::Gemv(c) => serde_json::to_value(c.params),
-            Kernel::Gemm(c) => serde_json::to_value(c.params),
-            Kernel::QGemv(q) => serde_json::to_value(q.params),
-            Kernel::QGemm(q) => serde_json::to_value(q.params),
-        };
-        v.unwrap_or(Value::Null)
-    }
-
-    /// Worker count.
-    pub fn threads(&self) -> usize {
-        match self {
-            Kernel::Gemv(c) => c.threads,
-            Kernel::Gemm(c) => c.threads,
-            Kernel::QGemv(q) => q.threads,
-            Kernel::QGemm(q) => q.threads,
-        }
-    }
-}
+pub use tiletune_kernels::choice::{KernelChoice, Layout, Op, QGEMV_FORMATS, WeightKind};
 
 /// Where a plan entry's choice came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,7 +63,7 @@ impl Source {
 #[derive(Debug, Clone)]
 pub struct PlanEntry {
     pub problem: Problem,
-    pub kernel: Kernel,
+    pub kernel: KernelChoice,
     pub source: Source,
     /// Why a stored selection was not used, or what it was borrowed from.
     pub note: Option<String>,
@@ -194,7 +101,173 @@ pub struct ExecutionPlan {
     /// The CPUs [`ExecutionPlan::apply_placement`] pins to: the one set all
     /// pinned entries agree on (empty: nothing is pinned).
     pub pinned_cpus: Vec<usize>,
+    /// The model's key in the table's verdicts ([`model_key`]).
+    pub model: String,
+    /// The model-level check of each phase and what it decided (empty for
+    /// a plan built without verdicts).
+    pub verdicts: Vec<VerdictCheck>,
     index: HashMap<String, usize>,
+}
+
+/// What the model-level verdict of one phase says about this plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerdictCheck {
+    pub phase: Phase,
+    /// Entries of the phase the table chose (tuned or nearest).
+    pub chosen: usize,
+    pub state: VerdictState,
+}
+
+/// The state of a phase's tuned choices.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VerdictState {
+    /// Nothing of the phase came from the table: the defaults run.
+    NothingTuned,
+    /// No verdict is stored for these choices (a table from `tune --op`,
+    /// `--suite`, an import, or from before verdicts): they run unchecked.
+    Unverified,
+    /// The stored verdict is for exactly these choices.
+    Checked(Verdict),
+    /// A verdict is stored, but for other choices: the table changed since
+    /// the model was timed, so the defaults run until it is timed again.
+    Stale(Verdict),
+}
+
+impl VerdictCheck {
+    fn of(phase: Phase, stored: Option<&Verdict>, digest: &str, entries: &[PlanEntry]) -> Self {
+        let chosen = entries
+            .iter()
+            .filter(|e| phase_of(&e.problem) == phase && e.source != Source::Default)
+            .count();
+        let state = match stored {
+            _ if chosen == 0 => VerdictState::NothingTuned,
+            None => VerdictState::Unverified,
+            Some(v) if v.plan_digest == digest => VerdictState::Checked(v.clone()),
+            Some(v) => VerdictState::Stale(v.clone()),
+        };
+        VerdictCheck {
+            phase,
+            chosen,
+            state,
+        }
+    }
+
+    /// Whether the phase's tuned choices run.
+    pub fn tuned_runs(&self) -> bool {
+        match &self.state {
+            VerdictState::NothingTuned | VerdictState::Unverified => true,
+            VerdictState::Checked(v) => v.won,
+            VerdictState::Stale(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for VerdictCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rounds = |v: &Verdict| {
+            format!(
+                "{} {:.2}x over {} alternated rounds ({}, {} threads)",
+                v.test,
+                v.ratio,
+                v.tuned_s.len(),
+                v.model_name,
+                v.threads
+            )
+        };
+        write!(f, "{}: ", self.phase)?;
+        match &self.state {
+            VerdictState::NothingTuned => write!(f, "nothing tuned; the defaults run"),
+            VerdictState::Unverified => write!(
+                f,
+                "{} choice(s) from the table run unverified: no model-level check is stored for them (run `tiletune tune --model` to time them against the defaults)",
+                self.chosen
+            ),
+            VerdictState::Checked(v) if v.won => {
+                write!(f, "tuned won, {}; the tuned choices run", rounds(v))
+            }
+            VerdictState::Checked(v) => write!(
+                f,
+                "tuned did not win beyond the noise, {}; the defaults run",
+                rounds(v)
+            ),
+            VerdictState::Stale(v) => write!(
+                f,
+                "the table's choices changed since the model-level check ({}); the defaults run until `tiletune tune --model` times them again",
+                rounds(v)
+            ),
+        }
+    }
+}
+
+/// The phase a problem runs in: the GEMV at one row is decode, the GEMM
+/// buckets are prefill.
+pub fn phase_of(p: &Problem) -> Phase {
+    if op_of(p) == Op::Gemv {
+        Phase::Decode
+    } else {
+        Phase::Prefill
+    }
+}
+
+/// A model's key for the table's verdicts: a digest of its kernel problem
+/// list, so every file with the same weights' shapes and dtypes (a
+/// fine-tune, a copy elsewhere) shares the check, and no other does.
+pub fn model_key(problems: &[Problem]) -> String {
+    let text: Vec<String> = problems.iter().map(Problem::key).collect();
+    format!("{:016x}", fnv1a(text.join("\n").as_bytes()))
+}
+
+/// The digest of the choices of `phase`: problem, kernel choice and
+/// placement of every entry of the phase.
+fn phase_digest(entries: &[PlanEntry], phase: Phase) -> String {
+    let text: Vec<String> = entries
+        .iter()
+        .filter(|e| phase_of(&e.problem) == phase)
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e.problem.key(),
+                e.kernel,
+                e.placement
+                    .as_ref()
+                    .map_or("-".to_string(), Placement::name)
+            )
+        })
+        .collect();
+    format!("{:016x}", fnv1a(text.join("\n").as_bytes()))
+}
+
+/// FNV-1a, 64 bits: a stable digest (std's hasher may change between
+/// releases; the digests are stored).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Gives every table-chosen entry of `phase` its default back, saying why.
+fn to_defaults(
+    entries: &mut [PlanEntry],
+    phase: Phase,
+    caps: &CpuCaps,
+    threads: usize,
+    qmode: Option<QMode>,
+) {
+    for e in entries
+        .iter_mut()
+        .filter(|e| phase_of(&e.problem) == phase && e.source != Source::Default)
+    {
+        let why = format!(
+            "{} `{}` {} not used: see the {phase} verdict",
+            e.source.name(),
+            e.kernel.variant(),
+            e.kernel.params_json()
+        );
+        e.kernel = default_choice(&e.problem, caps, threads, qmode);
+        e.source = Source::Default;
+        e.placement = None;
+        e.note = Some(why);
+    }
 }
 
 /// The SoC fingerprint and cache model of this machine; a probe failure
@@ -229,13 +302,53 @@ impl ExecutionPlan {
         opts: &PlanOptions,
         cpus: &[usize],
     ) -> Self {
+        Self::build_with(problems, soc, caps, opts, cpus, true)
+    }
+
+    /// The plan the table's choices make before the model-level verdicts
+    /// are applied: what `tune --model` times against the default plan.
+    pub fn build_unverified(
+        problems: &[Problem],
+        soc: &str,
+        caps: &CpuCaps,
+        opts: &PlanOptions,
+    ) -> Self {
+        let cpus = tiletune_kernels::pool::allowed_cpus();
+        Self::build_with(problems, soc, caps, opts, &cpus, false)
+    }
+
+    /// The plan of the analytic defaults alone: what runs without a table.
+    pub fn build_default(
+        problems: &[Problem],
+        soc: &str,
+        caps: &CpuCaps,
+        opts: &PlanOptions,
+    ) -> Self {
+        let opts = PlanOptions {
+            db: Some(PathBuf::new()),
+            ..opts.clone()
+        };
+        let mut p = Self::build_unverified(problems, soc, caps, &opts);
+        p.db_status = "not used: the default plan".into();
+        p
+    }
+
+    fn build_with(
+        problems: &[Problem],
+        soc: &str,
+        caps: &CpuCaps,
+        opts: &PlanOptions,
+        cpus: &[usize],
+        verdicts: bool,
+    ) -> Self {
         let threads = opts.threads.max(1);
         let db_path = opts
             .db
             .clone()
             .unwrap_or_else(tiletune_tables::default_db_path);
+        let model = model_key(problems);
         let t0 = Instant::now();
-        let (lookups, db_status) = lookup_all(&db_path, soc, threads, problems);
+        let (lookups, db_status, stored) = lookup_all(&db_path, soc, threads, problems, &model);
         let lookup_time = t0.elapsed();
         let t1 = Instant::now();
         let mut entries: Vec<PlanEntry> = problems
@@ -246,6 +359,20 @@ impl ExecutionPlan {
                 place(e, &l, cpus, caps, threads, opts.qmode)
             })
             .collect();
+        resolve_layouts(&mut entries, caps);
+        let mut checks = Vec::new();
+        for phase in Phase::ALL {
+            let digest = phase_digest(&entries, phase);
+            let stored = stored.iter().find(|v| v.phase == phase);
+            let check = VerdictCheck::of(phase, stored, &digest, &entries);
+            if verdicts && !check.tuned_runs() {
+                to_defaults(&mut entries, phase, caps, threads, opts.qmode);
+            }
+            checks.push(check);
+        }
+        if verdicts {
+            resolve_layouts(&mut entries, caps);
+        }
         let pinned_cpus = agree_on_cpus(&mut entries, threads);
         let index = entries
             .iter()
@@ -263,8 +390,16 @@ impl ExecutionPlan {
             lookup_time,
             plan_time,
             pinned_cpus,
+            model,
+            verdicts: if verdicts { checks } else { Vec::new() },
             index,
         }
+    }
+
+    /// The digest of the choices this plan runs in `phase` (the verdict of
+    /// `tune --model` is stored with it).
+    pub fn digest(&self, phase: Phase) -> String {
+        phase_digest(&self.entries, phase)
     }
 
     /// Pins this process the way the plan's placements were tuned (see the
@@ -324,7 +459,7 @@ impl ExecutionPlan {
 
     /// The kernel for `op` (`gemv`, `gemm`) on a weight, falling back to the
     /// default when the problem was not planned (a model built without it).
-    pub fn kernel(&self, op: &str, dtype: &str, m: usize, n: usize, k: usize) -> Kernel {
+    pub fn kernel(&self, op: &str, dtype: &str, m: usize, n: usize, k: usize) -> KernelChoice {
         let p = if op == "gemv" {
             Problem::new("gemv", dtype, [("n", n), ("k", k)])
         } else {
@@ -332,8 +467,8 @@ impl ExecutionPlan {
         };
         match p.ok().as_ref().and_then(|p| self.get(p)) {
             Some(e) => e.kernel,
-            None => default_kernel(
-                op,
+            None => KernelChoice::default_for(
+                if op == "gemv" { Op::Gemv } else { Op::Gemm },
                 WeightKind::of_dtype(dtype),
                 m,
                 n,
@@ -393,6 +528,22 @@ impl ExecutionPlan {
             "plan_ms": self.plan_time.as_secs_f64() * 1e3,
             "counts": { "tuned": t, "nearest": n, "default": d },
             "pinned_cpus": self.pinned_cpus,
+            "model": self.model,
+            "verdicts": self.verdicts.iter().map(|v| json!({
+                "phase": v.phase.name(),
+                "tuned_runs": v.tuned_runs(),
+                "state": match &v.state {
+                    VerdictState::NothingTuned => "nothing tuned",
+                    VerdictState::Unverified => "unverified",
+                    VerdictState::Checked(_) => "checked",
+                    VerdictState::Stale(_) => "stale",
+                },
+                "ratio": match &v.state {
+                    VerdictState::Checked(x) | VerdictState::Stale(x) => Some(x.ratio),
+                    _ => None,
+                },
+                "text": v.to_string(),
+            })).collect::<Vec<_>>(),
             "entries": entries,
         })
     }
@@ -430,6 +581,9 @@ impl fmt::Display for ExecutionPlan {
         if !self.pinned_cpus.is_empty() {
             writeln!(f, "pinned to cpus {:?}", self.pinned_cpus)?;
         }
+        for v in &self.verdicts {
+            writeln!(f, "verdict {v}")?;
+        }
         write!(f, "{}", self.summary())
     }
 }
@@ -441,18 +595,49 @@ fn lookup_all(
     soc: &str,
     threads: usize,
     problems: &[Problem],
-) -> (Vec<Lookup>, String) {
+    model: &str,
+) -> (Vec<Lookup>, String, Vec<Verdict>) {
     let missing = || vec![Lookup::Missing; problems.len()];
     if !path.exists() {
         return (
             missing(),
             "not found; using defaults (run `tiletune tune --model` to create it)".into(),
+            Vec::new(),
         );
     }
     let db = match SelectorDb::open_with(path, OpenOptions::read_only()) {
         Ok(db) => db,
-        Err(e) => return (missing(), format!("unusable ({e}); using defaults")),
+        Err(e) => {
+            return (
+                missing(),
+                format!("unusable ({e}); using defaults"),
+                Vec::new(),
+            );
+        }
     };
+    let mut verdicts = Vec::new();
+    let mut verdict_err = None;
+    for phase in Phase::ALL {
+        match db.verdict(soc, KERNEL_ABI, model, phase, threads) {
+            Ok(v) => verdicts.extend(v),
+            Err(e) => verdict_err = Some(e.to_string()),
+        }
+    }
+    let (l, mut status) = lookups_with_status(&db, soc, threads, problems);
+    if let Some(e) = verdict_err {
+        status += &format!("; model-level verdicts unreadable ({e})");
+    }
+    (l, status, verdicts)
+}
+
+/// The one `lookup_many` call and the table's status line.
+fn lookups_with_status(
+    db: &SelectorDb,
+    soc: &str,
+    threads: usize,
+    problems: &[Problem],
+) -> (Vec<Lookup>, String) {
+    let missing = || vec![Lookup::Missing; problems.len()];
     match db.lookup_many(soc, KERNEL_ABI, threads, problems) {
         Ok(l) if l.len() == problems.len() => {
             let any = l.iter().any(|l| !matches!(l, Lookup::Missing));
@@ -492,11 +677,9 @@ fn entry_for(
     qmode: Option<QMode>,
 ) -> PlanEntry {
     let kind = WeightKind::of_dtype(p.dtype());
-    let m = p.dim("m").unwrap_or(1);
-    let (n, k) = (p.dim("n").unwrap_or(0), p.dim("k").unwrap_or(0));
     let default = |note: Option<String>| PlanEntry {
         problem: p.clone(),
-        kernel: default_kernel(p.op(), kind, m, n, k, caps, threads, qmode),
+        kernel: default_choice(p, caps, threads, qmode),
         source: Source::Default,
         note,
         placement: None,
@@ -507,8 +690,8 @@ fn entry_for(
         Lookup::Missing => return default(None),
     };
     let w = &sel.winner;
-    match from_candidate(
-        p.op(),
+    match KernelChoice::from_stored(
+        op_of(p),
         kind,
         w.variant(),
         w.params(),
@@ -555,13 +738,7 @@ fn place(
         e.placement = Some(p.clone());
         return e;
     }
-    let (m, n, k) = (
-        e.problem.dim("m").unwrap_or(1),
-        e.problem.dim("n").unwrap_or(0),
-        e.problem.dim("k").unwrap_or(0),
-    );
-    let kind = WeightKind::of_dtype(e.problem.dtype());
-    e.kernel = default_kernel(e.problem.op(), kind, m, n, k, caps, threads, qmode);
+    e.kernel = default_choice(&e.problem, caps, threads, qmode);
     e.source = Source::Default;
     e.note = Some(format!(
         "stored winner `{}` rejected: its placement {p} pins to cpus {:?}, this process runs on cpus {:?}",
@@ -570,6 +747,50 @@ fn place(
         cpus
     ));
     e
+}
+
+/// Makes every weight's kernels agree on what the weight holds, by one
+/// rule: a quantized weight holds one copy, and it is the layout of its
+/// decode choice (decode reads every weight byte once per generated token:
+/// most of a generation's time); a prefill choice that reads another layout
+/// becomes [`KernelChoice::for_layout`] of it (the same variant with that
+/// interleave where the variant reads it, else the best variant that does,
+/// never the scalar GEMM while a SIMD variant reads the layout), and its
+/// line says `conflict: … → …`. A table tuned jointly (`tune --model`) never
+/// conflicts; older tables and hand-imported rows can.
+fn resolve_layouts(entries: &mut [PlanEntry], caps: &CpuCaps) {
+    let mut decode: HashMap<(String, usize, usize), Layout> = HashMap::new();
+    for e in entries.iter() {
+        let (m, n, k) = mnk(&e.problem);
+        if op_of(&e.problem) == Op::Gemv && m == 1 {
+            decode.insert((e.problem.dtype().to_string(), n, k), e.kernel.layout());
+        }
+    }
+    for e in entries.iter_mut() {
+        let (m, n, k) = mnk(&e.problem);
+        let Some(&layout) = decode.get(&(e.problem.dtype().to_string(), n, k)) else {
+            continue;
+        };
+        if e.kernel.layout() == layout {
+            continue;
+        }
+        let Some(moved) = e.kernel.for_layout(layout, (m, n, k), caps) else {
+            continue;
+        };
+        let why = format!(
+            "conflict: `{}` reads {}, the weight holds {} (its decode choice's) → `{}` {}",
+            e.kernel.variant(),
+            e.kernel.layout(),
+            layout,
+            moved.variant(),
+            moved.params_json()
+        );
+        e.kernel = moved;
+        e.note = Some(match e.note.take() {
+            Some(old) => format!("{old}; {why}"),
+            None => why,
+        });
+    }
 }
 
 /// The CPU set the whole plan fits (see the module docs), or empty, with
@@ -615,171 +836,45 @@ fn agree_on_cpus(entries: &mut [PlanEntry], threads: usize) -> Vec<usize> {
     Vec::new()
 }
 
-/// The best implemented and available ISA of a list.
-fn best(list: &[Isa]) -> Isa {
-    Isa::best_of(list)
+/// The op of a problem the plan holds (`gemv` or `gemm`).
+fn op_of(p: &Problem) -> Op {
+    Op::from_name(p.op()).unwrap_or(Op::Gemm)
 }
 
-/// The analytic default for a problem.
-#[allow(clippy::too_many_arguments)]
-pub fn default_kernel(
-    op: &str,
-    kind: WeightKind,
-    m: usize,
-    n: usize,
-    k: usize,
+/// A problem's `(m, n, k)`; `m` is 1 for a GEMV.
+fn mnk(p: &Problem) -> (usize, usize, usize) {
+    (
+        p.dim("m").unwrap_or(1),
+        p.dim("n").unwrap_or(0),
+        p.dim("k").unwrap_or(0),
+    )
+}
+
+/// The analytic default for a problem ([`KernelChoice::default_for`]).
+fn default_choice(
+    p: &Problem,
     caps: &CpuCaps,
     threads: usize,
     qmode: Option<QMode>,
-) -> Kernel {
-    match kind {
-        WeightKind::Quant(format) if qgemm::supports(format) && qmode != Some(QMode::A32) => {
-            let isa = best(qgemm::variants(format));
-            let shape = QGemmShape { format, m, n, k };
-            Kernel::QGemm(QGemm {
-                format,
-                isa,
-                params: QGemmParams::default_for_isa(&shape, caps, isa),
-                threads,
-            })
-        }
-        WeightKind::Quant(format) => {
-            let mode = qmode.unwrap_or(QMode::A8);
-            let shape = QGemvShape { format, mode, n, k };
-            Kernel::QGemv(QGemv {
-                format,
-                mode,
-                isa: best(qgemv::variants(format, mode)),
-                params: QGemvParams::default_for(&shape, caps),
-                threads,
-            })
-        }
-        _ if op == "gemm" => {
-            let shape = GemmShape::new(m, n, k);
-            let isa = best(gemm::GEMM_ISAS);
-            Kernel::Gemm(GemmConfig {
-                isa: Some(isa),
-                params: GemmParams::default_for_isa(&shape, caps, isa),
-                threads,
-            })
-        }
-        _ => {
-            let shape = GemvShape { n, k };
-            Kernel::Gemv(GemvConfig {
-                isa: Some(best(gemv::variants())),
-                params: GemvParams::default_for(&shape, caps),
-                threads,
-            })
-        }
-    }
-}
-
-/// A stored winner as a kernel configuration, or why it cannot be used here.
-fn from_candidate(
-    op: &str,
-    kind: WeightKind,
-    variant: &str,
-    params: &Value,
-    threads: usize,
-    budget: usize,
-    qmode: Option<QMode>,
-) -> Result<Kernel, String> {
-    if threads == 0 || threads > budget {
-        return Err(format!("{threads} threads outside the budget of {budget}"));
-    }
-    let isa_of = |s: &str| {
-        let isa = Isa::from_str(s).map_err(|e| e.to_string())?;
-        if isa.is_available() {
-            Ok(isa)
-        } else {
-            Err(format!("this cpu lacks {isa}"))
-        }
-    };
-    match kind {
-        WeightKind::Quant(format) if variant.ends_with(QGEMM_SUFFIX) => {
-            if qmode == Some(QMode::A32) {
-                return Err("the quantized GEMM is W·A8, the forced mode is a32".into());
-            }
-            let isa = isa_of(&variant[..variant.len() - QGEMM_SUFFIX.len()])?;
-            if !qgemm::variants(format).contains(&isa) {
-                return Err(format!("qgemm has no {isa} variant for {format}"));
-            }
-            let params: QGemmParams =
-                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
-            params.validate().map_err(|e| e.to_string())?;
-            if !qgemm::interleaves(isa).contains(&params.nr) {
-                return Err(format!(
-                    "the {isa} qgemm does not read interleave {}",
-                    params.nr
-                ));
-            }
-            Ok(Kernel::QGemm(QGemm {
-                format,
-                isa,
-                params,
-                threads,
-            }))
-        }
-        WeightKind::Quant(format) => {
-            let (isa, mode) = variant
-                .split_once('.')
-                .ok_or_else(|| "expected `<isa>.a32` or `<isa>.a8`".to_string())?;
-            let mode = match mode {
-                "a32" => QMode::A32,
-                "a8" => QMode::A8,
-                m => return Err(format!("unknown activation mode `{m}`")),
-            };
-            if qmode.is_some_and(|q| q != mode) {
-                return Err("activation mode differs from the forced one".into());
-            }
-            let isa = isa_of(isa)?;
-            if !qgemv::variants(format, mode).contains(&isa) {
-                return Err(format!("qgemv has no {isa} variant for {format}"));
-            }
-            let params: QGemvParams =
-                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
-            params.validate().map_err(|e| e.to_string())?;
-            Ok(Kernel::QGemv(QGemv {
-                format,
-                mode,
-                isa,
-                params,
-                threads,
-            }))
-        }
-        _ if op == "gemm" => {
-            let isa = isa_of(variant)?;
-            let params: GemmParams =
-                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
-            params
-                .validate_for("gemm", isa)
-                .map_err(|e| e.to_string())?;
-            Ok(Kernel::Gemm(GemmConfig {
-                isa: Some(isa),
-                params,
-                threads,
-            }))
-        }
-        _ => {
-            let isa = isa_of(variant)?;
-            if !gemv::variants().contains(&isa) {
-                return Err(format!("gemv has no {isa} variant"));
-            }
-            let params: GemvParams =
-                serde_json::from_value(params.clone()).map_err(|e| e.to_string())?;
-            params.validate().map_err(|e| e.to_string())?;
-            Ok(Kernel::Gemv(GemvConfig {
-                isa: Some(isa),
-                params,
-                threads,
-            }))
-        }
-    }
+) -> KernelChoice {
+    let (m, n, k) = mnk(p);
+    KernelChoice::default_for(
+        op_of(p),
+        WeightKind::of_dtype(p.dtype()),
+        m,
+        n,
+        k,
+        caps,
+        threads,
+        qmode,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tiletune_kernels::gemv::GemvParams;
+    use tiletune_kernels::quant::QuantFormat;
 
     fn problems() -> Vec<Problem> {
         vec![
@@ -809,10 +904,10 @@ mod tests {
         );
         assert_eq!(p.counts(), (0, 0, 4));
         assert!(p.db_status.contains("not found"), "{}", p.db_status);
-        assert!(matches!(p.entries[0].kernel, Kernel::Gemv(_)));
-        assert!(matches!(p.entries[1].kernel, Kernel::QGemm(q) if q.params.mr == 1));
-        assert!(matches!(p.entries[2].kernel, Kernel::Gemm(_)));
-        assert!(matches!(p.entries[3].kernel, Kernel::Gemv(_)));
+        assert!(matches!(p.entries[0].kernel, KernelChoice::Gemv(_)));
+        assert!(matches!(p.entries[1].kernel, KernelChoice::QGemm(q) if q.params.mr == 1));
+        assert!(matches!(p.entries[2].kernel, KernelChoice::Gemm(_)));
+        assert!(matches!(p.entries[3].kernel, KernelChoice::Gemv(_)));
         assert!(p.to_string().contains("default"));
     }
 
@@ -826,161 +921,6 @@ mod tests {
         assert_eq!(p.counts(), (0, 0, 4));
         assert!(p.db_status.contains("using defaults"), "{}", p.db_status);
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn candidates_are_validated() {
-        let gp = serde_json::to_value(GemvParams::default_for(
-            &GemvShape { n: 8, k: 8 },
-            &CpuCaps::default(),
-        ))
-        .unwrap();
-        let ok = from_candidate("gemv", WeightKind::F32, "scalar", &gp, 1, 2, None);
-        assert!(matches!(ok, Ok(Kernel::Gemv(c)) if c.isa == Some(Isa::Scalar)));
-        assert!(from_candidate("gemv", WeightKind::F32, "scalar", &gp, 3, 2, None).is_err());
-        assert!(from_candidate("gemv", WeightKind::F32, "nope", &gp, 1, 2, None).is_err());
-        assert!(
-            from_candidate(
-                "gemv",
-                WeightKind::F32,
-                "scalar",
-                &json!({"x": 1}),
-                1,
-                2,
-                None
-            )
-            .is_err()
-        );
-        let q = Kernel::QGemv(QGemv::new(QuantFormat::Q4_0, QMode::A32)).params_json();
-        let k = WeightKind::Quant(QuantFormat::Q4_0);
-        assert!(matches!(
-            from_candidate("gemv", k, "scalar.a32", &q, 1, 2, None),
-            Ok(Kernel::QGemv(g)) if g.mode == QMode::A32
-        ));
-        assert!(from_candidate("gemv", k, "scalar", &q, 1, 2, None).is_err());
-        assert!(from_candidate("gemv", k, "scalar.a32", &q, 1, 2, Some(QMode::A8)).is_err());
-    }
-
-    #[test]
-    fn quantized_prefill_defaults_to_the_gemm_where_it_exists() {
-        let caps = CpuCaps::default();
-        let k = |f| WeightKind::Quant(f);
-        let g = default_kernel("gemm", k(QuantFormat::Q4_1), 64, 576, 576, &caps, 2, None);
-        assert!(
-            matches!(g, Kernel::QGemm(q) if q.format == QuantFormat::Q4_1 && q.threads == 2),
-            "{g:?}"
-        );
-        assert!(g.variant().ends_with(".qgemm"));
-        // Decode and prefill both take the GEMM (decode as its m = 1 case)
-        // for every format that has one, the per-row GEMV for the others;
-        // a forced W·A32 keeps the per-row GEMV.
-        for f in QGEMV_FORMATS {
-            for (op, m) in [("gemv", 1), ("gemm", 64)] {
-                let d = default_kernel(op, k(f), m, 64, 256, &caps, 1, None);
-                match d {
-                    Kernel::QGemm(q) => {
-                        assert!(qgemm::supports(f), "{f}");
-                        assert_eq!(q.params.mr, if m == 1 { 1 } else { q.params.mr });
-                    }
-                    Kernel::QGemv(_) => assert!(!qgemm::supports(f), "{f}"),
-                    _ => panic!("{f}: {d:?}"),
-                }
-            }
-        }
-        let q6 = default_kernel("gemm", k(QuantFormat::Q6K), 64, 64, 256, &caps, 1, None);
-        assert!(matches!(q6, Kernel::QGemm(q) if q.format == QuantFormat::Q6K));
-        let a32 = default_kernel(
-            "gemm",
-            k(QuantFormat::Q8_0),
-            64,
-            64,
-            64,
-            &caps,
-            1,
-            Some(QMode::A32),
-        );
-        assert!(matches!(a32, Kernel::QGemv(q) if q.mode == QMode::A32));
-        let dec = default_kernel("gemv", k(QuantFormat::Q8_0), 1, 64, 64, &caps, 1, None);
-        assert!(
-            matches!(dec, Kernel::QGemm(q) if q.params.mr == 1),
-            "{dec:?}"
-        );
-        // Stored winners round-trip through their names.
-        let pj = g.params_json();
-        let back = from_candidate("gemm", k(QuantFormat::Q4_1), &g.variant(), &pj, 2, 2, None);
-        assert!(matches!(back, Ok(b) if b == g));
-        let bad_nr = json!({"mr": 4, "nr": 12});
-        assert!(
-            from_candidate(
-                "gemm",
-                k(QuantFormat::Q4_1),
-                "scalar.qgemm",
-                &bad_nr,
-                1,
-                2,
-                None
-            )
-            .is_err()
-        );
-        let sp = json!({"mr": 2, "nr": 16});
-        assert!(
-            from_candidate(
-                "gemm",
-                k(QuantFormat::Q4_1),
-                "scalar.qgemm",
-                &sp,
-                1,
-                2,
-                None
-            )
-            .is_ok()
-        );
-        // Decode (a gemv problem) runs the GEMM at m = 1.
-        assert!(
-            from_candidate(
-                "gemv",
-                k(QuantFormat::Q4_1),
-                "scalar.qgemm",
-                &sp,
-                1,
-                2,
-                None
-            )
-            .is_ok()
-        );
-        assert!(
-            from_candidate(
-                "gemm",
-                k(QuantFormat::Q8_1),
-                "scalar.qgemm",
-                &sp,
-                1,
-                2,
-                None
-            )
-            .is_err()
-        );
-        assert!(
-            from_candidate("gemm", k(QuantFormat::Q6K), "scalar.qgemm", &sp, 1, 2, None).is_ok()
-        );
-        assert!(
-            from_candidate(
-                "gemm",
-                k(QuantFormat::Q4_1),
-                "scalar.qgemm",
-                &sp,
-                1,
-                2,
-                Some(QMode::A32)
-            )
-            .is_err()
-        );
-        // A per-row GEMV winner is still accepted for a prefill problem.
-        let qv = Kernel::QGemv(QGemv::new(QuantFormat::Q4_1, QMode::A8)).params_json();
-        assert!(matches!(
-            from_candidate("gemm", k(QuantFormat::Q4_1), "scalar.a8", &qv, 1, 2, None),
-            Ok(Kernel::QGemv(_))
-        ));
     }
 
     #[test]
@@ -1206,7 +1146,7 @@ mod tests {
         assert_eq!(p.db_status, "ok");
         assert_eq!(p.entries[0].source, Source::Tuned);
         assert!(
-            matches!(p.entries[0].kernel, Kernel::Gemv(c) if c.params.nr == 2 && c.threads == 1)
+            matches!(p.entries[0].kernel, KernelChoice::Gemv(c) if c.params.nr == 2 && c.threads == 1)
         );
         assert_eq!(p.entries[4].source, Source::Nearest);
         assert_eq!(p.counts(), (1, 1, 3));
@@ -1238,5 +1178,101 @@ mod tests {
             stale.db_status
         );
         let _ = std::fs::remove_dir_all(ps_dir("db"));
+    }
+
+    /// The model decides: a phase's tuned choices run only where a stored
+    /// verdict for exactly those choices says they won; a lost or stale
+    /// verdict gives that phase its defaults, and each moved line says why.
+    #[test]
+    fn verdicts_decide_per_phase_whether_tuned_choices_run() {
+        use tiletune_tables::{Campaign, Phase, Verdict};
+        let (path, _) = placed_db("verdict", 2, &[(64, Placement::unpinned(1).unwrap())]);
+        let ps = vec![
+            Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
+            Problem::new("gemm", "f32", [("m", 16), ("n", 64), ("k", 32)]).unwrap(),
+        ];
+        // A prefill winner too (1 thread: not the default's 2).
+        {
+            let mut db = SelectorDb::open(&path).unwrap();
+            let mut sel = db.selections(Some("soc")).unwrap().remove(0);
+            sel.problem = ps[1].clone();
+            let g = KernelChoice::default_for(
+                Op::Gemm,
+                WeightKind::F32,
+                16,
+                64,
+                32,
+                &CpuCaps::default(),
+                1,
+                None,
+            );
+            sel.winner = tiletune_tables::Candidate::new(g.variant(), g.params_json(), 1).unwrap();
+            db.put_selection(&sel).unwrap();
+        }
+        let caps = CpuCaps::default();
+        let unchecked = ExecutionPlan::build(&ps, "soc", &caps, &opts(path.clone()));
+        assert_eq!(unchecked.counts(), (2, 0, 0), "{unchecked}");
+        assert!(
+            unchecked.to_string().contains("run unverified"),
+            "{unchecked}"
+        );
+        let tuned = ExecutionPlan::build_unverified(&ps, "soc", &caps, &opts(path.clone()));
+        let put = |phase: Phase, won: bool, digest: String| {
+            let mut db = SelectorDb::open(&path).unwrap();
+            let c = Campaign::new("soc", "test", KERNEL_ABI, "adaptive");
+            db.start_campaign(&c).unwrap();
+            db.put_verdict(&Verdict {
+                soc: "soc".into(),
+                kernel_abi: KERNEL_ABI,
+                model: tuned.model.clone(),
+                model_name: "m.gguf".into(),
+                phase,
+                threads: 2,
+                plan_digest: digest,
+                test: "tg128".into(),
+                default_s: vec![1.0, 1.0, 1.0],
+                tuned_s: vec![0.9, 0.9, 0.9],
+                ratio: if won { 1.11 } else { 0.98 },
+                won,
+                campaign: Some(c.id.clone()),
+                measured_at: 1,
+            })
+            .unwrap();
+        };
+        // Decode won, prefill lost: only decode runs tuned.
+        put(Phase::Decode, true, tuned.digest(Phase::Decode));
+        put(Phase::Prefill, false, tuned.digest(Phase::Prefill));
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &opts(path.clone()));
+        assert_eq!(p.entries[0].source, Source::Tuned);
+        assert_eq!(p.entries[1].source, Source::Default);
+        let note = p.entries[1].note.as_deref().unwrap();
+        assert!(note.contains("not used: see the prefill verdict"), "{note}");
+        assert!(
+            p.to_string().contains("verdict prefill: tuned did not win"),
+            "{p}"
+        );
+        let text = p.to_string();
+        assert!(
+            text.contains("verdict decode: tuned won, tg128 1.11x"),
+            "{text}"
+        );
+        assert_eq!(p.to_json()["verdicts"][0]["phase"], "prefill");
+        assert_eq!(p.to_json()["verdicts"][0]["tuned_runs"], json!(false));
+        // A verdict for other choices is stale: the defaults run.
+        put(Phase::Decode, true, "0000".into());
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &opts(path.clone()));
+        assert_eq!(p.counts(), (0, 0, 2));
+        assert!(
+            p.to_string()
+                .contains("changed since the model-level check"),
+            "{p}"
+        );
+        // The unverified plan ignores verdicts: it is what tune times.
+        let again = ExecutionPlan::build_unverified(&ps, "soc", &caps, &opts(path.clone()));
+        assert_eq!(again.counts(), (2, 0, 0));
+        assert_eq!(again.digest(Phase::Decode), tuned.digest(Phase::Decode));
+        let d = ExecutionPlan::build_default(&ps, "soc", &caps, &opts(path));
+        assert_eq!(d.counts(), (0, 0, 2));
+        let _ = std::fs::remove_dir_all(ps_dir("verdict"));
     }
 }

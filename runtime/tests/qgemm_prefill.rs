@@ -18,7 +18,7 @@ use tiletune_runtime::GgmlType;
 use tiletune_runtime::config::{Arch, ModelConfig};
 use tiletune_runtime::gguf::GgufFile;
 use tiletune_runtime::models::{FastModel, Weight};
-use tiletune_runtime::plan::{ExecutionPlan, Kernel, PlanOptions};
+use tiletune_runtime::plan::{ExecutionPlan, KernelChoice, PlanOptions};
 use tiletune_runtime::problems::kernel_problems;
 use tiletune_tables::{Candidate, Problem, Selection, SelectorDb, SocRecord};
 
@@ -181,8 +181,9 @@ const FORMATS: [QuantFormat; 4] = [
 /// Decode (m = 1) runs the GEMM on the packed copy, which is then the only
 /// copy kept (a tied embedding looks its rows up in it): its logits equal
 /// the per-row scalar GEMV's step by step, and the weights held are the
-/// packed ones alone; a table that keeps a per-row decode kernel beside
-/// the prefill GEMM makes the model hold both.
+/// packed ones alone; a table that gives decode a per-row kernel beside
+/// a prefill GEMM is resolved to one copy (decode's GGUF rows), and the
+/// plan says so on each moved line.
 #[test]
 fn gemm_decode_equals_per_row_decode_and_keeps_one_copy() {
     let tokens: Vec<u32> = (0..9).map(|i| (i * 11 + 5) % 40).collect();
@@ -196,7 +197,7 @@ fn gemm_decode_equals_per_row_decode_and_keeps_one_copy() {
                 gemm.entries
                     .iter()
                     .filter(|e| e.problem.op() == "gemv")
-                    .all(|e| matches!(e.kernel, Kernel::QGemm(q) if q.params.mr == 1)),
+                    .all(|e| matches!(e.kernel, KernelChoice::QGemm(q) if q.params.mr == 1)),
                 "{arch:?} {fmt}: decode defaults to the GEMM at m = 1"
             );
             let rows_db = table("drows", &problems, |_| {
@@ -217,20 +218,21 @@ fn gemm_decode_equals_per_row_decode_and_keeps_one_copy() {
                 decode_logits(&cfg, &g, &rows, &tokens),
                 "{arch:?} {fmt}: per-row decode beside GEMM prefill"
             );
-            // An untied embedding is only looked up: its blocks are held
-            // by every plan and never packed.
-            let embed = if cfg.tied_embeddings {
-                0
-            } else {
-                cfg.vocab * fmt.row_bytes(cfg.hidden)
-            };
             let (wg, wr, wb) = (
                 weight_bytes(&cfg, &g, &gemm),
                 weight_bytes(&cfg, &g, &rows),
                 weight_bytes(&cfg, &g, &both),
             );
-            assert_eq!(wb + embed, wg + wr, "{arch:?} {fmt}: {wg} {wr} {wb}");
-            assert!(wg < wb && wr < wb, "{arch:?} {fmt}");
+            assert_eq!(wb, wr, "{arch:?} {fmt}: {wg} {wr} {wb}");
+            assert!(wg < wb + wr, "{arch:?} {fmt}: one copy, not two");
+            for e in both.entries.iter().filter(|e| e.problem.op() == "gemm") {
+                assert!(matches!(e.kernel, KernelChoice::QGemv(_)), "{e:?}");
+                let note = e.note.as_deref().unwrap_or_default();
+                assert!(
+                    note.starts_with("conflict: `") && note.contains("reads packed nr="),
+                    "{note}"
+                );
+            }
             for db in [rows_db, both_db] {
                 let _ = std::fs::remove_dir_all(db.parent().unwrap());
             }
@@ -252,7 +254,7 @@ fn gemm_prefill_equals_per_row_scalar_gemv_prefill() {
             assert!(
                 gemm.entries
                     .iter()
-                    .any(|e| e.problem.op() == "gemm" && matches!(e.kernel, Kernel::QGemm(_))),
+                    .any(|e| e.problem.op() == "gemm" && matches!(e.kernel, KernelChoice::QGemm(_))),
                 "{arch:?} {fmt}: the default plan should use the quantized GEMM"
             );
             let rows_db = table("rows", &problems, |_| {
@@ -263,7 +265,7 @@ fn gemm_prefill_equals_per_row_scalar_gemv_prefill() {
                 rows.entries
                     .iter()
                     .filter(|e| e.problem.op() == "gemm")
-                    .all(|e| matches!(e.kernel, Kernel::QGemv(_))),
+                    .all(|e| matches!(e.kernel, KernelChoice::QGemv(_))),
                 "{arch:?} {fmt}: the table should force the per-row GEMV"
             );
             let mixed_db = table("mixed", &problems, |p| {
@@ -288,5 +290,103 @@ fn gemm_prefill_equals_per_row_scalar_gemv_prefill() {
                 let _ = std::fs::remove_dir_all(db.parent().unwrap());
             }
         }
+    }
+}
+
+/// The plan `tiletune plan` prints is what runs: a prefill in the 64-row
+/// bucket, one in the 16-row bucket and a decode step record the kernel
+/// each linear-layer call ran, and each equals the plan's entry for that
+/// call's problem, with a default plan and with tuned, nearest and
+/// conflicting tables (the last resolved by the layout rule, its moved
+/// lines saying `conflict:`).
+#[test]
+fn the_plan_is_what_runs() {
+    let cfg = config(Arch::Qwen2);
+    let g = gguf(&cfg, QuantFormat::Q4_0, 5);
+    let problems = kernel_problems(&g).unwrap();
+    let qgemm = |mr: usize, nr: usize| serde_json::json!({"mr": mr, "nr": nr, "pf": 0, "ku": 1});
+    let tuned = table("runs-tuned", &problems, |p| {
+        Some(("scalar.qgemm", qgemm(p.dim("m").unwrap_or(1).min(2), 8)))
+    });
+    // Winners stored for shapes 16 rows wider only: every lookup is nearest.
+    let wide: Vec<Problem> = problems
+        .iter()
+        .map(|p| {
+            let dims: Vec<(String, usize)> = p
+                .dims()
+                .iter()
+                .map(|(n, v)| (n.clone(), if n == "n" { v + 16 } else { *v }))
+                .collect();
+            Problem::new(p.op(), p.dtype(), dims).unwrap()
+        })
+        .collect();
+    let nearest = table("runs-nearest", &wide, |_| {
+        Some(("scalar.qgemm", qgemm(1, 4)))
+    });
+    let conflict = table("runs-conflict", &problems, |p| {
+        Some(if p.op() == "gemv" {
+            ("scalar.qgemm", qgemm(1, 4))
+        } else {
+            ("scalar.qgemm", qgemm(2, 8))
+        })
+    });
+    let none = std::env::temp_dir().join("tt-plan-runs-no-such.db");
+    let tokens: Vec<u32> = (0..27).map(|i| (i * 5 + 1) % 40).collect();
+    for (name, db, source) in [
+        ("default", none, "default"),
+        ("tuned", tuned.clone(), "tuned"),
+        ("nearest", nearest.clone(), "nearest"),
+        ("conflicting", conflict.clone(), "tuned"),
+    ] {
+        let plan = plan(&g, db);
+        assert!(
+            plan.entries.iter().all(|e| e.source.name() == source),
+            "{name}: {plan}"
+        );
+        if name == "conflicting" {
+            let moved = plan
+                .entries
+                .iter()
+                .filter(|e| e.note.as_deref().is_some_and(|n| n.contains("conflict: `scalar.qgemm` reads packed nr=8, the weight holds packed nr=4")))
+                .count();
+            assert_eq!(
+                moved,
+                plan.entries
+                    .iter()
+                    .filter(|e| e.problem.op() == "gemm")
+                    .count(),
+                "{plan}"
+            );
+        }
+        let fast = FastModel::new(&cfg, &g, &plan, 64).unwrap();
+        let mut st = fast.new_state();
+        st.record_calls();
+        fast.forward(&tokens[..19], &mut st, false).unwrap();
+        fast.forward(&tokens[19..26], &mut st, false).unwrap();
+        fast.forward(&tokens[26..], &mut st, false).unwrap();
+        let calls = st.take_calls();
+        // 2 layers × 7 linear layers + the tied LM head, three passes.
+        assert_eq!(calls.len(), 3 * (2 * 7 + 1), "{name}");
+        let mut seen = std::collections::HashSet::new();
+        for c in &calls {
+            let p = c.problem();
+            let e = plan
+                .get(&p)
+                .unwrap_or_else(|| panic!("{name}: {p} ran but is not in the plan"));
+            assert_eq!(
+                c.kernel, e.kernel,
+                "{name}: {p} ran {} but the plan says {}",
+                c.kernel, e.kernel
+            );
+            seen.insert(p.key());
+        }
+        // Every bucket the three passes used, and decode, were recorded.
+        for m in ["m=16,", "m=64,"] {
+            assert!(seen.iter().any(|k| k.contains(m)), "{name}: {seen:?}");
+        }
+        assert!(seen.iter().any(|k| k.starts_with("gemv")), "{name}");
+    }
+    for db in [tuned, nearest, conflict] {
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
     }
 }

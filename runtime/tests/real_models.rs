@@ -237,3 +237,99 @@ fn smollm2_reference_forward_matches_numpy() {
 fn qwen25_reference_forward_matches_numpy() {
     check_reference_forward(QWEN25, include_str!("fixtures/qwen25_refs.json"));
 }
+
+/// `tiletune plan` prints what runs, on SmolLM2: a prefill (64-row bucket)
+/// and a decode step record the kernel every linear-layer call ran, equal
+/// to the plan's entry, with the default plan and with a conflicting table
+/// (decode at the scalar GEMM's interleave 4, prefill at 8: the layout rule
+/// moves prefill to 4 and says so).
+#[test]
+fn smollm2_the_plan_is_what_runs() {
+    use tiletune_kernels::{CpuCaps, KERNEL_ABI};
+    use tiletune_runtime::models::FastModel;
+    use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
+    use tiletune_runtime::problems::kernel_problems;
+    use tiletune_tables::{Candidate, Selection, SelectorDb, SocRecord};
+    let Some(path) = model(SMOLLM2) else { return };
+    let g = GgufFile::open(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(&g).unwrap();
+    let problems = kernel_problems(&g).unwrap();
+    let dir = std::env::temp_dir().join(format!("tt-real-plan-runs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db_path = dir.join("conflict.db");
+    {
+        let mut db = SelectorDb::open(&db_path).unwrap();
+        db.register_soc(&SocRecord {
+            fingerprint: "real-soc".into(),
+            name: "test".into(),
+            probe: serde_json::json!({}),
+            first_seen: 0,
+        })
+        .unwrap();
+        for p in problems.iter().filter(|p| p.dtype() == "q4_1") {
+            let (mr, nr) = if p.op() == "gemv" { (1, 4) } else { (4, 8) };
+            db.put_selection(&Selection {
+                soc: "real-soc".into(),
+                kernel_abi: KERNEL_ABI,
+                problem: p.clone(),
+                thread_budget: 2,
+                winner: Candidate::new(
+                    "scalar.qgemm",
+                    serde_json::json!({"mr": mr, "nr": nr, "pf": 0, "ku": 1}),
+                    2,
+                )
+                .unwrap(),
+                median_ns: 1.0,
+                default_ns: None,
+                speedup: None,
+                campaign: None,
+                selected_at: 0,
+            })
+            .unwrap();
+        }
+    }
+    let tokens: Vec<u32> = (0..20).map(|i| 100 + i * 37).collect();
+    for db in [dir.join("none.db"), db_path] {
+        let opts = PlanOptions {
+            db: Some(db.clone()),
+            threads: 2,
+            qmode: None,
+        };
+        let plan = ExecutionPlan::build(&problems, "real-soc", &CpuCaps::default(), &opts);
+        let conflicts = plan
+            .entries
+            .iter()
+            .filter(|e| {
+                e.note
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("conflict:"))
+            })
+            .count();
+        let fast = FastModel::new(&cfg, &g, &plan, 64).unwrap();
+        let mut st = fast.new_state();
+        st.record_calls();
+        fast.forward(&tokens[..19], &mut st, false).unwrap();
+        fast.forward(&tokens[19..], &mut st, false).unwrap();
+        let calls = st.take_calls();
+        // 30 layers × 7 linear layers + the tied LM head, two passes.
+        assert_eq!(calls.len(), 2 * (30 * 7 + 1), "{}", db.display());
+        for c in &calls {
+            let p = c.problem();
+            let e = plan.get(&p).unwrap();
+            assert_eq!(
+                c.kernel, e.kernel,
+                "{p}: ran {} but the plan says {}",
+                c.kernel, e.kernel
+            );
+        }
+        if db.ends_with("conflict.db") {
+            // Every q4_1 prefill bucket conflicts with decode's layout.
+            assert_eq!(conflicts, 3 * 4, "{plan}");
+            assert!(calls.iter().any(|c| c.kernel.variant() == "scalar.qgemm"));
+        } else {
+            assert_eq!(conflicts, 0, "{plan}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -113,13 +113,13 @@ fn parse_qmode(s: &str) -> Result<QMode, String> {
 /// glibc's `rand()` (the TYPE_3 additive feedback generator behind `srand`/
 /// `rand`), which llama-bench draws its token ids from, seeded with 1 as a
 /// program that never calls `srand` is.
-struct GlibcRand {
+pub(crate) struct GlibcRand {
     r: [u32; 34],
     i: usize,
 }
 
 impl GlibcRand {
-    fn new(seed: u32) -> Self {
+    pub(crate) fn new(seed: u32) -> Self {
         let mut r = [0u32; 34];
         r[0] = seed;
         for i in 1..31 {
@@ -148,7 +148,7 @@ impl GlibcRand {
     }
 
     /// One `rand()` value in `0..=i32::MAX`.
-    fn next(&mut self) -> u32 {
+    pub(crate) fn next(&mut self) -> u32 {
         self.step() >> 1
     }
 }
@@ -704,7 +704,7 @@ fn run_test(
 
 /// llama-bench's `test_prompt`: `n_prompt` random ids (BOS first when the
 /// model adds it) in batches of `n_batch`.
-fn test_prompt(
+pub(crate) fn test_prompt(
     model: &FastModel,
     st: &mut RunState,
     rng: &mut GlibcRand,
@@ -733,7 +733,7 @@ fn test_prompt(
 
 /// llama-bench's `test_gen`: BOS (or a random id), then `n_gen` single-token
 /// steps, each followed by a new random id.
-fn test_gen(
+pub(crate) fn test_gen(
     model: &FastModel,
     st: &mut RunState,
     rng: &mut GlibcRand,

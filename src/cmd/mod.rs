@@ -1,6 +1,7 @@
 //! One module per subcommand. Each exposes `Args` (clap) and
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
+pub mod accept;
 pub mod bench;
 pub mod bench_model;
 pub mod chat;

@@ -17,6 +17,7 @@ use tiletune_tables::{Campaign, Problem, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
 use tiletune_tuner::campaign::{CampaignConfig, ProblemReport, Progress, run_campaign};
 use tiletune_tuner::families::{self, Machine};
+use tiletune_tuner::joint::{self, Workload};
 use tiletune_tuner::placement;
 use tiletune_tuner::{Candidate, KernelProblem, Strategy, suite};
 
@@ -74,6 +75,20 @@ pub struct Args {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0x7ee1)]
     pub seed: u64,
+    /// With --model: what the tuned plan is chosen for, llama-bench's tests
+    /// each weighted by its time: e.g. `pp512,tg128` (the default, as
+    /// llama-bench runs), `decode` (tg128), `prefill` (pp512) or
+    /// `pp2048,tg256`. Every kernel problem that reads one weight (decode
+    /// and each prefill bucket) shares one layout in memory; the layout
+    /// that costs this workload least is chosen for all of them.
+    #[arg(long, default_value = "pp512,tg128", value_name = "TESTS")]
+    pub workload: Workload,
+    /// With --model: alternated rounds of the model-level check that ends
+    /// the tuning (tuned plan against default plan, each phase timed as
+    /// `bench model` times it). A phase's tuned choices run only where
+    /// every tuned round beat every default round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=50))]
+    pub rounds: u64,
 }
 
 /// Parses `90`, `90s`, `5m`, `1h`, `1h30m`.
@@ -230,9 +245,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!(drift))?;
     }
 
-    if g.json {
+    if g.json && args.model.is_none() {
         println!("{}", serde_json::to_string_pretty(&reports)?);
-    } else {
+    } else if !g.json {
         print_summary(
             &reports,
             &soc.name,
@@ -241,7 +256,68 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             out_of_budget,
         );
     }
+    let Some(model) = &args.model else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    // A weight's layout is one decision: store the joint choice.
+    let defaults: Vec<(Problem, Candidate)> = instances
+        .iter()
+        .map(|i| (i.spec().clone(), i.candidates()[i.default_index()].clone()))
+        .collect();
+    let weights = joint::store_joint(
+        &mut db,
+        &soc.fingerprint,
+        KERNEL_ABI,
+        max_threads,
+        &defaults,
+        &args.workload,
+        tiletune_runtime::problems::prefill_bucket,
+        Some(&campaign.id),
+    )?;
+    if !g.json {
+        print_joint(&weights, &args.workload);
+    }
+    // The model decides: time the tuned plan against the default plan.
+    let mut verdicts = super::accept::check_model(
+        model,
+        &db_path,
+        &soc,
+        max_threads,
+        &args.workload,
+        args.rounds as usize,
+        g.json,
+    )?;
+    for v in &mut verdicts {
+        v.campaign = Some(campaign.id.clone());
+        db.put_verdict(v)?;
+    }
+    if g.json {
+        // One document: the campaign's reports and the verdicts.
+        let out = serde_json::json!({ "problems": reports, "verdicts": verdicts });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the joint layout choice changed, one line per weight it moved.
+fn print_joint(weights: &[joint::WeightReport], workload: &Workload) {
+    let moved: Vec<&joint::WeightReport> =
+        weights.iter().filter(|w| !w.changed.is_empty()).collect();
+    println!(
+        "joint layout choice for {workload}: {} weight(s), {} moved to one shared layout",
+        weights.len(),
+        moved.len()
+    );
+    for w in moved {
+        println!(
+            "  {:<20} {}: workload {:.1} µs (separate winners {:.1} µs, not all holdable); {} problem(s) changed",
+            w.weight,
+            w.choice.layout,
+            w.choice.cost_ns / 1e3,
+            w.choice.unconstrained_ns / 1e3,
+            w.changed.len()
+        );
+    }
 }
 
 fn short(c: &Candidate) -> String {

@@ -261,7 +261,10 @@ impl SelectorDb {
             check_integrity(&conn, &path)?;
         }
         if opts.read_only {
-            if version < SCHEMA_VERSION {
+            // v5 only added `verdicts`, which a reader of a v4 file finds
+            // empty (`SelectorDb::verdict`): a table shipped read-only
+            // before verdicts existed still serves its selections.
+            if version < schema::READ_ONLY_OLDEST {
                 return Err(TableError::NeedsMigration {
                     path,
                     found: version,

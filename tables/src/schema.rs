@@ -25,6 +25,10 @@ use rusqlite::{Connection, TransactionBehavior};
 /// `PRAGMA application_id` of every tiletune selector table: "ttun" in ASCII.
 pub const APPLICATION_ID: u32 = 0x7474_756e;
 
+/// The oldest schema a read-only open reads as it is (every later step
+/// only added a table that readers treat as empty when it is absent).
+pub const READ_ONLY_OLDEST: u32 = 4;
+
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 

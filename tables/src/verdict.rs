@@ -230,8 +230,29 @@ impl SelectorDb {
         })
     }
 
+    /// Whether the file has the `verdicts` table: a v4 file opened
+    /// read-only does not, and holds no verdicts.
+    fn has_verdicts(&self) -> Result<bool> {
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'verdicts'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| crate::TableError::Sqlite {
+                path: self.path.clone(),
+                context: "reading the schema",
+                source: e,
+            })?;
+        Ok(n > 0)
+    }
+
     /// Every verdict for one SoC (or all), by model name, phase and threads.
     pub fn verdicts(&self, soc: Option<&str>) -> Result<Vec<Verdict>> {
+        if !self.has_verdicts()? {
+            return Ok(Vec::new());
+        }
         self.query_vec(
             &format!(
                 "SELECT {VERDICT_COLS} FROM verdicts WHERE ?1 IS NULL OR soc = ?1
@@ -251,6 +272,9 @@ impl SelectorDb {
         phase: Phase,
         threads: usize,
     ) -> Result<Option<Verdict>> {
+        if !self.has_verdicts()? {
+            return Ok(None);
+        }
         Ok(self
             .query_vec(
                 &format!(

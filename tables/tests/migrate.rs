@@ -168,9 +168,10 @@ fn v3_file_migrates_to_placements() {
     assert_eq!(back.candidate.placement().cpus(), [4, 5]);
 }
 
-/// v4 → v5: a table from before verdicts keeps its selections, gains an
-/// empty `verdicts` table, and a verdict stored next to them reads back on
-/// the runtime's read-only open.
+/// v4 → v5: a table from before verdicts reads read-only as it is (no
+/// verdicts), keeps its selections when migrated, gains an empty
+/// `verdicts` table, and a verdict stored next to them reads back on the
+/// runtime's read-only open.
 #[test]
 fn v4_file_migrates_to_verdicts() {
     let dir = tmp();
@@ -181,11 +182,14 @@ fn v4_file_migrates_to_verdicts() {
         assert!(c.execute_batch("SELECT * FROM verdicts").is_err());
         write_v1_rows(&c);
     }
-    let err = SelectorDb::open_with(&path, OpenOptions::read_only()).unwrap_err();
-    assert!(
-        matches!(err, TableError::NeedsMigration { found: 4, .. }),
-        "{err}"
-    );
+    // Read-only, as the runtime opens a shipped table: v4 serves its
+    // selections as it is, with no verdicts.
+    {
+        let ro = SelectorDb::open_with(&path, OpenOptions::read_only()).unwrap();
+        assert_eq!(ro.selections(Some("socA")).unwrap().len(), 1);
+        assert!(ro.verdicts(None).unwrap().is_empty());
+        assert_eq!(ro.verdict("socA", 3, "m", Phase::Prefill, 1).unwrap(), None);
+    }
     let mut db = SelectorDb::open(&path).unwrap();
     assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
     db.check_integrity().unwrap();

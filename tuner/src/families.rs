@@ -23,6 +23,7 @@ pub use one::{
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
 use half::f16;
+use tiletune_kernels::choice::{KernelChoice, Op, WeightKind};
 use tiletune_kernels::gemm::{self, GemmConfig, GemmParams, GemmShape};
 use tiletune_kernels::gemv::{self, GemvConfig, GemvParams, GemvShape};
 use tiletune_kernels::testing::{Rng, max_rel_err};
@@ -84,46 +85,37 @@ pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>
             expected: n.to_string(),
         })
     };
-    // Decode with a quantized weight: where the format has a GEMM, the
-    // runtime runs it at m = 1 on the packed copy it keeps, so the search
-    // is that GEMM (and the per-row W·A8 GEMV beside it); W·A32 stays a
-    // candidate only where there is no GEMM (it would need the GGUF blocks
-    // kept as a second copy).
-    if spec.op() == "gemv"
-        && let Some(format) = quant::format_of(spec.dtype())
-        && tiletune_kernels::qgemm::supports(format)
-    {
-        return Ok(Box::new(qgemm::QGemmTune::new(
-            spec.clone(),
-            format,
-            1,
-            dim("n")?,
-            dim("k")?,
-            m,
-        )?));
-    }
-    if spec.op() == "gemv"
-        && let Some(format) = quant::format_of(spec.dtype())
-    {
-        return Ok(Box::new(quant::QGemvTune::new(
-            spec.clone(),
-            format,
-            dim("n")?,
-            dim("k")?,
-            m,
-        )?));
-    }
-    if spec.op() == "gemm"
-        && let Some(format) = quant::format_of(spec.dtype())
-    {
-        return Ok(Box::new(qgemm::QGemmTune::new(
-            spec.clone(),
-            format,
-            dim("m")?,
-            dim("n")?,
-            dim("k")?,
-            m,
-        )?));
+    // A quantized weight is tuned over the family its default runs
+    // (`KernelChoice::default_for`, the runtime's rule too): where the
+    // format has a GEMM, decode runs it at m = 1 on the one packed copy,
+    // and the search is that GEMM with the per-row W·A8 GEMV beside it;
+    // the other formats are the per-row GEMV's.
+    if let Some(format) = quant::format_of(spec.dtype()) {
+        let op =
+            Op::from_name(spec.op()).ok_or_else(|| TunerError::UnknownOp(spec.op().to_string()))?;
+        let (rows, n, k) = match op {
+            Op::Gemv => (1, dim("n")?, dim("k")?),
+            Op::Gemm => (dim("m")?, dim("n")?, dim("k")?),
+        };
+        let default =
+            KernelChoice::default_for(op, WeightKind::Quant(format), rows, n, k, &m.caps, 1, None);
+        return match default {
+            KernelChoice::QGemv(_) if op == Op::Gemv => Ok(Box::new(quant::QGemvTune::new(
+                spec.clone(),
+                format,
+                n,
+                k,
+                m,
+            )?)),
+            _ => Ok(Box::new(qgemm::QGemmTune::new(
+                spec.clone(),
+                format,
+                rows,
+                n,
+                k,
+                m,
+            )?)),
+        };
     }
     match (spec.op(), spec.dtype()) {
         ("gemv", "f32") => Ok(Box::new(GemvProblem::<f32>::new(
@@ -361,7 +353,7 @@ where
         };
         let cands = cfgs
             .iter()
-            .map(|c| candidate(c.isa, &c.params, c.threads))
+            .map(|&c| candidate_of(&KernelChoice::Gemv(c)))
             .collect();
         GemvProblem {
             spec,
@@ -410,6 +402,13 @@ fn reference_gemv<W: WeightElem>(w: &[W], x: &[f32], s: GemvShape) -> Vec<f32> {
 
 fn candidate<P: serde::Serialize>(isa: Option<Isa>, params: &P, threads: usize) -> Candidate {
     candidate_named(isa.unwrap_or(Isa::Scalar).name(), params, threads)
+}
+
+/// The candidate naming a kernel choice: its stored text
+/// ([`KernelChoice::variant`] and [`KernelChoice::params_json`]).
+pub(crate) fn candidate_of(c: &KernelChoice) -> Candidate {
+    Candidate::new(c.variant(), c.params_json(), c.threads())
+        .expect("kernel choices name valid candidate keys")
 }
 
 fn candidate_named<P: serde::Serialize>(variant: &str, params: &P, threads: usize) -> Candidate {
@@ -544,7 +543,7 @@ impl<W: WeightElem> GemmProblem<W> {
         };
         let cands = cfgs
             .iter()
-            .map(|c| candidate(c.isa, &c.params, c.threads))
+            .map(|&c| candidate_of(&KernelChoice::Gemm(c)))
             .collect();
         GemmProblem {
             spec,
@@ -660,6 +659,44 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tuner's default candidate is the runtime's default plan entry:
+    /// both come from `KernelChoice::default_for`, so a tuned speed-up is
+    /// measured against what actually runs without a table.
+    #[test]
+    fn the_default_candidate_is_the_runtimes_default_choice() {
+        let mach = Machine::small_for_tests(3);
+        for (op, dtype, m, n, k) in [
+            ("gemv", "q4_0", 1, 64, 256),
+            ("gemm", "q4_0", 64, 64, 256),
+            ("gemv", "q6_k", 1, 32, 256),
+            ("gemm", "q8_0", 16, 48, 64),
+            ("gemv", "f32", 1, 64, 32),
+            ("gemm", "f32", 16, 64, 32),
+        ] {
+            let spec = if op == "gemv" {
+                Problem::new(op, dtype, [("n", n), ("k", k)]).unwrap()
+            } else {
+                Problem::new(op, dtype, [("m", m), ("n", n), ("k", k)]).unwrap()
+            };
+            let p = instantiate(&spec, &mach).unwrap();
+            let want = KernelChoice::default_for(
+                Op::from_name(op).unwrap(),
+                WeightKind::of_dtype(dtype),
+                m,
+                n,
+                k,
+                &mach.caps,
+                mach.max_threads,
+                None,
+            );
+            assert_eq!(
+                p.candidates()[p.default_index()],
+                candidate_of(&want),
+                "{spec}"
+            );
+        }
+    }
 
     fn machine() -> Machine {
         Machine::small_for_tests(7)

@@ -12,9 +12,11 @@
 //! The tuner never parses models and never opens SQLite itself: the store it
 //! writes to is a trait the binary implements over `tiletune-tables`.
 
+pub mod acceptance;
 pub mod adapters;
 pub mod campaign;
 pub mod families;
+pub mod joint;
 pub mod placement;
 pub mod strategy;
 pub mod suite;
@@ -44,6 +46,8 @@ pub enum TunerError {
         dtype: String,
         supported: String,
     },
+    #[error("bad workload {0}")]
+    BadWorkload(String),
     #[error("bad thread placement `{placement}`: {reason}")]
     BadPlacement { placement: String, reason: String },
     #[error(transparent)]

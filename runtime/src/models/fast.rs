@@ -42,7 +42,7 @@ use super::{RopeLayout, Weight, WeightSource, dequant};
 use crate::config::ModelConfig;
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;
-use crate::plan::{ExecutionPlan, Kernel, WeightKind};
+use crate::plan::{ExecutionPlan, KernelChoice, Layout, WeightKind};
 use crate::problems::{PREFILL_BUCKETS, prefill_bucket};
 
 fn kerr(e: tiletune_kernels::KernelError) -> LoadError {
@@ -77,8 +77,10 @@ struct Linear {
     n: usize,
     k: usize,
     bias: Option<Vec<f32>>,
-    decode: Kernel,
-    prefill: [Kernel; PREFILL_BUCKETS.len()],
+    /// The weight's dtype as the problem keys spell it.
+    dtype: String,
+    decode: KernelChoice,
+    prefill: [KernelChoice; PREFILL_BUCKETS.len()],
 }
 
 impl Linear {
@@ -106,8 +108,8 @@ impl Linear {
             )));
         }
         let dtype = info.ggml_type.name().to_ascii_lowercase();
-        let mut decode = plan.kernel("gemv", &dtype, 1, n, k);
-        let mut prefill = PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k));
+        let decode = plan.kernel("gemv", &dtype, 1, n, k);
+        let prefill = PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k));
         let wd = match WeightKind::of_dtype(&dtype) {
             WeightKind::F32 => WData::F32(
                 data.chunks_exact(4)
@@ -124,21 +126,22 @@ impl Linear {
                 if data.len() != n * f.row_bytes(k) {
                     return Err(bad(format!("data does not hold {n} rows of {k} elements")));
                 }
-                let packed = if matmul {
-                    Self::pack(f, data, n, k, &mut decode, &mut prefill)
-                        .map_err(|e| bad(e.to_string()))?
-                        .map(Box::new)
+                // The plan gives every kernel of a weight one layout
+                // (`plan::resolve_layouts`); it is held as that, once.
+                let layout = if matmul {
+                    Some(one_layout(&decode, &prefill).map_err(bad)?)
                 } else {
                     None
                 };
-                let rows_needed = !matmul
-                    || packed.is_none()
-                    || std::iter::once(&decode)
-                        .chain(&prefill)
-                        .any(|p| matches!(p, Kernel::QGemv(_)));
+                let packed = match layout {
+                    Some(Layout::Packed { nr }) => Some(Box::new(
+                        qgemm::repack(f, data, n, k, nr).map_err(|e| bad(e.to_string()))?,
+                    )),
+                    _ => None,
+                };
                 WData::Quant {
                     format: f,
-                    blocks: rows_needed.then(|| data.to_vec()),
+                    blocks: packed.is_none().then(|| data.to_vec()),
                     packed,
                 }
             }
@@ -165,46 +168,10 @@ impl Linear {
             n,
             k,
             bias: None,
+            dtype,
             decode,
             prefill,
         })
-    }
-
-    /// Repacks the weight once when a kernel of the layer (decode
-    /// included, as the GEMM's m = 1 case) is the quantized GEMM. The
-    /// interleave is the decode kernel's when it is the GEMM (decode reads
-    /// every weight byte once per token: most of a generation's time), else
-    /// the largest prefill bucket's. A GEMM planned with another interleave
-    /// keeps its variant if that reads this one, else takes the scalar GEMM
-    /// (every interleave): never a second packed copy. A per-row GEMV the
-    /// table chose (W·A32, or a W·A8 that measured faster) is kept as
-    /// chosen, and then the GGUF blocks are kept too.
-    fn pack(
-        f: QuantFormat,
-        b: &[u8],
-        n: usize,
-        k: usize,
-        decode: &mut Kernel,
-        prefill: &mut [Kernel],
-    ) -> std::result::Result<Option<PackedQ>, tiletune_kernels::KernelError> {
-        let gemm_nr = |p: &Kernel| match p {
-            Kernel::QGemm(q) if q.format == f => Some(q.params.nr),
-            _ => None,
-        };
-        let Some(nr) = gemm_nr(decode).or_else(|| prefill.iter().rev().find_map(gemm_nr)) else {
-            return Ok(None);
-        };
-        for p in std::iter::once(decode).chain(prefill.iter_mut()) {
-            if let Kernel::QGemm(q) = p
-                && q.params.nr != nr
-            {
-                q.params.nr = nr;
-                if !qgemm::interleaves(q.isa).contains(&nr) {
-                    q.isa = Isa::Scalar;
-                }
-            }
-        }
-        qgemm::repack(f, b, n, k, nr).map(Some)
     }
 
     /// Row `r` of the weight as f32 (the embedding lookup).
@@ -248,9 +215,9 @@ impl Linear {
         }
     }
 
-    /// `y (m, n) = x (m, k) · Wᵀ (+ bias)`; `xq` is scratch for W·A8.
-    fn forward(&self, x: &[f32], m: usize, y: &mut [f32], xq: &mut Vec<u8>) -> Result<()> {
-        self.forward_shared(x, m, y, xq, &mut false)
+    /// `y (m, n) = x (m, k) · Wᵀ (+ bias)`; `cx` holds the W·A8 scratch.
+    fn forward(&self, x: &[f32], m: usize, y: &mut [f32], cx: &mut LinScratch) -> Result<()> {
+        self.forward_shared(x, m, y, cx, &mut false)
     }
 
     /// [`forward`](Self::forward) for layers that read the same `x` one
@@ -263,7 +230,7 @@ impl Linear {
         x: &[f32],
         m: usize,
         y: &mut [f32],
-        xq: &mut Vec<u8>,
+        cx: &mut LinScratch,
         quantized: &mut bool,
     ) -> Result<()> {
         let (n, k) = (self.n, self.k);
@@ -276,18 +243,28 @@ impl Linear {
             let i = PREFILL_BUCKETS.iter().position(|&p| p == b).unwrap_or(0);
             &self.prefill[i]
         };
+        if let Some(calls) = &mut cx.calls {
+            calls.push(KernelCall {
+                dtype: self.dtype.clone(),
+                m,
+                n,
+                k,
+                kernel: *kernel,
+            });
+        }
+        let xq = &mut cx.xq;
         let bias = self.bias.as_deref();
         match (&self.w, kernel) {
-            (WData::F32(w), Kernel::Gemv(c)) if m == 1 => {
+            (WData::F32(w), KernelChoice::Gemv(c)) if m == 1 => {
                 gemv_f32(w, x, bias, y, GemvShape { n, k }, false, c).map_err(kerr)
             }
-            (WData::F16(w), Kernel::Gemv(c)) if m == 1 => {
+            (WData::F16(w), KernelChoice::Gemv(c)) if m == 1 => {
                 gemv_f16_f32(w, x, bias, y, GemvShape { n, k }, false, c).map_err(kerr)
             }
-            (WData::F32(w), Kernel::Gemm(c)) => {
+            (WData::F32(w), KernelChoice::Gemm(c)) => {
                 gemm_f32(x, w, bias, y, GemmShape::new(m, n, k), false, c).map_err(kerr)
             }
-            (WData::F16(w), Kernel::Gemm(c)) => {
+            (WData::F16(w), KernelChoice::Gemm(c)) => {
                 gemm_f16w_f32(x, w, bias, y, GemmShape::new(m, n, k), false, c).map_err(kerr)
             }
             (
@@ -296,7 +273,7 @@ impl Linear {
                     blocks: Some(w),
                     ..
                 },
-                Kernel::QGemv(q),
+                KernelChoice::QGemv(q),
             ) if q.format == *format => {
                 *quantized = false;
                 qgemv_rows(q, w, x, k, n, y, bias, xq)
@@ -307,7 +284,7 @@ impl Linear {
                     packed: Some(p),
                     ..
                 },
-                Kernel::QGemm(q),
+                KernelChoice::QGemm(q),
             ) if q.format == *format && p.nr() == q.params.nr => {
                 let bytes = qgemm::act_bytes(m, k);
                 if !*quantized {
@@ -330,6 +307,59 @@ impl Linear {
                 k.variant()
             ))),
         }
+    }
+}
+
+/// One linear-layer call as run: the weight's dtype and shape, the rows
+/// multiplied, and the kernel that ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelCall {
+    pub dtype: String,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub kernel: KernelChoice,
+}
+
+impl KernelCall {
+    /// The plan problem this call was planned as: the GEMV at one row, else
+    /// the GEMM of the row count's prefill bucket.
+    pub fn problem(&self) -> tiletune_tables::Problem {
+        let p = if self.m == 1 {
+            tiletune_tables::Problem::new("gemv", &self.dtype, [("n", self.n), ("k", self.k)])
+        } else {
+            tiletune_tables::Problem::new(
+                "gemm",
+                &self.dtype,
+                [("m", prefill_bucket(self.m)), ("n", self.n), ("k", self.k)],
+            )
+        };
+        p.expect("a loaded weight's dtype and shape make a valid problem key")
+    }
+}
+
+/// A linear layer's per-call scratch: the quantized activations of W·A8,
+/// and the call record when one is being kept.
+#[derive(Clone, Debug, Default)]
+struct LinScratch {
+    xq: Vec<u8>,
+    calls: Option<Vec<KernelCall>>,
+}
+
+/// The one layout every kernel of a weight reads, or why there is none
+/// (a plan that did not resolve its conflicts: a bug).
+fn one_layout(
+    decode: &KernelChoice,
+    prefill: &[KernelChoice],
+) -> std::result::Result<Layout, String> {
+    let layout = decode.layout();
+    match prefill.iter().find(|p| p.layout() != layout) {
+        None => Ok(layout),
+        Some(p) => Err(format!(
+            "the plan gives this weight two layouts ({layout} for decode, {} for `{}`); report this as a bug",
+            p.layout(),
+            p.variant()
+        )),
     }
 }
 
@@ -406,7 +436,7 @@ pub struct RunState {
     g: Vec<f32>,
     u: Vec<f32>,
     logits: Vec<f32>,
-    xq: Vec<u8>,
+    lin: LinScratch,
     attn: AttnScratch,
 }
 
@@ -434,6 +464,23 @@ impl RunState {
     /// Tokens per KV cache page.
     pub fn page_size(&self) -> usize {
         self.kv.page_size()
+    }
+
+    /// Records from now on which kernel each linear layer call runs
+    /// ([`RunState::take_calls`]), the check that `tiletune plan` prints
+    /// what runs.
+    pub fn record_calls(&mut self) {
+        self.lin.calls = Some(Vec::new());
+    }
+
+    /// The calls recorded since [`RunState::record_calls`], in order; the
+    /// recording goes on.
+    pub fn take_calls(&mut self) -> Vec<KernelCall> {
+        self.lin
+            .calls
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Forgets every cached position (the buffers are kept).
@@ -646,7 +693,7 @@ impl FastModel {
             g: Vec::new(),
             u: Vec::new(),
             logits: Vec::new(),
-            xq: Vec::new(),
+            lin: LinScratch::default(),
             attn: AttnScratch::new(),
         }
     }
@@ -732,13 +779,13 @@ impl FastModel {
             let mut quantized = false;
             layer
                 .q
-                .forward_shared(h, n, &mut st.q, &mut st.xq, &mut quantized)?;
+                .forward_shared(h, n, &mut st.q, &mut st.lin, &mut quantized)?;
             layer
                 .k
-                .forward_shared(h, n, &mut st.kk, &mut st.xq, &mut quantized)?;
+                .forward_shared(h, n, &mut st.kk, &mut st.lin, &mut quantized)?;
             layer
                 .v
-                .forward_shared(h, n, &mut st.vv, &mut st.xq, &mut quantized)?;
+                .forward_shared(h, n, &mut st.vv, &mut st.lin, &mut quantized)?;
             let (q, k) = (&mut st.q[..n * qd], &mut st.kk[..n * kvd]);
             if let Some([qn, kn]) = &layer.qk_norm {
                 Norm::rms(qn, eps)
@@ -782,7 +829,7 @@ impl FastModel {
                 &mut st.attn,
             )
             .map_err(kerr)?;
-            layer.o.forward(att, n, &mut st.o, &mut st.xq)?;
+            layer.o.forward(att, n, &mut st.o, &mut st.lin)?;
             let x = &mut st.x[..n * d];
             eltwise::add_from(x, &st.o[..n * d]).map_err(kerr)?;
             let h = &mut st.h[..n * d];
@@ -792,14 +839,14 @@ impl FastModel {
             let mut quantized = false;
             layer
                 .gate
-                .forward_shared(h, n, &mut st.g, &mut st.xq, &mut quantized)?;
+                .forward_shared(h, n, &mut st.g, &mut st.lin, &mut quantized)?;
             layer
                 .up
-                .forward_shared(h, n, &mut st.u, &mut st.xq, &mut quantized)?;
+                .forward_shared(h, n, &mut st.u, &mut st.lin, &mut quantized)?;
             eltwise::swiglu(&mut st.g[..n * f], &st.u[..n * f]).map_err(kerr)?;
             layer
                 .down
-                .forward(&st.g[..n * f], n, &mut st.o, &mut st.xq)?;
+                .forward(&st.g[..n * f], n, &mut st.o, &mut st.lin)?;
             eltwise::add_from(&mut st.x[..n * d], &st.o[..n * d]).map_err(kerr)?;
         }
         st.pos = start + n;
@@ -811,7 +858,7 @@ impl FastModel {
             .map_err(kerr)?;
         resize(&mut st.logits, rows * vocab);
         let head = self.output.as_ref().unwrap_or(&self.embed);
-        head.forward(h, rows, &mut st.logits, &mut st.xq)?;
+        head.forward(h, rows, &mut st.logits, &mut st.lin)?;
         Ok(&st.logits[..rows * vocab])
     }
 }

@@ -10,7 +10,7 @@ pub mod dequant;
 mod fast;
 
 pub use decoder::{Attention, DecoderLayer, KvCache, Mlp, Model, RopeLayout, RotaryEmbedding};
-pub use fast::{FastModel, RunState, generate as generate_fast};
+pub use fast::{FastModel, KernelCall, RunState, generate as generate_fast};
 
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;

@@ -18,9 +18,10 @@
 //! inside the timed run, as the runtime does per call; weights are repacked
 //! once per interleave outside it (the runtime repacks at load).
 
-use super::{Copies, Machine, candidate_named, thread_counts};
+use super::{Copies, Machine, candidate_of, thread_counts};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
+use tiletune_kernels::choice::KernelChoice;
 use tiletune_kernels::qgemm::{self, PackedQ, QGemm, QGemmParams, QGemmShape};
 use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QGemvShape, QMode};
 use tiletune_kernels::quant::{self, QuantFormat};
@@ -219,16 +220,8 @@ impl QGemmTune {
         let cands = configs
             .iter()
             .map(|cfg| match cfg {
-                Config::Gemm(q) => candidate_named(
-                    &format!("{}{}", q.isa.name(), ".qgemm"),
-                    &q.params,
-                    q.threads,
-                ),
-                Config::Rows(q) => candidate_named(
-                    &super::quant::variant_name(q.isa, q.mode),
-                    &q.params,
-                    q.threads,
-                ),
+                Config::Gemm(q) => candidate_of(&KernelChoice::QGemm(*q)),
+                Config::Rows(q) => candidate_of(&KernelChoice::QGemv(*q)),
             })
             .collect();
         Ok(QGemmTune {

@@ -10,9 +10,10 @@
 //! bound the kernel's own tests use: `|got − want| ≤ 1e-6 + 1e-5 · Σ|w·x|`
 //! per row.
 
-use super::{Copies, Machine, candidate_named, cold_copies, thread_counts};
+use super::{Copies, Machine, candidate_of, cold_copies, thread_counts};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
+use tiletune_kernels::choice::KernelChoice;
 use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QMode};
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::testing::Rng;
@@ -137,7 +138,7 @@ impl QGemvTune {
         }
         let cands = kernels
             .iter()
-            .map(|q| candidate_named(&variant_name(q.isa, q.mode), &q.params, q.threads))
+            .map(|q| candidate_of(&KernelChoice::QGemv(*q)))
             .collect();
         Ok(QGemvTune {
             spec,
@@ -170,15 +171,6 @@ impl QGemvTune {
             QMode::A8 => q.run_prequantized(w, &self.a8.xq, self.k, &mut self.y),
         }
     }
-}
-
-/// `<isa>.a32` or `<isa>.a8`.
-pub fn variant_name(isa: Isa, mode: QMode) -> String {
-    let m = match mode {
-        QMode::A32 => "a32",
-        QMode::A8 => "a8",
-    };
-    format!("{}.{m}", isa.name())
 }
 
 impl KernelProblem for QGemvTune {

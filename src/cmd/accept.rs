@@ -1,0 +1,198 @@
+//! The model-level check that ends `tune --model`: the tuned plan against
+//! the default plan on the model itself, alternated round by round, per
+//! phase (prefill, decode) at the thread count tuned. Each phase runs
+//! `bench model`'s test definitions (random ids, BOS first, an empty cache,
+//! f16 KV pages as llama-bench's default); the verdict of each phase is
+//! `tiletune_tuner::acceptance::decide` and is stored with the digest of
+//! the tuned choices it timed, so the runtime applies a phase's tuned
+//! choices only where they won.
+
+use super::bench_model::{GlibcRand, test_gen, test_prompt};
+use anyhow::Context;
+use std::path::Path;
+use std::time::Instant;
+use tiletune_kernels::attention::KvDtype;
+use tiletune_runtime::config::ModelConfig;
+use tiletune_runtime::models::{FastModel, RunState};
+use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
+use tiletune_runtime::{GgufFile, problems};
+use tiletune_soc::SocInfo;
+use tiletune_tables::{Phase, Verdict, now_unix};
+use tiletune_tuner::acceptance;
+use tiletune_tuner::joint::{Test, Workload};
+
+/// The tests that time `phase`: the workload's, or llama-bench's default
+/// (pp512, tg128) when the workload has none of that phase: a phase the
+/// workload does not weigh still runs tuned choices, so it is checked too.
+fn phase_tests(workload: &Workload, phase: Phase) -> Vec<Test> {
+    let mine: Vec<Test> = workload
+        .tests
+        .iter()
+        .copied()
+        .filter(|t| {
+            matches!(
+                (t, phase),
+                (Test::Prefill(_), Phase::Prefill) | (Test::Decode(_), Phase::Decode)
+            )
+        })
+        .collect();
+    if !mine.is_empty() {
+        return mine;
+    }
+    match phase {
+        Phase::Prefill => vec![Test::Prefill(512)],
+        Phase::Decode => vec![Test::Decode(128)],
+    }
+}
+
+/// Seconds one run of `tests` takes on `model` (the cache reset first).
+fn time_tests(
+    model: &FastModel,
+    st: &mut RunState,
+    tests: &[Test],
+    rng: &mut GlibcRand,
+    vocab: u32,
+    bos: Option<u32>,
+) -> anyhow::Result<f64> {
+    st.reset();
+    let t0 = Instant::now();
+    for t in tests {
+        match *t {
+            Test::Prefill(n) => test_prompt(model, st, rng, n, n, bos, vocab)?,
+            Test::Decode(n) => test_gen(model, st, rng, n, bos, vocab)?,
+        }
+        st.reset();
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Times the tuned plan against the default plan on `model` and returns a
+/// verdict per phase (not yet stored).
+pub fn check_model(
+    model_path: &Path,
+    db: &Path,
+    soc: &SocInfo,
+    threads: usize,
+    workload: &Workload,
+    rounds: usize,
+    quiet: bool,
+) -> anyhow::Result<Vec<Verdict>> {
+    let g = GgufFile::open(model_path)?;
+    let cfg = ModelConfig::from_gguf(&g)?;
+    let problems = problems::kernel_problems(&g)?;
+    let caps = soc.cpu_caps();
+    let opts = PlanOptions {
+        db: Some(db.to_path_buf()),
+        threads,
+        qmode: None,
+    };
+    let tuned = ExecutionPlan::build_unverified(&problems, &soc.fingerprint, &caps, &opts);
+    let default = ExecutionPlan::build_default(&problems, &soc.fingerprint, &caps, &opts);
+    let tests: Vec<(Phase, Vec<Test>)> = Phase::ALL
+        .into_iter()
+        .map(|p| (p, phase_tests(workload, p)))
+        .collect();
+    let ctx = tests
+        .iter()
+        .flat_map(|(_, t)| t)
+        .map(|t| match *t {
+            Test::Prefill(n) | Test::Decode(n) => n,
+        })
+        .max()
+        .unwrap_or(1)
+        + 1;
+    let load = |plan: &ExecutionPlan| -> anyhow::Result<FastModel> {
+        Ok(FastModel::new(&cfg, &g, plan, ctx)?.with_kv_dtype(KvDtype::F16)?)
+    };
+    let models = [load(&default)?, load(&tuned)?];
+    // A model that holds fewer positions (a small test model) is checked
+    // with the tests cut to what it holds, and the test names say so.
+    let fit = models[0].max_ctx().saturating_sub(1).max(1);
+    let tests: Vec<(Phase, Vec<Test>)> = tests
+        .into_iter()
+        .map(|(p, ts)| {
+            let ts = ts
+                .into_iter()
+                .map(|t| match t {
+                    Test::Prefill(n) => Test::Prefill(n.min(fit)),
+                    Test::Decode(n) => Test::Decode(n.min(fit)),
+                })
+                .collect();
+            (p, ts)
+        })
+        .collect();
+    let mut states = [models[0].new_state(), models[1].new_state()];
+    let vocab = cfg.vocab.max(1) as u32;
+    let bos = cfg.bos_id;
+    let name = model_path.file_name().map_or_else(
+        || model_path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    if !quiet {
+        println!(
+            "model-level check: tuned plan against default plan, {rounds} alternated rounds, {threads} thread(s), f16 KV cache"
+        );
+    }
+    let mut out = Vec::new();
+    for (phase, tests) in &tests {
+        let label: Vec<String> = tests.iter().map(Test::to_string).collect();
+        let label = label.join(",");
+        let mut rng = GlibcRand::new(1);
+        // One warm-up run of each plan: first-touch page faults and pool
+        // start-up are not what is compared.
+        for (m, st) in models.iter().zip(states.iter_mut()) {
+            time_tests(m, st, tests, &mut rng, vocab, bos)
+                .with_context(|| format!("warming up {label}"))?;
+        }
+        let (mut d, mut t) = (Vec::new(), Vec::new());
+        for r in 0..rounds {
+            // ABBA: neither plan always runs right after the other.
+            let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let s = time_tests(&models[i], &mut states[i], tests, &mut rng, vocab, bos)
+                    .with_context(|| format!("timing {label}"))?;
+                if i == 0 { d.push(s) } else { t.push(s) }
+            }
+        }
+        let v = acceptance::decide(&d, &t);
+        let tokens: usize = tests
+            .iter()
+            .map(|t| match *t {
+                Test::Prefill(n) | Test::Decode(n) => n,
+            })
+            .sum();
+        if !quiet {
+            let tps = |s: f64| tokens as f64 / s;
+            println!(
+                "  {:<7} {:<12} default {:>8.1} tok/s, tuned {:>8.1} tok/s ({:.2}x, medians) → {}",
+                phase.name(),
+                label,
+                tps(acceptance::median(&d)),
+                tps(acceptance::median(&t)),
+                v.ratio,
+                if v.won {
+                    "the tuned choices run"
+                } else {
+                    "the defaults run (no win beyond the noise)"
+                }
+            );
+        }
+        out.push(Verdict {
+            soc: soc.fingerprint.clone(),
+            kernel_abi: tiletune_kernels::KERNEL_ABI,
+            model: tuned.model.clone(),
+            model_name: name.clone(),
+            phase: *phase,
+            threads,
+            plan_digest: tuned.digest(*phase),
+            test: label,
+            default_s: d,
+            tuned_s: t,
+            ratio: v.ratio,
+            won: v.won,
+            campaign: None,
+            measured_at: now_unix(),
+        });
+    }
+    Ok(out)
+}
