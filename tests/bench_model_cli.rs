@@ -416,3 +416,183 @@ fn tune_model_ends_with_a_model_level_verdict_that_plan_shows() {
     assert!(show.contains("model-level verdicts"), "{show}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Thread counts, chunk counts and budgets that used to be taken in
+/// silence (`-t 0` as 1, `-t 5000` spawned) or crash (a budget that
+/// overflows the clock) are refused with a message; more threads than CPUs
+/// run, with a warning.
+#[test]
+fn thread_chunk_and_budget_limits_are_said() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = no_db(dir.path());
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "abc ab abc a b c ".repeat(20)).unwrap();
+    let t = text.to_str().unwrap();
+    let refused: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "run", "--model", m, "--db", &db, "-t", "0", "--prompt", "ab",
+            ],
+            "0 threads cannot run anything",
+        ),
+        (
+            vec![
+                "run", "--model", m, "--db", &db, "-t", "5000", "--prompt", "ab",
+            ],
+            "more than the 1024",
+        ),
+        (
+            vec!["plan", "--model", m, "--db", &db, "-t", "0"],
+            "0 threads",
+        ),
+        (
+            vec![
+                "ppl", "--model", m, "--db", &db, "-f", t, "-c", "16", "--chunks", "0",
+            ],
+            "--chunks",
+        ),
+        (
+            vec![
+                "tune",
+                "--op",
+                "gemv",
+                "--dtype",
+                "f32",
+                "--shape",
+                "8x8",
+                "--db",
+                &db,
+                "--budget",
+                "99999999999999999h",
+            ],
+            "longer than a budget may be",
+        ),
+        (
+            vec![
+                "tune", "--op", "gemv", "--dtype", "f32", "--shape", "8x8", "--db", &db, "-t", "0",
+            ],
+            "0 threads",
+        ),
+        // Sizes are checked before anything is allocated.
+        (
+            vec!["bench", "gemv", "--shape", "18446744073709551615x2"],
+            "too large for gemv",
+        ),
+        (
+            vec!["bench", "gemm", "--shape", "100000x100000x100000"],
+            "too large for gemm",
+        ),
+        (
+            vec![
+                "tune",
+                "--op",
+                "gemv",
+                "--dtype",
+                "f32",
+                "--shape",
+                "99999999x99999999",
+                "--db",
+                &db,
+            ],
+            "too large",
+        ),
+    ];
+    for (args, want) in refused {
+        let out = tiletune(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("memory allocation"),
+            "{args:?}: {err}"
+        );
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let many = (cpus + 2).to_string();
+    let out = tiletune(&[
+        "run", "--model", m, "--db", &db, "-t", &many, "--prompt", "ab", "-n", "2", "--temp", "0",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("warning: {many} threads on the")),
+        "{err}"
+    );
+}
+
+/// A garbage `--db` is one warning line on stderr (path, reason, "running
+/// the default plan") and the model still runs; `run`'s summary line says
+/// where its plan came from.
+#[test]
+fn an_unusable_table_is_one_warning_and_run_names_its_plan() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let junk = dir.path().join("junk.db");
+    std::fs::write(&junk, vec![0x5au8; 4096]).unwrap();
+    let j = junk.to_str().unwrap();
+    for args in [
+        vec![
+            "run", "--model", m, "--db", j, "--prompt", "ab", "-n", "2", "--temp", "0",
+        ],
+        vec!["plan", "--model", m, "--db", j],
+    ] {
+        let out = tiletune(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        let warnings: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("warning: selector table"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{args:?}: {err}");
+        assert!(
+            warnings[0].contains(j) && warnings[0].ends_with("running the default plan"),
+            "{}",
+            warnings[0]
+        );
+        if args[0] == "run" {
+            assert!(err.contains("| plan default |"), "{err}");
+        }
+    }
+}
+
+/// A context larger than the model holds is clamped with a warning, and a
+/// generation that fills the context says so instead of "MaxTokens".
+#[test]
+fn context_limits_are_said() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = no_db(dir.path());
+    let out = tiletune(&[
+        "run", "--model", m, "--db", &db, "--prompt", "ab", "-n", "2", "--temp", "0", "--ctx",
+        "40000",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning: --ctx 40000 is more than the 128 positions this model holds"),
+        "{err}"
+    );
+    let out = tiletune(&[
+        "run", "--model", m, "--db", &db, "--prompt", "ab", "-n", "100", "--temp", "0", "--ctx",
+        "8",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("stop: ContextFull"), "{err}");
+}

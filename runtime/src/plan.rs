@@ -93,6 +93,8 @@ pub struct ExecutionPlan {
     pub db_path: PathBuf,
     /// `ok`, or why the table could not be used (then every entry is a default).
     pub db_status: String,
+    /// Whether the table was read, missing, or there but unusable.
+    pub table: TableState,
     pub entries: Vec<PlanEntry>,
     /// Opening the table and the one `lookup_many` call.
     pub lookup_time: Duration,
@@ -107,6 +109,18 @@ pub struct ExecutionPlan {
     /// a plan built without verdicts).
     pub verdicts: Vec<VerdictCheck>,
     index: HashMap<String, usize>,
+}
+
+/// What became of the selector table a plan was built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableState {
+    /// Opened and asked (it may still hold nothing for this SoC).
+    Read,
+    /// No file at the path: a fresh machine, or a plan built without one.
+    Missing,
+    /// A file that could not be used (corrupt, foreign, newer, a failed
+    /// lookup): every entry is a default, and commands say so on stderr.
+    Unusable,
 }
 
 /// What the model-level verdict of one phase says about this plan.
@@ -348,7 +362,8 @@ impl ExecutionPlan {
             .unwrap_or_else(tiletune_tables::default_db_path);
         let model = model_key(problems);
         let t0 = Instant::now();
-        let (lookups, db_status, stored) = lookup_all(&db_path, soc, threads, problems, &model);
+        let (lookups, db_status, stored, table) =
+            lookup_all(&db_path, soc, threads, problems, &model);
         let lookup_time = t0.elapsed();
         let t1 = Instant::now();
         let mut entries: Vec<PlanEntry> = problems
@@ -386,6 +401,7 @@ impl ExecutionPlan {
             threads,
             db_path,
             db_status,
+            table,
             entries,
             lookup_time,
             plan_time,
@@ -596,13 +612,14 @@ fn lookup_all(
     threads: usize,
     problems: &[Problem],
     model: &str,
-) -> (Vec<Lookup>, String, Vec<Verdict>) {
+) -> (Vec<Lookup>, String, Vec<Verdict>, TableState) {
     let missing = || vec![Lookup::Missing; problems.len()];
     if !path.exists() {
         return (
             missing(),
             "not found; using defaults (run `tiletune tune --model` to create it)".into(),
             Vec::new(),
+            TableState::Missing,
         );
     }
     let db = match SelectorDb::open_with(path, OpenOptions::read_only()) {
@@ -612,6 +629,7 @@ fn lookup_all(
                 missing(),
                 format!("unusable ({e}); using defaults"),
                 Vec::new(),
+                TableState::Unusable,
             );
         }
     };
@@ -623,11 +641,16 @@ fn lookup_all(
             Err(e) => verdict_err = Some(e.to_string()),
         }
     }
-    let (l, mut status) = lookups_with_status(&db, soc, threads, problems);
+    let (l, mut status, ok) = lookups_with_status(&db, soc, threads, problems);
     if let Some(e) = verdict_err {
         status += &format!("; model-level verdicts unreadable ({e})");
     }
-    (l, status, verdicts)
+    let state = if ok {
+        TableState::Read
+    } else {
+        TableState::Unusable
+    };
+    (l, status, verdicts, state)
 }
 
 /// The one `lookup_many` call and the table's status line.
@@ -636,7 +659,7 @@ fn lookups_with_status(
     soc: &str,
     threads: usize,
     problems: &[Problem],
-) -> (Vec<Lookup>, String) {
+) -> (Vec<Lookup>, String, bool) {
     let missing = || vec![Lookup::Missing; problems.len()];
     match db.lookup_many(soc, KERNEL_ABI, threads, problems) {
         Ok(l) if l.len() == problems.len() => {
@@ -659,13 +682,18 @@ fn lookups_with_status(
                     format!("ok, nothing tuned for soc {soc} with {threads} threads")
                 }
             };
-            (l, status)
+            (l, status, true)
         }
         Ok(_) => (
             missing(),
             "lookup answered the wrong number of problems; using defaults".into(),
+            false,
         ),
-        Err(e) => (missing(), format!("lookup failed ({e}); using defaults")),
+        Err(e) => (
+            missing(),
+            format!("lookup failed ({e}); using defaults"),
+            false,
+        ),
     }
 }
 
@@ -904,6 +932,7 @@ mod tests {
         );
         assert_eq!(p.counts(), (0, 0, 4));
         assert!(p.db_status.contains("not found"), "{}", p.db_status);
+        assert_eq!(p.table, TableState::Missing);
         assert!(matches!(p.entries[0].kernel, KernelChoice::Gemv(_)));
         assert!(matches!(p.entries[1].kernel, KernelChoice::QGemm(q) if q.params.mr == 1));
         assert!(matches!(p.entries[2].kernel, KernelChoice::Gemm(_)));
@@ -920,6 +949,7 @@ mod tests {
         let p = ExecutionPlan::build(&problems(), "soc", &CpuCaps::default(), &opts(path));
         assert_eq!(p.counts(), (0, 0, 4));
         assert!(p.db_status.contains("using defaults"), "{}", p.db_status);
+        assert_eq!(p.table, TableState::Unusable);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -1144,6 +1174,7 @@ mod tests {
         ps.push(Problem::new("gemv", "f32", [("n", 128), ("k", 32)]).unwrap());
         let p = ExecutionPlan::build(&ps, "soc", &CpuCaps::default(), &opts(path.clone()));
         assert_eq!(p.db_status, "ok");
+        assert_eq!(p.table, TableState::Read);
         assert_eq!(p.entries[0].source, Source::Tuned);
         assert!(
             matches!(p.entries[0].kernel, KernelChoice::Gemv(c) if c.params.nr == 2 && c.threads == 1)

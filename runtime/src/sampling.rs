@@ -249,6 +249,8 @@ pub enum StopReason {
     StopString,
     /// The token budget is used up.
     MaxTokens,
+    /// Every position of the context (the KV cache, `--ctx`) is used.
+    ContextFull,
 }
 
 /// Text to show after one token, and whether to stop.

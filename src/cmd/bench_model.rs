@@ -76,7 +76,7 @@ pub struct Args {
     )]
     pub n_depth: Vec<usize>,
     /// Thread counts, comma separated [default: online cores].
-    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    #[arg(short = 't', long = "threads", value_delimiter = ',', value_parser = super::parse_threads)]
     pub threads: Vec<usize>,
     /// Timed repetitions of each test (after one warm-up run).
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]

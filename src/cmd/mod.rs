@@ -22,6 +22,34 @@ pub struct Global {
     pub verbose: bool,
 }
 
+/// Most worker threads a command accepts: more than any machine tiletune
+/// runs on has cores, and few enough that a typo is refused, not spawned.
+pub const MAX_THREADS: usize = 1024;
+
+/// A `-t`/`--threads` value: 1 to [`MAX_THREADS`] (0 used to mean 1 in
+/// silence).
+pub fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("0 threads cannot run anything; use 1 or more".into()),
+        Ok(t) if t <= MAX_THREADS => Ok(t),
+        Ok(t) => Err(format!(
+            "{t} threads is more than the {MAX_THREADS} tiletune accepts"
+        )),
+        Err(_) => Err(format!("`{s}` is not a thread count; use e.g. -t 4")),
+    }
+}
+
+/// Says so on stderr when `threads` is more than the CPUs this process may
+/// run on: the extra workers share CPUs and spin against each other.
+pub fn warn_oversubscribed(threads: usize) {
+    let cpus = tiletune_kernels::pool::allowed_cpus().len().max(1);
+    if threads > cpus {
+        eprintln!(
+            "warning: {threads} threads on the {cpus} CPU(s) this process may run on: workers will share CPUs and run slower; use -t {cpus} or fewer"
+        );
+    }
+}
+
 /// Opens (creating if needed) the selector table a command writes to, and
 /// registers this SoC in it so its rows have a parent.
 pub fn open_for_writing(

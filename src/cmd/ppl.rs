@@ -23,8 +23,19 @@ pub struct Args {
     #[arg(long, short = 'c', default_value_t = 512)]
     pub ctx: usize,
     /// Score at most this many chunks (default: all).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_chunks)]
     pub chunks: Option<usize>,
+}
+
+/// A `--chunks` value: at least one chunk.
+fn parse_chunks(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => {
+            Err("0 chunks scores nothing; use 1 or more, or leave --chunks out for all".into())
+        }
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a chunk count")),
+    }
 }
 
 /// `-log p(target)` under softmax(logits), in f64.

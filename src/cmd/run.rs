@@ -21,7 +21,7 @@ use tiletune_runtime::chat::{ChatTemplate, Message};
 use tiletune_runtime::config::ModelConfig;
 use tiletune_runtime::convert::{WeightType, cached_gguf, default_cache_dir};
 use tiletune_runtime::models::{FastModel, generate_fast};
-use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, this_soc};
+use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, TableState, this_soc};
 use tiletune_runtime::sampling::{Sampler, SamplerConfig, StopCriteria};
 use tiletune_runtime::tokenizer::Tokenizer;
 
@@ -42,7 +42,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "PATH")]
     pub db: Option<PathBuf>,
     /// Worker threads, also the table's thread budget (default: online cores).
-    #[arg(long, short = 't')]
+    #[arg(long, short = 't', value_parser = super::parse_threads)]
     pub threads: Option<usize>,
     /// Force the activation mode of quantized weights: `a8` (8-bit
     /// activations, integer dot products) or `a32` (f32 activations).
@@ -109,8 +109,24 @@ pub fn plan_for(a: &ModelArgs, g: &GgufFile) -> anyhow::Result<ExecutionPlan> {
         threads: a.threads.unwrap_or(caps.cores).max(1),
         qmode: a.qmode,
     };
+    super::warn_oversubscribed(opts.threads);
     let problems = tiletune_runtime::problems::kernel_problems(g)?;
-    Ok(ExecutionPlan::build(&problems, &soc, &caps, &opts))
+    let plan = ExecutionPlan::build(&problems, &soc, &caps, &opts);
+    // An unusable table, or one asked for by path that is not there, is
+    // one line on stderr: the model still runs, on the default plan.
+    match plan.table {
+        TableState::Unusable => eprintln!(
+            "warning: selector table {}: {}; running the default plan",
+            plan.db_path.display(),
+            plan.db_status
+        ),
+        TableState::Missing if a.db.is_some() => eprintln!(
+            "warning: selector table {} does not exist; running the default plan",
+            plan.db_path.display()
+        ),
+        _ => {}
+    }
+    Ok(plan)
 }
 
 /// The model's GGUF file; a Hugging Face folder is converted (with
@@ -246,6 +262,14 @@ pub struct Args {
 
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let l = load(&args.m, args.ctx)?;
+    if args.ctx > l.model.max_ctx() {
+        eprintln!(
+            "warning: --ctx {} is more than the {} positions this model holds (its trained context); using {}",
+            args.ctx,
+            l.model.max_ctx(),
+            l.model.max_ctx()
+        );
+    }
     if g.verbose {
         eprintln!("{}", l.plan.summary());
         eprintln!(
@@ -325,8 +349,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let steps = res.tokens.len().saturating_sub(1);
     let dec = steps as f64 / res.decode_time.as_secs_f64().max(1e-9);
     eprintln!(
-        "load {:.2} s | prefill {} tok in {:.3} s = {pf:.1} tok/s | decode {steps} tok in {:.3} s = {dec:.1} tok/s | peak mem {} MiB | stop: {:?}",
+        "load {:.2} s | plan {} | prefill {} tok in {:.3} s = {pf:.1} tok/s | decode {steps} tok in {:.3} s = {dec:.1} tok/s | peak mem {} MiB | stop: {:?}",
         l.load_time.as_secs_f64(),
+        plan_source(&l.plan),
         prompt.len(),
         res.prefill_time.as_secs_f64(),
         res.decode_time.as_secs_f64(),
@@ -334,6 +359,16 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         res.stop
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the plan's choices came from, for the summary line: `tuned` (all
+/// from the table), `default`, or the counts when mixed.
+fn plan_source(p: &ExecutionPlan) -> String {
+    match p.counts() {
+        (0, 0, _) => "default".into(),
+        (t, 0, 0) => format!("tuned ({t})"),
+        (t, n, d) => format!("{t} tuned, {n} nearest, {d} default"),
+    }
 }
 
 /// The two largest logits as `[[id, logit], [id, logit]]`, largest first

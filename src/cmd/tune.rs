@@ -64,7 +64,7 @@ pub struct Args {
     /// together (`t3@cluster1+2`), and the larger counts unpinned. The
     /// winner's placement is stored with it and shown by `tiletune table
     /// show`; the runtime pins its workers the same way.
-    #[arg(long)]
+    #[arg(long, short = 't', value_parser = super::parse_threads)]
     pub threads: Option<usize>,
     /// Selector table file [default: $TILETUNE_DB, else the XDG data directory].
     #[arg(long, value_name = "PATH")]
@@ -91,27 +91,43 @@ pub struct Args {
     pub rounds: u64,
 }
 
-/// Parses `90`, `90s`, `5m`, `1h`, `1h30m`.
+/// The longest budget accepted: a year, far past any real campaign, and
+/// short enough that adding it to a clock never overflows.
+const MAX_BUDGET_S: u64 = 365 * 24 * 3600;
+
+/// Parses `90`, `90s`, `5m`, `1h`, `1h30m` (at most a year).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("`{s}` is not a duration; use e.g. 90s, 5m or 1h");
+    let long = || format!("`{s}` is longer than a budget may be (8760h); use e.g. 90s, 5m or 1h");
     let mut total = 0u64;
     let mut num = String::new();
+    let mut add = |n: &str, unit: u64| -> Result<(), String> {
+        let n: u64 = n
+            .parse()
+            .map_err(|_| if n.is_empty() { bad() } else { long() })?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .filter(|&t| t <= MAX_BUDGET_S)
+            .ok_or_else(long)?;
+        Ok(())
+    };
     for ch in s.trim().chars() {
         if ch.is_ascii_digit() {
             num.push(ch);
             continue;
         }
-        let n: u64 = num.parse().map_err(|_| bad())?;
-        num.clear();
-        total += n * match ch {
+        let unit = match ch {
             's' => 1,
             'm' => 60,
             'h' => 3600,
             _ => return Err(bad()),
         };
+        add(&num, unit)?;
+        num.clear();
     }
     if !num.is_empty() {
-        total += num.parse::<u64>().map_err(|_| bad())?;
+        add(&num, 1)?;
     }
     if total == 0 {
         return Err(bad());
@@ -143,6 +159,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let soc = tiletune_soc::probe().context("probing this SoC")?;
     let caps = soc.cpu_caps();
     let max_threads = args.threads.unwrap_or(caps.cores).max(1);
+    super::warn_oversubscribed(max_threads);
     let machine = Machine {
         caps,
         max_threads,
@@ -444,5 +461,23 @@ mod tests {
         for bad in ["", "0", "5x", "m", "-3s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        // Sizes that used to overflow the campaign's clock are refused.
+        for long in [
+            "99999999999999999h",
+            "18446744073709551615s",
+            "8761h",
+            "366d",
+        ] {
+            assert!(parse_duration(long).is_err(), "{long}");
+        }
+        assert!(
+            parse_duration("99999999999999999h")
+                .unwrap_err()
+                .contains("longer")
+        );
+        assert_eq!(
+            parse_duration("8760h").unwrap(),
+            Duration::from_secs(MAX_BUDGET_S)
+        );
     }
 }

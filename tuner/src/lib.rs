@@ -46,6 +46,14 @@ pub enum TunerError {
         dtype: String,
         supported: String,
     },
+    #[error(
+        "`{shape}` is too large for {op}: one operand would hold {elements} elements, more than the 2^31 (8 GiB as f32) tiletune allocates for one; use a smaller shape"
+    )]
+    TooLarge {
+        op: String,
+        shape: String,
+        elements: usize,
+    },
     #[error("bad workload {0}")]
     BadWorkload(String),
     #[error("bad thread placement `{placement}`: {reason}")]

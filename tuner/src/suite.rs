@@ -41,8 +41,28 @@ pub fn parse_dims<'n>(
     if vals.len() != names.len() || vals.contains(&0) {
         return Err(bad());
     }
+    // Every operand of these ops spans at most two of the dims (a weight
+    // n×k, activations m×k, an output m×n, a cache seq×dim): refuse a shape
+    // before anything is allocated when one of them could not be.
+    let mut largest = vals.iter().copied().max().unwrap_or(0);
+    for (i, &a) in vals.iter().enumerate() {
+        for &b in &vals[i + 1..] {
+            largest = largest.max(a.saturating_mul(b));
+        }
+    }
+    if largest > MAX_OPERAND_ELEMENTS {
+        return Err(TunerError::TooLarge {
+            op: op.to_string(),
+            shape: shape.to_string(),
+            elements: largest,
+        });
+    }
     Ok(names.iter().copied().zip(vals).collect())
 }
+
+/// The most elements one operand of a problem may hold: 2^31, 8 GiB as
+/// f32, a third of this class of machine's memory.
+pub const MAX_OPERAND_ELEMENTS: usize = 1 << 31;
 
 /// The canonical dimension names of each tunable op, in `--shape` order.
 pub fn dim_names(op: &str) -> Option<&'static [&'static str]> {
@@ -114,6 +134,19 @@ pub fn suite(name: &str, dtypes: &[&str]) -> Result<Vec<Problem>, TunerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_too_large_to_allocate_are_refused() {
+        for shape in ["18446744073709551615x2", "99999999x99999999", "65536x65537"] {
+            let e = parse_problem("gemv", "f32", shape).unwrap_err();
+            assert!(matches!(e, TunerError::TooLarge { .. }), "{shape}: {e}");
+        }
+        let e = parse_problem("gemm", "f32", "100000x100000x100000").unwrap_err();
+        assert!(e.to_string().contains("too large for gemm"), "{e}");
+        // The largest real shapes still parse: a 7B LM head, its prefill.
+        assert!(parse_problem("gemv", "q8_0", "152064x3584").is_ok());
+        assert!(parse_problem("gemm", "q8_0", "256x152064x3584").is_ok());
+    }
 
     #[test]
     fn parse_names_dims_in_order() {

@@ -904,7 +904,7 @@ pub fn generate(
             break r;
         }
         if st.len() >= st.capacity() {
-            break StopReason::MaxTokens;
+            break StopReason::ContextFull;
         }
         let l = model.forward(&[id], st, false)?;
         last.copy_from_slice(l);
