@@ -25,7 +25,31 @@ fn tiletune(args: &[&str]) -> Output {
 /// A 2-layer llama model (hidden 32, 4 heads, 2 KV heads, head_dim 8,
 /// vocab 31) with random f32 weights and a small BPE vocabulary.
 fn tiny_model(dir: &Path) -> PathBuf {
+    tiny_model_as(dir, "tiny.gguf", Broken::None)
+}
+
+/// How [`tiny_model_as`] breaks the file's meaning.
+#[derive(Clone, Copy, PartialEq)]
+enum Broken {
+    None,
+    /// Metadata says this many layers; the tensors are for 2.
+    Layers(u32),
+    /// This many KV heads for 4 attention heads.
+    KvHeads(u32),
+    /// No `token_embd.weight`.
+    NoEmbedding,
+}
+
+fn tiny_model_as(dir: &Path, file: &str, broken: Broken) -> PathBuf {
     let (d, f, nh, nkv, hd, layers) = (32usize, 64usize, 4usize, 2usize, 8usize, 2usize);
+    let meta_layers = match broken {
+        Broken::Layers(n) => n,
+        _ => layers as u32,
+    };
+    let meta_kv = match broken {
+        Broken::KvHeads(n) => n,
+        _ => nkv as u32,
+    };
     let mut tokens: Vec<String> = (b'a'..=b'z').map(|b| (b as char).to_string()).collect();
     tokens.extend(["Ġ", "ab", "abc", "<s>", "</s>"].map(String::from));
     let vocab = tokens.len();
@@ -39,9 +63,9 @@ fn tiny_model(dir: &Path) -> PathBuf {
         .kv("llama.vocab_size", vocab as u32)
         .kv("llama.embedding_length", d as u32)
         .kv("llama.feed_forward_length", f as u32)
-        .kv("llama.block_count", layers as u32)
+        .kv("llama.block_count", meta_layers)
         .kv("llama.attention.head_count", nh as u32)
-        .kv("llama.attention.head_count_kv", nkv as u32)
+        .kv("llama.attention.head_count_kv", meta_kv)
         .kv("llama.rope.freq_base", 10000f32)
         .kv("llama.attention.layer_norm_rms_epsilon", 1e-5f32)
         .kv("llama.context_length", 128u32)
@@ -71,7 +95,9 @@ fn tiny_model(dir: &Path) -> PathBuf {
         let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
         w.tensor_f32(name, &dims, &vals).unwrap();
     };
-    add(&mut w, "token_embd.weight", &[vocab, d], false);
+    if broken != Broken::NoEmbedding {
+        add(&mut w, "token_embd.weight", &[vocab, d], false);
+    }
     add(&mut w, "output_norm.weight", &[d], true);
     add(&mut w, "output.weight", &[vocab, d], false);
     for l in 0..layers {
@@ -91,7 +117,7 @@ fn tiny_model(dir: &Path) -> PathBuf {
         add(&mut w, &format!("{b}.ffn_up.weight"), &[f, d], false);
         add(&mut w, &format!("{b}.ffn_down.weight"), &[d, f], false);
     }
-    let path = dir.join("tiny.gguf");
+    let path = dir.join(file);
     w.write(&path).unwrap();
     path
 }
@@ -595,4 +621,44 @@ fn context_limits_are_said() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("stop: ContextFull"), "{err}");
+}
+
+/// A file whose meaning is broken is refused by `plan` and `tune --model`
+/// as by `run`, with what is wrong: `plan` used to print a normal-looking
+/// plan and exit 0.
+#[test]
+fn plan_and_tune_refuse_a_model_run_would_refuse() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = no_db(dir.path());
+    for (i, (broken, want)) in [
+        (Broken::Layers(0), "out of range"),
+        (Broken::Layers(999), "blk.2.attn_norm.weight"),
+        (Broken::KvHeads(3), "not a multiple of 3 kv heads"),
+        (Broken::NoEmbedding, "token_embd.weight"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let model = tiny_model_as(dir.path(), &format!("bad{i}.gguf"), broken);
+        let m = model.to_str().unwrap();
+        for args in [
+            vec!["plan", "--model", m, "--db", &db],
+            vec![
+                "run", "--model", m, "--db", &db, "--prompt", "ab", "-n", "1",
+            ],
+            vec![
+                "tune", "--model", m, "--db", &db, "--quick", "--budget", "1s",
+            ],
+        ] {
+            let out = tiletune(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{args:?} accepted a broken file");
+            assert!(err.contains(want), "{args:?}: {err}");
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+        }
+    }
 }

@@ -103,6 +103,10 @@ impl Loaded {
 
 /// The execution plan of the model in `a` on this machine.
 pub fn plan_for(a: &ModelArgs, g: &GgufFile) -> anyhow::Result<ExecutionPlan> {
+    // The plan of a file the runtime could not load would be a lie: check
+    // its meaning (dims, heads, layers) and its tensors first.
+    let cfg = ModelConfig::from_gguf(g)?;
+    tiletune_runtime::models::check_tensors(&cfg, g)?;
     let (soc, caps) = this_soc();
     let opts = PlanOptions {
         db: a.db.clone(),

@@ -140,6 +140,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         _ if args.model.is_some() => {
             let path = args.model.as_ref().expect("checked");
             let g = tiletune_runtime::GgufFile::open(path)?;
+            let cfg = tiletune_runtime::config::ModelConfig::from_gguf(&g)?;
+            tiletune_runtime::models::check_tensors(&cfg, &g)?;
             tiletune_runtime::problems::kernel_problems(&g)?
         }
         (Some(name), _) => {
@@ -326,13 +328,23 @@ fn print_joint(weights: &[joint::WeightReport], workload: &Workload) {
         moved.len()
     );
     for w in moved {
+        // The separate winners cost less only when they disagree on the
+        // layout; otherwise the pass only stored what the campaign had not.
+        let why = if w.choice.unconstrained_ns < w.choice.cost_ns {
+            format!(
+                "separate winners {:.1} µs, but they cannot all be held at once",
+                w.choice.unconstrained_ns / 1e3
+            )
+        } else {
+            "as fast as the separate winners".to_string()
+        };
+        let changed: Vec<String> = w.changed.iter().map(|(p, _)| p.dims_string()).collect();
         println!(
-            "  {:<20} {}: workload {:.1} µs (separate winners {:.1} µs, not all holdable); {} problem(s) changed",
+            "  {:<20} {}: workload {:.1} µs ({why}); set {}",
             w.weight,
             w.choice.layout,
             w.choice.cost_ns / 1e3,
-            w.choice.unconstrained_ns / 1e3,
-            w.changed.len()
+            changed.join(" ")
         );
     }
 }

@@ -39,6 +39,26 @@ pub enum Weight {
 }
 
 impl Weight {
+    /// Every weight a model of `cfg` reads, in file order.
+    pub fn required(cfg: &crate::config::ModelConfig) -> Vec<Weight> {
+        use Weight::*;
+        let mut v = vec![TokenEmbedding, OutputNorm];
+        if !cfg.tied_embeddings {
+            v.push(Output);
+        }
+        for l in 0..cfg.n_layers {
+            v.extend([AttnNorm(l), Q(l), K(l), V(l), O(l)]);
+            if cfg.qkv_bias {
+                v.extend([QBias(l), KBias(l), VBias(l)]);
+            }
+            if cfg.qk_norm {
+                v.extend([QNorm(l), KNorm(l)]);
+            }
+            v.extend([FfnNorm(l), Gate(l), Up(l), Down(l)]);
+        }
+        v
+    }
+
     /// The GGUF (llama.cpp) tensor name.
     pub fn gguf_name(self) -> String {
         use Weight::*;
@@ -153,4 +173,26 @@ impl WeightSource for SafetensorsModel {
     fn rope_layout(&self, _: &crate::config::ModelConfig) -> RopeLayout {
         RopeLayout::Halves
     }
+}
+
+/// Checks that a GGUF file holds every tensor its config implies, so that
+/// `plan` and `tune --model` refuse a file that `run` could not load (a
+/// block count that does not match the tensors, a missing embedding)
+/// instead of planning it. Shapes are checked when the weights load.
+pub fn check_tensors(cfg: &crate::config::ModelConfig, g: &GgufFile) -> Result<()> {
+    for w in Weight::required(cfg) {
+        let name = w.gguf_name();
+        if g.tensor_info(&name).is_none() {
+            return Err(LoadError::BadTensor {
+                path: g.path().to_path_buf(),
+                tensor: name,
+                what: format!(
+                    "missing, but the metadata ({} layers, {}) needs it; the file is truncated or its metadata is wrong",
+                    cfg.n_layers,
+                    cfg.arch.gguf_name()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
