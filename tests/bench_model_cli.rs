@@ -443,9 +443,9 @@ fn tune_model_ends_with_a_model_level_verdict_that_plan_shows() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Thread counts, chunk counts and budgets that used to be taken in
-/// silence (`-t 0` as 1, `-t 5000` spawned) or crash (a budget that
-/// overflows the clock) are refused with a message; more threads than CPUs
+/// Thread counts, chunk counts, budgets and shapes out of range (`-t 0`,
+/// `-t 5000`, a budget that overflows the clock, an operand too large to
+/// allocate) are refused with a message; more threads than CPUs
 /// run, with a warning.
 #[test]
 fn thread_chunk_and_budget_limits_are_said() {
@@ -624,8 +624,7 @@ fn context_limits_are_said() {
 }
 
 /// A file whose meaning is broken is refused by `plan` and `tune --model`
-/// as by `run`, with what is wrong: `plan` used to print a normal-looking
-/// plan and exit 0.
+/// as by `run`, with what is wrong, never with a normal-looking plan.
 #[test]
 fn plan_and_tune_refuse_a_model_run_would_refuse() {
     if under_qemu() {

@@ -14,9 +14,10 @@
 //! Stored text (`variant`): `<isa>` for the f32/f16 GEMV and GEMM (the
 //! problem's op tells which), `<isa>.a8` / `<isa>.a32` for the per-row
 //! quantized GEMV, `<isa>.qgemm` for the quantized GEMM on repacked
-//! weights. These are the names every table so far was written with, so
-//! old tables read unchanged. [`fmt::Display`] adds the family and thread
-//! count (`qgemm:avx512_vnni {"ku":1,"mr":1,"nr":16,"pf":16} t2`) and
+//! weights. The problem's op and dtype disambiguate them, so the text needs
+//! no version of its own and every table written with it reads as it is.
+//! [`fmt::Display`] adds the family, format and thread count
+//! (`qgemm/q4_0:avx512_vnni {"ku":1,"mr":1,"nr":16,"pf":16} t2`) and
 //! [`FromStr`] reads that back exactly.
 
 use std::fmt;
@@ -81,7 +82,7 @@ impl Op {
 
 /// What a choice needs the weight held as. A weight holds one of these
 /// (see [`KernelChoice::layout`]): every kernel that reads it must agree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Layout {
     /// f32 (or f16) rows: the GEMV and the GEMM read the same array.
     Dense,
@@ -177,17 +178,6 @@ impl KernelChoice {
             KernelChoice::QGemv(q) => q.threads,
             KernelChoice::QGemm(q) => q.threads,
         }
-    }
-
-    /// The same choice on `threads` workers.
-    pub fn with_threads(mut self, threads: usize) -> Self {
-        match &mut self {
-            KernelChoice::Gemv(c) => c.threads = threads,
-            KernelChoice::Gemm(c) => c.threads = threads,
-            KernelChoice::QGemv(q) => q.threads = threads,
-            KernelChoice::QGemm(q) => q.threads = threads,
-        }
-        self
     }
 
     /// What the weight must be held as for this choice.

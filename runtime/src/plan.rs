@@ -111,6 +111,17 @@ pub struct ExecutionPlan {
     index: HashMap<String, usize>,
 }
 
+/// Which plan [`ExecutionPlan::build_with`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Build {
+    /// The table's choices with the model-level verdicts applied: what runs.
+    Verified,
+    /// The table's choices before the verdicts: what `tune --model` times.
+    Unverified,
+    /// The analytic defaults; the table is not opened.
+    Default,
+}
+
 /// What became of the selector table a plan was built from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableState {
@@ -316,7 +327,7 @@ impl ExecutionPlan {
         opts: &PlanOptions,
         cpus: &[usize],
     ) -> Self {
-        Self::build_with(problems, soc, caps, opts, cpus, true)
+        Self::build_with(problems, soc, caps, opts, cpus, Build::Verified)
     }
 
     /// The plan the table's choices make before the model-level verdicts
@@ -328,7 +339,7 @@ impl ExecutionPlan {
         opts: &PlanOptions,
     ) -> Self {
         let cpus = tiletune_kernels::pool::allowed_cpus();
-        Self::build_with(problems, soc, caps, opts, &cpus, false)
+        Self::build_with(problems, soc, caps, opts, &cpus, Build::Unverified)
     }
 
     /// The plan of the analytic defaults alone: what runs without a table.
@@ -338,13 +349,8 @@ impl ExecutionPlan {
         caps: &CpuCaps,
         opts: &PlanOptions,
     ) -> Self {
-        let opts = PlanOptions {
-            db: Some(PathBuf::new()),
-            ..opts.clone()
-        };
-        let mut p = Self::build_unverified(problems, soc, caps, &opts);
-        p.db_status = "not used: the default plan".into();
-        p
+        let cpus = tiletune_kernels::pool::allowed_cpus();
+        Self::build_with(problems, soc, caps, opts, &cpus, Build::Default)
     }
 
     fn build_with(
@@ -353,7 +359,7 @@ impl ExecutionPlan {
         caps: &CpuCaps,
         opts: &PlanOptions,
         cpus: &[usize],
-        verdicts: bool,
+        build: Build,
     ) -> Self {
         let threads = opts.threads.max(1);
         let db_path = opts
@@ -362,8 +368,17 @@ impl ExecutionPlan {
             .unwrap_or_else(tiletune_tables::default_db_path);
         let model = model_key(problems);
         let t0 = Instant::now();
-        let (lookups, db_status, stored, table) =
-            lookup_all(&db_path, soc, threads, problems, &model);
+        let (lookups, db_status, stored, table) = if build == Build::Default {
+            (
+                vec![Lookup::Missing; problems.len()],
+                "not used: the default plan".to_string(),
+                Vec::new(),
+                TableState::Missing,
+            )
+        } else {
+            lookup_all(&db_path, soc, threads, problems, &model)
+        };
+        let verdicts = build == Build::Verified;
         let lookup_time = t0.elapsed();
         let t1 = Instant::now();
         let mut entries: Vec<PlanEntry> = problems

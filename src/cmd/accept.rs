@@ -9,7 +9,7 @@
 
 use super::bench_model::{GlibcRand, test_gen, test_prompt};
 use anyhow::Context;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tiletune_kernels::attention::KvDtype;
 use tiletune_runtime::config::ModelConfig;
@@ -17,7 +17,7 @@ use tiletune_runtime::models::{FastModel, RunState};
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
 use tiletune_runtime::{GgufFile, problems};
 use tiletune_soc::SocInfo;
-use tiletune_tables::{Phase, Verdict, now_unix};
+use tiletune_tables::{Phase, Problem, Verdict, now_unix};
 use tiletune_tuner::acceptance;
 use tiletune_tuner::joint::{Test, Workload};
 
@@ -66,10 +66,35 @@ fn time_tests(
     Ok(t0.elapsed().as_secs_f64())
 }
 
+/// A model `tune --model` opened and checked once, for the check to reuse.
+pub struct OpenModel {
+    pub path: PathBuf,
+    pub gguf: GgufFile,
+    pub cfg: ModelConfig,
+    /// Its kernel problems (`problems::kernel_problems`).
+    pub problems: Vec<Problem>,
+}
+
+impl OpenModel {
+    /// Opens the GGUF file, checks its meaning and tensors, lists its problems.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let gguf = GgufFile::open(path)?;
+        let cfg = ModelConfig::from_gguf(&gguf)?;
+        tiletune_runtime::models::check_tensors(&cfg, &gguf)?;
+        let problems = problems::kernel_problems(&gguf)?;
+        Ok(OpenModel {
+            path: path.to_path_buf(),
+            gguf,
+            cfg,
+            problems,
+        })
+    }
+}
+
 /// Times the tuned plan against the default plan on `model` and returns a
 /// verdict per phase (not yet stored).
 pub fn check_model(
-    model_path: &Path,
+    model: &OpenModel,
     db: &Path,
     soc: &SocInfo,
     threads: usize,
@@ -77,17 +102,15 @@ pub fn check_model(
     rounds: usize,
     quiet: bool,
 ) -> anyhow::Result<Vec<Verdict>> {
-    let g = GgufFile::open(model_path)?;
-    let cfg = ModelConfig::from_gguf(&g)?;
-    let problems = problems::kernel_problems(&g)?;
+    let (g, cfg, problems, model_path) = (&model.gguf, &model.cfg, &model.problems, &model.path);
     let caps = soc.cpu_caps();
     let opts = PlanOptions {
         db: Some(db.to_path_buf()),
         threads,
         qmode: None,
     };
-    let tuned = ExecutionPlan::build_unverified(&problems, &soc.fingerprint, &caps, &opts);
-    let default = ExecutionPlan::build_default(&problems, &soc.fingerprint, &caps, &opts);
+    let tuned = ExecutionPlan::build_unverified(problems, &soc.fingerprint, &caps, &opts);
+    let default = ExecutionPlan::build_default(problems, &soc.fingerprint, &caps, &opts);
     let tests: Vec<(Phase, Vec<Test>)> = Phase::ALL
         .into_iter()
         .map(|p| (p, phase_tests(workload, p)))
@@ -95,14 +118,12 @@ pub fn check_model(
     let ctx = tests
         .iter()
         .flat_map(|(_, t)| t)
-        .map(|t| match *t {
-            Test::Prefill(n) | Test::Decode(n) => n,
-        })
+        .map(|t| t.tokens())
         .max()
         .unwrap_or(1)
         + 1;
     let load = |plan: &ExecutionPlan| -> anyhow::Result<FastModel> {
-        Ok(FastModel::new(&cfg, &g, plan, ctx)?.with_kv_dtype(KvDtype::F16)?)
+        Ok(FastModel::new(cfg, g, plan, ctx)?.with_kv_dtype(KvDtype::F16)?)
     };
     let models = [load(&default)?, load(&tuned)?];
     // A model that holds fewer positions (a small test model) is checked
@@ -110,16 +131,7 @@ pub fn check_model(
     let fit = models[0].max_ctx().saturating_sub(1).max(1);
     let tests: Vec<(Phase, Vec<Test>)> = tests
         .into_iter()
-        .map(|(p, ts)| {
-            let ts = ts
-                .into_iter()
-                .map(|t| match t {
-                    Test::Prefill(n) => Test::Prefill(n.min(fit)),
-                    Test::Decode(n) => Test::Decode(n.min(fit)),
-                })
-                .collect();
-            (p, ts)
-        })
+        .map(|(p, ts)| (p, ts.into_iter().map(|t| t.capped(fit)).collect()))
         .collect();
     let mut states = [models[0].new_state(), models[1].new_state()];
     let vocab = cfg.vocab.max(1) as u32;
@@ -155,20 +167,15 @@ pub fn check_model(
             }
         }
         let v = acceptance::decide(&d, &t);
-        let tokens: usize = tests
-            .iter()
-            .map(|t| match *t {
-                Test::Prefill(n) | Test::Decode(n) => n,
-            })
-            .sum();
+        let tokens: usize = tests.iter().map(|t| t.tokens()).sum();
         if !quiet {
             let tps = |s: f64| tokens as f64 / s;
             println!(
                 "  {:<7} {:<12} default {:>8.1} tok/s, tuned {:>8.1} tok/s ({:.2}x, medians) → {}",
                 phase.name(),
                 label,
-                tps(acceptance::median(&d)),
-                tps(acceptance::median(&t)),
+                tps(tiletune_bench::stats::median(&d)),
+                tps(tiletune_bench::stats::median(&t)),
                 v.ratio,
                 if v.won {
                     "the tuned choices run"

@@ -26,8 +26,8 @@ pub struct Global {
 /// runs on has cores, and few enough that a typo is refused, not spawned.
 pub const MAX_THREADS: usize = 1024;
 
-/// A `-t`/`--threads` value: 1 to [`MAX_THREADS`] (0 used to mean 1 in
-/// silence).
+/// A `-t`/`--threads` value: 1 to [`MAX_THREADS`]; 0 is refused rather
+/// than read as 1, which would run something the user did not ask for.
 pub fn parse_threads(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(0) => Err("0 threads cannot run anything; use 1 or more".into()),

@@ -3,6 +3,8 @@
 //! thread count). Kernel-level wins are hypotheses; the runtime applies a
 //! phase's tuned choices only where this verdict says they won.
 
+use tiletune_bench::stats::median;
+
 /// The verdict on one phase from alternated rounds (`default_s[i]` and
 /// `tuned_s[i]` timed back to back in round `i`, seconds per run).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,17 +48,6 @@ pub fn decide(default_s: &[f64], tuned_s: &[f64]) -> PhaseVerdict {
     }
 }
 
-/// The median (mean of the middle two for an even count).
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,12 +67,5 @@ mod tests {
         assert!(!decide(&[2.0, 2.0, 2.0], &[1.0, 1.0]).won);
         assert!(!decide(&[2.0, f64::NAN, 2.0], &[1.0, 1.0, 1.0]).won);
         assert!(!decide(&[2.0, 2.0, 2.0], &[1.0, 0.0, 1.0]).won);
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&[]).is_nan());
     }
 }

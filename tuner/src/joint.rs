@@ -32,6 +32,23 @@ pub enum Test {
     Decode(usize),
 }
 
+impl Test {
+    /// Tokens the test processes.
+    pub fn tokens(self) -> usize {
+        match self {
+            Test::Prefill(n) | Test::Decode(n) => n,
+        }
+    }
+
+    /// The same test with at most `max` tokens.
+    pub fn capped(self, max: usize) -> Self {
+        match self {
+            Test::Prefill(n) => Test::Prefill(n.min(max)),
+            Test::Decode(n) => Test::Decode(n.min(max)),
+        }
+    }
+}
+
 impl fmt::Display for Test {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -120,15 +137,6 @@ impl Workload {
             })
             .sum()
     }
-
-    /// Whether the workload runs `phase`'s tests at all.
-    pub fn has_prefill(&self) -> bool {
-        self.tests.iter().any(|t| matches!(t, Test::Prefill(_)))
-    }
-
-    pub fn has_decode(&self) -> bool {
-        self.tests.iter().any(|t| matches!(t, Test::Decode(_)))
-    }
 }
 
 /// One problem of a weight with what was measured on it.
@@ -180,15 +188,17 @@ pub fn layout_of(p: &Problem, c: &Candidate) -> Option<Layout> {
 /// The joint choice for the problems of one weight, or `None` when no
 /// layout has a measured candidate on every problem.
 pub fn choose(problems: &[Measured]) -> Option<JointChoice> {
-    let layouts: BTreeSet<(u8, usize)> = problems
+    // Each timed candidate's layout, parsed once.
+    let read: Vec<Vec<Option<Layout>>> = problems
         .iter()
-        .flat_map(|m| m.timed.iter().filter_map(|(c, _)| layout_of(&m.problem, c)))
-        .map(|l| match l {
-            Layout::Dense => (0, 0),
-            Layout::Rows => (1, 0),
-            Layout::Packed { nr } => (2, nr),
+        .map(|m| {
+            m.timed
+                .iter()
+                .map(|(c, _)| layout_of(&m.problem, c))
+                .collect()
         })
         .collect();
+    let layouts: BTreeSet<Layout> = read.iter().flatten().flatten().copied().collect();
     let unconstrained_ns = problems
         .iter()
         .filter(|m| !m.timed.is_empty())
@@ -201,28 +211,24 @@ pub fn choose(problems: &[Measured]) -> Option<JointChoice> {
         })
         .sum();
     let mut best: Option<JointChoice> = None;
-    for (tag, nr) in layouts {
-        let layout = match tag {
-            0 => Layout::Dense,
-            1 => Layout::Rows,
-            _ => Layout::Packed { nr },
-        };
+    for layout in layouts {
         let mut picks = Vec::with_capacity(problems.len());
         let mut cost = 0.0;
-        for m in problems {
-            let reads = |c: &Candidate| layout_of(&m.problem, c) == Some(layout);
+        for (m, read) in problems.iter().zip(&read) {
+            let reading = || {
+                m.timed
+                    .iter()
+                    .zip(read)
+                    .filter(|(_, l)| **l == Some(layout))
+                    .map(|(t, _)| t)
+            };
             let kept = m
                 .selected
                 .as_ref()
-                .filter(|s| reads(s))
-                .and_then(|s| m.timed.iter().find(|(c, _)| c == s));
+                .and_then(|s| reading().find(|(c, _)| c == s));
             // Ties go to the first measured, which is the default when it
             // was measured (the campaign measures it first).
-            let fastest = m
-                .timed
-                .iter()
-                .filter(|(c, _)| reads(c))
-                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let fastest = reading().min_by(|a, b| a.1.total_cmp(&b.1));
             let Some(pick) = kept.or(fastest) else {
                 picks.clear();
                 break;
@@ -404,7 +410,6 @@ mod tests {
         assert_eq!(w.calls(&gemm(16), bucket), 0.0);
         let d: Workload = "decode".parse().unwrap();
         assert_eq!(d.calls(&gemm(256), bucket), 0.0);
-        assert!(d.has_decode() && !d.has_prefill());
         let mix: Workload = "pp10,pp2048,tg256".parse().unwrap();
         assert_eq!(mix.calls(&gemm(16), bucket), 10.0 / 16.0);
         assert_eq!(mix.calls(&gemm(256), bucket), 8.0);
