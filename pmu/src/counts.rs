@@ -8,7 +8,6 @@
 //! applies; a value with `time_running < time_enabled` is flagged because it is
 //! an extrapolation, and a group that never ran has no value at all.
 
-use crate::metrics::Metrics;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -143,11 +142,6 @@ impl Counts {
     /// Whether any value is an extrapolation from a multiplexed group.
     pub fn multiplexed(&self) -> bool {
         self.values.values().any(|v| v.multiplexed)
-    }
-
-    /// Derived metrics (IPC, miss rates, stall shares, top-down).
-    pub fn derived(&self) -> Metrics {
-        Metrics::from_counts(self)
     }
 
     /// The same counts divided by `runs` (per-run averages); `runs = 0` is

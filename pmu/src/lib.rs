@@ -27,7 +27,7 @@
 //! set.start()?;
 //! let x: u64 = (0..1_000_000u64).sum();
 //! let counts = set.stop()?;
-//! println!("{x} {:?}", counts.derived().ipc);
+//! println!("{x} {:?}", tiletune_pmu::Metrics::from_counts(&counts).ipc);
 //! # Ok::<(), tiletune_pmu::PmuError>(())
 //! ```
 

@@ -127,6 +127,7 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
+    use super::Metrics;
     use crate::counts::{Backend, Counts};
 
     fn counts(pairs: &[(&str, f64)], slots: Option<u32>) -> Counts {
@@ -161,7 +162,7 @@ mod tests {
             ],
             None,
         );
-        let m = c.derived();
+        let m = Metrics::from_counts(&c);
         close(m.ipc, 2.5);
         close(m.l1d_miss_rate, 0.05);
         close(m.l2_miss_rate, 0.1);
@@ -188,7 +189,7 @@ mod tests {
             ],
             Some(4),
         );
-        let t = c.derived().topdown.expect("top-down");
+        let t = Metrics::from_counts(&c).topdown.expect("top-down");
         assert!((t.frontend_bound - 0.1).abs() < 1e-12);
         assert!((t.backend_bound - 0.15).abs() < 1e-12);
         assert!((t.bad_speculation - 0.1 * 0.75).abs() < 1e-12);
@@ -199,7 +200,7 @@ mod tests {
         // A missing event disables top-down instead of inventing it.
         let mut c2 = c.clone();
         c2.values.remove("OP_SPEC");
-        assert_eq!(c2.derived().topdown, None);
+        assert_eq!(Metrics::from_counts(&c2).topdown, None);
     }
 
     #[test]
@@ -217,7 +218,7 @@ mod tests {
             ],
             None,
         );
-        let m = c.derived();
+        let m = Metrics::from_counts(&c);
         close(m.ipc, 0.5);
         close(m.branch_mpki, 3.0);
         close(m.l1d_miss_rate, 0.01);
@@ -240,7 +241,7 @@ mod tests {
     #[test]
     fn zero_denominators_give_none() {
         let c = counts(&[("CPU_CYCLES", 0.0), ("INST_RETIRED", 10.0)], Some(4));
-        let m = c.derived();
+        let m = Metrics::from_counts(&c);
         assert_eq!(m.ipc, None);
         assert_eq!(m.topdown, None);
     }

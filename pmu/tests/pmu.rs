@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use tiletune_pmu::counters::{choose_pmu, explain_open_failure, hardware_events, pmu_for_cpus};
 use tiletune_pmu::plan::{PlanConfig, plan_groups};
 use tiletune_pmu::sysfs::{discover_cpu_pmus, pmu_for_cpu};
-use tiletune_pmu::{Backend, CounterOptions, CounterSet, EventSetKind};
+use tiletune_pmu::{Backend, CounterOptions, CounterSet, EventSetKind, Metrics};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -133,7 +133,7 @@ fn auto_counts_or_falls_back_for_real() {
             assert!(note.is_none());
             let cycles = counts.get("cycles").or(counts.get("CPU_CYCLES"));
             assert!(cycles.unwrap_or(0.0) > 0.0, "{counts:?}");
-            assert!(counts.derived().ipc.is_some());
+            assert!(Metrics::from_counts(&counts).ipc.is_some());
         }
         Backend::PerfSoftware | Backend::Rusage => {
             let note = note.expect("a fallback must say why");
@@ -141,7 +141,7 @@ fn auto_counts_or_falls_back_for_real() {
             assert_eq!(&note.backend, set.backend());
             assert!(note.to_string().contains("counting with"));
             assert!(counts.get("task-clock").unwrap() > 0.0, "{counts:?}");
-            assert!(counts.derived().task_clock_ns.is_some());
+            assert!(Metrics::from_counts(&counts).task_clock_ns.is_some());
         }
     }
     // A second window works too and stop without start is an error.

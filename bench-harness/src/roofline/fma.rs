@@ -89,9 +89,9 @@ impl FmaIsa {
 
 const SCALAR_ACC: usize = 8;
 /// 12 of 16 (AVX2) / 32 (AVX-512) registers; ≥ latency 4 × 2 pipes + margin.
-pub(crate) const X86_ACC: usize = 12;
+const X86_ACC: usize = 12;
 /// 16 of 32 NEON registers; covers 4 × 4 pipes on Neoverse V-class.
-pub(crate) const NEON_ACC: usize = 16;
+const NEON_ACC: usize = 16;
 
 /// Runs `iters` iterations of the lane's loop. Accumulator `k` starts at
 /// `init[k]` in every lane; `out` receives the final registers
@@ -125,11 +125,11 @@ pub fn fma_loop(
         FmaIsa::Scalar => scalar(iters, m, c, init, out),
         // SAFETY (all three): availability was checked just above.
         #[cfg(target_arch = "x86_64")]
-        FmaIsa::Avx2Fma => unsafe { super::fma_x86::avx2(iters, m, c, init, out) },
+        FmaIsa::Avx2Fma => unsafe { super::fma_x86::avx2::<X86_ACC>(iters, m, c, init, out) },
         #[cfg(target_arch = "x86_64")]
-        FmaIsa::Avx512 => unsafe { super::fma_x86::avx512(iters, m, c, init, out) },
+        FmaIsa::Avx512 => unsafe { super::fma_x86::avx512::<X86_ACC>(iters, m, c, init, out) },
         #[cfg(target_arch = "aarch64")]
-        FmaIsa::Neon => unsafe { super::fma_neon::neon(iters, m, c, init, out) },
+        FmaIsa::Neon => unsafe { super::fma_neon::neon::<NEON_ACC>(iters, m, c, init, out) },
         #[allow(unreachable_patterns)]
         _ => unreachable!("availability checked"),
     }

@@ -1,18 +1,17 @@
 //! AVX2+FMA and AVX-512 peak loops (see `fma.rs` for the design).
 
-use super::fma::X86_ACC;
 use std::arch::x86_64::*;
 
-/// 12 chains of 8 f32 with `vfmadd`.
+/// `ACC` chains of 8 f32 with `vfmadd`.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `init.len() == 12`, `out.len() == 96`.
+/// The CPU must support AVX2 and FMA; `init.len() == ACC`, `out.len() == ACC * 8`.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn avx2(iters: usize, m: f32, c: f32, init: &[f32], out: &mut [f32]) {
-    debug_assert!(init.len() == X86_ACC && out.len() == X86_ACC * 8);
+pub unsafe fn avx2<const ACC: usize>(iters: usize, m: f32, c: f32, init: &[f32], out: &mut [f32]) {
+    debug_assert!(init.len() == ACC && out.len() == ACC * 8);
     let vm = _mm256_set1_ps(std::hint::black_box(m));
     let vc = _mm256_set1_ps(std::hint::black_box(c));
-    let mut acc = [_mm256_setzero_ps(); X86_ACC];
+    let mut acc = [_mm256_setzero_ps(); ACC];
     for (a, x) in acc.iter_mut().zip(init) {
         *a = _mm256_set1_ps(*x);
     }
@@ -22,21 +21,27 @@ pub unsafe fn avx2(iters: usize, m: f32, c: f32, init: &[f32], out: &mut [f32]) 
         }
     }
     for (k, a) in acc.iter().enumerate() {
-        // SAFETY: out holds X86_ACC * 8 floats; unaligned store.
+        // SAFETY: out holds ACC * 8 floats; unaligned store.
         unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(k * 8), *a) };
     }
 }
 
-/// 12 chains of 16 f32 with `vfmadd` on zmm registers.
+/// `ACC` chains of 16 f32 with `vfmadd` on zmm registers.
 ///
 /// # Safety
-/// The CPU must support AVX-512F; `init.len() == 12`, `out.len() == 192`.
+/// The CPU must support AVX-512F; `init.len() == ACC`, `out.len() == ACC * 16`.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn avx512(iters: usize, m: f32, c: f32, init: &[f32], out: &mut [f32]) {
-    debug_assert!(init.len() == X86_ACC && out.len() == X86_ACC * 16);
+pub unsafe fn avx512<const ACC: usize>(
+    iters: usize,
+    m: f32,
+    c: f32,
+    init: &[f32],
+    out: &mut [f32],
+) {
+    debug_assert!(init.len() == ACC && out.len() == ACC * 16);
     let vm = _mm512_set1_ps(std::hint::black_box(m));
     let vc = _mm512_set1_ps(std::hint::black_box(c));
-    let mut acc = [_mm512_setzero_ps(); X86_ACC];
+    let mut acc = [_mm512_setzero_ps(); ACC];
     for (a, x) in acc.iter_mut().zip(init) {
         *a = _mm512_set1_ps(*x);
     }
@@ -46,7 +51,7 @@ pub unsafe fn avx512(iters: usize, m: f32, c: f32, init: &[f32], out: &mut [f32]
         }
     }
     for (k, a) in acc.iter().enumerate() {
-        // SAFETY: out holds X86_ACC * 16 floats; unaligned store.
+        // SAFETY: out holds ACC * 16 floats; unaligned store.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(k * 16), *a) };
     }
 }
