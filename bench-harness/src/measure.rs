@@ -354,7 +354,7 @@ impl<C: Clock> Harness<C> {
             elapsed_ns,
             summary,
             budget_exhausted: exhausted,
-            metrics: counts.as_ref().map(Counts::derived),
+            metrics: counts.as_ref().map(Metrics::from_counts),
             counts,
             placement,
         })
