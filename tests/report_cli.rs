@@ -9,7 +9,8 @@
 use serde_json::json;
 use std::process::{Command, Output};
 use tiletune_tables::{
-    Campaign, Candidate, Measurement, Problem, Selection, SelectorDb, SocRecord,
+    Campaign, Candidate, Measurement, MeasurementStats, Problem, Selection, SelectorDb, SocRecord,
+    Work,
 };
 
 fn under_qemu() -> bool {
@@ -74,7 +75,15 @@ fn report_from_a_table_writes_html_and_markdown() {
                 problem: problem.clone(),
                 candidate: Candidate::new("neon", json!({"nr": nr}), t).unwrap(),
                 median_ns: Some(ns),
-                stats: json!({"median_ns": ns}),
+                stats: MeasurementStats {
+                    median_ns: Some(ns),
+                    // 2·n·k flops; f32 weights, x and y.
+                    work: Some(Work {
+                        bytes: 4 * (896 * 896 + 896 + 896),
+                        flops: 2 * 896 * 896,
+                    }),
+                    ..MeasurementStats::default()
+                },
                 counters: json!({"metrics": {"task_clock_ns": ns}, "fallback": "no PMU in this test"}),
                 valid: true,
                 invalid_reason: None,

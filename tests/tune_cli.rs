@@ -130,7 +130,29 @@ fn tune_fills_the_table_and_show_displays_it() {
         let c = &m["counters"];
         assert!(c["counts"].is_object(), "{c}");
         assert!(c["metrics"].is_object() || c["fallback"].is_string(), "{c}");
+        // The work model goes with the measurement: 2·n·k flops.
+        assert_eq!(m["stats"]["work"]["flops"], 2 * 37 * 70, "{}", m["stats"]);
+        assert!(m["stats"]["work"]["bytes"].as_u64().unwrap() > 4 * 37 * 70);
     }
+    // ... and the report places the problem on the roofline with it.
+    let report = dir.path().join("report");
+    let out = tiletune(&[
+        "report",
+        "--db",
+        db.to_str().unwrap(),
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(
+        md.contains("FLOP/byte") && !md.contains("not on the roofline"),
+        "{md}"
+    );
     let speedup = sels[0]["speedup"].as_f64().unwrap();
     assert!(
         speedup >= 1.0,

@@ -11,7 +11,6 @@
 //! comparisons with the perplexity table. A section without data says so and
 //! what to run, instead of drawing an empty plot.
 //!
-//! - [`work`]: FLOP and bytes of a problem (the roofline's x axis).
 //! - [`model`]: rows → plot models (pure, unit-tested).
 //! - [`plot`]: plot models → SVG.
 //! - [`doc`]: sections, tables and plots → HTML and Markdown, with escaping.
@@ -37,7 +36,6 @@ pub mod error;
 pub mod model;
 pub mod plot;
 pub mod report;
-pub mod work;
 
 pub use error::{ReportError, Result};
 pub use report::{Report, ReportBuilder, Written, utc_string};

@@ -3,10 +3,9 @@
 //! which two parameters span a heatmap, which counters a candidate has), so
 //! the decisions are tested without drawing anything.
 
-use crate::work::{Work, work};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use tiletune_tables::{Candidate, Ceiling, Measurement, PeerResult, Problem, Selection};
+use tiletune_tables::{Candidate, Ceiling, Measurement, PeerResult, Problem, Selection, Work};
 
 // ---- labels ------------------------------------------------------------------
 
@@ -136,8 +135,22 @@ pub fn best_ceilings(ceilings: &[Ceiling]) -> (Vec<Roof>, Vec<Roof>) {
     (bw, peak)
 }
 
-/// Places each selection at its arithmetic intensity, tuned and default.
-pub fn roofline(ceilings: &[Ceiling], selections: &[Selection]) -> Roofline {
+/// The work model the tuner stored with a problem's measurements (every
+/// candidate of a problem shares it); `None` when no row carries one.
+pub fn stored_work(problem: &Problem, measurements: &[Measurement]) -> Option<Work> {
+    measurements
+        .iter()
+        .filter(|m| m.problem == *problem)
+        .find_map(|m| m.stats.work)
+}
+
+/// Places each selection at its arithmetic intensity, tuned and default,
+/// with the work model stored with its measurements.
+pub fn roofline(
+    ceilings: &[Ceiling],
+    selections: &[Selection],
+    measurements: &[Measurement],
+) -> Roofline {
     let (bandwidth, peaks) = best_ceilings(ceilings);
     let mut out = Roofline {
         bandwidth,
@@ -146,11 +159,9 @@ pub fn roofline(ceilings: &[Ceiling], selections: &[Selection]) -> Roofline {
     };
     for s in selections {
         let label = selection_label(s);
-        let Some(w) = work(&s.problem) else {
+        let Some(w) = stored_work(&s.problem, measurements) else {
             out.skipped.push(format!(
-                "{label}: no FLOP/byte model for op {} with dtype {}",
-                s.problem.op(),
-                s.problem.dtype()
+                "{label}: no work model stored with its measurements (rows from another tool or an older tiletune; re-tune to place it)"
             ));
             continue;
         };
@@ -239,7 +250,7 @@ pub struct SpeedupRow {
 
 /// Speedups in table order; recomputed from the medians rather than trusting
 /// the stored column.
-pub fn speedups(selections: &[Selection]) -> Vec<SpeedupRow> {
+pub fn speedups(selections: &[Selection], measurements: &[Measurement]) -> Vec<SpeedupRow> {
     selections
         .iter()
         .map(|s| SpeedupRow {
@@ -248,7 +259,7 @@ pub fn speedups(selections: &[Selection]) -> Vec<SpeedupRow> {
             tuned_ns: s.median_ns,
             default_ns: s.default_ns,
             speedup: s.computed_speedup(),
-            tuned_gflops: work(&s.problem).and_then(|w| w.gflops(s.median_ns)),
+            tuned_gflops: stored_work(&s.problem, measurements).and_then(|w| w.gflops(s.median_ns)),
         })
         .collect()
 }
@@ -350,7 +361,7 @@ pub fn heatmap(
             reason: "no valid timed candidate".to_string(),
         };
     }
-    let w: Option<Work> = work(problem).filter(|w| w.flops > 0.0);
+    let w: Option<Work> = stored_work(problem, measurements).filter(|w| w.flops > 0);
     let metric = if w.is_some() {
         CellMetric::Gflops
     } else {
@@ -359,7 +370,7 @@ pub fn heatmap(
     let value = |m: &Measurement| -> f64 {
         let ns = m.median_ns.unwrap_or(f64::NAN);
         match w {
-            Some(w) => w.flops / ns,
+            Some(w) => w.flops as f64 / ns,
             None => ns / 1e3,
         }
     };
@@ -683,7 +694,7 @@ pub fn pmu_table(
         }
     }
     let omitted = valid.len() - picked.len();
-    let w = work(problem);
+    let w = stored_work(problem, measurements);
     let fallback = valid
         .iter()
         .find_map(|m| m.counters.get("fallback").and_then(Value::as_str))
@@ -706,7 +717,7 @@ pub fn pmu_table(
                 role: role(m),
                 median_ns: ns,
                 gflops: w.and_then(|w| w.gflops(ns)),
-                fidelity: m.stats.get("fidelity").and_then(Value::as_u64),
+                fidelity: m.stats.fidelity.map(u64::from),
                 values: present
                     .iter()
                     .map(|c| metric_value(&m.counters, c.key))
@@ -900,6 +911,7 @@ fn test_order(test: &str) -> u8 {
 mod tests {
     use super::*;
     use serde_json::json;
+    use tiletune_tables::MeasurementStats;
 
     /// Two placements with the same thread count get different labels.
     #[test]
@@ -952,6 +964,15 @@ mod tests {
         }
     }
 
+    /// The tuner's model for the f32 GEMV the tests use (2·n·k flops; the
+    /// weights, x and y in f32); the other ops here have none stored.
+    fn work_of(p: &Problem) -> Option<Work> {
+        (*p == gemv()).then_some(Work {
+            bytes: 4_000_000 + 8_000,
+            flops: 2_000_000,
+        })
+    }
+
     fn meas(
         p: &Problem,
         params: Value,
@@ -966,7 +987,11 @@ mod tests {
             problem: p.clone(),
             candidate: Candidate::new("avx512", params, threads).unwrap(),
             median_ns: ns,
-            stats: json!({"fidelity": 3}),
+            stats: MeasurementStats {
+                fidelity: Some(3),
+                work: work_of(p),
+                ..MeasurementStats::default()
+            },
             counters,
             valid: ns.is_some(),
             invalid_reason: ns.is_none().then(|| "mismatch".to_string()),
@@ -993,7 +1018,8 @@ mod tests {
                 None,
             ),
         ];
-        let r = roofline(&ceilings, &sels);
+        let ms = [meas(&gemv(), json!({"nr": 8}), 2, Some(1e6), json!({}))];
+        let r = roofline(&ceilings, &sels, &ms);
         assert_eq!(r.bandwidth.len(), 2);
         assert_eq!(r.bandwidth[0].label, "STREAM triad");
         assert_eq!((r.bandwidth[0].value, r.bandwidth[0].threads), (14.0, 1));
@@ -1022,7 +1048,7 @@ mod tests {
 
     #[test]
     fn roofline_without_ceilings_still_has_sane_bounds() {
-        let r = roofline(&[], &[]);
+        let r = roofline(&[], &[], &[]);
         assert!(r.points.is_empty() && r.ridge().is_none() && r.attainable(1.0).is_none());
         let ((x0, x1), (y0, y1)) = r.bounds();
         assert!(x0 > 0.0 && x1 > x0 && y0 > 0.0 && y1 > y0);
@@ -1030,10 +1056,14 @@ mod tests {
 
     #[test]
     fn speedups_are_default_over_tuned() {
-        let rows = speedups(&[
-            selection(gemv(), 1e6, Some(1.5e6)),
-            selection(gemv(), 1e6, None),
-        ]);
+        let ms = [meas(&gemv(), json!({"nr": 8}), 2, Some(1e6), json!({}))];
+        let rows = speedups(
+            &[
+                selection(gemv(), 1e6, Some(1.5e6)),
+                selection(gemv(), 1e6, None),
+            ],
+            &ms,
+        );
         assert_eq!(rows[0].speedup, Some(1.5));
         assert_eq!(rows[0].label, "gemv f32 1000x1000 ≤2t");
         assert_eq!(rows[0].winner, "avx512 kc=256,nr=8 t2");

@@ -18,8 +18,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tiletune_reports::ReportBuilder;
 use tiletune_tables::{
-    Campaign, Candidate, Ceiling, Measurement, PeerResult, Problem, Selection, SelectorDb,
-    SocRecord,
+    Campaign, Candidate, Ceiling, Measurement, MeasurementStats, PeerResult, Problem, Selection,
+    SelectorDb, SocRecord, Work,
 };
 
 const SOC: &str = "5e1ec7ab1e5eed00";
@@ -79,6 +79,8 @@ fn counters(quality: f64) -> Value {
 
 struct Tuned {
     problem: Problem,
+    /// The work model the tuner stores with each measurement.
+    work: Work,
     /// (candidate, median ns)
     runs: Vec<(Candidate, f64)>,
     default: usize,
@@ -111,8 +113,14 @@ fn gemv_sweep() -> Tuned {
             c.variant() == "neon" && c.threads() == 8 && c.params()["rows_per_block"] == 2
         })
         .unwrap();
+    // 2·n·k flops; the Q4_0 weights (18 bytes per 32) and f32 x and y.
+    let work = Work {
+        bytes: 4864 * 896 * 18 / 32 + 4 * (4864 + 896),
+        flops: 2 * 4864 * 896,
+    };
     Tuned {
         problem,
+        work,
         runs,
         default,
     }
@@ -135,8 +143,14 @@ fn gemm_sweep() -> Tuned {
         .iter()
         .position(|(c, _)| c.params()["mr"] == 4 && c.params()["nr"] == 16)
         .unwrap();
+    // 2·m·n·k flops; f32 weights once, A in and C out.
+    let work = Work {
+        bytes: 4 * (896 * 896 + 64 * 896 + 64 * 896),
+        flops: 2 * 64 * 896 * 896,
+    };
     Tuned {
         problem,
+        work,
         runs,
         default,
     }
@@ -165,7 +179,14 @@ fn fill(path: &Path) -> SelectorDb {
                 problem: tuned.problem.clone(),
                 candidate: c.clone(),
                 median_ns: Some(*ns),
-                stats: json!({"median_ns": ns, "mad_ns": ns * 0.01, "samples": 30, "fidelity": 3}),
+                stats: MeasurementStats {
+                    median_ns: Some(*ns),
+                    mad_ns: Some(ns * 0.01),
+                    samples: Some(30),
+                    fidelity: Some(3),
+                    work: Some(tuned.work),
+                    ..MeasurementStats::default()
+                },
                 counters: counters(best / ns),
                 valid: true,
                 invalid_reason: None,

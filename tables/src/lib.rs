@@ -45,7 +45,8 @@
 //!     db.insert_measurement(&Measurement {
 //!         campaign: campaign.id.clone(), soc: soc.fingerprint.clone(), kernel_abi: KERNEL_ABI,
 //!         problem: problem.clone(), candidate: cand.clone(), median_ns: Some(81_000.0),
-//!         stats: json!({"median_ns": 81_000.0}), counters: json!({}), valid: true,
+//!         stats: MeasurementStats { median_ns: Some(81_000.0), ..Default::default() },
+//!         counters: json!({}), valid: true,
 //!         invalid_reason: None, measured_at: now_unix(),
 //!     })?;
 //! }
@@ -83,6 +84,9 @@ pub use exchange::{
 pub use key::{Candidate, Placement, Problem, canonical_json};
 pub use lookup::Lookup;
 pub use path::{DB_ENV, default_db_path, default_db_path_from};
-pub use records::{Campaign, Ceiling, Measurement, PeerResult, Selection, SocRecord, now_unix};
+pub use records::{
+    Campaign, Ceiling, Measurement, MeasurementStats, PeerResult, Selection, SocRecord, Work,
+    now_unix,
+};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use verdict::{Phase, Verdict};

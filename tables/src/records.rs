@@ -7,6 +7,7 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 
 /// Seconds since the Unix epoch, the unit of every `*_at` field.
@@ -98,14 +99,69 @@ pub struct Measurement {
     pub candidate: Candidate,
     /// `None` when the candidate failed validation and was never timed.
     pub median_ns: Option<f64>,
-    /// The harness's statistics (median_ns, mad_ns, n, …) as it reports them.
-    pub stats: Value,
+    /// The harness's statistics and the problem's work model.
+    pub stats: MeasurementStats,
     /// PMU counters, or the software fallback (flagged inside the JSON).
     pub counters: Value,
     /// False when the output disagreed with the scalar reference: never selectable.
     pub valid: bool,
     pub invalid_reason: Option<String>,
     pub measured_at: i64,
+}
+
+/// The bytes moved and the arithmetic done by one run of a problem, as the
+/// tuner models them (`KernelProblem::work`): weights read once in their
+/// stored format, activations in and outputs out. Stored with each
+/// measurement so that reports place a problem on the roofline with the
+/// model it was timed under rather than a second copy of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Work {
+    pub bytes: u64,
+    /// Floating-point operations, or integer multiply-adds counted as two.
+    pub flops: u64,
+}
+
+impl Work {
+    /// Operations per byte; `None` when the problem moves no bytes or does
+    /// no arithmetic.
+    pub fn intensity(&self) -> Option<f64> {
+        (self.flops > 0 && self.bytes > 0).then(|| self.flops as f64 / self.bytes as f64)
+    }
+
+    /// GFLOP/s at a run time in nanoseconds (FLOP per ns is GFLOP/s).
+    pub fn gflops(&self, ns: f64) -> Option<f64> {
+        (self.flops > 0 && ns.is_finite() && ns > 0.0).then(|| self.flops as f64 / ns)
+    }
+}
+
+/// The statistics of one measurement, stored as a JSON object in the
+/// `stats` column. Every field is optional because rows come from other
+/// tools and older tiletunes too (an import keeps what it does not know in
+/// `other`, so a row survives an export/import round trip unchanged).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MeasurementStats {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ns: Option<f64>,
+    /// Median absolute deviation of the samples, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mad_ns: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// The strategy's fidelity level the candidate was timed at (a resumed
+    /// campaign reuses a measurement only at its own fidelity or higher).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work: Option<Work>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+impl MeasurementStats {
+    /// The stats as the JSON the column stores.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("stats are plain numbers and JSON values")
+    }
 }
 
 /// The winner for one complete key: SoC × kernel ABI × problem × thread budget.
@@ -256,7 +312,7 @@ pub(crate) fn measurement_row(r: &Row<'_>) -> rusqlite::Result<Measurement> {
         problem: problem_cols(r, 3)?,
         candidate: candidate_cols(r, 6, 15)?,
         median_ns: r.get(9)?,
-        stats: json_col(r, 10)?,
+        stats: serde_json::from_value(json_col(r, 10)?).map_err(|e| conv_err(10, e))?,
         counters: json_col(r, 11)?,
         valid: r.get(12)?,
         invalid_reason: r.get(13)?,
@@ -401,7 +457,7 @@ pub(crate) mod insert {
             m.candidate.params_json(),
             m.candidate.threads(),
             m.median_ns,
-            canonical_json(&m.stats),
+            canonical_json(&m.stats.to_json()),
             canonical_json(&m.counters),
             m.valid,
             m.invalid_reason,

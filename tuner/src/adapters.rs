@@ -2,13 +2,14 @@
 //! [`Measure`] over the bench harness: the two places where the tuner's
 //! abstract loop meets real files and real clocks.
 
+use crate::TunerError;
 use crate::campaign::{Measure, MeasurementRecord, Outcome, Selection, Stats, Store};
 use crate::strategy::FULL_FIDELITY;
 use serde_json::json;
 use std::time::Duration;
 use tiletune_bench::{Harness, MeasureConfig};
 use tiletune_pmu::EventSetKind;
-use tiletune_tables::{Candidate, Placement, Problem, SelectorDb, now_unix};
+use tiletune_tables::{Candidate, MeasurementStats, Placement, Problem, SelectorDb, now_unix};
 
 /// Writes a campaign's measurements and selections into a selector table,
 /// each in its own transaction, so a killed tuner loses at most the
@@ -36,48 +37,35 @@ impl Store for DbStore<'_> {
                 reason: m.invalid_reason.unwrap_or_else(|| "invalid".into()),
             });
         }
-        let stored_fidelity = m
-            .stats
-            .get("fidelity")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0) as u32;
-        if stored_fidelity < fidelity {
+        // A row without the statistics a score needs (one another tool
+        // wrote) is measured again rather than scored as zero spread.
+        if m.stats.fidelity.unwrap_or(0) < fidelity {
             return None;
         }
         Some(Outcome::Valid(Stats {
             median_s: m.median_ns? * 1e-9,
-            mad_s: m
-                .stats
-                .get("mad_ns")
-                .and_then(|v| v.as_f64())
-                .unwrap_or(0.0)
-                * 1e-9,
-            samples: m.stats.get("samples").and_then(|v| v.as_u64()).unwrap_or(0) as usize,
+            mad_s: m.stats.mad_ns? * 1e-9,
+            samples: usize::try_from(m.stats.samples?).ok()?,
             counters: m.counters,
         }))
     }
 
-    fn record(&mut self, r: &MeasurementRecord) -> Result<(), String> {
-        let (median_ns, stats, counters, valid, reason) = match &r.outcome {
-            Outcome::Valid(s) => (
-                Some(s.median_s * 1e9),
-                json!({
-                    "median_ns": s.median_s * 1e9,
-                    "mad_ns": s.mad_s * 1e9,
-                    "samples": s.samples,
-                    "fidelity": r.fidelity,
-                }),
-                s.counters.clone(),
-                true,
-                None,
-            ),
-            Outcome::Invalid { reason } => (
-                None,
-                json!({ "fidelity": r.fidelity }),
-                serde_json::Value::Null,
-                false,
-                Some(reason.clone()),
-            ),
+    fn record(&mut self, r: &MeasurementRecord) -> Result<(), TunerError> {
+        let mut stats = MeasurementStats {
+            fidelity: Some(r.fidelity),
+            work: Some(r.work),
+            ..MeasurementStats::default()
+        };
+        let (median_ns, counters, valid, reason) = match &r.outcome {
+            Outcome::Valid(s) => {
+                stats.median_ns = Some(s.median_s * 1e9);
+                stats.mad_ns = Some(s.mad_s * 1e9);
+                stats.samples = Some(s.samples as u64);
+                (Some(s.median_s * 1e9), s.counters.clone(), true, None)
+            }
+            Outcome::Invalid { reason } => {
+                (None, serde_json::Value::Null, false, Some(reason.clone()))
+            }
         };
         let m = tiletune_tables::Measurement {
             campaign: self.campaign.clone(),
@@ -93,10 +81,10 @@ impl Store for DbStore<'_> {
             measured_at: now_unix(),
         };
         // A longer measurement of the same candidate replaces the shorter one.
-        self.db.replace_measurement(&m).map_err(|e| e.to_string())
+        Ok(self.db.replace_measurement(&m)?)
     }
 
-    fn select(&mut self, s: &Selection) -> Result<(), String> {
+    fn select(&mut self, s: &Selection) -> Result<(), TunerError> {
         let sel = tiletune_tables::Selection {
             soc: self.soc.clone(),
             kernel_abi: self.kernel_abi,
@@ -109,7 +97,7 @@ impl Store for DbStore<'_> {
             campaign: Some(self.campaign.clone()),
             selected_at: now_unix(),
         };
-        self.db.put_selection(&sel).map_err(|e| e.to_string())
+        Ok(self.db.put_selection(&sel)?)
     }
 }
 

@@ -6,6 +6,7 @@
 //! orchestration (resume, validation, budget, selection) is tested here with
 //! fakes, including a deliberately wrong and deliberately fast candidate.
 
+use crate::TunerError;
 use crate::strategy::{self, Coords, Evaluator, FULL_FIDELITY, Score, Strategy};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -48,8 +49,8 @@ pub trait KernelProblem: Send {
     /// Makes what validating and timing read, where a family makes it
     /// lazily (operands, references, weight copies); the campaign calls it
     /// before the problem's search and does not count it against the
-    /// budget, as it did not when every problem made them up front. An
-    /// error here is reported by the first validation.
+    /// budget (making operands is not what is being timed). An error here
+    /// is reported by the first validation.
     fn prepare(&mut self) {}
     /// Frees what only validating and timing needed; the campaign calls it
     /// when it is done with the problem, so it holds one problem's operands
@@ -57,12 +58,7 @@ pub trait KernelProblem: Send {
     fn release(&mut self) {}
 }
 
-/// Work done by one run of a problem.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Work {
-    pub bytes: u64,
-    pub flops: u64,
-}
+pub use tiletune_tables::Work;
 
 /// Statistics of one measurement, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,6 +100,8 @@ pub struct MeasurementRecord {
     pub candidate: Candidate,
     pub fidelity: u32,
     pub outcome: Outcome,
+    /// The problem's work model, stored with the measurement for reports.
+    pub work: Work,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,8 +142,8 @@ pub trait Store {
     ) -> Option<Outcome>;
     /// Commits one measurement at once: a killed campaign loses at most the
     /// measurement in flight.
-    fn record(&mut self, m: &MeasurementRecord) -> Result<(), String>;
-    fn select(&mut self, s: &Selection) -> Result<(), String>;
+    fn record(&mut self, m: &MeasurementRecord) -> Result<(), TunerError>;
+    fn select(&mut self, s: &Selection) -> Result<(), TunerError>;
 }
 
 /// Settings of one campaign.
@@ -361,6 +359,7 @@ impl Evaluator for CampaignEvaluator<'_> {
                     candidate: cand.clone(),
                     fidelity,
                     outcome: outcome.clone(),
+                    work: self.problem.work(),
                 };
                 if let Err(e) = self.store.record(&rec) {
                     self.store_error
@@ -484,7 +483,7 @@ mod tests {
                 .filter(|(fid, o)| *fid >= f || matches!(o, Outcome::Invalid { .. }))
                 .map(|(_, o)| o.clone())
         }
-        fn record(&mut self, r: &MeasurementRecord) -> Result<(), String> {
+        fn record(&mut self, r: &MeasurementRecord) -> Result<(), TunerError> {
             self.records += 1;
             self.m.insert(
                 (r.problem.to_string(), r.candidate.key()),
@@ -492,7 +491,7 @@ mod tests {
             );
             Ok(())
         }
-        fn select(&mut self, s: &Selection) -> Result<(), String> {
+        fn select(&mut self, s: &Selection) -> Result<(), TunerError> {
             self.selections.push(s.clone());
             Ok(())
         }

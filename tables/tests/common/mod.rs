@@ -5,7 +5,8 @@
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use tiletune_tables::{
-    Campaign, Candidate, Measurement, Phase, Problem, Selection, SelectorDb, SocRecord, Verdict,
+    Campaign, Candidate, Measurement, MeasurementStats, Phase, Problem, Selection, SelectorDb,
+    SocRecord, Verdict,
 };
 
 pub const ABI: u32 = 3;
@@ -52,7 +53,13 @@ pub fn meas(campaign: &str, fp: &str, p: &Problem, c: &Candidate, ns: f64) -> Me
         problem: p.clone(),
         candidate: c.clone(),
         median_ns: Some(ns),
-        stats: json!({"median_ns": ns, "mad_ns": ns * 0.01, "n": 31}),
+        stats: MeasurementStats {
+            median_ns: Some(ns),
+            mad_ns: Some(ns * 0.01),
+            // A key tiletune does not write: kept through every round trip.
+            other: [("n".to_string(), json!(31))].into(),
+            ..MeasurementStats::default()
+        },
         counters: json!({"source": "software"}),
         valid: true,
         invalid_reason: None,
