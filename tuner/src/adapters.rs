@@ -106,15 +106,15 @@ impl Store for DbStore<'_> {
 ///
 /// Candidates are timed as the runtime runs them: from inside the pool of
 /// the problem's thread budget `N`, with that pool's other workers kept
-/// awake (`pool::install_awake`, what the forward pass runs in).
-/// - Timed from outside the pool, every 2-thread run paid a cold
-///   cross-pool injection (~20 µs on this VM), and the tuner moved small
-///   decode GEMVs to one thread for "speedups" the model never saw
-///   (docs/PERF.md, third run).
-/// - Timed inside the pool while the runtime let idle workers sleep, a
-///   1-thread pick looked faster than it was in the model: waking the
-///   workers was paid by the next multi-threaded kernel (docs/PERF.md,
-///   fourth run). Both now keep them awake.
+/// awake (`pool::install_awake`, what the forward pass runs in). Either
+/// difference would make a timing the model never sees:
+/// - from outside the pool, every 2-thread run pays a cold cross-pool
+///   injection (~20 µs on the VM measured in docs/PERF.md, third run), and
+///   small decode GEMVs would move to one thread for "speedups" the model
+///   does not get;
+/// - with idle workers asleep, a 1-thread pick looks faster than it is in
+///   the model, where waking the workers is paid by the next
+///   multi-threaded kernel (docs/PERF.md, fourth run).
 ///
 /// A pinned placement is timed in its own pool (`pool(t)`, or on the
 /// caller for one thread), pinned as the runtime pins it.
