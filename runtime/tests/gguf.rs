@@ -371,3 +371,35 @@ fn tensor_damage_is_reported() {
     let e = GgufFile::from_bytes(&v).unwrap_err();
     assert!(e.to_string().contains("duplicate tensor"), "{e}");
 }
+
+/// Overlapping data ranges are refused at open, naming both tensors; tensors
+/// out of info order, back to back, are fine.
+#[test]
+fn overlapping_tensors_are_refused() {
+    let file = |infos: &[(&str, u64, u64)]| {
+        let mut bytes = Vec::new();
+        for (name, elems, offset) in infos {
+            bytes.extend(tensor_info_bytes(name, &[*elems], 0, *offset));
+        }
+        let mut v = raw(3, infos.len() as u64, 0, &bytes);
+        v.resize(v.len().next_multiple_of(32) + 256, 0);
+        v
+    };
+    // 16 f32 = 64 bytes each.
+    assert!(GgufFile::from_bytes(&file(&[("a", 16, 64), ("b", 16, 0)])).is_ok());
+    let e = GgufFile::from_bytes(&file(&[("a", 16, 0), ("b", 16, 32)]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`b`") && e.contains("overlaps tensor `a`"),
+        "{e}"
+    );
+    // One tensor inside another, listed first.
+    let e = GgufFile::from_bytes(&file(&[("inner", 8, 32), ("outer", 32, 0)]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`inner`") && e.contains("overlaps tensor `outer`"),
+        "{e}"
+    );
+}

@@ -673,7 +673,40 @@ fn parse_layout(r: &mut Reader<'_>) -> Result<Layout> {
             }
         }
     }
+    check_no_overlap(&tensors, data_offset, &r)?;
     Ok((version, metadata, tensors, alignment, data_offset))
+}
+
+/// Two tensors whose bytes overlap would load each other's data (a wrong
+/// answer far from its cause), so the file is refused. ggml itself lays
+/// tensors out back to back in info order; any order is accepted here as
+/// long as no byte belongs to two tensors.
+fn check_no_overlap(
+    tensors: &[TensorInfo],
+    data_offset: u64,
+    r: &Reader<'_>,
+) -> Result<(), LoadError> {
+    let mut by_start: Vec<&TensorInfo> = tensors.iter().filter(|t| t.size > 0).collect();
+    by_start.sort_by_key(|t| t.offset);
+    for pair in by_start.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        // In bounds was checked above, so offset + size cannot overflow.
+        if b.offset < a.offset + a.size {
+            return Err(r.malformed(
+                (data_offset + b.offset) as usize,
+                format!(
+                    "tensor `{}` (bytes {}..{} of the data section) overlaps tensor `{}` (bytes {}..{})",
+                    b.name,
+                    b.offset,
+                    b.offset + b.size,
+                    a.name,
+                    a.offset,
+                    a.offset + a.size
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn fmt_dims(dims: &[u64]) -> String {
