@@ -673,7 +673,7 @@ fn parse_layout(r: &mut Reader<'_>) -> Result<Layout> {
             }
         }
     }
-    check_no_overlap(&tensors, data_offset, &r)?;
+    check_no_overlap(&tensors, data_offset, r)?;
     Ok((version, metadata, tensors, alignment, data_offset))
 }
 
