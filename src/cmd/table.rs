@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tiletune_tables::{
-    DB_ENV, ImportStats, OpenOptions, Selection, SelectorDb, SocExport, Verdict, default_db_path,
-    read_any, read_export, write_export,
+    DB_ENV, ImportStats, OpenOptions, Selection, SelectorDb, SocExport, TableError, Verdict,
+    default_db_path, read_any, read_export, write_export,
 };
 
 #[derive(Debug, clap::Args)]
@@ -95,12 +95,23 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         TableCommand::Show(a) => {
-            let opts = OpenOptions {
-                create: false,
+            let ro = OpenOptions {
                 check_integrity: a.check,
-                ..OpenOptions::default()
+                ..OpenOptions::read_only()
             };
-            let db = SelectorDb::open_with(&db_path, opts)?;
+            let db = match SelectorDb::open_with(&db_path, ro) {
+                // Showing a table older than the read-only reader knows
+                // upgrades it in place, as any writer would.
+                Err(TableError::NeedsMigration { .. }) => SelectorDb::open_with(
+                    &db_path,
+                    OpenOptions {
+                        create: false,
+                        check_integrity: a.check,
+                        ..OpenOptions::default()
+                    },
+                )?,
+                r => r?,
+            };
             // Default to this machine: a table merged from several devices
             // otherwise shows winners that do not apply here.
             let here = if a.all || a.soc.is_some() {

@@ -83,6 +83,54 @@ pub(crate) fn sql_err(path: &Path, context: &'static str, e: rusqlite::Error) ->
     }
 }
 
+/// `application_id`, `user_version` and whether the schema is empty.
+///
+/// Reading the schema touches page 1 and the schema table: damaged files fail
+/// here rather than on the first query. One read transaction, so the ids and
+/// the schema come from the same snapshot: read separately, another
+/// process's first migration could commit in between and show
+/// application_id 0 with user_version 3, which looks foreign.
+fn read_ids(conn: &mut Connection) -> rusqlite::Result<(u32, u32, bool)> {
+    let tx = conn.transaction()?;
+    let (app, version) = schema::header_ids(&tx)?;
+    let empty = schema::is_empty(&tx)?;
+    tx.commit()?;
+    Ok((app, version, empty))
+}
+
+/// SQLite's answer to a reader that cannot create the WAL index.
+fn is_read_only_directory(e: &rusqlite::Error) -> bool {
+    e.sqlite_error().is_some_and(|f| {
+        matches!(
+            f.extended_code,
+            rusqlite::ffi::SQLITE_READONLY_DIRECTORY | rusqlite::ffi::SQLITE_READONLY_CANTINIT
+        ) || f.code == ErrorCode::CannotOpen
+    })
+}
+
+fn wal_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push("-wal");
+    PathBuf::from(p)
+}
+
+/// `file:` URI of `path` with `immutable=1`; `%`, `?` and `#` (and every
+/// byte that is not plain ASCII) are percent-encoded so any file name works.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for &b in abs.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 /// What the header says, read without SQLite.
 enum Header {
     /// Missing or zero-length file.
@@ -222,26 +270,38 @@ impl SelectorDb {
             OpenFlags::SQLITE_OPEN_READ_WRITE
         };
         let flags = flags | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn =
-            Connection::open_with_flags(&path, flags).map_err(|e| sql_err(&path, "opening", e))?;
         let e = |ctx| {
             let path = path.clone();
             move |err| sql_err(&path, ctx, err)
         };
-        conn.busy_timeout(opts.busy_timeout)
-            .map_err(e("setting the busy timeout"))?;
-        // Reading the schema touches page 1 and the schema table: damaged
-        // files fail here rather than on the first query.
-        // One read transaction, so the ids and the schema come from the same
-        // snapshot: read separately, another process's first migration could
-        // commit in between and show application_id 0 with user_version 3,
-        // which looks foreign (seen with two processes creating one file).
-        let (app, version, empty) = {
-            let tx = conn.transaction().map_err(e("reading the header"))?;
-            let (app, version) = schema::header_ids(&tx).map_err(e("reading the header"))?;
-            let empty = schema::is_empty(&tx).map_err(e("reading the schema"))?;
-            tx.commit().map_err(e("reading the header"))?;
-            (app, version, empty)
+        let connect = |flags: OpenFlags, target: &str| -> Result<(Connection, (u32, u32, bool))> {
+            let mut conn = Connection::open_with_flags(target, flags).map_err(e("opening"))?;
+            conn.busy_timeout(opts.busy_timeout)
+                .map_err(e("setting the busy timeout"))?;
+            let ids = read_ids(&mut conn).map_err(e("reading the header"))?;
+            Ok((conn, ids))
+        };
+        let target = path.to_string_lossy().into_owned();
+        let (mut conn, (app, version, empty)) = match connect(flags, &target) {
+            // A WAL reader needs the shared-memory index next to the file,
+            // which SQLite cannot make in a directory it cannot write (a
+            // table shipped on a read-only partition). Such a table has no
+            // writer, so it is read as an immutable file: no locks, no
+            // index, and nothing but the file itself is read.
+            Err(TableError::Sqlite { source, .. })
+                if opts.read_only && !path.is_dir() && is_read_only_directory(&source) =>
+            {
+                if std::fs::metadata(wal_path(&path)).is_ok_and(|m| m.len() > 0) {
+                    return Err(TableError::UncheckpointedWal { path });
+                }
+                connect(flags | OpenFlags::SQLITE_OPEN_URI, &immutable_uri(&path))?
+            }
+            Err(TableError::Sqlite { source, .. })
+                if !opts.read_only && source.sqlite_error_code() == Some(ErrorCode::ReadOnly) =>
+            {
+                return Err(TableError::NotWritable { path });
+            }
+            r => r?,
         };
         if app != APPLICATION_ID && !(app == 0 && version == 0 && empty) {
             return Err(TableError::Foreign {

@@ -59,6 +59,20 @@ pub enum TableError {
         current: u32,
     },
 
+    /// A read-only open in a directory that cannot be written, of a table
+    /// whose write-ahead log still holds changes: reading the file alone
+    /// would miss them.
+    #[error(
+        "{path} cannot be read where it is: its directory is not writable and its write-ahead log ({path}-wal) holds changes not yet in the file; open it once where it is writable (e.g. `tiletune table show --db {path}`) so they are written into it"
+    )]
+    UncheckpointedWal { path: PathBuf },
+
+    /// A read-write open of a table that this process cannot write.
+    #[error(
+        "{path} is not writable here (the file or its directory is read-only); reading it works, writing needs a writable copy: pass --db with a path you can write"
+    )]
+    NotWritable { path: PathBuf },
+
     /// Any other SQLite failure (disk full, permission, busy past the timeout).
     #[error(
         "sqlite failed on {path} while {context}: {source}; check the file's permissions and free space"
