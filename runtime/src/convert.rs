@@ -259,9 +259,12 @@ pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
     Ok(w.to_bytes())
 }
 
-/// Cache key: converter version, weight type, and every file's name, size
-/// and modification time (hashing contents would read a multi-GB checkpoint
-/// on every start; any rewrite of a file changes its mtime).
+/// Cache key: converter version, weight type, and every file's name and
+/// contents. Contents, not size and modification time: a checkpoint
+/// replaced by another of the same size with its mtime kept (a copy with
+/// `cp -p`, an unpacked archive, a sync tool) must not reuse the old image.
+/// SHA-256 runs on the CPU's SHA instructions where it has them, a small
+/// cost next to converting or loading the same bytes.
 fn cache_key(dir: &Path, quant: Option<WeightType>) -> Result<String> {
     let io = |path: &Path, source| LoadError::Io {
         path: path.to_path_buf(),
@@ -276,19 +279,17 @@ fn cache_key(dir: &Path, quant: Option<WeightType>) -> Result<String> {
     h.update(CONVERTER_VERSION.to_le_bytes());
     h.update(quant.map_or("native", WeightType::name).as_bytes());
     for e in entries {
-        let md = e.metadata().map_err(|err| io(&e.path(), err))?;
+        let path = e.path();
+        // Follows links, as the loader does when it reads the folder.
+        let md = std::fs::metadata(&path).map_err(|err| io(&path, err))?;
         if !md.is_file() {
             continue;
         }
-        let mtime = md
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
         h.update(e.file_name().as_encoded_bytes());
         h.update([0]);
-        h.update(md.len().to_le_bytes());
-        h.update(mtime.to_le_bytes());
+        let mut f = std::fs::File::open(&path).map_err(|err| io(&path, err))?;
+        let n = std::io::copy(&mut f, &mut h).map_err(|err| io(&path, err))?;
+        h.update(n.to_le_bytes());
     }
     let digest = h.finalize();
     Ok(digest.iter().take(16).map(|b| format!("{b:02x}")).collect())

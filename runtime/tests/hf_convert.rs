@@ -187,3 +187,45 @@ fn cache_converts_once_per_weight_type() {
     let files = std::fs::read_dir(&cache).unwrap().count();
     assert_eq!(files, 2, "one image per weight type, no temp files left");
 }
+
+/// Weights replaced by a file of the same size with the same modification
+/// time (as `cp -p` or an unpacked archive leaves them) are converted again,
+/// not served from the stale image.
+#[test]
+fn the_cache_is_keyed_by_content_not_size_and_mtime() {
+    let s = Scratch::new("cache-content");
+    let model = s.0.join("m");
+    std::fs::create_dir_all(&model).unwrap();
+    write_folder(&model, QWEN2, StDtype::F32);
+    let cache = s.0.join("cache");
+    let before = cached_gguf(&model, None, &cache).unwrap();
+    let weights = std::fs::read_dir(&model)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
+    let mtime = std::fs::metadata(&weights).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&weights).unwrap();
+    // Flip a bit in the last tensor's data (the header stays valid).
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&weights, &bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&weights)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(&weights).unwrap().modified().unwrap(),
+        mtime
+    );
+    let after = cached_gguf(&model, None, &cache).unwrap();
+    assert_ne!(before, after, "changed weights get a new image");
+    assert_ne!(
+        std::fs::read(&before).unwrap(),
+        std::fs::read(&after).unwrap()
+    );
+    // Unchanged contents still hit the cache.
+    assert_eq!(cached_gguf(&model, None, &cache).unwrap(), after);
+}
