@@ -234,6 +234,84 @@ fn killed_campaign_resumes_without_loss_or_duplicates() {
     assert_eq!(selections(&db).len(), problems);
 }
 
+/// Two tuners on one table at once: the second does not take over the
+/// first's live campaign, both finish their own, and the table ends with
+/// one winner per problem and no lock file.
+#[test]
+fn two_tuners_on_one_table_keep_their_own_campaigns() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sel.db");
+    let args = [
+        "tune",
+        "--suite",
+        "llm-decode",
+        "--quick",
+        "--strategy",
+        "descent",
+        "--threads",
+        "1",
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    let first = Command::new(env!("CARGO_BIN_EXE_tiletune"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until the first tuner has made its table, an export may find a file
+    // with no schema yet: wait for one that reads.
+    let file = dir.path().join("probe.json");
+    for _ in 0..400 {
+        std::thread::sleep(Duration::from_millis(50));
+        let out = tiletune(&[
+            "table",
+            "export",
+            "--db",
+            db.to_str().unwrap(),
+            "--out",
+            file.to_str().unwrap(),
+        ]);
+        let n = out.status.success().then(|| {
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+            v["measurements"].as_array().map_or(0, Vec::len)
+        });
+        if n.is_some_and(|n| n >= 3) {
+            break;
+        }
+    }
+    let second = tiletune(&args);
+    let first = first.wait_with_output().unwrap();
+    for (name, out) in [("first", &first), ("second", &second)] {
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!err.contains("resuming campaign"), "{err}");
+    // measurement_keys writes the export read here.
+    assert!(!measurement_keys(&db).is_empty());
+    let export = db.with_extension("export.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&export).unwrap()).unwrap();
+    let campaigns = v["campaigns"].as_array().unwrap();
+    assert_eq!(campaigns.len(), 2, "{campaigns:?}");
+    assert!(campaigns.iter().all(|c| !c["finished_at"].is_null()));
+    assert_eq!(selections(&db).len(), 13);
+    let locks: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".lock"))
+        .collect();
+    assert!(locks.is_empty(), "{locks:?}");
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     if under_qemu() {

@@ -173,12 +173,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(tiletune_tables::default_db_path);
     let mut db = super::open_for_writing(&db_path, &soc)?;
     // Continue an interrupted campaign of the same kind: its measurements are
-    // found again by key, so nothing is measured twice.
+    // found again by key, so nothing is measured twice. One another tuner is
+    // running is its own; this one then starts a campaign of its own.
     let strategy_name = args.strategy.name();
-    let campaign = match db.unfinished_campaign(&soc.fingerprint, KERNEL_ABI, &strategy_name)? {
-        Some(c) => {
+    let claimed = db.claim_unfinished_campaign(&soc.fingerprint, KERNEL_ABI, &strategy_name)?;
+    let (campaign, _claim) = match claimed {
+        Some((c, claim)) => {
             eprintln!("resuming campaign {} (started {})", c.id, c.started_at);
-            c
+            (c, claim)
         }
         None => {
             let mut c = Campaign::new(
@@ -189,8 +191,10 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             );
             c.budget_s = args.budget.map(|b| b.as_secs_f64());
             c.commit = option_env!("TILETUNE_GIT_COMMIT").map(str::to_string);
+            // Claimed before it exists, so no other tuner can take it over.
+            let claim = db.claim_campaign(&c.id)?;
             db.start_campaign(&c)?;
-            c
+            (c, claim)
         }
     };
 

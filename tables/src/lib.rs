@@ -89,4 +89,5 @@ pub use records::{
     now_unix,
 };
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use store::CampaignClaim;
 pub use verdict::{Phase, Verdict};

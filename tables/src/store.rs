@@ -13,7 +13,7 @@ use crate::records::{
 };
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn require(
     c: &Connection,
@@ -195,7 +195,53 @@ impl SelectorDb {
     }
 
     /// The most recent unfinished campaign with this SoC, kernel ABI and
-    /// strategy: what a restarted tuner continues.
+    /// strategy that no running tuner holds, claimed for this process: what
+    /// a restarted tuner continues. A campaign another live tuner is running
+    /// is left to it (two tuners on one table each keep their own).
+    pub fn claim_unfinished_campaign(
+        &self,
+        soc: &str,
+        kernel_abi: u32,
+        strategy: &str,
+    ) -> Result<Option<(Campaign, CampaignClaim)>> {
+        let candidates = self.query_vec(
+            &format!(
+                "SELECT {CAMPAIGN_COLS} FROM campaigns
+                 WHERE soc = ?1 AND kernel_abi = ?2 AND strategy = ?3 AND finished_at IS NULL
+                 ORDER BY started_at DESC, id DESC"
+            ),
+            params![soc, kernel_abi, strategy],
+            campaign_row,
+        )?;
+        for c in candidates {
+            let Some(claim) = CampaignClaim::try_new(&self.path, &c.id)? else {
+                continue;
+            };
+            // Finished between the query and the claim: not resumable.
+            if self
+                .campaign(&c.id)?
+                .is_some_and(|c| c.finished_at.is_none())
+            {
+                return Ok(Some((c, claim)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Claims a campaign this process has just started, so that another
+    /// tuner does not resume it while it runs.
+    pub fn claim_campaign(&self, id: &str) -> Result<CampaignClaim> {
+        CampaignClaim::try_new(&self.path, id)?.ok_or_else(|| {
+            invalid(
+                "campaign id",
+                id.to_string(),
+                "is already claimed by another running tuner",
+            )
+        })
+    }
+
+    /// The most recent unfinished campaign with this SoC, kernel ABI and
+    /// strategy, claimed or not.
     pub fn unfinished_campaign(
         &self,
         soc: &str,
@@ -347,6 +393,47 @@ impl SelectorDb {
         })
     }
 
+    /// Stores the winner of a campaign unless a campaign that ran at the
+    /// same time already stored a faster one for the same key: two tuners
+    /// on one table each keep their own campaign, and the table keeps the
+    /// fastest winner either of them measured. A selection from a campaign
+    /// that finished before this one started is replaced, as by
+    /// [`SelectorDb::put_selection`] (a deliberate re-tune). Returns whether
+    /// `s` was stored.
+    pub fn put_campaign_selection(&mut self, s: &Selection) -> Result<bool> {
+        let Some(campaign) = s.campaign.clone() else {
+            self.put_selection(s)?;
+            return Ok(true);
+        };
+        let e = self.err("storing a selection");
+        let faster_concurrent = self.write("storing a selection", |tx, path| {
+            require_campaign(tx, path, &campaign)?;
+            tx.query_row(
+                "SELECT COUNT(*) FROM selections AS s
+                   JOIN campaigns AS theirs ON theirs.id = s.campaign
+                   JOIN campaigns AS ours ON ours.id = ?5
+                 WHERE s.soc = ?1 AND s.kernel_abi = ?2 AND s.problem_key = ?3
+                   AND s.thread_budget = ?4 AND s.campaign <> ?5 AND s.median_ns < ?6
+                   AND (theirs.finished_at IS NULL OR theirs.finished_at >= ours.started_at)",
+                params![
+                    s.soc,
+                    s.kernel_abi,
+                    s.problem.key(),
+                    s.thread_budget,
+                    campaign,
+                    s.median_ns
+                ],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(&e)
+        })?;
+        if faster_concurrent > 0 {
+            return Ok(false);
+        }
+        self.put_selection(s)?;
+        Ok(true)
+    }
+
     /// Every selection for one SoC (or all), ordered for display.
     pub fn selections(&self, soc: Option<&str>) -> Result<Vec<Selection>> {
         self.query_vec(
@@ -415,5 +502,60 @@ impl SelectorDb {
             [soc],
             peer_row,
         )
+    }
+}
+
+/// A running tuner's hold on its campaign: an exclusive lock on a file next
+/// to the table (`<table>.campaign-<id>.lock`). The operating system drops
+/// the lock when the process ends however it ends (a killed tuner's
+/// campaign becomes resumable at once), and dropping the claim removes the
+/// file.
+#[derive(Debug)]
+pub struct CampaignClaim {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl CampaignClaim {
+    fn try_new(table: &Path, id: &str) -> Result<Option<CampaignClaim>> {
+        let mut name = table.as_os_str().to_owned();
+        name.push(format!(".campaign-{id}.lock"));
+        let path = PathBuf::from(name);
+        let io = |source| TableError::Io {
+            path: path.clone(),
+            action: "lock",
+            source,
+        };
+        use std::os::unix::fs::MetadataExt;
+        loop {
+            let file = std::fs::File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(io)?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+            }
+            // The holder removes the file when it lets go; a lock taken on
+            // the removed file would not keep out the next tuner, which
+            // makes a new one. So the lock holds only if the file is still
+            // the one at the path.
+            let held = file.metadata().map_err(io)?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(Some(CampaignClaim { path, _file: file }));
+                }
+                _ => continue,
+            }
+        }
+    }
+}
+
+impl Drop for CampaignClaim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }

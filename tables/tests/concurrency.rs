@@ -99,3 +99,91 @@ fn two_processes_lose_no_rows() {
     let db = SelectorDb::open(&path).unwrap();
     assert_eq!(db.count_measurements(Some("socA")).unwrap(), 2 * PER_WRITER);
 }
+
+/// A campaign a live tuner holds is not resumed by another; once the holder
+/// lets go (or dies: the lock goes with the process) it is.
+#[test]
+fn a_claimed_campaign_is_left_to_its_tuner() {
+    let dir = tmp();
+    let path = db_path(dir.path());
+    let mut db = SelectorDb::open(&path).unwrap();
+    db.register_soc(&soc("socA")).unwrap();
+    let c = Campaign::new("socA", "0.1.0", ABI, "descent");
+    let held = db.claim_campaign(&c.id).unwrap();
+    db.start_campaign(&c).unwrap();
+    let other = SelectorDb::open(&path).unwrap();
+    assert!(
+        other
+            .claim_unfinished_campaign("socA", ABI, "descent")
+            .unwrap()
+            .is_none()
+    );
+    assert!(other.claim_campaign(&c.id).is_err());
+    drop(held);
+    let (resumed, claim) = other
+        .claim_unfinished_campaign("socA", ABI, "descent")
+        .unwrap()
+        .expect("an unheld unfinished campaign is resumable");
+    assert_eq!(resumed.id, c.id);
+    drop(claim);
+    // A finished campaign is never resumed, and no lock file stays behind.
+    db.finish_campaign(&c.id, 1, &serde_json::json!([]))
+        .unwrap();
+    assert!(
+        other
+            .claim_unfinished_campaign("socA", ABI, "descent")
+            .unwrap()
+            .is_none()
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".lock"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Two campaigns that ran at the same time: the faster winner stays, from
+/// whichever stored first. A campaign started after the other finished is
+/// a re-tune and replaces it.
+#[test]
+fn concurrent_campaigns_keep_the_faster_winner() {
+    let dir = tmp();
+    let path = db_path(dir.path());
+    let mut db = SelectorDb::open(&path).unwrap();
+    db.register_soc(&soc("socA")).unwrap();
+    let start = |db: &mut SelectorDb, at: i64| {
+        let mut c = Campaign::new("socA", "0.1.0", ABI, "descent");
+        c.started_at = at;
+        db.start_campaign(&c).unwrap();
+        c.id
+    };
+    let p = gemv(896, 896);
+    let (a, b) = (start(&mut db, 100), start(&mut db, 101));
+    let fast = sel("socA", Some(&a), &p, &cand("avx2", 4, 1), 1000.0);
+    let slow = sel("socA", Some(&b), &p, &cand("avx2", 8, 1), 1500.0);
+    assert!(db.put_campaign_selection(&fast).unwrap());
+    assert!(!db.put_campaign_selection(&slow).unwrap());
+    assert_eq!(db.selections(None).unwrap()[0].median_ns, 1000.0);
+    // The other order: the faster one replaces the slower.
+    let (c, d) = (start(&mut db, 102), start(&mut db, 103));
+    let q = gemv(512, 896);
+    let slow = sel("socA", Some(&c), &q, &cand("avx2", 8, 1), 1500.0);
+    let fast = sel("socA", Some(&d), &q, &cand("avx2", 4, 1), 1000.0);
+    assert!(db.put_campaign_selection(&slow).unwrap());
+    assert!(db.put_campaign_selection(&fast).unwrap());
+    let on_q = |db: &SelectorDb| {
+        db.selections(None)
+            .unwrap()
+            .into_iter()
+            .find(|s| s.problem == q)
+            .unwrap()
+    };
+    assert_eq!(on_q(&db).median_ns, 1000.0);
+    // After d finished, a later campaign's slower winner is a re-tune.
+    db.finish_campaign(&d, 200, &serde_json::json!([])).unwrap();
+    let e = start(&mut db, 300);
+    let retune = sel("socA", Some(&e), &q, &cand("avx2", 8, 1), 1200.0);
+    assert!(db.put_campaign_selection(&retune).unwrap());
+    assert_eq!(on_q(&db).median_ns, 1200.0);
+}

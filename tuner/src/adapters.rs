@@ -97,7 +97,10 @@ impl Store for DbStore<'_> {
             campaign: Some(self.campaign.clone()),
             selected_at: now_unix(),
         };
-        Ok(self.db.put_selection(&sel)?)
+        // Another tuner running on the same table at the same time may have
+        // stored a faster winner; the table keeps the faster one.
+        self.db.put_campaign_selection(&sel)?;
+        Ok(())
     }
 }
 
