@@ -623,6 +623,41 @@ fn context_limits_are_said() {
     assert!(err.contains("stop: ContextFull"), "{err}");
 }
 
+/// A device, a directory or an oversized input is refused before it is
+/// read: `ppl -f /dev/zero` read until memory ran out.
+#[test]
+fn inputs_that_are_not_regular_files_are_refused() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = no_db(dir.path());
+    let d = dir.path().to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["ppl", "--model", m, "--db", &db, "-f", "/dev/zero"],
+            "/dev/zero is a character device, not a regular file",
+        ),
+        (
+            vec!["ppl", "--model", m, "--db", &db, "-f", d],
+            "is a directory, not a regular file",
+        ),
+        (
+            vec!["run", "--model", "/dev/zero", "--db", &db, "-p", "a"],
+            "/dev/zero is a character device",
+        ),
+    ] {
+        let out = tiletune(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
 /// A file whose meaning is broken is refused by `plan` and `tune --model`
 /// as by `run`, with what is wrong, never with a normal-looking plan.
 #[test]

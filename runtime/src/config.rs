@@ -473,10 +473,7 @@ impl ModelConfig {
 
     /// From a `config.json` file.
     pub fn from_hf_file(path: &std::path::Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::input::read_text(path, crate::input::JSON_LIMIT)?;
         Self::from_hf_json(&text)
     }
 

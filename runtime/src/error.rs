@@ -15,6 +15,21 @@ pub enum LoadError {
         source: std::io::Error,
     },
 
+    #[error("{path} is {kind}, not a regular file; pass a file (copy a stream to a file first)")]
+    NotRegular { path: PathBuf, kind: &'static str },
+
+    #[error(
+        "{path} is {size} bytes, more than the {limit} bytes tiletune reads from a text file; pass a smaller file"
+    )]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+
+    #[error("{path} is not UTF-8 text (invalid byte at offset {offset}); pass a UTF-8 text file")]
+    NotUtf8 { path: PathBuf, offset: u64 },
+
     #[error("{path}: not a gguf file (magic {magic:02x?}); pass a .gguf model file")]
     BadMagic { path: PathBuf, magic: [u8; 4] },
 

@@ -25,6 +25,7 @@ pub mod convert;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod input;
 pub mod models;
 pub mod plan;
 pub mod problems;

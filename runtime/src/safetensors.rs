@@ -102,7 +102,7 @@ impl SafetensorsFile {
             path: path.to_path_buf(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
+        let file = crate::input::open_regular(path)?;
         // SAFETY: read-only private map; model files are not modified while in use.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         Self::parse(path.to_path_buf(), Backing::Mmap(map))
@@ -293,10 +293,7 @@ impl SafetensorsModel {
     pub fn open_dir(dir: &Path) -> Result<Self> {
         let index = dir.join("model.safetensors.index.json");
         let names: Vec<String> = if index.exists() {
-            let text = std::fs::read_to_string(&index).map_err(|source| LoadError::Io {
-                path: index.clone(),
-                source,
-            })?;
+            let text = crate::input::read_text(&index, crate::input::JSON_LIMIT)?;
             let v: Value = serde_json::from_str(&text).map_err(|source| LoadError::Json {
                 path: index.clone(),
                 source,
@@ -402,10 +399,7 @@ impl HfModelDir {
             if !p.exists() {
                 return Ok(None);
             }
-            let text = std::fs::read_to_string(&p).map_err(|source| LoadError::Io {
-                path: p.clone(),
-                source,
-            })?;
+            let text = crate::input::read_text(&p, crate::input::JSON_LIMIT)?;
             serde_json::from_str(&text)
                 .map(Some)
                 .map_err(|source| LoadError::Json { path: p, source })

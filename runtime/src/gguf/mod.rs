@@ -327,7 +327,7 @@ impl GgufFile {
             path: path.clone(),
             source,
         };
-        let file = std::fs::File::open(&path).map_err(io)?;
+        let file = crate::input::open_regular(&path)?;
         // SAFETY: the map is read-only and private to this process; as with
         // every mmap-based loader, a file truncated by another process while
         // mapped can fault. Model files are not modified while in use.

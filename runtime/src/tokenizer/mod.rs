@@ -305,10 +305,7 @@ impl Tokenizer {
 
     /// Reads a Hugging Face `tokenizer.json` (BPE model, byte-level).
     pub fn from_json_file(path: &std::path::Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::input::read_text(path, crate::input::JSON_LIMIT)?;
         Self::from_json_str(&text)
     }
 

@@ -1,0 +1,102 @@
+//! Opening the files a user names (models, tokenizers, configs, texts to
+//! score): only regular files are read, and a text is refused above a
+//! stated size before any of it is read. A device (`/dev/zero`), a FIFO or a
+//! directory would otherwise be read until memory runs out, or fail later
+//! with a message about the format instead of the file.
+
+use crate::error::{LoadError, Result};
+use std::io::Read;
+use std::path::Path;
+
+/// The largest JSON file (config, tokenizer, safetensors index) read: a
+/// tokenizer.json with a 256k vocabulary and its merges is ~20 MB.
+pub const JSON_LIMIT: u64 = 256 << 20;
+
+/// Opens `path` for reading if it is a regular file (after following links).
+pub fn open_regular(path: &Path) -> Result<std::fs::File> {
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let ty = file.metadata().map_err(io)?.file_type();
+    if !ty.is_file() {
+        return Err(LoadError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_of(&ty),
+        });
+    }
+    Ok(file)
+}
+
+/// Reads a UTF-8 text file of at most `limit` bytes.
+pub fn read_text(path: &Path, limit: u64) -> Result<String> {
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = open_regular(path)?;
+    let size = file.metadata().map_err(io)?.len();
+    let too_large = |size| LoadError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        limit,
+    };
+    if size > limit {
+        return Err(too_large(size));
+    }
+    // The file may grow while it is read: never read past the limit.
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| LoadError::NotUtf8 {
+        path: path.to_path_buf(),
+        offset: e.utf8_error().valid_up_to() as u64,
+    })
+}
+
+fn kind_of(ty: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ty.is_dir() {
+        "a directory"
+    } else if ty.is_char_device() {
+        "a character device"
+    } else if ty.is_block_device() {
+        "a block device"
+    } else if ty.is_fifo() {
+        "a FIFO (pipe)"
+    } else if ty.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_directories_and_large_texts_are_refused() {
+        let e = read_text(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("a character device"), "{e}");
+        let dir = std::env::temp_dir().join(format!("tiletune-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = open_regular(&dir).unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        let f = dir.join("t.txt");
+        std::fs::write(&f, "héllo").unwrap();
+        assert_eq!(read_text(&f, 6).unwrap(), "héllo");
+        let e = read_text(&f, 5).unwrap_err();
+        assert!(
+            e.to_string().contains("6 bytes") && e.to_string().contains("5"),
+            "{e}"
+        );
+        std::fs::write(&f, [b'a', 0xff, b'b']).unwrap();
+        let e = read_text(&f, 10).unwrap_err();
+        assert!(e.to_string().contains("offset 1"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
