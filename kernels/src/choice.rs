@@ -262,12 +262,49 @@ impl KernelChoice {
         budget: usize,
         qmode: Option<QMode>,
     ) -> Result<Self, ChoiceError> {
+        Self::parse_stored(
+            op,
+            kind,
+            variant,
+            params,
+            threads,
+            budget,
+            qmode,
+            Isa::is_available,
+        )
+    }
+
+    /// The checks of [`KernelChoice::from_stored`] that do not depend on the
+    /// CPU this runs on: what a table import applies to rows that may be
+    /// for another device (an ISA must exist, not be available here).
+    pub fn check_stored(
+        op: Op,
+        kind: WeightKind,
+        variant: &str,
+        params: &Value,
+        threads: usize,
+        budget: usize,
+    ) -> Result<Self, ChoiceError> {
+        Self::parse_stored(op, kind, variant, params, threads, budget, None, |_| true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn parse_stored(
+        op: Op,
+        kind: WeightKind,
+        variant: &str,
+        params: &Value,
+        threads: usize,
+        budget: usize,
+        qmode: Option<QMode>,
+        available: impl Fn(Isa) -> bool,
+    ) -> Result<Self, ChoiceError> {
         if threads == 0 || threads > budget {
             return err(format!("{threads} threads outside the budget of {budget}"));
         }
         let isa_of = |s: &str| -> Result<Isa, ChoiceError> {
             let isa = Isa::from_str(s).map_err(|e| ChoiceError(e.to_string()))?;
-            if isa.is_available() {
+            if available(isa) {
                 Ok(isa)
             } else {
                 err(format!("this cpu lacks {isa}"))

@@ -6,10 +6,12 @@ use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tiletune_kernels::KERNEL_ABI;
 use tiletune_tables::{
     DB_ENV, ImportStats, OpenOptions, Selection, SelectorDb, SocExport, TableError, Verdict,
     default_db_path, read_any, read_export, write_export,
 };
+use tiletune_tuner::screen::{Refusal, screen_export};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -165,7 +167,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             let mut db = SelectorDb::open(&db_path)?;
             let mut report = Vec::new();
             for f in &files {
-                let export = read_export(f)?;
+                let mut export = read_export(f)?;
+                say_refused(f, &screen_export(&mut export, KERNEL_ABI));
                 let st = db
                     .import(&export)
                     .with_context(|| format!("importing {}", f.display()))?;
@@ -183,7 +186,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                         input.display()
                     );
                 }
-                for export in read_any(input)? {
+                for mut export in read_any(input)? {
+                    say_refused(input, &screen_export(&mut export, KERNEL_ABI));
                     let st = db
                         .import(&export)
                         .with_context(|| format!("merging {}", input.display()))?;
@@ -194,6 +198,21 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Rows the runtime could not run are left out of an import, each said.
+fn say_refused(from: &Path, refused: &[Refusal]) {
+    if refused.is_empty() {
+        return;
+    }
+    eprintln!(
+        "warning: {}: {} row(s) left out, the runtime could not run them:",
+        from.display(),
+        refused.len()
+    );
+    for r in refused {
+        eprintln!("  {}: {}", r.row, r.reason);
+    }
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -18,6 +18,7 @@ pub mod campaign;
 pub mod families;
 pub mod joint;
 pub mod placement;
+pub mod screen;
 pub mod strategy;
 pub mod suite;
 
