@@ -64,6 +64,20 @@ impl Isa {
         }
     }
 
+    /// Whether this build has code for this level's architecture (scalar
+    /// everywhere, the x86 levels on x86-64, the NEON ones on aarch64): what
+    /// a family implements for a level of another architecture is not
+    /// known to this build.
+    pub fn is_native_arch(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni => {
+                cfg!(target_arch = "x86_64")
+            }
+            Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => cfg!(target_arch = "aarch64"),
+        }
+    }
+
     /// Whether the running CPU can execute code written for this level.
     pub fn is_available(self) -> bool {
         detected().contains(&self)

@@ -175,4 +175,37 @@ mod tests {
             refused[5]
         );
     }
+
+    /// A table from a device of the other architecture imports whole.
+    #[test]
+    fn rows_for_another_architecture_are_kept() {
+        let gemv = json!({"nr": 4, "unroll": 1, "prefetch": 0, "kc": 0});
+        let gemm = json!({"mr": 4, "nr": 16, "kc": 256, "mc": 64, "nc": 256, "pack": true});
+        let (v, m) = if cfg!(target_arch = "x86_64") {
+            ("neon", "neon")
+        } else {
+            ("avx2", "avx512")
+        };
+        let mut export = SocExport {
+            format: "tiletune-selector-export".into(),
+            version: 3,
+            soc: SocRecord {
+                fingerprint: "s".into(),
+                name: "s".into(),
+                probe: json!({}),
+                first_seen: 0,
+            },
+            campaigns: vec![],
+            measurements: vec![],
+            selections: vec![
+                sel("gemv", "f32", v, gemv, KERNEL_ABI),
+                sel("gemm", "f32", m, gemm, KERNEL_ABI),
+            ],
+            ceilings: vec![],
+            peer_results: vec![],
+            verdicts: vec![],
+        };
+        let refused = screen_export(&mut export, KERNEL_ABI);
+        assert!(refused.is_empty(), "{refused:#?}");
+    }
 }
