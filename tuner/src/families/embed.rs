@@ -27,7 +27,8 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
 .optional_dims(&["group"])];
 
 /// A seeded `vocab × dim` table packed at the problem's bits and group,
-/// and the generator it was drawn from (the inputs that follow draw on).
+/// and its generator, from which the problem's other inputs are drawn next
+/// (token ids, activations): the seeded inputs depend on that order.
 pub(super) fn packed_table(
     spec: &Problem,
     m: &Machine,

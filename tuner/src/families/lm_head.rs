@@ -5,7 +5,7 @@
 
 use super::common::{candidate, copies};
 use super::embed::{self, dequant, packed_row_bytes, packed_table, table_bytes, table_copies};
-use super::pinned::{Check, Pinned, PinnedKernel};
+use super::pinned::{Check, Pinned, PinnedKernel, products};
 use super::spec::{OpName, OpSpec, PinRequest};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
@@ -38,17 +38,12 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
         head = head.isa(isa);
     }
     let x = rng.vec_f32(dim);
-    let (mut reference, mut magnitude) = (Vec::with_capacity(vocab), Vec::with_capacity(vocab));
-    for r in 0..vocab {
-        let (mut s, mut mag) = (0.0f64, 0.0f64);
-        for (i, &xi) in x.iter().enumerate() {
-            let p = dequant(&emb, r, i) * xi as f64;
-            s += p;
-            mag += p.abs();
-        }
-        reference.push(s);
-        magnitude.push(mag);
-    }
+    let (reference, magnitude) = products((0..vocab).map(|r| {
+        let emb = &emb;
+        x.iter()
+            .enumerate()
+            .map(move |(i, &xi)| dequant(emb, r, i) * xi as f64)
+    }));
     let (v64, d64) = (vocab as u64, dim as u64);
     let work = Work {
         bytes: v64 * packed_row_bytes(&emb) + 4 * d64 + 4 * v64,

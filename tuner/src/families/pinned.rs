@@ -56,6 +56,16 @@ impl Check {
     }
 }
 
+/// Per output, the f64 sum of its product terms and the sum of their
+/// magnitudes (`Σ|w·x|`, which scales the bound of [`Check::RowScaled`]).
+pub(super) fn products<I: Iterator<Item = f64> + Clone>(
+    outputs: impl Iterator<Item = I>,
+) -> (Vec<f64>, Vec<f64>) {
+    outputs
+        .map(|terms| (terms.clone().sum::<f64>(), terms.map(f64::abs).sum::<f64>()))
+        .unzip()
+}
+
 /// A pinned configuration: its one candidate, its kernel, how it is checked
 /// and the compulsory traffic of one run (every operand read or written
 /// once; flops are multiply-adds × 2, 0 where the cost is transcendental

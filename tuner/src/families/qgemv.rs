@@ -20,7 +20,7 @@
 use super::common::{
     Copies, candidate, candidate_of, cold_copies, copies, row_scaled_err, thread_counts,
 };
-use super::pinned::{Check, Pinned, PinnedKernel};
+use super::pinned::{Check, Pinned, PinnedKernel, products};
 use super::spec::{Machine, OpName, OpSpec, PinRequest};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
@@ -88,13 +88,10 @@ fn pin(req: &PinRequest, mode: QMode) -> Result<Box<dyn KernelProblem>, TunerErr
             (xq, xd)
         }
     };
-    let (mut reference, mut magnitude) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for r in 0..n {
+    let (mut reference, magnitude) = products((0..n).map(|r| {
         let row = &wd[r * k..(r + 1) * k];
-        let terms = row.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64);
-        reference.push(terms.clone().sum());
-        magnitude.push(terms.map(f64::abs).sum());
-    }
+        row.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64)
+    }));
     if mode == QMode::A8 {
         offset_term_with_stored_s(format, &w0, &xq, &xd, k, &mut reference);
     }
