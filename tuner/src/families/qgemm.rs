@@ -18,7 +18,8 @@
 //! inside the timed run, as the runtime does per call; weights are repacked
 //! once per interleave outside it (the runtime repacks at load).
 
-use super::{Copies, Machine, candidate_of, thread_counts};
+use super::common::{Copies, candidate_of, cold_copies, row_scaled_err, thread_counts};
+use super::spec::Machine;
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
 use tiletune_kernels::choice::KernelChoice;
@@ -266,7 +267,7 @@ impl QGemmTune {
                 .max()
                 .unwrap_or(0);
             let copies = if self.cold {
-                super::cold_copies(bytes, &self.caps)
+                cold_copies(bytes, &self.caps)
             } else {
                 1
             };
@@ -332,7 +333,7 @@ impl KernelProblem for QGemmTune {
             (true, Some(g)) => g,
             _ => &d.reference,
         };
-        Ok(super::row_scaled_err(&d.c, want, &d.magnitude))
+        Ok(row_scaled_err(&d.c, want, &d.magnitude))
     }
     fn tolerance(&self) -> f32 {
         1e-5

@@ -1,0 +1,226 @@
+//! What every family's problems share: candidate keys, the cold-cache
+//! weight copies, the error measures, f32/f16 weight elements and the
+//! thread counts searched.
+
+use crate::TunerError;
+use half::f16;
+use tiletune_kernels::choice::KernelChoice;
+use tiletune_kernels::gemv::GemvShape;
+use tiletune_kernels::{CpuCaps, Isa};
+use tiletune_tables::{Candidate, Problem};
+
+/// Dim `name` of a tuned problem, or the shape error that names it.
+pub(super) fn tune_dim(spec: &Problem, name: &str) -> Result<usize, TunerError> {
+    spec.dim(name).ok_or_else(|| TunerError::BadShape {
+        op: spec.op().to_string(),
+        shape: spec.to_string(),
+        expected: name.to_string(),
+    })
+}
+
+/// The largest `|got − want| / Σ|w·x|` over rows after a 1e-6 absolute
+/// allowance (the bound the quantized kernels' own tests use); a NaN output
+/// is an infinite error.
+pub(super) fn row_scaled_err(got: &[f32], want: &[f64], magnitude: &[f64]) -> f32 {
+    let mut worst = 0.0f64;
+    for ((&g, &w), &mag) in got.iter().zip(want).zip(magnitude) {
+        let d = (g as f64 - w).abs();
+        if d.is_nan() {
+            return f32::INFINITY;
+        }
+        worst = worst.max((d - 1e-6).max(0.0) / mag.max(f64::MIN_POSITIVE));
+    }
+    worst as f32
+}
+
+/// The Linux thread ids of the pool a `threads`-thread kernel runs on
+/// (`tiletune_kernels::pool::pool`), for counting and pinning its workers;
+/// empty for one thread, which runs inline on the caller. The pool is
+/// created here if it does not exist yet, as the kernel's first call would.
+pub fn worker_tids(threads: usize) -> Vec<i32> {
+    if threads <= 1 {
+        return Vec::new();
+    }
+    tiletune_kernels::pool::pool(threads).broadcast(|_| tiletune_pmu::counters::current_tid())
+}
+
+/// Thread counts to search: 1..=max.
+pub(super) fn thread_counts(max: usize) -> Vec<usize> {
+    (1..=max.max(1)).collect()
+}
+
+/// A weight element the f32-activation kernels take.
+pub trait WeightElem: Copy + Send + Sync + 'static {
+    fn from_f32(x: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+impl WeightElem for f32 {
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+impl WeightElem for f16 {
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+
+/// Plain f64-accumulated reference, independent of the kernels under test.
+pub(super) fn reference_gemv<W: WeightElem>(w: &[W], x: &[f32], s: GemvShape) -> Vec<f32> {
+    (0..s.n)
+        .map(|r| {
+            w[r * s.k..(r + 1) * s.k]
+                .iter()
+                .zip(x)
+                .map(|(&a, &b)| a.to_f32() as f64 * b as f64)
+                .sum::<f64>() as f32
+        })
+        .collect()
+}
+
+/// Enough copies of a `bytes`-sized buffer to exceed twice over the last-level
+/// cache of every core: a VM reports one LLC, but its vCPUs may sit on
+/// different L3 slices (a Zen CCD each), and a 2-thread run rotating through
+/// 2× one slice is partly served from the two slices together, faster than
+/// memory (docs/PERF.md).
+///
+/// No small cap: a small decode GEMV (SmolLM2's 192×576 Q4_1, 69 KB) capped
+/// at 64 copies rotates through 4.4 MB, inside the LLC, where one thread
+/// beats two by 3×; the model streams every weight from DRAM, where that
+/// one-thread pick makes decode ~8% slower (docs/PERF.md). [`Copies`] makes
+/// them only while the problem is timed.
+pub(super) fn cold_copies(bytes: usize, caps: &CpuCaps) -> usize {
+    (2 * caps.l3.max(caps.l2) * caps.cores.max(1))
+        .div_ceil(bytes.max(1))
+        .max(1)
+}
+
+/// How many copies of a `bytes`-sized input to rotate through: enough to
+/// exceed the caches when `cold`, else one.
+pub(super) fn copies(bytes: usize, caps: &CpuCaps, cold: bool) -> usize {
+    if cold { cold_copies(bytes, caps) } else { 1 }
+}
+
+/// The weight copies a cold-cache timing rotates through: made on first use
+/// (a validation, before anything is timed) and dropped again by
+/// [`Copies::release`] when the campaign is done with the problem, so a
+/// campaign holds one problem's copies at a time, not every problem's.
+pub(super) struct Copies<T: Clone> {
+    copies: Vec<T>,
+    want: usize,
+    next: usize,
+}
+
+impl<T: Clone> Copies<T> {
+    /// `want` copies of `first` (1: a single, cache-warm copy).
+    pub(super) fn new(first: T, want: usize) -> Self {
+        Copies {
+            copies: vec![first],
+            want: want.max(1),
+            next: 0,
+        }
+    }
+
+    /// The first copy, for validation, which runs before any timing:
+    /// the missing copies are made here, so no timed run pays for them.
+    pub(super) fn first(&mut self) -> &T {
+        self.fill();
+        &self.copies[0]
+    }
+
+    /// The first copy, without making any.
+    pub(super) fn peek(&self) -> &T {
+        &self.copies[0]
+    }
+
+    /// The copy the next timed run reads, in rotation.
+    pub(super) fn next(&mut self) -> &T {
+        self.fill();
+        self.next = (self.next + 1) % self.copies.len();
+        &self.copies[self.next]
+    }
+
+    /// Makes the missing copies.
+    fn fill(&mut self) {
+        while self.copies.len() < self.want {
+            self.copies.push(self.copies[0].clone());
+        }
+    }
+
+    /// Drops every copy but the first; the next use makes them again.
+    pub(super) fn release(&mut self) {
+        self.copies.truncate(1);
+        self.copies.shrink_to_fit();
+        self.next = 0;
+    }
+
+    /// How many copies are held now.
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.copies.len()
+    }
+}
+
+/// The candidate of a pinned configuration: the ISA's name, the params
+/// struct as JSON, the thread count.
+pub(super) fn candidate<P: serde::Serialize>(
+    isa: Option<Isa>,
+    params: &P,
+    threads: usize,
+) -> Candidate {
+    let params = serde_json::to_value(params).expect("params structs serialize to JSON objects");
+    Candidate::new(isa.unwrap_or(Isa::Scalar).name(), params, threads)
+        .expect("ISA names (with a .a32/.a8 mode) and thread counts >= 1 are valid candidate keys")
+}
+
+/// The candidate naming a kernel choice: its stored text
+/// ([`KernelChoice::variant`] and [`KernelChoice::params_json`]).
+pub(super) fn candidate_of(c: &KernelChoice) -> Candidate {
+    Candidate::new(c.variant(), c.params_json(), c.threads())
+        .expect("kernel choices name valid candidate keys")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::families::spec::Machine;
+
+    /// A small tensor rotates through twice the LLC of every core like a
+    /// large one (no copy cap), and the copies exist only between the
+    /// first use and `release`.
+    #[test]
+    fn cold_copies_exceed_the_cache_and_live_only_while_timed() {
+        let caps = Machine::small_for_tests(7).caps;
+        let want = 2 * caps.l3 * caps.cores;
+        for bytes in [100, 69 << 10, 3 << 20] {
+            let n = cold_copies(bytes, &caps);
+            assert!(n * bytes >= want, "{bytes} B x {n}");
+            assert!(
+                (n - 1) * bytes < want.max(bytes),
+                "{bytes} B x {n}: one too many"
+            );
+        }
+        let mut c = Copies::new(vec![7u8; 100], 5);
+        assert_eq!(c.held(), 1);
+        assert_eq!(c.peek().len(), 100);
+        assert_eq!(c.held(), 1, "peek makes no copy");
+        assert_eq!(c.first()[0], 7);
+        assert_eq!(c.held(), 5);
+        // The timed runs visit every copy in turn.
+        let seen: Vec<*const u8> = (0..5).map(|_| c.next().as_ptr()).collect();
+        let mut distinct = seen.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 5);
+        c.release();
+        assert_eq!(c.held(), 1);
+        c.next();
+        assert_eq!(c.held(), 5, "used again after release: made again");
+    }
+}

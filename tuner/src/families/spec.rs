@@ -1,0 +1,210 @@
+//! What one op is to the tuner and to `tiletune bench`: an [`OpSpec`]
+//! (name, dims, dtypes, roofline, how to build its problems), the machine a
+//! problem is built for, and the request a pinned configuration is built
+//! from. Each family file holds the `OpSpec`s of its ops; `families.rs`
+//! only lists the families.
+
+use crate::TunerError;
+use crate::campaign::KernelProblem;
+use serde::de::DeserializeOwned;
+use tiletune_kernels::{CpuCaps, Isa, KernelError, Tunable};
+use tiletune_tables::Problem;
+
+/// How a problem's op name is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpName {
+    /// Exactly this name (`gemv`).
+    Exact(&'static str),
+    /// This prefix and any suffix (`eltwise_` + an element-wise op name);
+    /// the family checks the suffix.
+    Prefix(&'static str),
+}
+
+impl OpName {
+    /// Whether `op` names this op.
+    pub fn matches(&self, op: &str) -> bool {
+        match *self {
+            OpName::Exact(name) => op == name,
+            OpName::Prefix(prefix) => op.starts_with(prefix),
+        }
+    }
+}
+
+/// Builds a problem of an op on a machine.
+pub type TuneFn = fn(&Problem, &Machine) -> Result<Box<dyn KernelProblem>, TunerError>;
+/// Builds the one-candidate problem of a [`PinRequest`].
+pub type PinFn = fn(&PinRequest) -> Result<Box<dyn KernelProblem>, TunerError>;
+
+/// The tuned search space of an op (`tiletune tune`).
+#[derive(Debug, Clone, Copy)]
+pub struct Tune {
+    /// The dtypes the op can be tuned for.
+    pub dtypes: &'static [&'static str],
+    /// Builds the problem: inputs, reference and every candidate, the
+    /// analytic default at [`KernelProblem::default_index`].
+    pub build: TuneFn,
+}
+
+/// One op as the tuner and `tiletune bench` know it.
+#[derive(Debug, Clone, Copy)]
+pub struct OpSpec {
+    /// The op name of its problems ([`Problem::op`]).
+    pub name: OpName,
+    /// The `--shape` dims, in order.
+    pub dims: &'static [&'static str],
+    /// Dims set by flags rather than `--shape`, each optional (e.g. the
+    /// attention's `rows` and `page`).
+    pub optional_dims: &'static [&'static str],
+    /// The dtypes a pinned configuration accepts.
+    pub dtypes: &'static [&'static str],
+    /// Limited by memory bandwidth (its roofline is the STREAM triad)
+    /// rather than by FMA throughput.
+    pub bandwidth_bound: bool,
+    /// The kernel's own op name, for kernel errors.
+    pub kernel: &'static str,
+    /// The tuned search space; `None` where the tuner does not search the
+    /// op yet.
+    pub tune: Option<Tune>,
+    /// One pinned configuration, for `tiletune bench`.
+    pub pin: PinFn,
+}
+
+impl OpSpec {
+    /// An op `tiletune bench` pins and the tuner does not search, bandwidth
+    /// bound, without optional dims; the methods below change that.
+    pub const fn new(
+        name: OpName,
+        dims: &'static [&'static str],
+        dtypes: &'static [&'static str],
+        kernel: &'static str,
+        pin: PinFn,
+    ) -> OpSpec {
+        OpSpec {
+            name,
+            dims,
+            optional_dims: &[],
+            dtypes,
+            bandwidth_bound: true,
+            kernel,
+            tune: None,
+            pin,
+        }
+    }
+
+    /// Also takes these dims from flags.
+    pub const fn optional_dims(self, optional_dims: &'static [&'static str]) -> OpSpec {
+        OpSpec {
+            optional_dims,
+            ..self
+        }
+    }
+
+    /// Limited by FMA throughput rather than by memory bandwidth.
+    pub const fn fma_bound(self) -> OpSpec {
+        OpSpec {
+            bandwidth_bound: false,
+            ..self
+        }
+    }
+
+    /// The tuner searches it for `dtypes`.
+    pub const fn tuned(self, dtypes: &'static [&'static str], build: TuneFn) -> OpSpec {
+        OpSpec {
+            tune: Some(Tune { dtypes, build }),
+            ..self
+        }
+    }
+}
+
+/// What the tuner needs to know about the machine to build a problem.
+#[derive(Debug, Clone, Copy)]
+pub struct Machine {
+    pub caps: CpuCaps,
+    /// Thread counts to search (e.g. `[1, 2]`, or one cluster's sizes).
+    pub max_threads: usize,
+    /// Seed for the random inputs.
+    pub seed: u64,
+}
+
+impl Machine {
+    /// A 2-core machine with a 1 MiB LLC, for tests: its cold-cache
+    /// rotations stay small.
+    #[doc(hidden)]
+    pub fn small_for_tests(seed: u64) -> Machine {
+        Machine {
+            caps: CpuCaps {
+                l1d: 32 << 10,
+                l2: 256 << 10,
+                l3: 1 << 20,
+                cores: 2,
+            },
+            max_threads: 2,
+            seed,
+        }
+    }
+}
+
+/// The configuration `tiletune bench` pins; `None` fields take the
+/// family's defaults (best ISA, `Tunable::default_for`, its thread rule).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OneConfig {
+    pub isa: Option<Isa>,
+    /// The family's params struct as JSON (e.g. `{"rows_per_block":2}`).
+    pub params: Option<serde_json::Value>,
+    /// Overrides the thread count (also one given in `params`).
+    pub threads: Option<usize>,
+    /// Rotate input copies through more memory than the LLC holds.
+    pub cold: bool,
+}
+
+/// A pinned configuration to build: the problem, its [`OpSpec`], its dims
+/// in the spec's order (present and positive), the machine and the
+/// configuration (an available ISA, at least one thread: both checked).
+pub struct PinRequest<'a> {
+    pub spec: &'a Problem,
+    pub op: &'static OpSpec,
+    pub dims: Vec<usize>,
+    pub machine: &'a Machine,
+    pub config: &'a OneConfig,
+}
+
+impl PinRequest<'_> {
+    /// The forced thread count, else `default`; at least 1.
+    pub fn threads(&self, default: usize) -> usize {
+        self.config.threads.unwrap_or(default).max(1)
+    }
+
+    /// `--params` parsed as `P` and validated, else `default()`.
+    pub fn params_or<P: Tunable + DeserializeOwned>(
+        &self,
+        default: impl FnOnce() -> P,
+    ) -> Result<P, TunerError> {
+        let Some(v) = &self.config.params else {
+            return Ok(default());
+        };
+        let p: P = serde_json::from_value(v.clone()).map_err(|e| KernelError::InvalidParams {
+            op: self.op.kernel,
+            reason: format!("params {v} do not parse: {e}"),
+        })?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// A shape the kernel cannot take, with what to do instead.
+    pub fn bad_shape(&self, reason: String) -> TunerError {
+        KernelError::InvalidShape {
+            op: self.op.kernel,
+            reason,
+        }
+        .into()
+    }
+
+    /// The dtype is not one of the op's.
+    pub fn unsupported_dtype(&self) -> TunerError {
+        TunerError::UnsupportedDtype {
+            op: self.spec.op().to_string(),
+            dtype: self.spec.dtype().to_string(),
+            supported: self.op.dtypes.join(", "),
+        }
+    }
+}
