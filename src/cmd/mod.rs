@@ -12,6 +12,7 @@ pub mod probe;
 pub mod report;
 pub mod run;
 pub mod table;
+mod table_show;
 pub mod tune;
 
 /// Flags every subcommand sees.
