@@ -190,7 +190,7 @@ pub(crate) struct KernelJob {
 }
 
 impl KernelJob {
-    /// A job with no family-specific dims (`compare kernels` uses it).
+    /// A job with no family-specific dims.
     pub(crate) fn new(op: &str, args: KernelArgs) -> Self {
         KernelJob {
             op: op.to_string(),
@@ -202,11 +202,7 @@ impl KernelJob {
 
 /// The job of a family subcommand.
 fn kernel_op(cmd: BenchCommand) -> anyhow::Result<KernelJob> {
-    let job = |op: &str, args: KernelArgs| KernelJob {
-        op: op.to_string(),
-        args,
-        extra: Vec::new(),
-    };
+    let job = KernelJob::new;
     Ok(match cmd {
         BenchCommand::Roofline(_) => anyhow::bail!("roofline is not a kernel family"),
         BenchCommand::Model(_) => anyhow::bail!("model is not a kernel family"),
