@@ -33,6 +33,16 @@ pub enum BenchError {
         /// What to check next (the flag that selects the format, ...).
         hint: String,
     },
+    /// A file or folder a comparison needs could not be made or written.
+    #[error("{what}: {error}")]
+    Io {
+        /// What was attempted, with the path (`cannot create /tmp/x`).
+        what: String,
+        error: std::io::Error,
+    },
+    /// `tiletune --json ppl`'s result line is missing or malformed.
+    #[error("{reason}")]
+    PplResult { reason: String },
     /// A peer engine could not be started, exited with an error or timed out.
     #[error(
         "{engine} failed: {reason} (command: {command}){}",

@@ -13,7 +13,9 @@
 //! - [`pin`] — `sched_setaffinity` pinning and [`Placement`].
 //! - [`drift`] — [`DriftGuard`] and its reference kernel.
 //! - [`env`] — [`Environment`].
-//! - [`roofline`] — STREAM bandwidth and FMA peaks ([`Ceilings`]).
+//! - [`roofline`] — STREAM bandwidth and FMA peaks ([`Ceilings`]), and which
+//!   ceiling a kernel run is measured against ([`roofline::Roofline`]).
+//! - [`report`] — [`KernelReport`], one timed kernel configuration and its text.
 //! - [`peers`] — llama.cpp and MNN run as child processes, their outputs
 //!   parsed, and side-by-side comparisons run in alternation.
 //!
@@ -33,6 +35,7 @@ pub mod error;
 pub mod measure;
 pub mod peers;
 pub mod pin;
+pub mod report;
 pub mod roofline;
 pub mod rotate;
 pub mod stats;
@@ -43,6 +46,7 @@ pub use env::Environment;
 pub use error::BenchError;
 pub use measure::{Harness, MeasureConfig, MeasureProgress, Measurement};
 pub use pin::{PinGuard, Placement};
+pub use report::KernelReport;
 pub use roofline::{Ceilings, RooflineConfig};
 pub use rotate::Rotation;
 pub use stats::Summary;

@@ -7,10 +7,11 @@
 //! the tuned choices it timed, so the runtime applies a phase's tuned
 //! choices only where they won.
 
-use super::bench_model::{GlibcRand, test_gen, test_prompt};
+use super::bench_model::Bench;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use tiletune_bench::peers::llama_bench::{GlibcRand, TokenSource, test_gen, test_prompt};
 use tiletune_kernels::attention::KvDtype;
 use tiletune_runtime::config::ModelConfig;
 use tiletune_runtime::models::{FastModel, RunState};
@@ -54,12 +55,18 @@ fn time_tests(
     vocab: u32,
     bos: Option<u32>,
 ) -> anyhow::Result<f64> {
+    // A prompt runs as one batch.
+    let source = |n_batch: usize| TokenSource {
+        n_vocab: vocab,
+        bos,
+        n_batch,
+    };
     st.reset();
     let t0 = Instant::now();
     for t in tests {
         match *t {
-            Test::Prefill(n) => test_prompt(model, st, rng, n, n, bos, vocab)?,
-            Test::Decode(n) => test_gen(model, st, rng, n, bos, vocab)?,
+            Test::Prefill(n) => test_prompt(&Bench(model), st, rng, n, source(n))?,
+            Test::Decode(n) => test_gen(&Bench(model), st, rng, n, source(1))?,
         }
         st.reset();
     }

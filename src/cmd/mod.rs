@@ -4,14 +4,18 @@
 pub mod accept;
 pub mod bench;
 pub mod bench_model;
+pub mod bench_roofline;
 pub mod chat;
 pub mod compare;
+pub mod compare_kernels;
+pub mod compare_ppl;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
 pub mod report;
 pub mod run;
 pub mod table;
+mod table_show;
 pub mod tune;
 
 /// Flags every subcommand sees.

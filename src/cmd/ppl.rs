@@ -98,11 +98,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let ppl = (total / count as f64).exp();
     writeln!(out)?;
     if g.json {
-        let doc = serde_json::json!({
-            "ppl": ppl, "chunks": n_chunk, "ctx": n_ctx, "scored": count,
-            "seconds": t0.elapsed().as_secs_f64(),
-        });
-        writeln!(out, "{doc}")?;
+        // `compare ppl` reads this line back as the same type.
+        let doc = tiletune_bench::peers::PplScore {
+            chunks: n_chunk,
+            ctx: n_ctx,
+            ppl,
+            scored: count,
+            seconds: t0.elapsed().as_secs_f64(),
+        };
+        writeln!(out, "{}", serde_json::to_string(&doc)?)?;
     } else {
         writeln!(
             out,

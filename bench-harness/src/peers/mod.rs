@@ -4,7 +4,9 @@
 //!
 //! # Map
 //! - [`llama_bench`] — `llama-bench -o json|jsonl` records (also tiletune's
-//!   own `bench model -o json`, which prints the same format).
+//!   own `bench model -o json`, which prints the same format), and
+//!   llama-bench's tests, statistics and output formats that `bench model`
+//!   follows.
 //! - [`mnn`] — MNN `llm_bench -j` reports.
 //! - [`backend_ops`] — `test-backend-ops perf` results (console or `--output sql`)
 //!   and the MUL_MAT shape in their parameter strings.
@@ -12,11 +14,14 @@
 //! - [`run`] — a peer as a child process: captured output, timeout, stderr tail.
 //! - [`side_by_side`] — engines alternated round by round, samples pooled
 //!   into mean ± std and a ratio to the reference engine.
+//! - [`compare`] — `tiletune compare`'s three modes (model, kernels, ppl):
+//!   the engines run, their results collected into one document and table.
 //!
 //! Every parser returns [`BenchError::PeerOutput`] on empty, truncated or
 //! foreign input; none panics.
 
 pub mod backend_ops;
+pub mod compare;
 pub mod llama_bench;
 pub mod mnn;
 pub mod perplexity;
@@ -29,7 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use backend_ops::{MulMatShape, OpPerf, parse_backend_ops};
 pub use llama_bench::{LlamaBenchRecord, parse_llama_bench, test_name};
 pub use mnn::{MnnRate, MnnReport, load_failure as mnn_load_failure, parse_mnn_bench};
-pub use perplexity::{PerplexityEstimate, parse_perplexity};
+pub use perplexity::{PerplexityEstimate, PplScore, parse_perplexity};
 pub use run::{PeerCommand, PeerOutput, binary_fingerprint, find_on_path, stderr_tail};
 pub use side_by_side::{
     ComparisonRow, Engine, EngineFailure, LlamaBenchEngine, MnnBenchEngine, Rounds, alternate,

@@ -97,3 +97,91 @@ fn prompt_eval_rate(text: &str) -> Option<f64> {
         .ok()
         .filter(|x| x.is_finite() && *x > 0.0)
 }
+
+/// The result `tiletune --json ppl` prints as its last stdout line; `compare
+/// ppl` reads it back from that child process. Fields in printed order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PplScore {
+    /// Chunks scored.
+    pub chunks: usize,
+    /// Tokens per chunk.
+    pub ctx: usize,
+    pub ppl: f64,
+    /// Predictions scored (the second half of each chunk).
+    pub scored: usize,
+    /// Scoring time, loading excluded.
+    pub seconds: f64,
+}
+
+/// [`PplScore`] as read: a missing `ppl` is refused by [`PplScore::from_output`]
+/// with its own message, missing counts read as 0.
+#[derive(Deserialize)]
+struct PplWire {
+    #[serde(default)]
+    chunks: usize,
+    #[serde(default)]
+    ctx: usize,
+    ppl: Option<f64>,
+    #[serde(default)]
+    scored: usize,
+    #[serde(default)]
+    seconds: f64,
+}
+
+impl PplScore {
+    /// The last JSON line of `tiletune --json ppl`'s stdout (running values come before it).
+    pub fn from_output(stdout: &str) -> Result<Self, BenchError> {
+        let err = |reason: String| BenchError::PplResult { reason };
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with('{'))
+            .ok_or_else(|| err("tiletune ppl printed no JSON result line".into()))?;
+        let w: PplWire = serde_json::from_str(line)
+            .map_err(|e| err(format!("tiletune ppl's result line is not JSON: {e}")))?;
+        let ppl = w
+            .ppl
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| err("tiletune ppl's result has no finite `ppl`".into()))?;
+        Ok(PplScore {
+            chunks: w.chunks,
+            ctx: w.ctx,
+            ppl,
+            scored: w.scored,
+            seconds: w.seconds,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_ppl_reads_the_json_line_and_refuses_garbage() {
+        let out = "[1]20.1 [2]19.5 \n{\"ppl\":19.5,\"chunks\":2,\"ctx\":128,\"scored\":126,\"seconds\":1.5}\n";
+        let s = PplScore::from_output(out).unwrap();
+        assert_eq!((s.ppl, s.chunks, s.seconds), (19.5, 2, 1.5));
+        assert!(PplScore::from_output("").is_err());
+        assert!(PplScore::from_output("{not json").is_err());
+        let e = PplScore::from_output("{\"ppl\":null}").unwrap_err();
+        assert_eq!(e.to_string(), "tiletune ppl's result has no finite `ppl`");
+    }
+
+    #[test]
+    fn own_ppl_is_printed_as_it_is_read() {
+        let s = PplScore {
+            chunks: 2,
+            ctx: 128,
+            ppl: 19.5,
+            scored: 126,
+            seconds: 1.5,
+        };
+        let line = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            line,
+            "{\"chunks\":2,\"ctx\":128,\"ppl\":19.5,\"scored\":126,\"seconds\":1.5}"
+        );
+        assert_eq!(PplScore::from_output(&line).unwrap(), s);
+    }
+}

@@ -8,6 +8,7 @@
 //! STREAM's rule that every array be at least 4× the sum of all caches.
 //! Workers are pinned one per allowed CPU (in order) when there are enough.
 
+pub mod ceiling;
 mod fma;
 #[cfg(target_arch = "aarch64")]
 mod fma_neon;
@@ -15,6 +16,7 @@ mod fma_neon;
 mod fma_x86;
 pub mod stream;
 
+pub use ceiling::{CeilingKind, CeilingRow, Roofline, StoredCeiling};
 pub use fma::{FmaIsa, fma_loop};
 
 use crate::error::BenchError;

@@ -1,7 +1,28 @@
-//! `llama-bench -o json` and `-o jsonl` records (field names as
-//! `tools/llama-bench/llama-bench.cpp` prints them: `test::get_fields()` plus
-//! `samples_ns` / `samples_ts`). tiletune's own `bench model -o json` prints
-//! the same format, so both engines go through this one parser.
+//! llama.cpp's `llama-bench`: its `-o json` and `-o jsonl` records (field
+//! names as `tools/llama-bench/llama-bench.cpp` prints them:
+//! `test::get_fields()` plus `samples_ns` / `samples_ts`) read here, and its
+//! tests, statistics and output formats, which tiletune's own `bench model`
+//! follows so that both engines go through this one parser and their numbers
+//! mean the same thing.
+//!
+//! # Map
+//! - this file — [`parse_llama_bench`] and [`LlamaBenchRecord`].
+//! - [`schedule`] — the test definitions ([`TestPlan`], [`Session`]) over any
+//!   [`TestModel`].
+//! - [`glibc_rand`] — [`GlibcRand`], the token ids' source.
+//! - [`stats`] — llama-bench's `avg` and `stdev`.
+//! - [`record`] — [`TestRecord`] and its markdown / JSON [`Printer`].
+
+pub mod glibc_rand;
+pub mod record;
+pub mod schedule;
+pub mod stats;
+
+pub use glibc_rand::GlibcRand;
+pub use record::{
+    Format, ModelInfo, PlanCounts, Printer, RunInfo, TensorInfo, TestRecord, rfc3339_now,
+};
+pub use schedule::{Session, Step, Test, TestModel, TestPlan, TokenSource, test_gen, test_prompt};
 
 use super::{RateSample, output_error};
 use crate::BenchError;
