@@ -27,6 +27,7 @@ pub mod qgemm;
 pub mod qgemv;
 pub mod quant;
 pub mod rope;
+mod simd;
 pub mod softmax;
 #[doc(hidden)]
 pub mod testing;

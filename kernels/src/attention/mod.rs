@@ -39,6 +39,8 @@
 //! independent oracle the tests compare everything with: plain f64
 //! attention over contiguous K/V.
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod body;
 mod cache;
 pub mod scalar;
 

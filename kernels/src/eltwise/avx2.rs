@@ -3,9 +3,9 @@
 //! Tails go through a zero-padded stack buffer so every lane count runs
 //! the same code.
 
-use super::EltOp;
 use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
 use super::vconst::*;
+use crate::simd::avx2::Avx2;
 use std::arch::x86_64::*;
 
 /// `e^x`, 8 lanes: Cody–Waite reduction `x = n·ln2 + r`, Cephes polynomial,
@@ -130,126 +130,6 @@ fn relu2_8(x: __m256) -> __m256 {
     _mm256_mul_ps(r, r)
 }
 
-/// Applies `$f` to every 8-lane block of `$x` in place.
-macro_rules! map_inplace {
-    ($x:expr, |$v:ident| $body:expr) => {{
-        let x: &mut [f32] = $x;
-        let n = x.len();
-        let p = x.as_mut_ptr();
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n.
-            let $v = unsafe { _mm256_loadu_ps(p.add(i)) };
-            let r = $body;
-            unsafe { _mm256_storeu_ps(p.add(i), r) };
-            i += 8;
-        }
-        if i < n {
-            let mut buf = [0f32; 8];
-            buf[..n - i].copy_from_slice(&x[i..]);
-            // SAFETY: buf holds 8 floats.
-            let $v = unsafe { _mm256_loadu_ps(buf.as_ptr()) };
-            let r = $body;
-            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), r) };
-            x[i..].copy_from_slice(&buf[..n - i]);
-        }
-    }};
-}
+super::body::act_impl!(Avx2: silu8, gelu_tanh8, gelu_erf8, |x| x_sigmoid8(x, QUICK_GELU_ALPHA), relu8, relu2_8, sigmoid8);
 
-/// Applies `$f` to 8-lane blocks of `$a` and `$b` (same length), storing into `$a`.
-macro_rules! zip_inplace {
-    ($a:expr, $b:expr, |$va:ident, $vb:ident| $body:expr) => {{
-        let a: &mut [f32] = $a;
-        let b: &[f32] = $b;
-        debug_assert_eq!(a.len(), b.len());
-        let n = a.len().min(b.len());
-        let pa = a.as_mut_ptr();
-        let pb = b.as_ptr();
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n for both slices.
-            let ($va, $vb) = unsafe { (_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i))) };
-            let r = $body;
-            unsafe { _mm256_storeu_ps(pa.add(i), r) };
-            i += 8;
-        }
-        if i < n {
-            let mut ba = [0f32; 8];
-            let mut bb = [0f32; 8];
-            ba[..n - i].copy_from_slice(&a[i..n]);
-            bb[..n - i].copy_from_slice(&b[i..n]);
-            // SAFETY: both buffers hold 8 floats.
-            let ($va, $vb) =
-                unsafe { (_mm256_loadu_ps(ba.as_ptr()), _mm256_loadu_ps(bb.as_ptr())) };
-            let r = $body;
-            unsafe { _mm256_storeu_ps(ba.as_mut_ptr(), r) };
-            a[i..n].copy_from_slice(&ba[..n - i]);
-        }
-    }};
-}
-
-/// Unary op in place.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn unary(op: EltOp, x: &mut [f32]) {
-    match op {
-        EltOp::Silu => map_inplace!(x, |v| silu8(v)),
-        EltOp::GeluTanh => map_inplace!(x, |v| gelu_tanh8(v)),
-        EltOp::GeluErf => map_inplace!(x, |v| gelu_erf8(v)),
-        EltOp::QuickGelu => map_inplace!(x, |v| x_sigmoid8(v, QUICK_GELU_ALPHA)),
-        EltOp::Relu => map_inplace!(x, |v| relu8(v)),
-        EltOp::Relu2 => map_inplace!(x, |v| relu2_8(v)),
-        EltOp::Sigmoid => map_inplace!(x, |v| sigmoid8(v)),
-    }
-}
-
-/// `x *= c`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn mul_const(x: &mut [f32], c: f32) {
-    let c = _mm256_set1_ps(c);
-    map_inplace!(x, |v| _mm256_mul_ps(v, c));
-}
-
-/// `a += b`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA; `b.len() == a.len()`.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn add_from(a: &mut [f32], b: &[f32]) {
-    zip_inplace!(a, b, |va, vb| _mm256_add_ps(va, vb));
-}
-
-/// `gate = silu(gate) · up`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA; `up.len() == gate.len()`.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
-    zip_inplace!(gate, up, |g, u| _mm256_mul_ps(silu8(g), u));
-}
-
-/// Horizontal sum of 8 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) fn hsum8(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
-}
-
-/// Horizontal max of 8 lanes (NaN handling as `maxps`: not propagated;
-/// callers detect NaN through the sum that follows).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) fn hmax8(v: __m256) -> f32 {
-    let s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
-}
+super::body::elt_kernels! { isa: Avx2, feature: "avx2,fma", needs: "AVX2 and FMA" }

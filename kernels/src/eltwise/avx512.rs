@@ -3,9 +3,9 @@
 //! `2ⁿ` scaling uses `vscalefps`, which rounds subnormal results once and
 //! overflows to `+∞` by itself.
 
-use super::EltOp;
 use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
 use super::vconst::*;
+use crate::simd::avx512::Avx512;
 use std::arch::x86_64::*;
 
 /// `e^x`, 16 lanes (see `avx2::exp8` for the method).
@@ -110,95 +110,6 @@ fn relu2_16(x: __m512) -> __m512 {
     _mm512_mul_ps(r, r)
 }
 
-/// Mask of the first `n` lanes (`n <= 16`).
-#[inline]
-pub(crate) fn tail_mask(n: usize) -> __mmask16 {
-    ((1u32 << n) - 1) as __mmask16
-}
+super::body::act_impl!(Avx512: silu16, gelu_tanh16, gelu_erf16, |x| x_sigmoid16(x, QUICK_GELU_ALPHA), relu16, relu2_16, sigmoid16);
 
-macro_rules! map_inplace {
-    ($x:expr, |$v:ident| $body:expr) => {{
-        let x: &mut [f32] = $x;
-        let n = x.len();
-        let p = x.as_mut_ptr();
-        let mut i = 0;
-        while i < n {
-            let m = tail_mask((n - i).min(16));
-            // SAFETY: the mask covers only lanes below n.
-            let $v = unsafe { _mm512_maskz_loadu_ps(m, p.add(i)) };
-            let r = $body;
-            unsafe { _mm512_mask_storeu_ps(p.add(i), m, r) };
-            i += 16;
-        }
-    }};
-}
-
-macro_rules! zip_inplace {
-    ($a:expr, $b:expr, |$va:ident, $vb:ident| $body:expr) => {{
-        let a: &mut [f32] = $a;
-        let b: &[f32] = $b;
-        debug_assert_eq!(a.len(), b.len());
-        let n = a.len().min(b.len());
-        let pa = a.as_mut_ptr();
-        let pb = b.as_ptr();
-        let mut i = 0;
-        while i < n {
-            let m = tail_mask((n - i).min(16));
-            // SAFETY: the mask covers only lanes below n in both slices.
-            let ($va, $vb) = unsafe {
-                (
-                    _mm512_maskz_loadu_ps(m, pa.add(i)),
-                    _mm512_maskz_loadu_ps(m, pb.add(i)),
-                )
-            };
-            let r = $body;
-            unsafe { _mm512_mask_storeu_ps(pa.add(i), m, r) };
-            i += 16;
-        }
-    }};
-}
-
-/// Unary op in place.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn unary(op: EltOp, x: &mut [f32]) {
-    match op {
-        EltOp::Silu => map_inplace!(x, |v| silu16(v)),
-        EltOp::GeluTanh => map_inplace!(x, |v| gelu_tanh16(v)),
-        EltOp::GeluErf => map_inplace!(x, |v| gelu_erf16(v)),
-        EltOp::QuickGelu => map_inplace!(x, |v| x_sigmoid16(v, QUICK_GELU_ALPHA)),
-        EltOp::Relu => map_inplace!(x, |v| relu16(v)),
-        EltOp::Relu2 => map_inplace!(x, |v| relu2_16(v)),
-        EltOp::Sigmoid => map_inplace!(x, |v| sigmoid16(v)),
-    }
-}
-
-/// `x *= c`.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn mul_const(x: &mut [f32], c: f32) {
-    let c = _mm512_set1_ps(c);
-    map_inplace!(x, |v| _mm512_mul_ps(v, c));
-}
-
-/// `a += b`.
-///
-/// # Safety
-/// The CPU must support AVX-512F; `b.len() == a.len()`.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn add_from(a: &mut [f32], b: &[f32]) {
-    zip_inplace!(a, b, |va, vb| _mm512_add_ps(va, vb));
-}
-
-/// `gate = silu(gate) · up`.
-///
-/// # Safety
-/// The CPU must support AVX-512F; `up.len() == gate.len()`.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
-    zip_inplace!(gate, up, |g, u| _mm512_mul_ps(silu16(g), u));
-}
+super::body::elt_kernels! { isa: Avx512, feature: "avx512f", needs: "AVX-512F" }

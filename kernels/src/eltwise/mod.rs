@@ -19,6 +19,8 @@
 //! for the erf GeLU, i.e. 2–3 ulp. NaN and ±∞ give the same result as the
 //! reference.
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod body;
 pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]

@@ -1,9 +1,9 @@
 //! NEON element-wise kernels, 4 lanes, and the 4-lane vector math that
 //! norm, softmax and rope reuse. Tails go through a zero-padded stack buffer.
 
-use super::EltOp;
 use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
 use super::vconst::*;
+use crate::simd::neon::Neon;
 use std::arch::aarch64::*;
 
 /// `e^x`, 4 lanes (see `avx2::exp8` for the method). `fmin`/`fmax`
@@ -107,102 +107,6 @@ fn relu2_4(x: float32x4_t) -> float32x4_t {
     vmulq_f32(r, r)
 }
 
-macro_rules! map_inplace {
-    ($x:expr, |$v:ident| $body:expr) => {{
-        let x: &mut [f32] = $x;
-        let n = x.len();
-        let p = x.as_mut_ptr();
-        let mut i = 0;
-        while i + 4 <= n {
-            // SAFETY: i + 4 <= n.
-            let $v = unsafe { vld1q_f32(p.add(i)) };
-            let r = $body;
-            unsafe { vst1q_f32(p.add(i), r) };
-            i += 4;
-        }
-        if i < n {
-            let mut buf = [0f32; 4];
-            buf[..n - i].copy_from_slice(&x[i..]);
-            // SAFETY: buf holds 4 floats.
-            let $v = unsafe { vld1q_f32(buf.as_ptr()) };
-            let r = $body;
-            unsafe { vst1q_f32(buf.as_mut_ptr(), r) };
-            x[i..].copy_from_slice(&buf[..n - i]);
-        }
-    }};
-}
+super::body::act_impl!(Neon: silu4, gelu_tanh4, gelu_erf4, |x| x_sigmoid4(x, QUICK_GELU_ALPHA), relu4, relu2_4, sigmoid4);
 
-macro_rules! zip_inplace {
-    ($a:expr, $b:expr, |$va:ident, $vb:ident| $body:expr) => {{
-        let a: &mut [f32] = $a;
-        let b: &[f32] = $b;
-        debug_assert_eq!(a.len(), b.len());
-        let n = a.len().min(b.len());
-        let pa = a.as_mut_ptr();
-        let pb = b.as_ptr();
-        let mut i = 0;
-        while i + 4 <= n {
-            // SAFETY: i + 4 <= n for both slices.
-            let ($va, $vb) = unsafe { (vld1q_f32(pa.add(i)), vld1q_f32(pb.add(i))) };
-            let r = $body;
-            unsafe { vst1q_f32(pa.add(i), r) };
-            i += 4;
-        }
-        if i < n {
-            let mut ba = [0f32; 4];
-            let mut bb = [0f32; 4];
-            ba[..n - i].copy_from_slice(&a[i..n]);
-            bb[..n - i].copy_from_slice(&b[i..n]);
-            // SAFETY: both buffers hold 4 floats.
-            let ($va, $vb) = unsafe { (vld1q_f32(ba.as_ptr()), vld1q_f32(bb.as_ptr())) };
-            let r = $body;
-            unsafe { vst1q_f32(ba.as_mut_ptr(), r) };
-            a[i..n].copy_from_slice(&ba[..n - i]);
-        }
-    }};
-}
-
-/// Unary op in place.
-///
-/// # Safety
-/// The CPU must support NEON (always true on aarch64).
-#[target_feature(enable = "neon")]
-pub unsafe fn unary(op: EltOp, x: &mut [f32]) {
-    match op {
-        EltOp::Silu => map_inplace!(x, |v| silu4(v)),
-        EltOp::GeluTanh => map_inplace!(x, |v| gelu_tanh4(v)),
-        EltOp::GeluErf => map_inplace!(x, |v| gelu_erf4(v)),
-        EltOp::QuickGelu => map_inplace!(x, |v| x_sigmoid4(v, QUICK_GELU_ALPHA)),
-        EltOp::Relu => map_inplace!(x, |v| relu4(v)),
-        EltOp::Relu2 => map_inplace!(x, |v| relu2_4(v)),
-        EltOp::Sigmoid => map_inplace!(x, |v| sigmoid4(v)),
-    }
-}
-
-/// `x *= c`.
-///
-/// # Safety
-/// The CPU must support NEON.
-#[target_feature(enable = "neon")]
-pub unsafe fn mul_const(x: &mut [f32], c: f32) {
-    let c = vdupq_n_f32(c);
-    map_inplace!(x, |v| vmulq_f32(v, c));
-}
-
-/// `a += b`.
-///
-/// # Safety
-/// The CPU must support NEON; `b.len() == a.len()`.
-#[target_feature(enable = "neon")]
-pub unsafe fn add_from(a: &mut [f32], b: &[f32]) {
-    zip_inplace!(a, b, |va, vb| vaddq_f32(va, vb));
-}
-
-/// `gate = silu(gate) · up`.
-///
-/// # Safety
-/// The CPU must support NEON; `up.len() == gate.len()`.
-#[target_feature(enable = "neon")]
-pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
-    zip_inplace!(gate, up, |g, u| vmulq_f32(silu4(g), u));
-}
+super::body::elt_kernels! { isa: Neon, feature: "neon", needs: "NEON" }

@@ -12,6 +12,8 @@
 //! is scaled once per group with FMA, and the zero-point term
 //! `scale·zero·Σx_g` is subtracted in scalar at the end of the row.
 
+use crate::simd::Simd;
+use crate::simd::avx2::Avx2;
 use std::arch::x86_64::*;
 
 /// [`super::unpack_tables`] in registers.
@@ -26,15 +28,6 @@ fn unpack_consts<const B: usize>() -> (__m256i, __m256i) {
             _mm256_loadu_si256(sh.as_ptr().cast()),
         )
     }
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
 }
 
 /// `R` rows at once (sharing each load of x).
@@ -82,57 +75,9 @@ unsafe fn rows<const B: usize, const R: usize>(
         }
     }
     for r in 0..R {
-        y[r] = hsum(acc[r]) - corr[r];
+        // SAFETY: AVX2 is enabled here.
+        y[r] = unsafe { Avx2::reduce_add(acc[r]) } - corr[r];
     }
 }
 
-/// Runs the width-`B` kernel over all rows, `rpb` rows at a time.
-///
-/// # Safety
-/// As for [`rows`], with `y.len()` rows.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn drive<const B: usize>(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) {
-    let gpr = p.xs.len();
-    let rb = p.x.len() * B / 8;
-    let mut r = 0;
-    while r < y.len() {
-        let n = if rpb >= 4 && r + 4 <= y.len() {
-            4
-        } else if rpb >= 2 && r + 2 <= y.len() {
-            2
-        } else {
-            1
-        };
-        let (d, s, z) = (&p.data[r * rb..], &p.scales[r * gpr..], &p.zeros[r * gpr..]);
-        p.prefetch(r, n, rb);
-        let yr = &mut y[r..r + n];
-        // SAFETY: forwarded; the slices start at row r and hold n rows.
-        unsafe {
-            match n {
-                4 => rows::<B, 4>(d, p.group, s, z, p.x, p.xs, yr),
-                2 => rows::<B, 2>(d, p.group, s, z, p.x, p.xs, yr),
-                _ => rows::<B, 1>(d, p.group, s, z, p.x, p.xs, yr),
-            }
-        }
-        r += n;
-    }
-}
-
-/// LM-head GEMV for any width 1..=7.
-///
-/// # Safety
-/// Needs AVX2 + FMA; `p` consistent with `y.len()` rows (checked by the entry point).
-pub unsafe fn lm_head(p: &super::Rows<'_>, y: &mut [f32], rpb: usize) {
-    // SAFETY (all arms): forwarded.
-    unsafe {
-        match p.bits {
-            1 => drive::<1>(p, y, rpb),
-            2 => drive::<2>(p, y, rpb),
-            3 => drive::<3>(p, y, rpb),
-            4 => drive::<4>(p, y, rpb),
-            5 => drive::<5>(p, y, rpb),
-            6 => drive::<6>(p, y, rpb),
-            _ => drive::<7>(p, y, rpb),
-        }
-    }
-}
+super::body::lm_head_driver! { feature: "avx2,fma", needs: "AVX2 + FMA" }

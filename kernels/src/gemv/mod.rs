@@ -40,6 +40,8 @@ use serde::{Deserialize, Serialize};
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod body;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 pub mod scalar;

@@ -14,6 +14,8 @@
 //! RMSNorm's finite outputs `0` and the `∞` itself NaN, and LayerNorm's row NaN,
 //! in both.
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod body;
 pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]

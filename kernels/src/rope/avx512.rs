@@ -3,7 +3,7 @@
 //! combined with `vfmaddsub`).
 
 use super::RopeLayout;
-use crate::eltwise::avx512::tail_mask;
+use crate::simd::avx512::tail_mask;
 use std::arch::x86_64::*;
 
 /// Rotates the first `2 * cos.len()` features of one head in place.

@@ -1,67 +1,12 @@
-//! AVX2 + FMA softmax: vector max, `exp8` with the sum, one scale pass;
+//! AVX2 + FMA softmax: the row and `sum_exp` of `body.rs` at 8 lanes;
 //! top-k filters 8 candidates per compare against the current k-th value.
 
 use super::TopList;
-use crate::eltwise::avx2::{exp8, hmax8, hsum8};
+use crate::simd::Simd;
+use crate::simd::avx2::Avx2;
 use std::arch::x86_64::*;
 
-/// Softmax of `x[..vis]·scale` in place, zeros in `x[vis..]`.
-///
-/// # Safety
-/// AVX2 + FMA; `vis <= x.len()`.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
-    let (head, tail) = x.split_at_mut(vis);
-    tail.fill(0.0);
-    let n = head.len();
-    let p = head.as_mut_ptr();
-    let sv = _mm256_set1_ps(scale);
-    let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
-    let mut i = 0;
-    // SAFETY: all accesses below n.
-    unsafe {
-        while i + 8 <= n {
-            mv = _mm256_max_ps(mv, _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), sv));
-            i += 8;
-        }
-        let mut m = hmax8(mv);
-        // Tails go through `p` too: a reborrow of `head` here would
-        // invalidate `p` for the passes below.
-        for j in i..n {
-            m = m.max(*p.add(j) * scale);
-        }
-        let shift = super::shift_for(m);
-        let shv = _mm256_set1_ps(shift);
-        let mut acc = _mm256_setzero_ps();
-        i = 0;
-        while i + 8 <= n {
-            // mul then sub (no fma): the exp argument rounds as in the reference.
-            let e = exp8(_mm256_sub_ps(
-                _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), sv),
-                shv,
-            ));
-            _mm256_storeu_ps(p.add(i), e);
-            acc = _mm256_add_ps(acc, e);
-            i += 8;
-        }
-        let mut sum = hsum8(acc);
-        for j in i..n {
-            let v = p.add(j);
-            *v = (*v * scale - shift).exp();
-            sum += *v;
-        }
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        let iv = _mm256_set1_ps(inv);
-        i = 0;
-        while i + 8 <= n {
-            _mm256_storeu_ps(p.add(i), _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), iv));
-            i += 8;
-        }
-        for j in i..n {
-            *p.add(j) *= inv;
-        }
-    }
-}
+super::body::softmax_kernels! { isa: Avx2, feature: "avx2,fma", needs: "AVX2 + FMA" }
 
 /// Max of `x` and the top-k selection into `list`.
 ///
@@ -101,35 +46,11 @@ pub unsafe fn max_topk(x: &[f32], list: &mut TopList<'_>) -> f32 {
         }
         i += 8;
     }
-    let mut m = m.max(hmax8(mv));
+    // SAFETY: AVX2 is enabled here.
+    let mut m = m.max(unsafe { Avx2::reduce_max(mv) });
     for (j, &v) in x[i..].iter().enumerate() {
         m = m.max(v);
         list.offer(i + j, v);
     }
     m
-}
-
-/// `Σ e^(x - shift)`.
-///
-/// # Safety
-/// AVX2 + FMA.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn sum_exp(x: &[f32], shift: f32) -> f32 {
-    let n = x.len();
-    let shv = _mm256_set1_ps(shift);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut i = 0;
-    while i + 16 <= n {
-        for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: i + 16 <= n.
-            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(i + 8 * k)) };
-            *a = _mm256_add_ps(*a, exp8(_mm256_sub_ps(v, shv)));
-        }
-        i += 16;
-    }
-    let mut s = hsum8(_mm256_add_ps(acc[0], acc[1]));
-    for &v in &x[i..] {
-        s += (v - shift).exp();
-    }
-    s
 }

@@ -13,6 +13,8 @@
 //! reference (std `exp`, f64 sums) they agree within `1e-5·p + 1e-9` for
 //! rows of up to a few thousand entries (tested).
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod body;
 pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]

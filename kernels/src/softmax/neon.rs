@@ -1,62 +1,11 @@
-//! NEON softmax: as `avx2.rs` with 4 lanes.
+//! NEON softmax: the row and `sum_exp` of `body.rs` at 4 lanes, and top-k
+//! as `avx2.rs` with 4 lanes.
 
 use super::TopList;
-use crate::eltwise::neon::exp4;
+use crate::simd::neon::Neon;
 use std::arch::aarch64::*;
 
-/// Softmax of `x[..vis]·scale` in place, zeros in `x[vis..]`.
-///
-/// # Safety
-/// NEON; `vis <= x.len()`.
-#[target_feature(enable = "neon")]
-pub unsafe fn row(x: &mut [f32], vis: usize, scale: f32) {
-    let (head, tail) = x.split_at_mut(vis);
-    tail.fill(0.0);
-    let n = head.len();
-    let p = head.as_mut_ptr();
-    let sv = vdupq_n_f32(scale);
-    let mut mv = vdupq_n_f32(f32::NEG_INFINITY);
-    let mut i = 0;
-    // SAFETY: all accesses below n.
-    unsafe {
-        while i + 4 <= n {
-            mv = vmaxq_f32(mv, vmulq_f32(vld1q_f32(p.add(i)), sv));
-            i += 4;
-        }
-        let mut m = vmaxvq_f32(mv);
-        // Tails go through `p` too: a reborrow of `head` here would
-        // invalidate `p` for the passes below.
-        for j in i..n {
-            m = m.max(*p.add(j) * scale);
-        }
-        let shift = super::shift_for(m);
-        let shv = vdupq_n_f32(shift);
-        let mut acc = vdupq_n_f32(0.0);
-        i = 0;
-        while i + 4 <= n {
-            let e = exp4(vsubq_f32(vmulq_f32(vld1q_f32(p.add(i)), sv), shv));
-            vst1q_f32(p.add(i), e);
-            acc = vaddq_f32(acc, e);
-            i += 4;
-        }
-        let mut sum = vaddvq_f32(acc);
-        for j in i..n {
-            let v = p.add(j);
-            *v = (*v * scale - shift).exp();
-            sum += *v;
-        }
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        let iv = vdupq_n_f32(inv);
-        i = 0;
-        while i + 4 <= n {
-            vst1q_f32(p.add(i), vmulq_f32(vld1q_f32(p.add(i)), iv));
-            i += 4;
-        }
-        for j in i..n {
-            *p.add(j) *= inv;
-        }
-    }
-}
+super::body::softmax_kernels! { isa: Neon, feature: "neon", needs: "NEON" }
 
 /// Max of `x` and the top-k selection into `list`.
 ///
@@ -96,29 +45,4 @@ pub unsafe fn max_topk(x: &[f32], list: &mut TopList<'_>) -> f32 {
         list.offer(i + j, v);
     }
     m
-}
-
-/// `Σ e^(x - shift)`.
-///
-/// # Safety
-/// NEON.
-#[target_feature(enable = "neon")]
-pub unsafe fn sum_exp(x: &[f32], shift: f32) -> f32 {
-    let n = x.len();
-    let shv = vdupq_n_f32(shift);
-    let mut acc = [vdupq_n_f32(0.0); 2];
-    let mut i = 0;
-    while i + 8 <= n {
-        for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: i + 8 <= n.
-            let v = unsafe { vld1q_f32(x.as_ptr().add(i + 4 * k)) };
-            *a = vaddq_f32(*a, exp4(vsubq_f32(v, shv)));
-        }
-        i += 8;
-    }
-    let mut s = vaddvq_f32(vaddq_f32(acc[0], acc[1]));
-    for &v in &x[i..] {
-        s += (v - shift).exp();
-    }
-    s
 }
