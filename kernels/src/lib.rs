@@ -25,6 +25,7 @@ pub mod pool;
 mod prefetch;
 pub mod qgemm;
 pub mod qgemv;
+mod qsimd;
 pub mod quant;
 pub mod rope;
 mod simd;

@@ -137,57 +137,23 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
     }
 }
 
-/// AVX2 tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
-/// `pf` bytes ahead in each weight row.
-///
-/// # Safety
-/// Needs AVX2; `a` holds `mr` rows of `k`, `w` holds `nr` rows of `k`.
-pub unsafe fn tile(
-    a: &[i8],
-    w: &[i8],
-    _wsum: &[i32],
-    k: usize,
-    (mr, nr): (usize, usize),
-    pf: usize,
-    acc: &mut [i32; 8],
-) {
-    // SAFETY (all arms): forwarded from the caller.
-    unsafe {
-        match (mr, nr) {
-            (1, 1) => tile_avx2::<1, 1, 4>(a, w, k, pf, acc),
-            (1, 2) => tile_avx2::<1, 2, 2>(a, w, k, pf, acc),
-            (1, 4) => tile_avx2::<1, 4, 1>(a, w, k, pf, acc),
-            (2, 1) => tile_avx2::<2, 1, 2>(a, w, k, pf, acc),
-            (2, 2) => tile_avx2::<2, 2, 1>(a, w, k, pf, acc),
-            _ => tile_avx2::<2, 4, 1>(a, w, k, pf, acc),
-        }
-    }
-}
+tile_entry!(
+    /// AVX2 tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+    /// `pf` bytes ahead in each weight row.
+    ///
+    /// # Safety
+    /// Needs AVX2; `a` holds `mr` rows of `k`, `w` holds `nr` rows of `k`.
+    tile(a, w, _wsum, k, pf, acc)
+        => tile_avx2(a, w, k, pf, acc), unrolled by super::unroll
+);
 
-/// AVX-VNNI tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
-/// `pf` bytes ahead in each weight row.
-///
-/// # Safety
-/// Needs AVX2 + AVX-VNNI; shapes as in [`tile`]; `wsum` holds the `nr` exact
-/// weight-row sums.
-pub unsafe fn tile_avxvnni(
-    a: &[i8],
-    w: &[i8],
-    wsum: &[i32],
-    k: usize,
-    (mr, nr): (usize, usize),
-    pf: usize,
-    acc: &mut [i32; 8],
-) {
-    // SAFETY (all arms): forwarded from the caller.
-    unsafe {
-        match (mr, nr) {
-            (1, 1) => tile_vnni::<1, 1, 4>(a, w, wsum, k, pf, acc),
-            (1, 2) => tile_vnni::<1, 2, 2>(a, w, wsum, k, pf, acc),
-            (1, 4) => tile_vnni::<1, 4, 1>(a, w, wsum, k, pf, acc),
-            (2, 1) => tile_vnni::<2, 1, 2>(a, w, wsum, k, pf, acc),
-            (2, 2) => tile_vnni::<2, 2, 1>(a, w, wsum, k, pf, acc),
-            _ => tile_vnni::<2, 4, 1>(a, w, wsum, k, pf, acc),
-        }
-    }
-}
+tile_entry!(
+    /// AVX-VNNI tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+    /// `pf` bytes ahead in each weight row.
+    ///
+    /// # Safety
+    /// Needs AVX2 + AVX-VNNI; shapes as in [`tile`]; `wsum` holds the `nr` exact
+    /// weight-row sums.
+    tile_avxvnni(a, w, wsum, k, pf, acc)
+        => tile_vnni(a, w, wsum, k, pf, acc), unrolled by super::unroll
+);

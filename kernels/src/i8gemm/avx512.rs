@@ -105,57 +105,23 @@ unsafe fn tile_vnni<const MR: usize, const NR: usize, const U: usize>(
     }
 }
 
-/// AVX-512 tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
-/// `pf` bytes ahead in each weight row.
-///
-/// # Safety
-/// Needs AVX-512 F/BW/VL; `a` holds `mr` rows of `k`, `w` holds `nr` rows of `k`.
-pub unsafe fn tile(
-    a: &[i8],
-    w: &[i8],
-    _wsum: &[i32],
-    k: usize,
-    (mr, nr): (usize, usize),
-    pf: usize,
-    acc: &mut [i32; 8],
-) {
-    // SAFETY (all arms): forwarded from the caller.
-    unsafe {
-        match (mr, nr) {
-            (1, 1) => tile_512::<1, 1, 4>(a, w, k, pf, acc),
-            (1, 2) => tile_512::<1, 2, 2>(a, w, k, pf, acc),
-            (1, 4) => tile_512::<1, 4, 1>(a, w, k, pf, acc),
-            (2, 1) => tile_512::<2, 1, 2>(a, w, k, pf, acc),
-            (2, 2) => tile_512::<2, 2, 1>(a, w, k, pf, acc),
-            _ => tile_512::<2, 4, 1>(a, w, k, pf, acc),
-        }
-    }
-}
+tile_entry!(
+    /// AVX-512 tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+    /// `pf` bytes ahead in each weight row.
+    ///
+    /// # Safety
+    /// Needs AVX-512 F/BW/VL; `a` holds `mr` rows of `k`, `w` holds `nr` rows of `k`.
+    tile(a, w, _wsum, k, pf, acc)
+        => tile_512(a, w, k, pf, acc), unrolled by super::unroll
+);
 
-/// AVX-512 VNNI tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
-/// `pf` bytes ahead in each weight row.
-///
-/// # Safety
-/// Needs AVX-512 F/BW/VL + VNNI; shapes as in [`tile`]; `wsum` holds the `nr`
-/// exact weight-row sums.
-pub unsafe fn tile_vnni512(
-    a: &[i8],
-    w: &[i8],
-    wsum: &[i32],
-    k: usize,
-    (mr, nr): (usize, usize),
-    pf: usize,
-    acc: &mut [i32; 8],
-) {
-    // SAFETY (all arms): forwarded from the caller.
-    unsafe {
-        match (mr, nr) {
-            (1, 1) => tile_vnni::<1, 1, 4>(a, w, wsum, k, pf, acc),
-            (1, 2) => tile_vnni::<1, 2, 2>(a, w, wsum, k, pf, acc),
-            (1, 4) => tile_vnni::<1, 4, 1>(a, w, wsum, k, pf, acc),
-            (2, 1) => tile_vnni::<2, 1, 2>(a, w, wsum, k, pf, acc),
-            (2, 2) => tile_vnni::<2, 2, 1>(a, w, wsum, k, pf, acc),
-            _ => tile_vnni::<2, 4, 1>(a, w, wsum, k, pf, acc),
-        }
-    }
-}
+tile_entry!(
+    /// AVX-512 VNNI tile for `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`, prefetching
+    /// `pf` bytes ahead in each weight row.
+    ///
+    /// # Safety
+    /// Needs AVX-512 F/BW/VL + VNNI; shapes as in [`tile`]; `wsum` holds the `nr`
+    /// exact weight-row sums.
+    tile_vnni512(a, w, wsum, k, pf, acc)
+        => tile_vnni(a, w, wsum, k, pf, acc), unrolled by super::unroll
+);

@@ -4,34 +4,16 @@
 //! of A, 8 values of k each), `vm` as 2×8 (two rows of W) and adds the 2×2
 //! i32 product `vn · vmᵀ` to `vd` = [r0·c0, r0·c1, r1·c0, r1·c1]. A 2×NR
 //! tile is NR/2 `smmla`s per 8 values of k (an odd weight row is paired with
-//! zeros). The intrinsic `vmmlaq_s32` is unstable in Rust 1.95, so it is
-//! emitted with `asm!` under `#[target_feature(enable = "i8mm")]`. Tiles with
+//! zeros). `smmla` comes from `crate::qsimd` (its intrinsic is
+//! unstable). Tiles with
 //! one activation row (GEMV) would waste half of each `smmla`, so they run
 //! the `sdot` tile instead. The k tail (< 8) is a scalar loop. Each 64
 //! bytes of the weight rows first request their bytes `pf` further on
 //! (`prfm`, see `by_lines!` in `mod.rs`).
 
 use super::prefetch_rows;
+use crate::qsimd::smmla;
 use std::arch::aarch64::*;
-use std::arch::asm;
-
-/// `acc + a · bᵀ` for 2×8 int8 `a`, `b` (`smmla`).
-#[inline]
-#[target_feature(enable = "neon,i8mm")]
-fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: register-only instruction, available under the i8mm feature.
-    unsafe {
-        asm!(
-            "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
 
 /// 2 activation rows × `NR` weight rows.
 ///

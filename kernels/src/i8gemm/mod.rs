@@ -84,6 +84,56 @@ macro_rules! by_lines {
     }};
 }
 
+/// Stamps an ISA file's tile entry (the [`TileFn`] signature) that runs
+/// `$f::<MR, NR>` for the shape `(mr, nr)`, `mr ∈ {1, 2}`, `nr ∈ {1, 2, 4}`
+/// (other shapes run 2 × 4), with `U = unroll(MR, NR)` accumulator sets as
+/// a third const parameter for the tiles that take one. The entry's
+/// parameters are named at the call, so each tile takes the ones it needs. A
+/// macro because the const parameters are the whole point: one call per
+/// shape, each a separately compiled tile.
+macro_rules! tile_entry {
+    (
+        $(#[$m:meta])*
+        $name:ident($a:ident, $w:ident, $ws:ident, $k:ident, $pf:ident, $acc:ident)
+            => $f:ident($($arg:ident),*) $(, unrolled by $u:path)?
+    ) => {
+        $(#[$m])*
+        pub unsafe fn $name(
+            $a: &[i8],
+            $w: &[i8],
+            $ws: &[i32],
+            $k: usize,
+            (mr, nr): (usize, usize),
+            $pf: usize,
+            $acc: &mut [i32; 8],
+        ) {
+            // SAFETY (all arms): forwarded from the caller.
+            unsafe {
+                match (mr, nr) {
+                    (1, 1) => $f::<1, 1 $(, { $u(1, 1) })?>($($arg),*),
+                    (1, 2) => $f::<1, 2 $(, { $u(1, 2) })?>($($arg),*),
+                    (1, 4) => $f::<1, 4 $(, { $u(1, 4) })?>($($arg),*),
+                    (2, 1) => $f::<2, 1 $(, { $u(2, 1) })?>($($arg),*),
+                    (2, 2) => $f::<2, 2 $(, { $u(2, 2) })?>($($arg),*),
+                    _ => $f::<2, 4 $(, { $u(2, 4) })?>($($arg),*),
+                }
+            }
+        }
+    };
+}
+
+/// Accumulator sets of the x86 tiles: 4 independent chains in all for the
+/// small tiles (1 × 1: 4 sets, 1 × 2 and 2 × 1: 2), one set from 4
+/// accumulators up.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const fn unroll(mr: usize, nr: usize) -> usize {
+    match mr * nr {
+        1 => 4,
+        2 => 2,
+        _ => 1,
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

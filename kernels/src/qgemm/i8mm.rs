@@ -16,32 +16,14 @@
 //! is the NEON tiles' (bit-equal to
 //! the scalar micro-kernel; Q6_K, nibbles plus its fifth- and sixth-bit
 //! planes, runs its low-nibble steps first, so its half-block sums are
-//! scaled after the second and the fourth step). A tile of one row runs the `sdot` tile. `vmmlaq_s32`
-//! is unstable in Rust 1.95, so `smmla` is emitted with `asm!`.
+//! scaled after the second and the fourth step). A tile of one row runs the `sdot` tile. `smmla` comes
+//! from `crate::qsimd` (its intrinsic is unstable).
 
 use super::Job;
 use super::neon::{scales4, seconds4, supers4};
 use super::pack::{Kind, MXFP4_LUT, SC_E8M0, SC_F16, SC_KSUB};
+use crate::qsimd::smmla;
 use std::arch::aarch64::*;
-use std::arch::asm;
-
-/// `acc + a · bᵀ` for 2×8 int8 `a`, `b` (`smmla`).
-#[inline]
-#[target_feature(enable = "neon,dotprod,i8mm")]
-fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: register-only instruction, available under the i8mm feature.
-    unsafe {
-        asm!(
-            "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
 
 /// Weight row pairs (0, 1) and (2, 3) × 8 values of k from two chunks.
 #[inline]

@@ -101,6 +101,7 @@ macro_rules! by_v_mr_ku {
     };
 }
 
+pub mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -114,10 +115,8 @@ mod neon;
 pub mod pack;
 pub mod scalar;
 
-pub use pack::{
-    ActBlock, INTERLEAVES, PackedQ, act_bytes, quantize_activations, quantize_activations_into,
-    repack,
-};
+pub use act::{ActBlock, act_bytes, quantize_activations, quantize_activations_into};
+pub use pack::{INTERLEAVES, PackedQ, repack};
 
 use crate::error::check_len;
 use crate::pool::{check_threads, parallel_ranges};

@@ -9,7 +9,7 @@
 //! `vpmaddubsw` + `vpmaddwd` (AVX2) or `vpdpbusd` (AVX-VNNI) — and the i32
 //! lanes are converted and scaled by `d_w · d_x` once per block.
 
-use super::{A8Rows, QGemvParams, Rows, drive};
+use super::{A8Rows, QGemvParams, Rows, a8_entry, a32_entry};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
     BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
@@ -284,75 +284,12 @@ unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
 /// The CPU must support AVX2, FMA and F16C; `w` holds `y.len()` rows of
 /// `x.len() / block_size` blocks.
 pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) {
-    let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            Rows::Q4_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q4_0::<1>, a32_q4_0::<2>, a32_q4_0::<4>],
-            ),
-            Rows::Q4_1(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q4_1::<1>, a32_q4_1::<2>, a32_q4_1::<4>],
-            ),
-            Rows::Q8_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q8_0::<1>, a32_q8_0::<2>, a32_q8_0::<4>],
-            ),
-            Rows::Mxfp4(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_mxfp4::<1>, a32_mxfp4::<2>, a32_mxfp4::<4>],
-            ),
-            Rows::Q4K(w) => drive(
-                w,
-                x,
-                x.len() / QK_K,
-                y,
-                rpb,
-                [a32_q4_k::<1>, a32_q4_k::<2>, a32_q4_k::<4>],
-            ),
-            Rows::Q6K(w) => drive(
-                w,
-                x,
-                x.len() / QK_K,
-                y,
-                rpb,
-                [a32_q6_k::<1>, a32_q6_k::<2>, a32_q6_k::<4>],
-            ),
-            Rows::Q5_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q5_0::<1>, a32_q5_0::<2>, a32_q5_0::<4>],
-            ),
-            Rows::Q5_1(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q5_1::<1>, a32_q5_1::<2>, a32_q5_1::<4>],
-            ),
-        }
+        a32_entry!(w, x, y, rpb, [
+            Q4_0 => a32_q4_0, Q4_1 => a32_q4_1, Q8_0 => a32_q8_0, Mxfp4 => a32_mxfp4,
+            Q4K => a32_q4_k, Q6K => a32_q6_k, Q5_0 => a32_q5_0, Q5_1 => a32_q5_1,
+        ])
     }
 }
 
@@ -678,72 +615,10 @@ unsafe fn a8_q6_k<const R: usize>(w: &[BlockQ6K], x: &[BlockQ8K], y: &mut [f32])
 pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            A8Rows::Q4_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_0::<1>, a8_q4_0::<2>, a8_q4_0::<4>],
-            ),
-            A8Rows::Q8_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q8_0::<1>, a8_q8_0::<2>, a8_q8_0::<4>],
-            ),
-            A8Rows::Mxfp4(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_mxfp4::<1>, a8_mxfp4::<2>, a8_mxfp4::<4>],
-            ),
-            A8Rows::Q4_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
-            ),
-            A8Rows::Q4K(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_k::<1>, a8_q4_k::<2>, a8_q4_k::<4>],
-            ),
-            A8Rows::Q6K(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
-            ),
-            A8Rows::Q5_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q5_0::<1>, a8_q5_0::<2>, a8_q5_0::<4>],
-            ),
-            A8Rows::Q5_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q5_1::<1>, a8_q5_1::<2>, a8_q5_1::<4>],
-            ),
-        }
+        a8_entry!(w, y, rpb, [
+            Q4_0 => a8_q4_0, Q8_0 => a8_q8_0, Mxfp4 => a8_mxfp4, Q4_1 => a8_q4_1,
+            Q4K => a8_q4_k, Q6K => a8_q6_k, Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
+        ])
     }
 }
 
@@ -754,115 +629,9 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
 pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            A8Rows::Q4_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q4_0::<1>, vnni_q4_0::<2>, vnni_q4_0::<4>],
-            ),
-            A8Rows::Q8_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q8_0::<1>, vnni_q8_0::<2>, vnni_q8_0::<4>],
-            ),
-            A8Rows::Mxfp4(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_mxfp4::<1>, vnni_mxfp4::<2>, vnni_mxfp4::<4>],
-            ),
-            A8Rows::Q4_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q4_1::<1>, vnni_q4_1::<2>, vnni_q4_1::<4>],
-            ),
-            A8Rows::Q5_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q5_0::<1>, vnni_q5_0::<2>, vnni_q5_0::<4>],
-            ),
-            A8Rows::Q5_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q5_1::<1>, vnni_q5_1::<2>, vnni_q5_1::<4>],
-            ),
-            other => super::scalar::gemv_a8(other, y),
-        }
-    }
-}
-
-/// W·A8 over 4-row interleaved Q4_0 groups (see `repack.rs`): per block, two
-/// 32-byte loads hold chunks 0,1 and 2,3 of all four rows; the activation
-/// 4-byte group of each chunk is broadcast with `vpermd`, so i32 lane r
-/// (and r + 4) of every dot belongs to row r.
-///
-/// # Safety
-/// Needs AVX2, FMA and F16C; `w` holds `y.len() / 4` groups of `x.len()` blocks.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn gemv_a8_q4_0x4(
-    w: &[super::repack::BlockQ4_0x4],
-    x: &[BlockQ8_0],
-    y: &mut [f32],
-) {
-    let nb = x.len();
-    debug_assert!(w.len() * 4 == y.len() * nb);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let k8 = _mm256_set1_epi8(8);
-    let idx = |a: i32| _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1);
-    let (i01, i23, i45, i67) = (idx(0), idx(2), idx(4), idx(6));
-    for (g, yg) in y.chunks_exact_mut(4).enumerate() {
-        let mut acc = _mm_setzero_ps();
-        for (b, xb) in x.iter().enumerate() {
-            let gb = &w[g * nb + b];
-            // SAFETY: qs is 64 bytes, x.qs 32.
-            let (w0, w1, xv) = unsafe {
-                (
-                    _mm256_loadu_si256(gb.qs.as_ptr().cast()),
-                    _mm256_loadu_si256(gb.qs.as_ptr().add(32).cast()),
-                    _mm256_loadu_si256(xb.qs.as_ptr().cast()),
-                )
-            };
-            let lo = |v: __m256i| _mm256_sub_epi8(_mm256_and_si256(v, m4), k8);
-            let hi =
-                |v: __m256i| _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), k8);
-            let s = _mm256_add_epi32(
-                _mm256_add_epi32(
-                    sdot_avx2(lo(w0), _mm256_permutevar8x32_epi32(xv, i01)),
-                    sdot_avx2(lo(w1), _mm256_permutevar8x32_epi32(xv, i23)),
-                ),
-                _mm256_add_epi32(
-                    sdot_avx2(hi(w0), _mm256_permutevar8x32_epi32(xv, i45)),
-                    sdot_avx2(hi(w1), _mm256_permutevar8x32_epi32(xv, i67)),
-                ),
-            );
-            let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-            let dx = fp16(xb.d);
-            let d = _mm_setr_ps(
-                fp16(gb.d[0]) * dx,
-                fp16(gb.d[1]) * dx,
-                fp16(gb.d[2]) * dx,
-                fp16(gb.d[3]) * dx,
-            );
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc);
-        }
-        // SAFETY: yg holds 4 floats.
-        unsafe { _mm_storeu_ps(yg.as_mut_ptr(), acc) };
+        a8_entry!(w, y, rpb, [
+            Q4_0 => vnni_q4_0, Q8_0 => vnni_q8_0, Mxfp4 => vnni_mxfp4, Q4_1 => vnni_q4_1,
+            Q5_0 => vnni_q5_0, Q5_1 => vnni_q5_1,
+        ])
     }
 }

@@ -8,7 +8,7 @@
 //! with zeros. AVX-512BW has no `vpsignb`, so the sign trick uses
 //! `vpabsb` and a masked negate (`x` negated where `w < 0`).
 
-use super::{A8Rows, QGemvParams, Rows, drive};
+use super::{A8Rows, QGemvParams, Rows, a8_entry, a32_entry};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, F16Le, KVALUES_MXFP4, QK,
     e8m0_to_f32_half,
@@ -126,44 +126,11 @@ a32_kernel!(a32_mxfp4, BlockMxfp4, |b, x, xs, acc| {
 /// The CPU must support the AVX-512 level; `w` holds `y.len()` rows of
 /// `x.len() / block_size` blocks. Other formats fall back to scalar.
 pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) {
-    let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            Rows::Q4_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q4_0::<1>, a32_q4_0::<2>, a32_q4_0::<4>],
-            ),
-            Rows::Q4_1(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q4_1::<1>, a32_q4_1::<2>, a32_q4_1::<4>],
-            ),
-            Rows::Q8_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q8_0::<1>, a32_q8_0::<2>, a32_q8_0::<4>],
-            ),
-            Rows::Mxfp4(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_mxfp4::<1>, a32_mxfp4::<2>, a32_mxfp4::<4>],
-            ),
-            other => super::scalar::gemv_a32(other, x, y),
-        }
+        a32_entry!(w, x, y, rpb, [
+            Q4_0 => a32_q4_0, Q4_1 => a32_q4_1, Q8_0 => a32_q8_0, Mxfp4 => a32_mxfp4,
+        ])
     }
 }
 
@@ -354,41 +321,9 @@ a8_family!(
 pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            A8Rows::Q4_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_0::<1>, a8_q4_0::<2>, a8_q4_0::<4>],
-            ),
-            A8Rows::Q8_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q8_0::<1>, a8_q8_0::<2>, a8_q8_0::<4>],
-            ),
-            A8Rows::Mxfp4(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_mxfp4::<1>, a8_mxfp4::<2>, a8_mxfp4::<4>],
-            ),
-            A8Rows::Q4_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
-            ),
-            other => super::scalar::gemv_a8(other, y),
-        }
+        a8_entry!(w, y, rpb, [
+            Q4_0 => a8_q4_0, Q8_0 => a8_q8_0, Mxfp4 => a8_mxfp4, Q4_1 => a8_q4_1,
+        ])
     }
 }
 
@@ -399,40 +334,8 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
 pub unsafe fn gemv_a8_vnni(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            A8Rows::Q4_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q4_0::<1>, vnni_q4_0::<2>, vnni_q4_0::<4>],
-            ),
-            A8Rows::Q8_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q8_0::<1>, vnni_q8_0::<2>, vnni_q8_0::<4>],
-            ),
-            A8Rows::Mxfp4(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_mxfp4::<1>, vnni_mxfp4::<2>, vnni_mxfp4::<4>],
-            ),
-            A8Rows::Q4_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [vnni_q4_1::<1>, vnni_q4_1::<2>, vnni_q4_1::<4>],
-            ),
-            other => super::scalar::gemv_a8(other, y),
-        }
+        a8_entry!(w, y, rpb, [
+            Q4_0 => vnni_q4_0, Q8_0 => vnni_q8_0, Mxfp4 => vnni_mxfp4, Q4_1 => vnni_q4_1,
+        ])
     }
 }

@@ -26,8 +26,9 @@
 //! | Q4_K, Q6_K | scalar, avx2, neon | scalar, avx2, neon, neon_dotprod (Q8_K) |
 //!
 //! An AVX-512 machine runs the avx2 kernels where no avx512 one exists.
-//! [`repack`] holds Q4_0 repacked into 4-row interleaved blocks with its own
-//! W·A8 kernels (scalar, avx2, neon_dotprod).
+//! Weights interleaved across rows (one vector lane per row, no horizontal
+//! reduction) are the quantized GEMM's layout (`crate::qgemm`), which the
+//! runtime also runs for decode at m = 1.
 //! `neon_i8mm` is not offered: `smmla` computes a 2×2 tile, so with one
 //! activation column half of its products would be wasted; it pays off in
 //! GEMM, not GEMV.
@@ -40,7 +41,6 @@ mod avx512;
 mod dotprod;
 #[cfg(target_arch = "aarch64")]
 mod neon;
-pub mod repack;
 pub mod scalar;
 
 use crate::error::check_len;
@@ -358,6 +358,54 @@ pub(crate) unsafe fn drive<B, X>(
         unsafe { k[0](&w[i * nb..(i + 1) * nb], x, &mut y[i..i + 1]) };
         i += 1;
     }
+}
+
+/// The body of an ISA file's W·A32 entry: each listed [`Rows`] variant
+/// runs that file's micro-kernels `$k::<1>`, `<2>`, `<4>` through [`drive`]
+/// (`nb` blocks of the weight format per row); a format the file has no
+/// kernel for runs the scalar reference (`variants` does not offer it).
+/// A macro because each variant's kernels have their own block type.
+macro_rules! a32_entry {
+    ($w:expr, $x:expr, $y:expr, $rpb:expr, [$($f:ident => $k:ident),+ $(,)?]) => {
+        match $w {
+            $($crate::qgemv::Rows::$f(w) => $crate::qgemv::drive(
+                w,
+                $x,
+                $crate::qgemv::blocks_in(w, $x.len()),
+                $y,
+                $rpb,
+                [$k::<1>, $k::<2>, $k::<4>],
+            ),)+
+            #[allow(unreachable_patterns)]
+            other => $crate::qgemv::scalar::gemv_a32(other, $x, $y),
+        }
+    };
+}
+pub(crate) use a32_entry;
+
+/// The body of an ISA file's W·A8 entry, as [`a32_entry`] over [`A8Rows`]
+/// (one activation block per weight block of a row).
+macro_rules! a8_entry {
+    ($w:expr, $y:expr, $rpb:expr, [$($f:ident => $k:ident),+ $(,)?]) => {
+        match $w {
+            $($crate::qgemv::A8Rows::$f(w, x) => $crate::qgemv::drive(
+                w,
+                x,
+                x.len(),
+                $y,
+                $rpb,
+                [$k::<1>, $k::<2>, $k::<4>],
+            ),)+
+            #[allow(unreachable_patterns)]
+            other => $crate::qgemv::scalar::gemv_a8(other, $y),
+        }
+    };
+}
+pub(crate) use a8_entry;
+
+/// Blocks of `B` in a row of `k` values.
+pub(crate) fn blocks_in<B: RawBlock>(_: &[B], k: usize) -> usize {
+    k / B::QK
 }
 
 /// Requests bytes `at .. at + len` of `w` `pf` bytes further on

@@ -8,7 +8,7 @@
 //! `d_w · d_x`. The W·A8 kernel body is shared with `dotprod.rs` through
 //! [`a8_family`], which only swaps the block dot product.
 
-use super::{A8Rows, QGemvParams, Rows, drive};
+use super::{A8Rows, QGemvParams, Rows, a8_entry, a32_entry};
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
     BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
@@ -295,75 +295,12 @@ unsafe fn a32_q6_k<const R: usize>(w: &[BlockQ6K], x: &[f32], y: &mut [f32]) {
 /// `w` holds `y.len()` rows of `x.len() / block_size` blocks (NEON is
 /// baseline on aarch64).
 pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) {
-    let nb = x.len() / QK;
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            Rows::Q4_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q4_0::<1>, a32_q4_0::<2>, a32_q4_0::<4>],
-            ),
-            Rows::Q4_1(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q4_1::<1>, a32_q4_1::<2>, a32_q4_1::<4>],
-            ),
-            Rows::Q8_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q8_0::<1>, a32_q8_0::<2>, a32_q8_0::<4>],
-            ),
-            Rows::Mxfp4(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_mxfp4::<1>, a32_mxfp4::<2>, a32_mxfp4::<4>],
-            ),
-            Rows::Q4K(w) => drive(
-                w,
-                x,
-                x.len() / QK_K,
-                y,
-                rpb,
-                [a32_q4_k::<1>, a32_q4_k::<2>, a32_q4_k::<4>],
-            ),
-            Rows::Q6K(w) => drive(
-                w,
-                x,
-                x.len() / QK_K,
-                y,
-                rpb,
-                [a32_q6_k::<1>, a32_q6_k::<2>, a32_q6_k::<4>],
-            ),
-            Rows::Q5_0(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q5_0::<1>, a32_q5_0::<2>, a32_q5_0::<4>],
-            ),
-            Rows::Q5_1(w) => drive(
-                w,
-                x,
-                nb,
-                y,
-                rpb,
-                [a32_q5_1::<1>, a32_q5_1::<2>, a32_q5_1::<4>],
-            ),
-        }
+        a32_entry!(w, x, y, rpb, [
+            Q4_0 => a32_q4_0, Q4_1 => a32_q4_1, Q8_0 => a32_q8_0, Mxfp4 => a32_mxfp4,
+            Q4K => a32_q4_k, Q6K => a32_q6_k, Q5_0 => a32_q5_0, Q5_1 => a32_q5_1,
+        ])
     }
 }
 
@@ -651,72 +588,10 @@ kq_family!("neon", dot32_smull, dot16_smull, a8_q4_k, a8_q6_k);
 pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match w {
-            A8Rows::Q4_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_0::<1>, a8_q4_0::<2>, a8_q4_0::<4>],
-            ),
-            A8Rows::Q8_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q8_0::<1>, a8_q8_0::<2>, a8_q8_0::<4>],
-            ),
-            A8Rows::Mxfp4(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_mxfp4::<1>, a8_mxfp4::<2>, a8_mxfp4::<4>],
-            ),
-            A8Rows::Q4_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_1::<1>, a8_q4_1::<2>, a8_q4_1::<4>],
-            ),
-            A8Rows::Q4K(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q4_k::<1>, a8_q4_k::<2>, a8_q4_k::<4>],
-            ),
-            A8Rows::Q6K(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q6_k::<1>, a8_q6_k::<2>, a8_q6_k::<4>],
-            ),
-            A8Rows::Q5_0(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q5_0::<1>, a8_q5_0::<2>, a8_q5_0::<4>],
-            ),
-            A8Rows::Q5_1(w, x) => drive(
-                w,
-                x,
-                x.len(),
-                y,
-                rpb,
-                [a8_q5_1::<1>, a8_q5_1::<2>, a8_q5_1::<4>],
-            ),
-        }
+        a8_entry!(w, y, rpb, [
+            Q4_0 => a8_q4_0, Q8_0 => a8_q8_0, Mxfp4 => a8_mxfp4, Q4_1 => a8_q4_1,
+            Q4K => a8_q4_k, Q6K => a8_q6_k, Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
+        ])
     }
 }
 
