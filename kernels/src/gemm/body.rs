@@ -29,7 +29,12 @@ pub(super) unsafe fn packed<S: Simd, const MR: usize, const NV: usize>(
     m_eff: usize,
     n_eff: usize,
 ) {
-    const { assert!(MR.is_multiple_of(S::BCAST_GROUP), "A is loaded by whole groups") };
+    const {
+        assert!(
+            MR.is_multiple_of(S::BCAST_GROUP),
+            "A is loaded by whole groups"
+        )
+    };
     let nr = NV * S::LANES;
     // SAFETY: all reads stay within the kc × mr A panel and the kc × nr
     // panel; writes within the m_eff × n_eff C tile.
