@@ -324,6 +324,12 @@ impl SelectorDb {
             // v5 only added `verdicts`, which a reader of a v4 file finds
             // empty (`SelectorDb::verdict`): a table shipped read-only
             // before verdicts existed still serves its selections.
+            // An SQLite file with no schema yet is a table a tuner is
+            // creating right now (or one that was never filled): to a
+            // reader that is no table, not an old one to upgrade.
+            if version == 0 && empty {
+                return Err(TableError::NotFound { path });
+            }
             if version < schema::READ_ONLY_OLDEST {
                 return Err(TableError::NeedsMigration {
                     path,

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 /// Everything that can go wrong reading or writing a selector table.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
-    /// The file does not exist (or is empty) and the caller asked not to create it.
+    /// The file does not exist, is empty, or holds no schema yet, and the
+    /// caller asked not to create it.
     #[error(
         "selector table {path} does not exist; run `tiletune tune` to create one, or pass --db to use another file"
     )]

@@ -251,3 +251,24 @@ fn committed_rows_survive_a_crash_before_checkpoint() {
     let db = SelectorDb::open_with(crashed.join("selector.db"), opts).unwrap();
     assert_eq!(db.count_measurements(Some("socA")).unwrap(), 50);
 }
+
+/// An SQLite file without a schema yet (a tuner creating the table at this
+/// moment) is no table to a reader, not an old one to upgrade; a writer
+/// makes it a table.
+#[test]
+fn a_file_with_no_schema_yet_is_no_table_to_a_reader() {
+    let dir = tmp();
+    let path = dir.path().join("fresh.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        // A page on disk, no tables, no ids: what a creator has written
+        // before its first migration commits.
+        c.execute_batch("PRAGMA journal_mode = WAL; PRAGMA page_size = 4096; VACUUM;")
+            .unwrap();
+    }
+    assert!(std::fs::metadata(&path).unwrap().len() > 0);
+    let err = SelectorDb::open_with(&path, OpenOptions::read_only()).unwrap_err();
+    assert!(matches!(err, TableError::NotFound { .. }), "{err}");
+    let db = SelectorDb::open(&path).unwrap();
+    assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
+}

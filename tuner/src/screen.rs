@@ -120,8 +120,8 @@ mod tests {
         let gemv = json!({"nr": 4, "unroll": 1, "prefetch": 0, "kc": 0});
         let ok_gemv = sel("gemv", "f32", "scalar", gemv.clone(), KERNEL_ABI);
         let mut export = SocExport {
-            format: "tiletune-selector-export".into(),
-            version: 3,
+            format: tiletune_tables::exchange::EXPORT_FORMAT.into(),
+            version: tiletune_tables::exchange::EXPORT_VERSION,
             soc: SocRecord {
                 fingerprint: "s".into(),
                 name: "s".into(),
@@ -187,8 +187,8 @@ mod tests {
             ("avx2", "avx512")
         };
         let mut export = SocExport {
-            format: "tiletune-selector-export".into(),
-            version: 3,
+            format: tiletune_tables::exchange::EXPORT_FORMAT.into(),
+            version: tiletune_tables::exchange::EXPORT_VERSION,
             soc: SocRecord {
                 fingerprint: "s".into(),
                 name: "s".into(),
