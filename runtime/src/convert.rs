@@ -263,8 +263,8 @@ pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
 /// contents. Contents, not size and modification time: a checkpoint
 /// replaced by another of the same size with its mtime kept (a copy with
 /// `cp -p`, an unpacked archive, a sync tool) must not reuse the old image.
-/// SHA-256 runs on the CPU's SHA instructions where it has them, a small
-/// cost next to converting or loading the same bytes.
+/// The price is reading every file once per start (the cached image is then
+/// mapped, not converted).
 fn cache_key(dir: &Path, quant: Option<WeightType>) -> Result<String> {
     let io = |path: &Path, source| LoadError::Io {
         path: path.to_path_buf(),

@@ -364,32 +364,7 @@ impl SelectorDb {
         check_selection(s)?;
         let e = self.err("storing a selection");
         self.write("storing a selection", |tx, path| {
-            require_soc(tx, path, &s.soc)?;
-            if let Some(c) = &s.campaign {
-                require_campaign(tx, path, c)?;
-            }
-            let reason: Option<Option<String>> = tx
-                .query_row(
-                    "SELECT invalid_reason FROM measurements
-                     WHERE soc = ?1 AND kernel_abi = ?2 AND problem_key = ?3 AND candidate_key = ?4
-                       AND valid = 0",
-                    params![s.soc, s.kernel_abi, s.problem.key(), s.winner.key()],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(&e)?;
-            if let Some(reason) = reason {
-                return Err(invalid(
-                    "selection",
-                    s.winner.key(),
-                    format!(
-                        "this candidate failed validation on {} ({}) and can never be selected",
-                        s.problem,
-                        reason.unwrap_or_else(|| "no reason recorded".to_string())
-                    ),
-                ));
-            }
-            insert::selection(tx, s).map_err(&e)
+            store_selection(tx, path, s, &e)
         })
     }
 
@@ -405,33 +380,37 @@ impl SelectorDb {
             self.put_selection(s)?;
             return Ok(true);
         };
+        check_selection(s)?;
         let e = self.err("storing a selection");
-        let faster_concurrent = self.write("storing a selection", |tx, path| {
+        // One transaction: two tuners finishing the same problem at once
+        // cannot both see the other's row missing and both write.
+        self.write("storing a selection", |tx, path| {
             require_campaign(tx, path, &campaign)?;
-            tx.query_row(
-                "SELECT COUNT(*) FROM selections AS s
+            let faster_concurrent: i64 = tx
+                .query_row(
+                    "SELECT COUNT(*) FROM selections AS s
                    JOIN campaigns AS theirs ON theirs.id = s.campaign
                    JOIN campaigns AS ours ON ours.id = ?5
                  WHERE s.soc = ?1 AND s.kernel_abi = ?2 AND s.problem_key = ?3
                    AND s.thread_budget = ?4 AND s.campaign <> ?5 AND s.median_ns < ?6
                    AND (theirs.finished_at IS NULL OR theirs.finished_at >= ours.started_at)",
-                params![
-                    s.soc,
-                    s.kernel_abi,
-                    s.problem.key(),
-                    s.thread_budget,
-                    campaign,
-                    s.median_ns
-                ],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(&e)
-        })?;
-        if faster_concurrent > 0 {
-            return Ok(false);
-        }
-        self.put_selection(s)?;
-        Ok(true)
+                    params![
+                        s.soc,
+                        s.kernel_abi,
+                        s.problem.key(),
+                        s.thread_budget,
+                        campaign,
+                        s.median_ns
+                    ],
+                    |r| r.get(0),
+                )
+                .map_err(&e)?;
+            if faster_concurrent > 0 {
+                return Ok(false);
+            }
+            store_selection(tx, path, s, &e)?;
+            Ok(true)
+        })
     }
 
     /// Every selection for one SoC (or all), ordered for display.
@@ -503,6 +482,42 @@ impl SelectorDb {
             peer_row,
         )
     }
+}
+
+/// Stores `s` inside a write transaction: its SoC and campaign must exist,
+/// and a winner whose stored measurement is marked invalid is refused.
+fn store_selection(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    s: &Selection,
+    e: &impl Fn(rusqlite::Error) -> TableError,
+) -> Result<()> {
+    require_soc(tx, path, &s.soc)?;
+    if let Some(c) = &s.campaign {
+        require_campaign(tx, path, c)?;
+    }
+    let reason: Option<Option<String>> = tx
+        .query_row(
+            "SELECT invalid_reason FROM measurements
+             WHERE soc = ?1 AND kernel_abi = ?2 AND problem_key = ?3 AND candidate_key = ?4
+               AND valid = 0",
+            params![s.soc, s.kernel_abi, s.problem.key(), s.winner.key()],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(e)?;
+    if let Some(reason) = reason {
+        return Err(invalid(
+            "selection",
+            s.winner.key(),
+            format!(
+                "this candidate failed validation on {} ({}) and can never be selected",
+                s.problem,
+                reason.unwrap_or_else(|| "no reason recorded".to_string())
+            ),
+        ));
+    }
+    insert::selection(tx, s).map_err(e)
 }
 
 /// A running tuner's hold on its campaign: an exclusive lock on a file next

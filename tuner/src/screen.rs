@@ -115,11 +115,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rows_the_runtime_would_reject_are_refused_with_why() {
-        let gemv = json!({"nr": 4, "unroll": 1, "prefetch": 0, "kc": 0});
-        let ok_gemv = sel("gemv", "f32", "scalar", gemv.clone(), KERNEL_ABI);
-        let mut export = SocExport {
+    fn export(selections: Vec<Selection>) -> SocExport {
+        SocExport {
             format: tiletune_tables::exchange::EXPORT_FORMAT.into(),
             version: tiletune_tables::exchange::EXPORT_VERSION,
             soc: SocRecord {
@@ -130,27 +127,34 @@ mod tests {
             },
             campaigns: vec![],
             measurements: vec![],
-            selections: vec![
-                ok_gemv.clone(),
-                sel("gemv", "f32", "avx9000", json!({}), KERNEL_ABI),
-                sel("gemv", "q4_0", "scalar", json!({}), KERNEL_ABI),
-                sel("gemv", "q9_9", "neon", json!({}), KERNEL_ABI),
-                sel("conv", "f32", "neon", json!({}), KERNEL_ABI),
-                sel("gemv", "f32", "neon", json!({}), 999),
-                sel(
-                    "gemm",
-                    "f32",
-                    "scalar",
-                    json!({"mr": 1_000_000, "nr": 8, "kc": 256, "mc": 64, "nc": 256, "pack": true}),
-                    KERNEL_ABI,
-                ),
-                // An old ABI's row is history: kept, never run.
-                sel("gemv", "f32", "avx9000", json!({}), KERNEL_ABI - 1),
-            ],
+            selections,
             ceilings: vec![],
             peer_results: vec![],
             verdicts: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn rows_the_runtime_would_reject_are_refused_with_why() {
+        let gemv = json!({"nr": 4, "unroll": 1, "prefetch": 0, "kc": 0});
+        let ok_gemv = sel("gemv", "f32", "scalar", gemv.clone(), KERNEL_ABI);
+        let mut export = export(vec![
+            ok_gemv.clone(),
+            sel("gemv", "f32", "avx9000", json!({}), KERNEL_ABI),
+            sel("gemv", "q4_0", "scalar", json!({}), KERNEL_ABI),
+            sel("gemv", "q9_9", "neon", json!({}), KERNEL_ABI),
+            sel("conv", "f32", "neon", json!({}), KERNEL_ABI),
+            sel("gemv", "f32", "neon", json!({}), 999),
+            sel(
+                "gemm",
+                "f32",
+                "scalar",
+                json!({"mr": 1_000_000, "nr": 8, "kc": 256, "mc": 64, "nc": 256, "pack": true}),
+                KERNEL_ABI,
+            ),
+            // An old ABI's row is history: kept, never run.
+            sel("gemv", "f32", "avx9000", json!({}), KERNEL_ABI - 1),
+        ]);
         let refused = screen_export(&mut export, KERNEL_ABI);
         let reasons: Vec<&str> = refused.iter().map(|r| r.reason.as_str()).collect();
         assert_eq!(refused.len(), 6, "{reasons:#?}");
@@ -186,25 +190,10 @@ mod tests {
         } else {
             ("avx2", "avx512")
         };
-        let mut export = SocExport {
-            format: tiletune_tables::exchange::EXPORT_FORMAT.into(),
-            version: tiletune_tables::exchange::EXPORT_VERSION,
-            soc: SocRecord {
-                fingerprint: "s".into(),
-                name: "s".into(),
-                probe: json!({}),
-                first_seen: 0,
-            },
-            campaigns: vec![],
-            measurements: vec![],
-            selections: vec![
-                sel("gemv", "f32", v, gemv, KERNEL_ABI),
-                sel("gemm", "f32", m, gemm, KERNEL_ABI),
-            ],
-            ceilings: vec![],
-            peer_results: vec![],
-            verdicts: vec![],
-        };
+        let mut export = export(vec![
+            sel("gemv", "f32", v, gemv, KERNEL_ABI),
+            sel("gemm", "f32", m, gemm, KERNEL_ABI),
+        ]);
         let refused = screen_export(&mut export, KERNEL_ABI);
         assert!(refused.is_empty(), "{refused:#?}");
     }
