@@ -696,3 +696,114 @@ fn plan_and_tune_refuse_a_model_run_would_refuse() {
         }
     }
 }
+
+/// llama.cpp's flag names mean the same here, on every subcommand that
+/// takes them, and each has help text.
+#[test]
+fn llama_cpp_flag_names_work_across_subcommands() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = no_db(dir.path());
+    let prompt = dir.path().join("prompt.txt");
+    std::fs::write(&prompt, "ab abc").unwrap();
+    let p = prompt.to_str().unwrap();
+
+    // -f reads the prompt, -c sizes the context, -n -1 runs until the end of
+    // text or a full context (never "MaxTokens"), -s seeds the sampler.
+    let out = tiletune(&[
+        "run", "-m", m, "--db", &db, "-f", p, "-c", "12", "-n", "-1", "-s", "3", "--top-k", "5",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("stop: ContextFull") || err.contains("stop: Eog"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ab abc"));
+    let out = tiletune(&[
+        "run",
+        "-m",
+        m,
+        "--db",
+        &db,
+        "--ctx-size",
+        "12",
+        "-p",
+        "ab",
+        "-n",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for (args, want) in [
+        (
+            vec!["run", "-m", m, "-p", "ab", "-f", p],
+            "cannot be used with",
+        ),
+        (
+            vec!["run", "-m", m, "-p", "ab", "-n", "-2"],
+            "`-2` is not a token count",
+        ),
+        (
+            vec!["bench", "gemv", "--shape", "8x8", "-t", "0"],
+            "0 threads cannot run anything",
+        ),
+    ] {
+        let out = tiletune(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+
+    let help = ok(&tiletune(&["run", "--help"]));
+    for (flag, says) in [
+        ("--top-k", "k most likely tokens"),
+        ("--top-p", "nucleus"),
+        ("--min-p", "less likely than p times"),
+        ("--repeat-penalty", "discourages repeats"),
+        ("-s, --seed", "same seed"),
+        ("--temp", "0 is greedy"),
+    ] {
+        // The help text follows the flag, on its line or on the next ones.
+        let at = help
+            .find(flag)
+            .unwrap_or_else(|| panic!("{flag} missing from run --help"));
+        let next_flag = help[at + flag.len()..]
+            .find("\n  -")
+            .map_or(help.len(), |i| at + flag.len() + i);
+        assert!(
+            help[at..next_flag].contains(says),
+            "{flag} lacks its help text:\n{help}"
+        );
+    }
+    let help = ok(&tiletune(&["tune", "--help"]));
+    assert!(help.contains("-m, --model"), "{help}");
+    assert!(help.contains("q4_k") && help.contains("mxfp4"), "{help}");
+    assert!(ok(&tiletune(&["bench", "gemv", "--help"])).contains("-t, --threads"));
+}
+
+/// A shape whose buffers cannot fit in memory is refused with its size and
+/// the memory available, before anything is allocated (it aborted).
+#[test]
+fn a_problem_larger_than_memory_is_refused() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let out = tiletune(&["bench", "attention", "--shape", "4096x4096x4096x4096"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("of memory is available; use a smaller shape"),
+        "{err}"
+    );
+}

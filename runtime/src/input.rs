@@ -12,6 +12,10 @@ use std::path::Path;
 /// tokenizer.json with a 256k vocabulary and its merges is ~20 MB.
 pub const JSON_LIMIT: u64 = 256 << 20;
 
+/// The largest text read as a prompt or to score (wikitext-103's test
+/// split is 1.3 MB, its whole training split 540 MB).
+pub const TEXT_LIMIT: u64 = 1 << 30;
+
 /// Opens `path` for reading if it is a regular file (after following links).
 pub fn open_regular(path: &Path) -> Result<std::fs::File> {
     let io = |source| LoadError::Io {

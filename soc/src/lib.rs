@@ -25,6 +25,7 @@ pub use cpuinfo::{Cpuinfo, CpuinfoLayout, ProcEntry};
 pub use error::{Result, SocError};
 pub use features::FeatureSource;
 pub use midr::Midr;
+pub use report::human_bytes;
 pub use sysfs::{Cache, CacheKind};
 
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,13 @@ pub struct SocInfo {
     pub fingerprint: String,
     /// What could not be read, or where the data is not this machine's own.
     pub notes: Vec<String>,
+}
+
+/// The memory this machine can give a new allocation now without
+/// swapping (`MemAvailable`), in bytes; `None` where `/proc/meminfo` does
+/// not say.
+pub fn mem_available() -> Option<u64> {
+    sysfs::mem_available_bytes(Path::new("/"))
 }
 
 /// Probes the running machine: [`probe_root`] of `/` plus run-time feature

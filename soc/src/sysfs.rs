@@ -190,14 +190,21 @@ pub fn caches(root: &Path, cpu: usize) -> Option<Vec<Cache>> {
 
 /// `MemTotal` of `proc/meminfo`, in bytes.
 pub fn mem_total_bytes(root: &Path) -> Option<u64> {
+    meminfo_bytes(root, "MemTotal:")
+}
+
+/// `MemAvailable` of `proc/meminfo`, in bytes: what the kernel estimates
+/// can be allocated without swapping, the figure a size check compares
+/// with (`MemFree` leaves out the reclaimable page cache).
+pub fn mem_available_bytes(root: &Path) -> Option<u64> {
+    meminfo_bytes(root, "MemAvailable:")
+}
+
+/// One `KEY: N kB` line of `proc/meminfo`, in bytes.
+fn meminfo_bytes(root: &Path, key: &str) -> Option<u64> {
     let text = fs::read_to_string(root.join("proc/meminfo")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line
-        .trim_start_matches("MemTotal:")
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kb: u64 = line[key.len()..].split_whitespace().next()?.parse().ok()?;
     kb.checked_mul(1024)
 }
 
@@ -240,6 +247,22 @@ pub fn x86_hybrid_kind(root: &Path, cpu: usize) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meminfo_lines_are_read_by_key_in_bytes() {
+        let root = std::env::temp_dir().join(format!("tiletune-meminfo-{}", std::process::id()));
+        fs::create_dir_all(root.join("proc")).unwrap();
+        fs::write(
+            root.join("proc/meminfo"),
+            "MemTotal:       16000 kB\nMemFree:  100 kB\nMemAvailable:    8000 kB\n",
+        )
+        .unwrap();
+        assert_eq!(mem_total_bytes(&root), Some(16000 * 1024));
+        assert_eq!(mem_available_bytes(&root), Some(8000 * 1024));
+        fs::write(root.join("proc/meminfo"), "MemTotal: 16000 kB\n").unwrap();
+        assert_eq!(mem_available_bytes(&root), None);
+        fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn cpu_lists_round_trip() {

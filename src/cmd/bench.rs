@@ -80,7 +80,7 @@ pub struct KernelArgs {
     pub params: Option<String>,
     /// Worker threads [default: all cores for the matrix families, the
     /// family's rule for the others].
-    #[arg(long)]
+    #[arg(long, short = 't', value_parser = super::parse_threads)]
     pub threads: Option<usize>,
     /// Rotate input copies through more memory than the last-level cache.
     #[arg(long)]
@@ -255,8 +255,8 @@ fn one_config(k: &KernelArgs) -> anyhow::Result<OneConfig> {
     if params.as_ref().is_some_and(|p| !p.is_object()) {
         anyhow::bail!("--params must be a JSON object, e.g. '{{\"threads\":2}}'");
     }
-    if k.threads == Some(0) {
-        anyhow::bail!("--threads must be at least 1");
+    if let Some(t) = k.threads {
+        super::warn_oversubscribed(t);
     }
     Ok(OneConfig {
         isa,
@@ -308,6 +308,7 @@ pub(crate) fn bench_kernel(
         caps,
         max_threads: caps.cores.max(1),
         seed: k.seed,
+        memory: tiletune_soc::mem_available(),
     };
     // Large problems take seconds to build (the f64 reference) and to
     // measure: show where the run is, on a terminal only.

@@ -43,6 +43,17 @@ pub fn parse_threads(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `-n`/`--n-predict`: a token count, or -1 for "until the end of text or
+/// a full context" (llama.cpp's meaning).
+pub fn parse_n_predict(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "-1" => Ok(usize::MAX),
+        t => t.parse::<usize>().map_err(|_| {
+            format!("`{s}` is not a token count; use a number of tokens, or -1 for until the end of text")
+        }),
+    }
+}
+
 /// Says so on stderr when `threads` is more than the CPUs this process may
 /// run on: the extra workers share CPUs and spin against each other.
 pub fn warn_oversubscribed(threads: usize) {

@@ -44,15 +44,11 @@ fn nll(logits: &[f32], target: u32) -> f64 {
     -(logits[target as usize] as f64 - max - sum.ln())
 }
 
-/// The largest text `ppl` reads (wikitext-103's test split is 1.3 MB, its
-/// whole training split 540 MB).
-const TEXT_LIMIT: u64 = 1 << 30;
-
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if args.ctx < 4 {
         anyhow::bail!("--ctx must be at least 4");
     }
-    let text = tiletune_runtime::input::read_text(&args.file, TEXT_LIMIT)?;
+    let text = tiletune_runtime::input::read_text(&args.file, tiletune_runtime::input::TEXT_LIMIT)?;
     let l = load(&args.m, args.ctx)?;
     if g.verbose {
         eprintln!("{}", l.plan.summary());

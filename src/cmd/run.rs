@@ -199,18 +199,28 @@ pub fn peak_rss_kib() -> Option<u64> {
 /// Sampling flags shared by `run` and `chat`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SampleArgs {
-    /// Temperature; 0 is greedy.
+    /// Temperature: higher is more random; 0 is greedy (the most likely
+    /// token every step, and the other sampling flags are ignored).
     #[arg(long = "temp", default_value_t = 0.8)]
     pub temp: f32,
+    /// Top-k sampling: keep only the k most likely tokens; 0 keeps all.
     #[arg(long, default_value_t = 40)]
     pub top_k: usize,
+    /// Top-p (nucleus) sampling: keep the most likely tokens whose
+    /// probabilities add up to p; 1.0 keeps all.
     #[arg(long, default_value_t = 0.95)]
     pub top_p: f32,
+    /// Min-p sampling: drop tokens less likely than p times the most likely
+    /// one; 0.0 keeps all.
     #[arg(long, default_value_t = 0.05)]
     pub min_p: f32,
+    /// Divide the logits of tokens already in the context by this (above 1
+    /// discourages repeats); 1.0 is off.
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    #[arg(long, default_value_t = 0)]
+    /// Seed of the sampler's random numbers: the same seed, prompt and
+    /// flags give the same text.
+    #[arg(long, short = 's', default_value_t = 0)]
     pub seed: u64,
 }
 
@@ -242,10 +252,15 @@ pub struct Args {
     #[command(flatten)]
     pub m: ModelArgs,
     /// The prompt, fed as-is (see --chat-template).
-    #[arg(long, short = 'p')]
+    #[arg(long, short = 'p', conflicts_with = "file")]
     pub prompt: Option<String>,
-    /// Tokens to generate.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 64)]
+    /// A file holding the prompt (UTF-8 text, at most 1 GiB).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Tokens to generate; -1 generates until the end of text or a full
+    /// context.
+    #[arg(short = 'n', long = "n-predict", default_value = "64",
+          allow_negative_numbers = true, value_parser = super::parse_n_predict)]
     pub n: usize,
     #[command(flatten)]
     pub s: SampleArgs,
@@ -253,7 +268,12 @@ pub struct Args {
     #[arg(long)]
     pub chat_template: bool,
     /// Context size (KV cache positions).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(
+        long = "ctx",
+        short = 'c',
+        visible_alias = "ctx-size",
+        default_value_t = 4096
+    )]
     pub ctx: usize,
     /// Comma-separated token ids to feed instead of a prompt.
     #[arg(long, value_name = "IDS")]
@@ -288,7 +308,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         l.plan.threads,
         l.load_time.as_secs_f64()
     );
-    let prompt: Vec<u32> = match (&args.token_ids, &args.prompt) {
+    let file_prompt = match &args.file {
+        Some(f) => Some(tiletune_runtime::input::read_text(
+            f,
+            tiletune_runtime::input::TEXT_LIMIT,
+        )?),
+        None => None,
+    };
+    let prompt_text = args.prompt.as_ref().or(file_prompt.as_ref());
+    let prompt: Vec<u32> = match (&args.token_ids, prompt_text) {
         (Some(ids), _) => ids
             .split(',')
             .map(|s| s.trim().parse::<u32>())
@@ -299,7 +327,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             encode_chat(l.tok()?, &t.render(&[Message::new("user", p)], true)?)?
         }
         (None, Some(p)) => l.tok()?.encode(p, true, true)?,
-        (None, None) => anyhow::bail!("pass --prompt TEXT or --token-ids 1,2,3"),
+        (None, None) => anyhow::bail!("pass --prompt TEXT, --file FILE or --token-ids 1,2,3"),
     };
     if prompt.is_empty() {
         anyhow::bail!("the prompt encodes to no tokens; pass a non-empty prompt");
@@ -312,7 +340,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut stop = StopCriteria::new(l.tok()?.eog_ids(), Vec::new(), args.n);
     let mut out = std::io::stdout().lock();
     if !g.json && args.token_ids.is_none() && !args.chat_template {
-        write!(out, "{}", args.prompt.as_deref().unwrap_or(""))?;
+        write!(out, "{}", prompt_text.map_or("", |p| p.as_str()))?;
     }
     let mut top2 = Vec::new();
     let res = generate_fast(

@@ -21,6 +21,14 @@ use tiletune_tuner::joint::{self, Workload};
 use tiletune_tuner::placement;
 use tiletune_tuner::{Candidate, KernelProblem, Strategy, suite};
 
+/// A dtype flag's help, listing the weight dtypes the tuner searches.
+fn dtypes_help(what: &str) -> String {
+    format!(
+        "{what}: {}",
+        tiletune_tuner::families::quant::WEIGHT_DTYPES.join(", ")
+    )
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A built-in suite of small-LLM shapes: llm-decode (GEMV) or llm-prefill (GEMM).
@@ -29,16 +37,14 @@ pub struct Args {
     /// Every kernel problem this GGUF model runs (decode GEMV and prefill
     /// GEMM buckets); problems whose weight dtype has no tunable kernel yet
     /// are listed and skipped.
-    #[arg(long, value_name = "GGUF", conflicts_with_all = ["op", "shape"])]
+    #[arg(long, short = 'm', value_name = "GGUF", conflicts_with_all = ["op", "shape"])]
     pub model: Option<PathBuf>,
-    /// Weight dtypes the suite is tuned for, comma-separated.
-    #[arg(long, default_value = "f32", value_delimiter = ',')]
+    #[arg(long, default_value = "f32", value_delimiter = ',', help = dtypes_help("Weight dtypes the suite is tuned for, comma-separated"))]
     pub dtypes: Vec<String>,
     /// One problem: the op (gemv or gemm) ...
     #[arg(long, requires_all = ["dtype", "shape"])]
     pub op: Option<String>,
-    /// ... its weight dtype (f32, f16) ...
-    #[arg(long)]
+    #[arg(long, help = dtypes_help("... its weight dtype"))]
     pub dtype: Option<String>,
     /// ... and its shape: NxK for gemv, MxNxK for gemm (e.g. 4864x896).
     #[arg(long)]
@@ -165,6 +171,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         caps,
         max_threads,
         seed: args.seed,
+        memory: tiletune_soc::mem_available(),
     };
 
     let db_path = args

@@ -296,6 +296,7 @@ mod tests {
             },
             max_threads: 2,
             seed: 1,
+            memory: None,
         };
         let spec = parse_bench_problem("gemv", "f32", "512x1024").unwrap();
         let one = OneConfig {

@@ -28,7 +28,9 @@ mod rows;
 mod spec;
 
 pub use common::{WeightElem, worker_tids};
-pub use spec::{Machine, OneConfig, OpName, OpSpec, PinFn, PinRequest, Tune, TuneFn};
+pub use spec::{
+    Dims, Machine, OneConfig, OpName, OpSpec, OperandsFn, PinFn, PinRequest, Tune, TuneFn,
+};
 
 use crate::TunerError;
 use crate::campaign::KernelProblem;
@@ -57,6 +59,22 @@ pub fn ops() -> impl Iterator<Item = &'static OpSpec> {
 /// The description of `op`, if it is one.
 pub fn op_spec(op: &str) -> Option<&'static OpSpec> {
     ops().find(|s| s.name.matches(op))
+}
+
+/// `op` is none of `ops()` (or of the tuned ones, when `tuned`): the error
+/// lists those there are.
+fn unknown_op(op: &str, tuned: bool) -> TunerError {
+    let known: Vec<String> = ops()
+        .filter(|s| !tuned || s.tune.is_some())
+        .map(|s| match s.name {
+            OpName::Exact(n) => n.to_string(),
+            OpName::Prefix(p) => format!("{p}<op>"),
+        })
+        .collect();
+    TunerError::UnknownOp {
+        op: op.to_string(),
+        known: known.join(", "),
+    }
 }
 
 /// The dtypes each op can be tuned for (none for ops the tuner does not
@@ -105,7 +123,7 @@ pub fn parse_bench_problem_with(
     shape: &str,
     extra: &[(&str, usize)],
 ) -> Result<Problem, TunerError> {
-    let spec = op_spec(op).ok_or_else(|| TunerError::UnknownOp(op.to_string()))?;
+    let spec = op_spec(op).ok_or_else(|| unknown_op(op, false))?;
     let (names, optional) = (spec.dims, spec.optional_dims);
     let mut dims = crate::suite::parse_dims(op, names, shape)?;
     for &(name, v) in extra {
@@ -123,10 +141,9 @@ pub fn parse_bench_problem_with(
 
 /// Builds the tuned problem for `spec` on this machine.
 pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>, TunerError> {
-    let unknown = || TunerError::UnknownOp(spec.op().to_string());
-    let tune = op_spec(spec.op())
-        .and_then(|s| s.tune.as_ref())
-        .ok_or_else(unknown)?;
+    let unknown = || unknown_op(spec.op(), true);
+    let op = op_spec(spec.op()).ok_or_else(unknown)?;
+    let tune = op.tune.as_ref().ok_or_else(unknown)?;
     if !tune.dtypes.contains(&spec.dtype()) {
         return Err(TunerError::UnsupportedDtype {
             op: spec.op().to_string(),
@@ -134,6 +151,7 @@ pub fn instantiate(spec: &Problem, m: &Machine) -> Result<Box<dyn KernelProblem>
             supported: tune.dtypes.join(", "),
         });
     }
+    m.check_fits(op, spec)?;
     (tune.build)(spec, m)
 }
 
@@ -144,7 +162,7 @@ pub fn instantiate_one(
     one: &OneConfig,
 ) -> Result<Box<dyn KernelProblem>, TunerError> {
     let op_name = spec.op();
-    let op = op_spec(op_name).ok_or_else(|| TunerError::UnknownOp(op_name.to_string()))?;
+    let op = op_spec(op_name).ok_or_else(|| unknown_op(op_name, false))?;
     if !op.dtypes.contains(&spec.dtype()) {
         return Err(TunerError::UnsupportedDtype {
             op: op_name.to_string(),
@@ -175,6 +193,7 @@ pub fn instantiate_one(
         }
         .into());
     }
+    m.check_fits(op, spec)?;
     (op.pin)(&PinRequest {
         spec,
         op,
@@ -220,10 +239,61 @@ mod tests {
             for b in &all[i + 1..] {
                 assert!(!b.name.matches(&name), "{name} is described twice");
             }
-            assert!(std::ptr::eq(op_spec(&name).unwrap(), *a), "{name}");
+            // By name and kernel, not by address: each use of a `const`
+            // table may be its own copy.
+            let found = op_spec(&name).unwrap();
+            assert_eq!((found.name, found.kernel), (a.name, a.kernel), "{name}");
             let shape = vec!["2"; a.dims.len()].join("x");
             let p = parse_bench_problem(&name, a.dtypes[0], &shape).unwrap();
             assert_eq!(p.op(), name);
+        }
+    }
+
+    /// Every op refuses a problem whose buffers would not fit in the memory
+    /// available, before it allocates them (4096 per dim, 2·10⁹ for an op
+    /// of one dim, needs at least 400 MB on every op), and builds a small
+    /// one on the same machine; tuned ops are checked the same way.
+    #[test]
+    fn problems_that_do_not_fit_in_memory_are_refused_before_they_are_built() {
+        let small = Machine {
+            memory: Some(64 << 20),
+            ..Machine::small_for_tests(5)
+        };
+        for op in ops() {
+            let name = match op.name {
+                OpName::Exact(n) => n.to_string(),
+                OpName::Prefix(p) => format!("{p}silu"),
+            };
+            let dtype = op.dtypes[0];
+            let huge = match op.dims.len() {
+                1 => "2000000000".to_string(),
+                n => vec!["4096"; n].join("x"),
+            };
+            let spec = parse_bench_problem(&name, dtype, &huge).unwrap();
+            let err = instantiate_one(&spec, &small, &OneConfig::default())
+                .err()
+                .unwrap_or_else(|| panic!("{spec} was built in 64 MiB"));
+            assert!(
+                matches!(err, TunerError::OutOfMemory { available, .. } if available == 64 << 20),
+                "{spec}: {err}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains("64 MiB of memory is available"), "{msg}");
+            if let Some(t) = op.tune {
+                let spec = parse_bench_problem(&name, t.dtypes[0], &huge).unwrap();
+                assert!(matches!(
+                    instantiate(&spec, &small).err(),
+                    Some(TunerError::OutOfMemory { .. })
+                ));
+            }
+            let fits = if name == "attention" {
+                "4x2x64x64".to_string()
+            } else {
+                vec!["64"; op.dims.len()].join("x")
+            };
+            let spec = parse_bench_problem(&name, dtype, &fits).unwrap();
+            instantiate_one(&spec, &small, &OneConfig::default())
+                .unwrap_or_else(|e| panic!("{spec}: {e}"));
         }
     }
 
@@ -390,7 +460,10 @@ mod tests {
             &Problem::new("conv", "f32", [("n", 4)]).unwrap(),
             &machine(),
         );
-        assert!(matches!(e, Err(TunerError::UnknownOp(_))));
+        let msg = e.err().unwrap().to_string();
+        assert_eq!(msg, "unknown op `conv`; the ops here are gemv, gemm");
+        let e = parse_bench_problem("conv", "f32", "4x4").err().unwrap();
+        assert!(e.to_string().contains("attention"), "{e}");
     }
 
     #[test]

@@ -24,13 +24,14 @@ pub mod suite;
 
 pub use campaign::{KernelProblem, Measure, Selection, Stats, Store};
 pub use strategy::Strategy;
+use tiletune_soc::human_bytes;
 pub use tiletune_tables::{Candidate, Problem};
 
 /// What can go wrong when setting up a campaign.
 #[derive(Debug, thiserror::Error)]
 pub enum TunerError {
-    #[error("unknown op `{0}`; tunable ops are gemv and gemm")]
-    UnknownOp(String),
+    #[error("unknown op `{op}`; the ops here are {known}")]
+    UnknownOp { op: String, known: String },
     #[error(
         "`{shape}` is not a shape for {op}: expected {expected} with positive sizes, e.g. --shape 4864x896"
     )]
@@ -54,6 +55,16 @@ pub enum TunerError {
         op: String,
         shape: String,
         elements: usize,
+    },
+    #[error(
+        "{problem} needs about {} for its buffers, and {} of memory is available; use a smaller shape",
+        human_bytes(*need),
+        human_bytes(*available)
+    )]
+    OutOfMemory {
+        problem: String,
+        need: u64,
+        available: u64,
     },
     #[error("bad workload {0}")]
     BadWorkload(String),

@@ -16,7 +16,10 @@ fn problem(op: &str, dtype: &str, dims: &[(&str, usize)]) -> Result<Problem, Tun
 /// Parses `--op OP --dtype DT --shape AxB[xC]` into a problem, naming the
 /// dims in the op's canonical order.
 pub fn parse_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, TunerError> {
-    let names = dim_names(op).ok_or_else(|| TunerError::UnknownOp(op.to_string()))?;
+    let names = dim_names(op).ok_or_else(|| TunerError::UnknownOp {
+        op: op.to_string(),
+        known: "gemv and gemm".into(),
+    })?;
     let dims = parse_dims(op, names, shape)?;
     problem(op, dtype, &dims)
 }
@@ -162,7 +165,7 @@ mod tests {
     fn parse_rejects_bad_input() {
         assert!(matches!(
             parse_problem("conv", "f32", "1x2"),
-            Err(TunerError::UnknownOp(_))
+            Err(TunerError::UnknownOp { .. })
         ));
         for bad in ["4864", "4864x", "ax896", "0x896", "1x2x3"] {
             assert!(parse_problem("gemv", "f32", bad).is_err(), "{bad}");

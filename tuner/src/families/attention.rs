@@ -23,6 +23,16 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
     &["f32", "f16", "q8_0"],
     "paged_attention",
     pin,
+    |d| {
+        // K and V, and the queries and the output.
+        let kv = &["ctx", "kv_heads", "head_dim"][..];
+        d.terms(&[
+            kv,
+            kv,
+            &["rows", "heads", "head_dim"],
+            &["rows", "heads", "head_dim"],
+        ])
+    },
 )
 .optional_dims(&["rows", "page"])];
 

@@ -23,6 +23,7 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
     DTYPES,
     "embed",
     pin,
+    |d| d.terms(&[&["vocab", "dim"], &["tokens", "dim"]]),
 )
 .optional_dims(&["group"])];
 

@@ -30,6 +30,7 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
     quant::WEIGHT_DTYPES,
     "gemm",
     pin,
+    |d| d.terms(&[&["n", "k"], &["m", "k"], &["m", "n"]]),
 )
 .fma_bound()
 .tuned(quant::WEIGHT_DTYPES, tune)];

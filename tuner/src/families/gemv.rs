@@ -32,6 +32,7 @@ pub(super) const OPS: &[OpSpec] = &[
         &["f32", "f16"],
         "gemv",
         pin,
+        |d| d.terms(&[&["n", "k"], &["n"], &["k"]]),
     )
     .tuned(quant::WEIGHT_DTYPES, tune),
 ];

@@ -19,6 +19,7 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
     &["i8", "i8_zp"],
     "i8gemm",
     pin,
+    |d| d.terms(&[&["n", "k"], &["m", "k"], &["m", "n"]]),
 )];
 
 fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {

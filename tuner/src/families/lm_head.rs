@@ -18,6 +18,7 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
     embed::DTYPES,
     "embed",
     pin,
+    |d| d.terms(&[&["vocab", "dim"], &["vocab"], &["dim"]]),
 )
 .optional_dims(&["group"])];
 

@@ -18,6 +18,13 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
     &["f32", "f16"],
     "matmul_rope",
     pin,
+    |d| {
+        d.terms(&[
+            &["heads", "head_dim", "k"],
+            &["m", "k"],
+            &["m", "heads", "head_dim"],
+        ])
+    },
 )
 .fma_bound()];
 

@@ -40,6 +40,7 @@ pub(super) const OPS: &[OpSpec] = &[
         super::quant::DTYPES,
         "qgemv",
         |req| pin(req, QMode::A32),
+        |d| d.terms(&[&["n", "k"], &["n"], &["k"]]),
     ),
     OpSpec::new(
         OpName::Exact("qgemv_a8"),
@@ -47,6 +48,7 @@ pub(super) const OPS: &[OpSpec] = &[
         super::quant::DTYPES,
         "qgemv",
         |req| pin(req, QMode::A8),
+        |d| d.terms(&[&["n", "k"], &["n"], &["k"]]),
     ),
 ];
 

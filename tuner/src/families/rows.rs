@@ -35,6 +35,7 @@ pub(super) const OPS: &[OpSpec] = &[
         F32,
         "rms_norm",
         pin_norm,
+        |d| d.terms(&[&["rows", "dim"], &["rows", "dim"], &["dim"]]),
     ),
     OpSpec::new(
         OpName::Exact("layer_norm"),
@@ -42,6 +43,7 @@ pub(super) const OPS: &[OpSpec] = &[
         F32,
         "layer_norm",
         pin_norm,
+        |d| d.terms(&[&["rows", "dim"], &["rows", "dim"], &["dim"]]),
     ),
     OpSpec::new(
         OpName::Exact("softmax"),
@@ -49,6 +51,7 @@ pub(super) const OPS: &[OpSpec] = &[
         F32,
         "softmax",
         pin_softmax,
+        |d| d.terms(&[&["rows", "dim"], &["rows", "dim"]]),
     ),
     OpSpec::new(
         OpName::Exact("rope"),
@@ -56,6 +59,7 @@ pub(super) const OPS: &[OpSpec] = &[
         F32,
         "rope",
         pin_rope,
+        |d| d.terms(&[&["rows", "heads", "head_dim"], &["rows", "head_dim"]]),
     ),
     OpSpec::new(
         OpName::Prefix("eltwise_"),
@@ -63,6 +67,7 @@ pub(super) const OPS: &[OpSpec] = &[
         F32,
         "eltwise",
         pin_eltwise,
+        |d| d.terms(&[&["len"], &["len"], &["len"]]),
     ),
 ];
 

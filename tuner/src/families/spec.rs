@@ -34,6 +34,28 @@ impl OpName {
 pub type TuneFn = fn(&Problem, &Machine) -> Result<Box<dyn KernelProblem>, TunerError>;
 /// Builds the one-candidate problem of a [`PinRequest`].
 pub type PinFn = fn(&PinRequest) -> Result<Box<dyn KernelProblem>, TunerError>;
+/// The elements of one copy of a problem's operands (inputs, output), from
+/// its dims: what building it allocates as f32 before it quantizes, packs
+/// or copies them. In `u128`, so that no product of dims overflows.
+pub type OperandsFn = fn(&Dims) -> u128;
+
+/// A problem's dims as an [`OperandsFn`] reads them.
+pub struct Dims<'a>(&'a Problem);
+
+impl Dims<'_> {
+    /// The dim `name`; 1 where the problem leaves an optional dim out.
+    pub fn get(&self, name: &str) -> u128 {
+        self.0.dim(name).unwrap_or(1) as u128
+    }
+
+    /// Σ over `terms` of the product of each term's dims (saturating).
+    pub fn terms(&self, terms: &[&[&str]]) -> u128 {
+        terms.iter().fold(0u128, |sum, t| {
+            let p = t.iter().fold(1u128, |p, n| p.saturating_mul(self.get(n)));
+            sum.saturating_add(p)
+        })
+    }
+}
 
 /// The tuned search space of an op (`tiletune tune`).
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +89,9 @@ pub struct OpSpec {
     pub tune: Option<Tune>,
     /// One pinned configuration, for `tiletune bench`.
     pub pin: PinFn,
+    /// Its operands' size, checked against the memory available before
+    /// anything is allocated.
+    pub operands: OperandsFn,
 }
 
 impl OpSpec {
@@ -78,6 +103,7 @@ impl OpSpec {
         dtypes: &'static [&'static str],
         kernel: &'static str,
         pin: PinFn,
+        operands: OperandsFn,
     ) -> OpSpec {
         OpSpec {
             name,
@@ -88,6 +114,7 @@ impl OpSpec {
             kernel,
             tune: None,
             pin,
+            operands,
         }
     }
 
@@ -124,6 +151,10 @@ pub struct Machine {
     pub max_threads: usize,
     /// Seed for the random inputs.
     pub seed: u64,
+    /// Bytes a problem's buffers may take ([`tiletune_soc::mem_available`]);
+    /// `None` where the system does not say, and then only the per-operand
+    /// limit of [`crate::suite::MAX_OPERAND_ELEMENTS`] applies.
+    pub memory: Option<u64>,
 }
 
 impl Machine {
@@ -140,7 +171,30 @@ impl Machine {
             },
             max_threads: 2,
             seed,
+            memory: None,
         }
+    }
+
+    /// Refuses `spec` when building it would take more memory than this
+    /// machine has available: the f32 operands, the f64-accumulated
+    /// reference and the packed or quantized copy (three copies of the
+    /// operands, rounded up), plus the cold-cache copies, which together
+    /// never exceed twice the caches of every core. An estimate that errs
+    /// high, so that a refused problem would not have fitted.
+    pub fn check_fits(&self, op: &OpSpec, spec: &Problem) -> Result<(), TunerError> {
+        let Some(available) = self.memory else {
+            return Ok(());
+        };
+        let caches = 2 * (self.caps.l3.max(self.caps.l2) * self.caps.cores.max(1)) as u128;
+        let need = (op.operands)(&Dims(spec)).saturating_mul(4 * 3) + caches;
+        if need > available as u128 {
+            return Err(TunerError::OutOfMemory {
+                problem: spec.to_string(),
+                need: u64::try_from(need).unwrap_or(u64::MAX),
+                available,
+            });
+        }
+        Ok(())
     }
 }
 
