@@ -11,10 +11,22 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use tiletune_runtime::config::ModelConfig;
 use tiletune_runtime::gguf::write::GgufWriter;
 
-fn under_qemu() -> bool {
-    std::env::var_os("QEMU_CPU").is_some()
+// The GGUF metadata header the runtime's own model tests write.
+#[path = "../runtime/tests/common/mod.rs"]
+mod common;
+
+/// A scratch folder holding [`byte_model`]; None (a skip) under qemu.
+fn scratch_model() -> Option<(tempfile::TempDir, PathBuf)> {
+    if std::env::var_os("QEMU_CPU").is_some() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = byte_model(dir.path());
+    Some((dir, model))
 }
 
 /// A 1-layer llama model over 256 byte tokens and `</s>` (id 256), with
@@ -39,18 +51,15 @@ fn byte_model(dir: &Path) -> PathBuf {
     tokens.push("</s>".to_string());
     let vocab = tokens.len();
     let types: Vec<i32> = (0..vocab).map(|i| if i == 256 { 3 } else { 1 }).collect();
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", "llama")
-        .kv("general.file_type", 0u32)
-        .kv("llama.vocab_size", vocab as u32)
-        .kv("llama.embedding_length", d as u32)
-        .kv("llama.feed_forward_length", f as u32)
-        .kv("llama.block_count", 1u32)
-        .kv("llama.attention.head_count", nh as u32)
-        .kv("llama.attention.head_count_kv", nkv as u32)
-        .kv("llama.rope.freq_base", 10000f32)
-        .kv("llama.attention.layer_norm_rms_epsilon", 1e-5f32)
-        .kv("llama.context_length", 8192u32)
+    let cfg = ModelConfig::from_hf_json(&format!(
+        r#"{{"model_type": "llama", "vocab_size": {vocab}, "hidden_size": {d},
+        "intermediate_size": {f}, "num_hidden_layers": 1, "num_attention_heads": {nh},
+        "num_key_value_heads": {nkv}, "head_dim": {hd}, "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-5, "max_position_embeddings": 8192}}"#
+    ))
+    .unwrap();
+    let mut w = common::header(&cfg);
+    w.kv("general.file_type", 0u32)
         .kv("tokenizer.ggml.model", "gpt2")
         .kv("tokenizer.ggml.pre", "gpt2")
         .kv("tokenizer.ggml.tokens", tokens)
@@ -62,15 +71,17 @@ fn byte_model(dir: &Path) -> PathBuf {
             "tokenizer.chat_template",
             "{% for m in messages %}[{{ m.content }}]{% endfor %}",
         );
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    // Uniform in ±0.2 (around 1 for norm weights), from a multiplicative hash
+    // of a counter: deterministic, and as random as a test model needs.
+    let mut i = 0u64;
     let mut random = |n: usize, norm: bool| -> Vec<f32> {
         (0..n)
             .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let r = ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.4;
-                if norm { 1.0 + r } else { r }
+                i += 1;
+                let h = (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i >> 3))
+                    .wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                let r = ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.4;
+                r + f32::from(u8::from(norm))
             })
             .collect()
     };
@@ -145,12 +156,9 @@ fn chat(dir: &Path, model: &Path, extra: &[&str], stdin: &str) -> (String, Strin
 
 #[test]
 fn help_lists_commands_and_unknown_commands_never_reach_the_model() {
-    if under_qemu() {
-        eprintln!("skipped under qemu: spawns the tiletune binary");
+    let Some((dir, model)) = scratch_model() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let model = byte_model(dir.path());
+    };
     let (out, err) = chat(
         dir.path(),
         &model,
@@ -174,12 +182,9 @@ fn help_lists_commands_and_unknown_commands_never_reach_the_model() {
 
 #[test]
 fn replies_cut_by_n_say_so_and_an_escaped_slash_is_sent() {
-    if under_qemu() {
-        eprintln!("skipped under qemu: spawns the tiletune binary");
+    let Some((dir, model)) = scratch_model() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let model = byte_model(dir.path());
+    };
     let (out, err) = chat(dir.path(), &model, &["-n", "2"], "hello\n//usr is a path\n");
     assert_eq!(
         err.matches("(reply cut at -n 2 tokens)").count(),
@@ -192,12 +197,9 @@ fn replies_cut_by_n_say_so_and_an_escaped_slash_is_sent() {
 
 #[test]
 fn a_full_context_drops_the_oldest_turns_and_the_chat_goes_on() {
-    if under_qemu() {
-        eprintln!("skipped under qemu: spawns the tiletune binary");
+    let Some((dir, model)) = scratch_model() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let model = byte_model(dir.path());
+    };
     // Each turn is "[hello there]" (13 tokens) and a 4-token reply; the
     // system message "[be brief]" takes 10. Four turns cannot fit in 64.
     let turns = "hello there\n".repeat(6);
@@ -328,12 +330,9 @@ impl Pty {
 /// leave, then leaves.
 #[test]
 fn a_terminal_gets_line_editing_and_saved_history() {
-    if under_qemu() {
-        eprintln!("skipped under qemu: spawns the tiletune binary");
+    let Some((dir, model)) = scratch_model() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let model = byte_model(dir.path());
+    };
     let Some(mut t) = Pty::chat(dir.path(), &model, "-n 2") else {
         return;
     };
@@ -360,12 +359,9 @@ fn a_terminal_gets_line_editing_and_saved_history() {
 /// Ctrl-C would have left the chat and the exit status would say so.
 #[test]
 fn ctrl_c_during_a_reply_stops_only_the_reply() {
-    if under_qemu() {
-        eprintln!("skipped under qemu: spawns the tiletune binary");
+    let Some((dir, model)) = scratch_model() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let model = byte_model(dir.path());
+    };
     let Some(mut t) = Pty::chat(dir.path(), &model, "-n 8000 --ctx 8192") else {
         return;
     };

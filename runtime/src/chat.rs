@@ -425,35 +425,17 @@ mod tests {
             ("assistant", "dddd"), // 7
             ("user", "eeee"),      // 7
         ]);
+        let fits = |from: usize, dropped, tokens| Fit::Fits {
+            messages: [&m[..1], &m[from..]].concat(),
+            dropped,
+            tokens,
+        };
         // Everything fits: 41 + 9 <= 50.
-        let Fit::Fits {
-            messages,
-            dropped,
-            tokens,
-        } = fit_context(&m, 50, 9, count).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!((messages, dropped, tokens), (m.clone(), 0, 41));
+        assert_eq!(fit_context(&m, 50, 9, count).unwrap(), fits(1, 0, 41));
         // One turn (user + reply) must go: 27 + 9 <= 40 < 41 + 9.
-        let Fit::Fits {
-            messages,
-            dropped,
-            tokens,
-        } = fit_context(&m, 40, 9, count).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!((dropped, tokens), (1, 27));
-        assert_eq!(messages, [&m[..1], &m[3..]].concat());
+        assert_eq!(fit_context(&m, 40, 9, count).unwrap(), fits(3, 1, 27));
         // Both old turns go; the newest and the system message stay.
-        let Fit::Fits {
-            messages, dropped, ..
-        } = fit_context(&m, 25, 9, count).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!((messages, dropped), ([&m[..1], &m[5..]].concat(), 2));
+        assert_eq!(fit_context(&m, 25, 9, count).unwrap(), fits(5, 2, 13));
     }
 
     #[test]
@@ -465,15 +447,12 @@ mod tests {
             ("user", "cccc"),
         ]);
         // 13 positions leave less than the reserve but some: kept, the reply is short.
-        let Fit::Fits {
-            messages,
-            dropped,
-            tokens,
-        } = fit_context(&m, 14, 9, count).unwrap()
-        else {
-            panic!()
+        let newest = Fit::Fits {
+            messages: [&m[..1], &m[3..]].concat(),
+            dropped: 1,
+            tokens: 13,
         };
-        assert_eq!((messages.len(), dropped, tokens), (2, 1, 13));
+        assert_eq!(fit_context(&m, 14, 9, count).unwrap(), newest);
         // 13 positions in a context of 13 leave nothing.
         assert_eq!(
             fit_context(&m, 13, 9, count).unwrap(),
