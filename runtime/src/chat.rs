@@ -3,7 +3,9 @@
 //! minijinja the way Hugging Face `transformers` renders it (`trim_blocks`,
 //! `lstrip_blocks`, `raise_exception`, `tojson`, `strftime_now`, Python string
 //! methods such as `.strip()` via minijinja-contrib's pycompat), with a ChatML
-//! fallback for models that ship none.
+//! fallback for models that ship none; and the two decisions an interactive
+//! chat makes each turn that need no terminal: what a typed line means
+//! ([`parse_input`]) and which turns still fit in the context ([`fit_context`]).
 
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;
@@ -113,6 +115,137 @@ impl ChatTemplate {
         })
         .map_err(|e| LoadError::Template(format!("render failed: {e:#}")))
     }
+}
+
+/// A slash command of an interactive chat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    Reset,
+    Quit,
+}
+
+/// What one typed line asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input<'a> {
+    /// Blank: nothing to do.
+    Empty,
+    /// Text to send to the model as the user's turn.
+    Say(&'a str),
+    Command(Command),
+    /// Not sent anywhere: the message says what was wrong.
+    Invalid(String),
+}
+
+/// The commands and keys of an interactive chat, one per line, for `/help`.
+pub const CHAT_HELP: &str = "\
+/help          list these commands
+/reset         forget the conversation (the --system message stays)
+/quit, /exit   leave (so does Ctrl-D at the prompt)
+//text         send the line \"/text\" to the model (a leading / is a command)
+Ctrl-C         stop the reply being written; at the prompt, twice in a row leaves";
+
+/// Reads one line of a chat: a leading `/` makes it a command, `//` escapes
+/// a literal slash, anything else (trimmed) is the user's turn. Commands take
+/// no arguments, so `/reset now` is refused rather than half-obeyed.
+pub fn parse_input(line: &str) -> Input<'_> {
+    let t = line.trim();
+    if t.is_empty() {
+        return Input::Empty;
+    }
+    if let Some(escaped) = t.strip_prefix("//") {
+        return Input::Say(&t[t.len() - escaped.len() - 1..]);
+    }
+    let Some(rest) = t.strip_prefix('/') else {
+        return Input::Say(t);
+    };
+    let (word, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let cmd = match word {
+        "help" | "?" => Command::Help,
+        "reset" => Command::Reset,
+        "quit" | "exit" => Command::Quit,
+        _ => {
+            return Input::Invalid(format!(
+                "unknown command /{word}; /help lists the commands (start the line with // to send it to the model)"
+            ));
+        }
+    };
+    if !args.trim().is_empty() {
+        return Input::Invalid(format!(
+            "/{word} takes no arguments; /help lists the commands"
+        ));
+    }
+    Input::Command(cmd)
+}
+
+/// What [`fit_context`] decided for the next turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// Run `messages`: the leading system messages and the newest turns,
+    /// `dropped` older turns left out; their prompt takes `tokens` positions.
+    Fits {
+        messages: Vec<Message>,
+        dropped: usize,
+        tokens: usize,
+    },
+    /// The system messages and the newest turn alone take `tokens` positions,
+    /// which leaves no room for a reply in the context.
+    TooLong { tokens: usize },
+}
+
+/// Chooses which turns of `messages` go into the next prompt so that it and
+/// a reply of `reserve` tokens fit in `capacity` positions. The leading
+/// system messages always stay; a turn (a user message and the replies after
+/// it) goes whole, oldest first. `count` gives the prompt length of a list of
+/// messages: it is measured on the rendered conversation rather than summed
+/// per message because a template adds text between and around turns.
+///
+/// When even the newest turn alone leaves fewer than `reserve` positions but
+/// some, it is kept with every older turn dropped: the reply then ends at the
+/// context limit instead of the turn being refused. Only a prompt that fills
+/// the whole context is [`Fit::TooLong`].
+pub fn fit_context<E>(
+    messages: &[Message],
+    capacity: usize,
+    reserve: usize,
+    mut count: impl FnMut(&[Message]) -> std::result::Result<usize, E>,
+) -> std::result::Result<Fit, E> {
+    let system = messages.iter().take_while(|m| m.role == "system").count();
+    // Where each turn starts; a conversation that opens with a reply
+    // (no user message yet) counts that reply as a turn of its own.
+    let starts: Vec<usize> = (system..messages.len())
+        .filter(|&i| i == system || messages[i].role == "user")
+        .collect();
+    let with_tail = |from: usize| -> Vec<Message> {
+        let mut v = messages[..system].to_vec();
+        v.extend_from_slice(&messages[from..]);
+        v
+    };
+    if starts.is_empty() {
+        let tokens = count(messages)?;
+        return Ok(match tokens < capacity {
+            true => Fit::Fits {
+                messages: messages.to_vec(),
+                dropped: 0,
+                tokens,
+            },
+            false => Fit::TooLong { tokens },
+        });
+    }
+    let mut tokens = 0;
+    for (dropped, &from) in starts.iter().enumerate() {
+        let kept = with_tail(from);
+        tokens = count(&kept)?;
+        let newest = dropped + 1 == starts.len();
+        if tokens.saturating_add(reserve) <= capacity || (newest && tokens < capacity) {
+            return Ok(Fit::Fits {
+                messages: kept,
+                dropped,
+                tokens,
+            });
+        }
+    }
+    Ok(Fit::TooLong { tokens })
 }
 
 /// `strftime_now(fmt)` for templates that print today's date (Llama 3.x):
@@ -245,5 +378,92 @@ mod tests {
             "29 Feb 2024 13:05:09 February %"
         );
         assert_eq!(format_utc(0, "%Y-%m-%d"), "1970-01-01");
+    }
+
+    #[test]
+    fn lines_parse_into_turns_commands_and_errors() {
+        assert_eq!(parse_input("  \t"), Input::Empty);
+        assert_eq!(parse_input("  hello there \n"), Input::Say("hello there"));
+        assert_eq!(parse_input("/help"), Input::Command(Command::Help));
+        assert_eq!(parse_input(" /? "), Input::Command(Command::Help));
+        assert_eq!(parse_input("/reset"), Input::Command(Command::Reset));
+        assert_eq!(parse_input("/quit"), Input::Command(Command::Quit));
+        assert_eq!(parse_input("/exit"), Input::Command(Command::Quit));
+        assert_eq!(parse_input("//usr/bin is"), Input::Say("/usr/bin is"));
+        assert_eq!(parse_input("//"), Input::Say("/"));
+        let Input::Invalid(e) = parse_input("/frobnicate now") else {
+            panic!("an unknown command is refused")
+        };
+        assert!(e.contains("/frobnicate") && e.contains("/help"), "{e}");
+        let Input::Invalid(e) = parse_input("/reset please") else {
+            panic!("arguments are refused")
+        };
+        assert!(e.contains("/reset takes no arguments"), "{e}");
+        assert!(matches!(parse_input("/"), Input::Invalid(_)));
+        // Every command parse_input knows is listed in the help.
+        for c in ["/help", "/reset", "/quit", "/exit", "//"] {
+            assert!(CHAT_HELP.contains(c), "{c}");
+        }
+    }
+
+    /// Prompt length: 3 per message (a template's framing) plus its content length.
+    fn count(m: &[Message]) -> Result<usize> {
+        Ok(m.iter().map(|m| 3 + m.content.len()).sum())
+    }
+
+    fn conv(parts: &[(&str, &str)]) -> Vec<Message> {
+        parts.iter().map(|(r, c)| Message::new(r, c)).collect()
+    }
+
+    #[test]
+    fn oldest_turns_go_first_and_the_system_message_stays() {
+        let m = conv(&[
+            ("system", "sys"),     // 6
+            ("user", "aaaa"),      // 7
+            ("assistant", "bbbb"), // 7
+            ("user", "cccc"),      // 7
+            ("assistant", "dddd"), // 7
+            ("user", "eeee"),      // 7
+        ]);
+        let fits = |from: usize, dropped, tokens| Fit::Fits {
+            messages: [&m[..1], &m[from..]].concat(),
+            dropped,
+            tokens,
+        };
+        // Everything fits: 41 + 9 <= 50.
+        assert_eq!(fit_context(&m, 50, 9, count).unwrap(), fits(1, 0, 41));
+        // One turn (user + reply) must go: 27 + 9 <= 40 < 41 + 9.
+        assert_eq!(fit_context(&m, 40, 9, count).unwrap(), fits(3, 1, 27));
+        // Both old turns go; the newest and the system message stay.
+        assert_eq!(fit_context(&m, 25, 9, count).unwrap(), fits(5, 2, 13));
+    }
+
+    #[test]
+    fn a_newest_turn_too_long_for_the_context_is_refused() {
+        let m = conv(&[
+            ("system", "sys"),
+            ("user", "aaaa"),
+            ("assistant", "b"),
+            ("user", "cccc"),
+        ]);
+        // 13 positions leave less than the reserve but some: kept, the reply is short.
+        let newest = Fit::Fits {
+            messages: [&m[..1], &m[3..]].concat(),
+            dropped: 1,
+            tokens: 13,
+        };
+        assert_eq!(fit_context(&m, 14, 9, count).unwrap(), newest);
+        // 13 positions in a context of 13 leave nothing.
+        assert_eq!(
+            fit_context(&m, 13, 9, count).unwrap(),
+            Fit::TooLong { tokens: 13 }
+        );
+        assert_eq!(
+            fit_context(&m[1..2], 7, 1, count).unwrap(),
+            Fit::TooLong { tokens: 7 }
+        );
+        // Errors of the counter are passed on.
+        let e = fit_context(&m, 100, 1, |_| Err::<usize, _>("no tokenizer")).unwrap_err();
+        assert_eq!(e, "no tokenizer");
     }
 }

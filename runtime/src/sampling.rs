@@ -3,11 +3,13 @@
 //! The sampler applies llama.cpp's default chain in its order: repetition
 //! penalty, top-k, top-p, min-p, temperature, then a draw from the seeded RNG
 //! (`temperature == 0` is greedy argmax). [`StopCriteria`] ends generation on
-//! an end-of-generation token, a stop string, or a token budget, and holds
-//! back text that could be the start of a stop string so a streaming caller
+//! an end-of-generation token, a stop string, a token budget, or an
+//! interrupt flag another thread raises (a Ctrl-C handler), and holds back text that could be the start of a stop string so a streaming caller
 //! never prints part of one.
 
 use crate::error::{LoadError, Result};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Sampling parameters; the defaults are llama.cpp's.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -251,6 +253,8 @@ pub enum StopReason {
     MaxTokens,
     /// Every position of the context (the KV cache, `--ctx`) is used.
     ContextFull,
+    /// The interrupt flag given to [`StopCriteria::with_interrupt`] was raised.
+    Interrupted,
 }
 
 /// Text to show after one token, and whether to stop.
@@ -268,6 +272,7 @@ pub struct StopCriteria {
     max_tokens: usize,
     generated: usize,
     held: String,
+    interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl StopCriteria {
@@ -279,7 +284,16 @@ impl StopCriteria {
             max_tokens,
             generated: 0,
             held: String::new(),
+            interrupt: None,
         }
+    }
+
+    /// Also stops, with [`StopReason::Interrupted`], at the first token after
+    /// `flag` becomes true. The flag is only read: whoever raises it (a signal
+    /// handler) also lowers it before the next generation.
+    pub fn with_interrupt(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.interrupt = Some(flag);
+        self
     }
 
     /// Tokens seen so far.
@@ -309,6 +323,18 @@ impl StopCriteria {
             return Step {
                 text,
                 stop: Some(StopReason::StopString),
+            };
+        }
+        // The token was sampled and its text is whole, so it is kept: the
+        // caller records what was shown as the (stopped) reply.
+        if self
+            .interrupt
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
+            return Step {
+                text: std::mem::take(&mut self.held),
+                stop: Some(StopReason::Interrupted),
             };
         }
         if self.generated >= self.max_tokens {
@@ -481,5 +507,24 @@ mod tests {
             ("b", Some(StopReason::MaxTokens))
         );
         assert_eq!(s.generated(), 2);
+    }
+
+    #[test]
+    fn a_raised_interrupt_flag_stops_at_the_next_token() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut s =
+            StopCriteria::new(vec![2], vec!["<|x|>".into()], 100).with_interrupt(flag.clone());
+        assert_eq!(s.push(5, "a").stop, None);
+        // Text held back as a possible stop-string start is released.
+        assert_eq!(s.push(5, "b<").text, "b");
+        flag.store(true, Ordering::Relaxed);
+        let step = s.push(6, "c");
+        assert_eq!(
+            (step.text.as_str(), step.stop),
+            ("<c", Some(StopReason::Interrupted))
+        );
+        // An end-of-generation token still wins: the reply ended on its own.
+        let mut s = StopCriteria::new(vec![2], vec![], 100).with_interrupt(flag);
+        assert_eq!(s.push(2, "").stop, Some(StopReason::Eog));
     }
 }
