@@ -195,6 +195,27 @@ fn replies_cut_by_n_say_so_and_an_escaped_slash_is_sent() {
     assert!(!out.is_empty());
 }
 
+/// llama.cpp's `-n -1` (a reply runs until the end of text or a full
+/// context) and `-c`: a reply is then never "cut at -n", and a turn after a
+/// full context shifts it rather than being refused.
+#[test]
+fn n_minus_one_replies_run_to_the_context_and_the_chat_goes_on() {
+    let Some((dir, model)) = scratch_model() else {
+        return;
+    };
+    let (out, err) = chat(
+        dir.path(),
+        &model,
+        &["-n", "-1", "-c", "64"],
+        "hello
+again
+",
+    );
+    assert!(!err.contains("(reply cut at -n"), "{err}");
+    assert!(!err.contains("(not sent"), "{err}");
+    assert!(!out.is_empty(), "{err}");
+}
+
 #[test]
 fn a_full_context_drops_the_oldest_turns_and_the_chat_goes_on() {
     let Some((dir, model)) = scratch_model() else {

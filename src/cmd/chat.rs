@@ -9,7 +9,7 @@
 //! `tiletune_runtime::chat` (`parse_input`, `fit_context`).
 
 use super::Global;
-use super::run::{ModelArgs, SampleArgs, encode_chat, load};
+use super::run::{ModelArgs, SampleArgs, encode_chat, load, warn_ctx_clamped};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,11 +27,18 @@ pub struct Args {
     pub m: ModelArgs,
     #[command(flatten)]
     pub s: SampleArgs,
-    /// Most tokens per reply.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
+    /// Most tokens per reply; -1 lets a reply run until the end of text or a
+    /// full context.
+    #[arg(short = 'n', long = "n-predict", default_value = "512",
+          allow_negative_numbers = true, value_parser = super::parse_n_predict)]
     pub n: usize,
     /// Context size (KV cache positions).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(
+        long = "ctx",
+        short = 'c',
+        visible_alias = "ctx-size",
+        default_value_t = 4096
+    )]
     pub ctx: usize,
     /// A system message to start every conversation with.
     #[arg(long)]
@@ -41,6 +48,7 @@ pub struct Args {
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let sigint = Sigint::install();
     let l = load(&args.m, args.ctx)?;
+    warn_ctx_clamped(&l, args.ctx);
     if g.verbose {
         eprintln!("{}", l.plan.summary());
     }
@@ -92,7 +100,13 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         };
         messages.push(Message::new("user", text));
         let count = |m: &[Message]| encode(m).map(|t| t.len());
-        match fit_context(&messages, st.capacity(), args.n, count)? {
+        // Room kept for the reply: -n, or with -n -1 a quarter of the
+        // context (a longer reply runs on until the context is full).
+        let reserve = match args.n {
+            usize::MAX => st.capacity() / 4,
+            n => n,
+        };
+        match fit_context(&messages, st.capacity(), reserve, count)? {
             Fit::TooLong { tokens } => {
                 messages.pop();
                 eprintln!(

@@ -286,14 +286,7 @@ pub struct Args {
 
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let l = load(&args.m, args.ctx)?;
-    if args.ctx > l.model.max_ctx() {
-        eprintln!(
-            "warning: --ctx {} is more than the {} positions this model holds (its trained context); using {}",
-            args.ctx,
-            l.model.max_ctx(),
-            l.model.max_ctx()
-        );
-    }
+    warn_ctx_clamped(&l, args.ctx);
     if g.verbose {
         eprintln!("{}", l.plan.summary());
         eprintln!(
@@ -391,6 +384,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         res.stop
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says so when `--ctx` asks for more positions than the model holds: the
+/// cache is sized to the model's trained context instead.
+pub fn warn_ctx_clamped(l: &Loaded, ctx: usize) {
+    if ctx > l.model.max_ctx() {
+        eprintln!(
+            "warning: --ctx {ctx} is more than the {} positions this model holds (its trained context); using {}",
+            l.model.max_ctx(),
+            l.model.max_ctx()
+        );
+    }
 }
 
 /// Where the plan's choices came from, for the summary line: `tuned` (all
