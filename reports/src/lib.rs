@@ -12,7 +12,7 @@
 //! what to run, instead of drawing an empty plot.
 //!
 //! - [`model`]: rows → plot models (pure, unit-tested).
-//! - [`plot`]: plot models → SVG.
+//! - [`plot`]: plot models → SVG; [`labels`] places point labels so none overlap.
 //! - [`doc`]: sections, tables and plots → HTML and Markdown, with escaping.
 //! - [`report`]: assembling the sections ([`ReportBuilder`]) and writing files.
 //!
@@ -33,6 +33,7 @@
 
 pub mod doc;
 pub mod error;
+pub mod labels;
 pub mod model;
 pub mod plot;
 pub mod report;

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use tiletune_bench::roofline::{Arithmetic, CeilingKind};
 use tiletune_tables::{Candidate, Ceiling, Measurement, PeerResult, Problem, Selection, Work};
 
 // ---- labels ------------------------------------------------------------------
@@ -63,10 +64,10 @@ fn is_default(m: &Measurement, default_ns: Option<f64>) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Roof {
     pub kind: String,
-    /// e.g. `STREAM triad`, `FMA peak avx512`.
+    /// e.g. `STREAM triad`, `FMA peak avx512`, `int8 peak neon_dotprod`.
     pub label: String,
     pub threads: usize,
-    /// GB/s for a bandwidth roof, GFLOP/s for a compute roof.
+    /// GB/s for a bandwidth roof, GFLOP/s for an FMA roof, GOP/s for an int8 roof.
     pub value: f64,
 }
 
@@ -74,36 +75,53 @@ pub struct Roof {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RoofPoint {
     pub label: String,
-    /// FLOP per byte.
+    /// FLOP (int8: operations) per byte.
     pub intensity: f64,
+    /// GFLOP/s, or GOP/s for int8 work (the work model counts an integer
+    /// multiply-add as two operations, as the int8 peak does).
     pub tuned_gflops: f64,
     pub default_gflops: Option<f64>,
+    /// What the tuned winner computes in: f32 work sits under the best FMA
+    /// peak, int8 work under the int8 peak of its ISA.
+    pub arith: Arithmetic,
+    /// The int8 roof of the winner's ISA, for int8 work.
+    pub int8_roof: Option<Roof>,
+    /// Why int8 work has no roof: no int8 peak for its ISA in this table,
+    /// or an ISA without an int8 dot-product instruction.
+    pub no_roof: Option<String>,
 }
 
 /// The machine's roofline and every tuned problem that has a work model.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Roofline {
     pub bandwidth: Vec<Roof>,
+    /// The f32 FMA peaks.
     pub peaks: Vec<Roof>,
+    /// The int8 dot-product peaks (GOP/s).
+    pub int8_peaks: Vec<Roof>,
     pub points: Vec<RoofPoint>,
     /// Selections without a point, with the reason.
     pub skipped: Vec<String>,
 }
 
-fn ceiling_label(kind: &str) -> String {
-    if let Some(k) = kind.strip_prefix("mem_bw_") {
-        format!("STREAM {k}")
-    } else if let Some(isa) = kind.strip_prefix("fma_peak_") {
-        format!("FMA peak {isa}")
-    } else {
-        kind.to_string()
+/// A stored ceiling kind for people: `STREAM triad`, `FMA peak avx512`,
+/// `int8 peak neon_dotprod`; a kind no tiletune writes as it is stored.
+pub fn ceiling_label(kind: &str) -> String {
+    match kind.parse::<CeilingKind>() {
+        Ok(CeilingKind::FmaPeak(isa)) => format!("FMA peak {}", isa.name()),
+        Ok(CeilingKind::Int8Peak(isa)) => format!("int8 peak {}", isa.name()),
+        _ => match kind.strip_prefix("mem_bw_") {
+            Some(k) => format!("STREAM {k}"),
+            None => kind.to_string(),
+        },
     }
 }
 
 /// The best value of every ceiling kind over its thread counts (the roof is
 /// what the machine can reach; a noisy 2-thread run below the 1-thread one
-/// must not lower it), by unit: GB/s roofs slope, GFLOP/s roofs are flat.
-pub fn best_ceilings(ceilings: &[Ceiling]) -> (Vec<Roof>, Vec<Roof>) {
+/// must not lower it), by unit: GB/s roofs slope, GFLOP/s (f32 FMA) and
+/// GOP/s (int8) roofs are flat. Returns (bandwidth, FMA, int8) roofs.
+pub fn best_ceilings(ceilings: &[Ceiling]) -> (Vec<Roof>, Vec<Roof>, Vec<Roof>) {
     let mut best: BTreeMap<&str, &Ceiling> = BTreeMap::new();
     for c in ceilings
         .iter()
@@ -114,7 +132,7 @@ pub fn best_ceilings(ceilings: &[Ceiling]) -> (Vec<Roof>, Vec<Roof>) {
             *e = c;
         }
     }
-    let (mut bw, mut peak) = (Vec::new(), Vec::new());
+    let (mut bw, mut peak, mut int8) = (Vec::new(), Vec::new(), Vec::new());
     for (kind, c) in best {
         let roof = Roof {
             kind: kind.to_string(),
@@ -125,6 +143,7 @@ pub fn best_ceilings(ceilings: &[Ceiling]) -> (Vec<Roof>, Vec<Roof>) {
         match c.unit.as_str() {
             "GB/s" => bw.push(roof),
             "GFLOP/s" => peak.push(roof),
+            "GOP/s" => int8.push(roof),
             _ => {}
         }
     }
@@ -132,7 +151,22 @@ pub fn best_ceilings(ceilings: &[Ceiling]) -> (Vec<Roof>, Vec<Roof>) {
     let by_value = |a: &Roof, b: &Roof| b.value.total_cmp(&a.value);
     bw.sort_by(by_value);
     peak.sort_by(by_value);
-    (bw, peak)
+    int8.sort_by(by_value);
+    (bw, peak, int8)
+}
+
+/// The int8 roof of a tuned winner doing int8 work, or why it has none.
+fn int8_roof(int8_peaks: &[Roof], dtype: &str, variant: &str) -> Result<Roof, String> {
+    let kind = CeilingKind::compute_roof(Arithmetic::Int8, variant)?.to_string();
+    int8_peaks
+        .iter()
+        .find(|r| r.kind == kind)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "int8 work ({dtype}, `{variant}`) but no `{kind}` ceiling stored (a table from before `tiletune bench roofline` measured int8 peaks, or a run without that lane): re-run `tiletune bench roofline` to place it under its int8 roof"
+            )
+        })
 }
 
 /// The work model the tuner stored with a problem's measurements (every
@@ -151,10 +185,11 @@ pub fn roofline(
     selections: &[Selection],
     measurements: &[Measurement],
 ) -> Roofline {
-    let (bandwidth, peaks) = best_ceilings(ceilings);
+    let (bandwidth, peaks, int8_peaks) = best_ceilings(ceilings);
     let mut out = Roofline {
         bandwidth,
         peaks,
+        int8_peaks,
         ..Roofline::default()
     };
     for s in selections {
@@ -169,11 +204,23 @@ pub fn roofline(
             out.skipped.push(format!("{label}: no arithmetic work"));
             continue;
         };
+        let variant = s.winner.variant();
+        let arith = Arithmetic::of_kernel(s.problem.dtype(), variant);
+        let (int8_roof, no_roof) = match arith {
+            Arithmetic::F32 => (None, None),
+            Arithmetic::Int8 => match int8_roof(&out.int8_peaks, s.problem.dtype(), variant) {
+                Ok(r) => (Some(r), None),
+                Err(why) => (None, Some(why)),
+            },
+        };
         out.points.push(RoofPoint {
             label,
             intensity,
             tuned_gflops: tuned,
             default_gflops: s.default_ns.and_then(|d| w.gflops(d)),
+            arith,
+            int8_roof,
+            no_roof,
         });
     }
     out
@@ -187,6 +234,24 @@ impl Roofline {
         match (bw, peak) {
             (Some(b), Some(p)) => Some(b.min(p)),
             (b, p) => b.or(p),
+        }
+    }
+
+    /// The attainable rate of a point under its own roof: min(best bandwidth
+    /// × AI, its compute peak), the best FMA peak for f32 work and its ISA's
+    /// int8 peak for int8 work; `None` when int8 work has no int8 roof
+    /// (never the FMA one, which int8 dot products exceed).
+    pub fn attainable_for(&self, p: &RoofPoint) -> Option<f64> {
+        match p.arith {
+            Arithmetic::F32 => self.attainable(p.intensity),
+            Arithmetic::Int8 => {
+                let peak = p.int8_roof.as_ref()?.value;
+                Some(
+                    self.bandwidth
+                        .first()
+                        .map_or(peak, |b| (b.value * p.intensity).min(peak)),
+                )
+            }
         }
     }
 
@@ -205,7 +270,7 @@ impl Roofline {
             .iter()
             .flat_map(|p| std::iter::once(p.tuned_gflops).chain(p.default_gflops))
             .collect();
-        ys.extend(self.peaks.iter().map(|r| r.value));
+        ys.extend(self.peaks.iter().chain(&self.int8_peaks).map(|r| r.value));
         // A bandwidth roof is visible from where it crosses the lowest point.
         let decade = |v: f64, up: bool| {
             let l = v.log10();
@@ -1044,6 +1109,82 @@ mod tests {
         assert!(y0 <= 0.5 && y1 >= 80.0);
         assert_eq!((x0, x1), (0.1, 10.0));
         assert_eq!(y0, 0.1);
+    }
+
+    /// An int8 problem with its work model and a winner on `variant`.
+    fn int8_point(variant: &str, ceilings: &[Ceiling]) -> (Roofline, RoofPoint) {
+        let p = Problem::new("i8gemm", "i8", [("m", 64), ("n", 256), ("k", 256)]).unwrap();
+        let work = Work {
+            bytes: 100_000,
+            flops: 2 * 64 * 256 * 256,
+        };
+        let mut s = selection(p.clone(), 1e4, Some(2e4));
+        s.winner = Candidate::new(variant, json!({"mr": 2}), 2).unwrap();
+        let mut m = meas(&p, json!({"mr": 2}), 2, Some(1e4), json!({}));
+        m.stats.work = Some(work);
+        let r = roofline(ceilings, &[s], &[m]);
+        let point = r.points[0].clone();
+        (r, point)
+    }
+
+    #[test]
+    fn int8_work_sits_under_its_int8_peak_not_the_fma_peak() {
+        let ceilings = [
+            ceiling("mem_bw_triad", 2, 20.0, "GB/s"),
+            ceiling("fma_peak_avx512", 2, 100.0, "GFLOP/s"),
+            ceiling("fma_peak_neon", 2, 50.0, "GFLOP/s"),
+            ceiling("int8_peak_avx512_vnni", 2, 400.0, "GOP/s"),
+            ceiling("int8_peak_neon_i8mm", 2, 600.0, "GOP/s"),
+        ];
+        // 8.4 MOP in 10 µs = 839 GOP/s at 84 op/byte: above both FMA peaks.
+        for (variant, kind, peak) in [
+            ("avx512_vnni", "int8_peak_avx512_vnni", 400.0),
+            ("neon_i8mm", "int8_peak_neon_i8mm", 600.0),
+        ] {
+            let (r, p) = int8_point(variant, &ceilings);
+            assert_eq!(p.arith, Arithmetic::Int8);
+            assert_eq!(p.int8_roof.as_ref().unwrap().kind, kind);
+            assert_eq!(r.attainable_for(&p), Some(peak));
+            assert_eq!(r.int8_peaks[0].label, "int8 peak neon_i8mm");
+            assert_eq!(r.peaks.len(), 2, "int8 peaks are not FMA roofs");
+            assert!(p.no_roof.is_none());
+        }
+        // An f32 winner stays on the FMA roof.
+        let f32_sel = selection(gemv(), 1e6, None);
+        let ms = [meas(&gemv(), json!({"nr": 8}), 2, Some(1e6), json!({}))];
+        let r = roofline(&ceilings, &[f32_sel], &ms);
+        assert_eq!(r.points[0].arith, Arithmetic::F32);
+        assert_eq!(
+            r.attainable_for(&r.points[0]),
+            r.attainable(r.points[0].intensity)
+        );
+    }
+
+    #[test]
+    fn int8_work_without_an_int8_peak_says_so_instead_of_using_the_fma_roof() {
+        // A table from before the int8 peaks: FMA roofs only.
+        let old = [
+            ceiling("mem_bw_triad", 2, 20.0, "GB/s"),
+            ceiling("fma_peak_avx512", 2, 100.0, "GFLOP/s"),
+        ];
+        let (r, p) = int8_point("avx512_vnni", &old);
+        assert_eq!(r.attainable_for(&p), None);
+        let why = p.no_roof.unwrap();
+        assert!(
+            why.contains("int8_peak_avx512_vnni") && why.contains("tiletune bench roofline"),
+            "{why}"
+        );
+        // Int8 work on an ISA without dot products has no roof either.
+        let (r, p) = int8_point("avx2", &old);
+        assert_eq!(r.attainable_for(&p), None);
+        assert!(p.no_roof.unwrap().contains("`avx2`"));
+        assert_eq!(
+            ceiling_label("int8_peak_neon_dotprod"),
+            "int8 peak neon_dotprod"
+        );
+        assert_eq!(ceiling_label("fma_peak_avx2_fma"), "FMA peak avx2+fma");
+        assert_eq!(ceiling_label("mem_bw_read"), "STREAM read");
+        assert_eq!(ceiling_label("odd"), "odd");
     }
 
     #[test]

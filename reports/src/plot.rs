@@ -7,12 +7,14 @@
 //! `backend_coord`, so every category is labelled whatever the count.
 
 use crate::error::{ReportError, Result};
+use crate::labels::{self, Rect};
 use crate::model::{CellMetric, Heatmap, PeerChart, PmuTable, Roofline, SpeedupRow};
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use tiletune_bench::roofline::Arithmetic;
 
 const FONT: &str = "sans-serif";
 const WIDTH: u32 = 960;
@@ -95,11 +97,21 @@ fn text_width(s: &str, size: u32) -> u32 {
     (s.chars().count() as f64 * size as f64 * 0.6).ceil() as u32
 }
 
+/// A text's box for placement: [`text_width`] by the line height (1.25 em,
+/// ascender to descender).
+fn label_size(s: &str, size: u32) -> (i32, i32) {
+    (
+        text_width(s, size) as i32,
+        (size as f64 * 1.25).ceil() as i32,
+    )
+}
+
 // ---- roofline ----------------------------------------------------------------
 
-/// Log-log roofline: bandwidth roofs (GB/s × FLOP/byte), flat compute roofs,
-/// and each problem's default (hollow) and tuned (filled) point, numbered as
-/// in the table beside it.
+/// Log-log roofline: bandwidth roofs (GB/s × FLOP/byte), flat compute roofs
+/// (f32 FMA solid, int8 dashed), and each problem's default (hollow) and
+/// tuned (filled; a triangle for int8 work) point, numbered as in the table
+/// beside it, the numbers placed by [`labels::place`] so none overlap.
 pub fn roofline(r: &Roofline) -> Result<String> {
     let ((x0, x1), (y0, y1)) = r.bounds();
     svg("roofline", (WIDTH, 600), |root| {
@@ -112,8 +124,8 @@ pub fn roofline(r: &Roofline) -> Result<String> {
             .map_err(&e)?;
         chart
             .configure_mesh()
-            .x_desc("arithmetic intensity (FLOP/byte, log scale)")
-            .y_desc("performance (GFLOP/s, log scale)")
+            .x_desc("arithmetic intensity (FLOP/byte; int8: op/byte, log scale)")
+            .y_desc("performance (GFLOP/s; int8: GOP/s, log scale)")
             .axis_desc_style((FONT, 16))
             .label_style((FONT, 13))
             .x_label_formatter(&|v| fmt_axis(*v))
@@ -145,26 +157,35 @@ pub fn roofline(r: &Roofline) -> Result<String> {
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
         }
         let best_bw = r.bandwidth.first().map(|b| b.value);
-        for roof in &r.peaks {
+        // f32 FMA roofs solid, int8 roofs dashed.
+        let flat = r
+            .peaks
+            .iter()
+            .map(|roof| (roof, "GFLOP/s", false))
+            .chain(r.int8_peaks.iter().map(|roof| (roof, "GOP/s", true)));
+        for (roof, unit, dashed) in flat {
             let c = color(series);
             series += 1;
             let start = best_bw.map_or(x0, |bw| (roof.value / bw).max(x0));
             if start >= x1 {
                 continue;
             }
-            chart
-                .draw_series(LineSeries::new(
-                    [(start, roof.value), (x1, roof.value)],
-                    c.stroke_width(2),
-                ))
+            let line = [(start, roof.value), (x1, roof.value)];
+            let style = c.stroke_width(2);
+            let drawn = if dashed {
+                chart.draw_series(DashedLineSeries::new(line, 8, 5, style))
+            } else {
+                chart.draw_series(LineSeries::new(line, style))
+            };
+            drawn
                 .map_err(&e)?
                 .label(format!(
-                    "{}: {} GFLOP/s ({}t)",
+                    "{}: {} {unit} ({}t)",
                     roof.label,
                     fmt_num(roof.value),
                     roof.threads
                 ))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
         }
         let tuned = RGBColor(20, 60, 160);
         let default = RGBColor(220, 90, 20);
@@ -186,24 +207,77 @@ pub fn roofline(r: &Roofline) -> Result<String> {
             .map_err(&e)?
             .label("analytic default")
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, default.stroke_width(2)));
+        let is_int8 = |p: &&crate::model::RoofPoint| p.arith == Arithmetic::Int8;
         chart
             .draw_series(
                 r.points
                     .iter()
+                    .filter(|p| !is_int8(p))
                     .map(|p| Circle::new((p.intensity, p.tuned_gflops), 5, tuned.filled())),
             )
             .map_err(&e)?
-            .label("tuned winner")
+            .label("tuned winner, f32 work")
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, tuned.filled()));
-        chart
-            .draw_series(r.points.iter().enumerate().map(|(i, p)| {
-                Text::new(
-                    format!("{}", i + 1),
-                    (p.intensity, p.tuned_gflops),
-                    text_style(13, Pos::new(HPos::Left, VPos::Bottom)),
+        if r.points.iter().any(|p| is_int8(&p)) {
+            chart
+                .draw_series(
+                    r.points.iter().filter(is_int8).map(|p| {
+                        TriangleMarker::new((p.intensity, p.tuned_gflops), 7, tuned.filled())
+                    }),
                 )
-            }))
+                .map_err(&e)?
+                .label("tuned winner, int8 work (under its int8 peak)")
+                .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 6, tuned.filled()));
+        }
+        // Point numbers, placed in pixels clear of each other and the legend.
+        let (px0, py0) = chart.backend_coord(&(x0, y1));
+        let (px1, py1) = chart.backend_coord(&(x1, y0));
+        let bounds = Rect::new(px0, py0, px1 - px0, py1 - py0);
+        let legend_lines = r.bandwidth.len() + r.peaks.len() + r.int8_peaks.len() + 3;
+        let legend_w = r
+            .bandwidth
+            .iter()
+            .chain(&r.peaks)
+            .chain(&r.int8_peaks)
+            .map(|roof| text_width(&roof.label, 13) + 170)
+            .max()
+            .unwrap_or(0)
+            .max(text_width("tuned winner, int8 work (under its int8 peak)", 13) + 40);
+        // plotters' legend: 5 px from the corner, about 20 px per entry.
+        let legend = Rect::new(
+            px0,
+            py0,
+            legend_w as i32 + 10,
+            20 * legend_lines as i32 + 12,
+        );
+        let texts: Vec<String> = (1..=r.points.len()).map(|i| i.to_string()).collect();
+        let anchors: Vec<(i32, i32)> = r
+            .points
+            .iter()
+            .map(|p| chart.backend_coord(&(p.intensity, p.tuned_gflops)))
+            .collect();
+        let sizes: Vec<(i32, i32)> = texts.iter().map(|t| label_size(t, 13)).collect();
+        let placed = labels::place(&anchors, &sizes, &[legend], bounds);
+        for ((text, at), spot) in texts.iter().zip(&anchors).zip(&placed) {
+            let rc = spot.rect;
+            if spot.displaced {
+                let to = (
+                    if rc.x > at.0 { rc.x } else { rc.x + rc.w },
+                    rc.y + rc.h / 2,
+                );
+                root.draw(&PathElement::new(
+                    [*at, to],
+                    RGBColor(120, 120, 120).stroke_width(1),
+                ))
+                .map_err(&e)?;
+            }
+            root.draw(&Text::new(
+                text.clone(),
+                (rc.x, rc.y + rc.h / 2),
+                text_style(13, Pos::new(HPos::Left, VPos::Center)),
+            ))
             .map_err(&e)?;
+        }
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
@@ -218,14 +292,29 @@ pub fn roofline(r: &Roofline) -> Result<String> {
 
 // ---- tuned vs default ------------------------------------------------------------
 
-/// Horizontal bars of default ÷ tuned per problem; 1× marks the default.
+/// Half-width of the speedup axis in ln(×): the largest speedup or
+/// slowdown plus room for its value label, at least ln 1.1 so that 1.02×
+/// is a fifth of a half-axis long, never a sliver next to 0×.
+fn speedup_span(speedups: impl Iterator<Item = f64>) -> f64 {
+    let widest = speedups
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(|s| s.ln().abs())
+        .fold(0.0, f64::max);
+    (widest * 1.25).max(1.1f64.ln())
+}
+
+/// Horizontal bars of default ÷ tuned per problem on a log axis centred on
+/// 1× (the analytic default): a bar grows right from 1× when the tuned
+/// choice is faster and left when it is slower, so 1.02× and 1.00× differ
+/// visibly and 2× and 0.5× are equally long.
 pub fn speedups(rows: &[SpeedupRow]) -> Result<String> {
     let rows: Vec<(&str, f64)> = rows
         .iter()
         .filter_map(|r| Some((r.label.as_str(), r.speedup?)))
+        .filter(|r| r.1.is_finite() && r.1 > 0.0)
         .collect();
     let n = rows.len().max(1);
-    let max = rows.iter().map(|r| r.1).fold(1.2, f64::max) * 1.15;
+    let span = speedup_span(rows.iter().map(|r| r.1));
     let label_w = rows
         .iter()
         .map(|r| text_width(r.0, 13))
@@ -238,44 +327,58 @@ pub fn speedups(rows: &[SpeedupRow]) -> Result<String> {
     let top = n as f64 + 0.7;
     svg("speedup", (WIDTH, height), |root| {
         let e = plot_err("speedup");
+        // x is ln(speedup): a linear axis in log space, ticks shown as ×.
         let mut chart = ChartBuilder::on(root)
             .margin(16)
             .x_label_area_size(50)
             .y_label_area_size(label_w)
-            .build_cartesian_2d(0f64..max, 0f64..top)
+            .build_cartesian_2d(-span..span, 0f64..top)
             .map_err(&e)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
             .y_labels(0)
             .set_tick_mark_size(LabelAreaPosition::Left, 0)
-            .x_desc("speedup over the analytic default (default time ÷ tuned time, ×)")
+            .x_desc("speedup over the analytic default (default time ÷ tuned time, ×, log scale)")
             .axis_desc_style((FONT, 15))
             .label_style((FONT, 13))
-            .x_label_formatter(&|v| format!("{}×", fmt_axis(*v)))
+            .x_label_formatter(&|v| format!("{}×", fmt_axis(v.exp())))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(&e)?;
         let faster = RGBColor(44, 160, 44);
+        let slower = RGBColor(214, 39, 40);
         let same = RGBColor(127, 127, 127);
         for (i, (label, s)) in rows.iter().enumerate() {
             // First row at the top.
             let y = (n - 1 - i) as f64;
-            let c = if *s > 1.0 { faster } else { same };
+            let x = s.ln();
+            let c = if *s > 1.0 {
+                faster
+            } else if *s < 1.0 {
+                slower
+            } else {
+                same
+            };
             chart
                 .draw_series(std::iter::once(Rectangle::new(
-                    [(0.0, y + 0.18), (*s, y + 0.82)],
+                    [(0.0, y + 0.18), (x, y + 0.82)],
                     c.filled(),
                 )))
                 .map_err(&e)?;
+            let (text, pos) = if *s >= 1.0 {
+                (format!(" {}×", fmt_num(*s)), HPos::Left)
+            } else {
+                (format!("{}× ", fmt_num(*s)), HPos::Right)
+            };
             chart
                 .draw_series(std::iter::once(Text::new(
-                    format!(" {}×", fmt_num(*s)),
-                    (*s, y + 0.5),
-                    text_style(13, Pos::new(HPos::Left, VPos::Center)),
+                    text,
+                    (x, y + 0.5),
+                    text_style(13, Pos::new(pos, VPos::Center)),
                 )))
                 .map_err(&e)?;
-            let (px, py) = chart.backend_coord(&(0.0, y + 0.5));
+            let (px, py) = chart.backend_coord(&(-span, y + 0.5));
             root.draw(&Text::new(
                 label.to_string(),
                 (px - 8, py),
@@ -285,14 +388,14 @@ pub fn speedups(rows: &[SpeedupRow]) -> Result<String> {
         }
         chart
             .draw_series(LineSeries::new(
-                [(1.0, 0.0), (1.0, n as f64 + 0.1)],
+                [(0.0, 0.0), (0.0, n as f64 + 0.1)],
                 BLACK.stroke_width(1),
             ))
             .map_err(&e)?;
         chart
             .draw_series(std::iter::once(Text::new(
-                "1× = analytic default; green: tuned faster".to_string(),
-                (1.0, n as f64 + 0.15),
+                "1× = analytic default; green: tuned faster, red: slower".to_string(),
+                (0.0, n as f64 + 0.15),
                 text_style(13, Pos::new(HPos::Left, VPos::Bottom)),
             )))
             .map_err(&e)?;
@@ -337,27 +440,85 @@ fn scale(h: &Heatmap, v: f64) -> f64 {
     }
 }
 
+/// The longest axis value shown in full; longer ones end in `…`.
+const MAX_TICK_CHARS: usize = 28;
+
+fn tick_text(v: &str) -> String {
+    if v.chars().count() > MAX_TICK_CHARS {
+        let mut t: String = v.chars().take(MAX_TICK_CHARS - 1).collect();
+        t.push('…');
+        t
+    } else {
+        v.to_string()
+    }
+}
+
+/// How the x values of a heatmap are written under the cells: level when
+/// the widest fits its cell, else turned 90° (one line height per cell),
+/// and only every `step`-th one when even that does not fit, so no two
+/// labels overlap.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct XTicks {
+    rotate: bool,
+    step: usize,
+    /// Pixels below the grid for the labels and the axis name.
+    area: u32,
+}
+
+fn x_ticks(values: &[String], cell_w: f64) -> XTicks {
+    let widest = values
+        .iter()
+        .map(|v| text_width(&tick_text(v), 12))
+        .max()
+        .unwrap_or(0);
+    if f64::from(widest) + 6.0 <= cell_w {
+        return XTicks {
+            rotate: false,
+            step: 1,
+            area: 56,
+        };
+    }
+    let line = f64::from(label_size("0", 12).1) + 2.0;
+    XTicks {
+        rotate: true,
+        step: (line / cell_w.max(1.0)).ceil().max(1.0) as usize,
+        area: widest + 40,
+    }
+}
+
 /// One problem's parameter grid, coloured by performance, with a colour bar;
-/// the best cell is framed black, the analytic default red.
+/// the best cell is framed black, the analytic default red. Cell values are
+/// written in the cells only when the widest fits its cell.
 pub fn heatmap(h: &Heatmap) -> Result<String> {
     let (nx, ny) = (h.x_values.len().max(1), h.y_values.len().max(1));
     let cell_h = (420 / ny as u32).clamp(22, 44);
-    let height = 130 + cell_h * ny as u32;
     let y_label_w = h
         .y_values
         .iter()
-        .map(|v| text_width(v, 12))
+        .map(|v| text_width(&tick_text(v), 12))
         .max()
         .unwrap_or(20)
         .clamp(20, 200)
         + 50;
-    let annotate = nx <= 16;
+    // The grid's width: the main area less its margins and the y labels.
+    let grid_w = f64::from(WIDTH - 130 - 32 - y_label_w);
+    let cell_w = grid_w / nx as f64;
+    let ticks = x_ticks(&h.x_values, cell_w);
+    let height = 74 + ticks.area + cell_h * ny as u32;
+    let widest_cell = h
+        .cells
+        .iter()
+        .flatten()
+        .map(|c| text_width(&c.map_or("—".to_string(), fmt_num), 11))
+        .max()
+        .unwrap_or(0);
+    let annotate = f64::from(widest_cell) + 6.0 <= cell_w;
     svg("heatmap", (WIDTH, height), |root| {
         let e = plot_err("heatmap");
         let (main, bar) = root.split_horizontally(WIDTH - 130);
         let mut chart = ChartBuilder::on(&main)
             .margin(16)
-            .x_label_area_size(56)
+            .x_label_area_size(ticks.area)
             .y_label_area_size(y_label_w)
             .build_cartesian_2d(0f64..nx as f64, 0f64..ny as f64)
             .map_err(&e)?;
@@ -414,19 +575,21 @@ pub fn heatmap(h: &Heatmap) -> Result<String> {
                     .map_err(&e)?;
             }
         }
-        for (xi, v) in h.x_values.iter().enumerate() {
+        for (xi, v) in h.x_values.iter().enumerate().step_by(ticks.step) {
             let (px, py) = chart.backend_coord(&(xi as f64 + 0.5, 0.0));
-            root.draw(&Text::new(
-                v.clone(),
-                (px, py + 6),
-                text_style(12, Pos::new(HPos::Center, VPos::Top)),
-            ))
-            .map_err(&e)?;
+            let style = if ticks.rotate {
+                text_style(12, Pos::new(HPos::Left, VPos::Center))
+                    .transform(FontTransform::Rotate90)
+            } else {
+                text_style(12, Pos::new(HPos::Center, VPos::Top))
+            };
+            root.draw(&Text::new(tick_text(v), (px, py + 6), style))
+                .map_err(&e)?;
         }
         for (yi, v) in h.y_values.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(0.0, yi as f64 + 0.5));
             root.draw(&Text::new(
-                v.clone(),
+                tick_text(v),
                 (px - 6, py),
                 text_style(12, Pos::new(HPos::Right, VPos::Center)),
             ))
@@ -732,4 +895,38 @@ fn peer_bars<'a, 'b: 'a, Y: Ranged<ValueType = f64> + ValueFormatter<f64>>(
         .draw()
         .map_err(&e)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_speedup_axis_is_centred_on_one_and_wide_enough_for_small_gains() {
+        // All near 1×: the half-axis is ln 1.1, so 1.02× is a fifth of it.
+        let span = speedup_span([1.0, 1.02].into_iter());
+        assert!((span - 1.1f64.ln()).abs() < 1e-12);
+        assert!(1.02f64.ln() / span > 0.2);
+        // A 2× gain and a 0.25× loss: the loss is the wider, with room for its label.
+        let span = speedup_span([2.0, 0.25, f64::NAN].into_iter());
+        assert!((span - 1.25 * 4f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn heatmap_x_labels_turn_when_they_do_not_fit_and_thin_out_when_crowded() {
+        let short: Vec<String> = ["1", "2", "4"].map(String::from).to_vec();
+        assert_eq!(
+            x_ticks(&short, 100.0),
+            XTicks {
+                rotate: false,
+                step: 1,
+                area: 56
+            }
+        );
+        let long: Vec<String> = vec!["neon_dotprod.qgemm".into(); 4];
+        let t = x_ticks(&long, 60.0);
+        assert!(t.rotate && t.step == 1 && t.area >= text_width("neon_dotprod.qgemm", 12));
+        assert_eq!(x_ticks(&long, 5.0).step, 4);
+        assert_eq!(tick_text(&"x".repeat(40)).chars().count(), MAX_TICK_CHARS);
+    }
 }

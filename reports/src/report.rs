@@ -9,6 +9,7 @@ use crate::plot::{self, fmt_num};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tiletune_bench::roofline::Arithmetic;
 use tiletune_tables::{Ceiling, Measurement, Problem, Selection, SocExport, Verdict};
 
 /// Options of a report; [`ReportBuilder::build`] draws every plot.
@@ -333,21 +334,14 @@ fn ceilings_section(ceilings: &[Ceiling]) -> Section {
     }
     let blocks = if newest.is_empty() {
         vec![Block::Empty(
-            "No machine ceilings stored: run `tiletune bench roofline --db <this table>` to measure memory bandwidth and FMA peak.".into(),
+            "No machine ceilings stored: run `tiletune bench roofline --db <this table>` to measure memory bandwidth, FMA peak and int8 peak.".into(),
         )]
     } else {
         let mut t = Table::new(["ceiling", "kind", "threads", "value", "unit", "measured"])
             .numeric_cols(&[2, 3]);
         for ((kind, threads), c) in newest {
-            let label = model::best_ceilings(std::slice::from_ref(c))
-                .0
-                .into_iter()
-                .chain(model::best_ceilings(std::slice::from_ref(c)).1)
-                .map(|r| r.label)
-                .next()
-                .unwrap_or_else(|| kind.to_string());
             t.row([
-                label,
+                model::ceiling_label(kind),
                 kind.to_string(),
                 threads.to_string(),
                 fmt_num(c.value),
@@ -357,7 +351,7 @@ fn ceilings_section(ceilings: &[Ceiling]) -> Section {
         }
         vec![
             Block::Paragraph(
-                "Measured by `tiletune bench roofline`: STREAM copy/triad bandwidth and f32 FMA peak per ISA lane, newest value per thread count.".into(),
+                "Measured by `tiletune bench roofline`: STREAM copy/triad/read bandwidth (GB/s), f32 FMA peak per ISA lane (GFLOP/s) and int8 dot-product peak per int8 lane (GOP/s: `vpdpbusd`, `sdot`, `smmla`, a multiply-add counted as 2 operations, as the kernels' work model counts int8 work), newest value per thread count.".into(),
             ),
             Block::Table(t),
         ]
@@ -396,7 +390,7 @@ fn roofline_section(
         blocks.push(Block::Plot {
             id: "roofline".into(),
             svg: plot::roofline(&r)?,
-            caption: "Roofline (log-log): the best measured bandwidth and FMA peak over thread counts; each tuned problem at its arithmetic intensity, analytic default (hollow) and tuned winner (filled), numbered as in the table.".into(),
+            caption: "Roofline (log-log): the best measured bandwidth, f32 FMA peak (solid) and int8 peak (dashed) over thread counts; each tuned problem at its arithmetic intensity, analytic default (hollow) and tuned winner (filled: circle for f32 work, triangle for int8 work, which sits under the int8 peak of its ISA), numbered as in the table.".into(),
         });
         if !r.points.is_empty() {
             let mut t = Table::new([
@@ -405,30 +399,45 @@ fn roofline_section(
                 "FLOP/byte",
                 "default GFLOP/s",
                 "tuned GFLOP/s",
+                "compute roof",
                 "roof GFLOP/s",
                 "tuned % of roof",
             ])
-            .numeric_cols(&[0, 2, 3, 4, 5, 6]);
+            .numeric_cols(&[0, 2, 3, 4, 6, 7]);
             for (i, p) in r.points.iter().enumerate() {
-                let roof = r.attainable(p.intensity);
+                let roof = r.attainable_for(p);
+                let roof_name = match (&p.arith, &p.int8_roof) {
+                    (Arithmetic::Int8, Some(peak)) => peak.label.clone(),
+                    (Arithmetic::Int8, None) => "none: int8 work (see note)".to_string(),
+                    (Arithmetic::F32, _) => r
+                        .peaks
+                        .first()
+                        .map_or_else(|| "—".to_string(), |peak| peak.label.clone()),
+                };
                 t.row([
                     (i + 1).to_string(),
                     p.label.clone(),
                     fmt_num(p.intensity),
                     opt(p.default_gflops, fmt_num),
                     fmt_num(p.tuned_gflops),
+                    roof_name,
                     opt(roof, fmt_num),
                     opt(roof.map(|a| 100.0 * p.tuned_gflops / a), |v| {
                         format!("{}%", fmt_num(v))
                     }),
                 ]);
             }
+            if r.points.iter().any(|p| p.arith == Arithmetic::Int8) {
+                blocks.push(Block::Paragraph(
+                    "Int8 work (i8gemm, the quantized kernels' W·A8 and repacked GEMM paths) is counted in GOP/s, an integer multiply-add as 2 operations, and sits under the int8 dot-product peak of its ISA (`vpdpbusd`, `sdot`, `smmla`), never under the f32 FMA peak, which one int8 dot-product instruction exceeds 4×.".into(),
+                ));
+            }
             blocks.push(Block::Table(t));
             let above: Vec<String> = r
                 .points
                 .iter()
                 .filter(|p| {
-                    r.attainable(p.intensity)
+                    r.attainable_for(p)
                         .is_some_and(|a| p.tuned_gflops > 1.05 * a)
                 })
                 .map(|p| p.label.clone())
@@ -438,6 +447,15 @@ fn roofline_section(
                     "{} run(s) above the roof ({}): either the data stayed in cache (the bandwidth roofs are DRAM STREAM figures) or the stored ceilings are low because `tiletune bench roofline` ran on a loaded machine; re-run it on a quiet one.",
                     above.len(),
                     above.join(", ")
+                )));
+            }
+        }
+        for (i, p) in r.points.iter().enumerate() {
+            if let Some(why) = &p.no_roof {
+                blocks.push(Block::Note(format!(
+                    "#{} {}: no roof: {why}",
+                    i + 1,
+                    p.label
                 )));
             }
         }

@@ -2,7 +2,10 @@
 //! API with realistic rows (an Arm SoC with hardware counters, GEMV and GEMM
 //! sweeps, ceilings, peer speeds and perplexities) becomes a report, and
 //! headless Chromium renders it. An injected script checks that every plot
-//! drew (an `<svg>` with shapes and a non-zero bounding box), that nothing
+//! drew (an `<svg>` with shapes and a non-zero bounding box), that no two
+//! texts of the roofline or a heatmap overlap (ten crowded points, x values
+//! wider than their cells), that a 1.02× speedup bar is visibly longer than
+//! a 1.00× one, that nothing
 //! logged an error or loaded a resource (the page must be self-contained),
 //! and that hostile text was shown as text. A PNG screenshot for humans is
 //! written under the target directory (`target/tmp/report_browser/`).
@@ -84,17 +87,22 @@ struct Tuned {
     /// (candidate, median ns)
     runs: Vec<(Candidate, f64)>,
     default: usize,
+    /// The default's time when it is not among `runs`.
+    default_ns: Option<f64>,
+    /// Whether the runs carry hardware counters.
+    counters: bool,
 }
 
 fn gemv_sweep() -> Tuned {
     let problem = Problem::new("gemv", "q4_0", [("n", 4864), ("k", 896)]).unwrap();
     let mut runs = Vec::new();
-    for variant in ["neon", "dotprod", "i8mm"] {
+    // W·A32 on NEON, W·A8 on NEON and with `sdot`: the winner does int8 work.
+    for variant in ["neon.a32", "neon.a8", "neon_dotprod.a8"] {
         for rpb in [1, 2, 4, 8] {
             for threads in [1, 2, 4, 8] {
                 let v = match variant {
-                    "neon" => 1.0,
-                    "dotprod" => 0.7,
+                    "neon.a32" => 1.0,
+                    "neon.a8" => 0.7,
                     _ => 0.6,
                 };
                 let t = 900_000.0 * v / (threads as f64).powf(0.8)
@@ -106,11 +114,11 @@ fn gemv_sweep() -> Tuned {
             }
         }
     }
-    // The default: neon, rows_per_block 2, 8 threads.
+    // The default: neon.a32, rows_per_block 2, 8 threads.
     let default = runs
         .iter()
         .position(|(c, _)| {
-            c.variant() == "neon" && c.threads() == 8 && c.params()["rows_per_block"] == 2
+            c.variant() == "neon.a32" && c.threads() == 8 && c.params()["rows_per_block"] == 2
         })
         .unwrap();
     // 2·n·k flops; the Q4_0 weights (18 bytes per 32) and f32 x and y.
@@ -123,6 +131,8 @@ fn gemv_sweep() -> Tuned {
         work,
         runs,
         default,
+        default_ns: None,
+        counters: true,
     }
 }
 
@@ -153,7 +163,76 @@ fn gemm_sweep() -> Tuned {
         work,
         runs,
         default,
+        default_ns: None,
+        counters: true,
     }
+}
+
+/// A quantized GEMM on `smmla` over 16 tile shapes with long names: the
+/// heatmap's x labels are wider than its cells.
+fn wide_sweep() -> Tuned {
+    let problem = Problem::new("gemm", "q4_0", [("m", 16), ("n", 4096), ("k", 4096)]).unwrap();
+    let mut runs = Vec::new();
+    for mr in [1, 2, 4, 8] {
+        for nr in [4, 8, 12, 16] {
+            for threads in [1, 4] {
+                let t = 3.0e6 / threads as f64 * (1.0 + ((mr * nr) as f64 - 32.0).abs() / 64.0);
+                runs.push((
+                    Candidate::new(
+                        "neon_i8mm.qgemm",
+                        json!({"tile": format!("mr{mr}×nr{nr}×kc256")}),
+                        threads,
+                    )
+                    .unwrap(),
+                    t,
+                ));
+            }
+        }
+    }
+    let default = runs
+        .iter()
+        .position(|(c, _)| c.threads() == 4 && c.params()["tile"] == "mr4×nr12×kc256")
+        .unwrap();
+    Tuned {
+        problem,
+        work: Work {
+            bytes: 4096 * 4096 * 18 / 32 + 4 * 16 * (4096 + 4096),
+            flops: 2 * 16 * 4096 * 4096,
+        },
+        runs,
+        default,
+        default_ns: None,
+        counters: false,
+    }
+}
+
+/// Ten f32 GEMVs of nearly one shape: their roofline points crowd into one
+/// spot, and the first two are 1.02× and 1.00× faster than their defaults.
+fn crowd() -> Vec<Tuned> {
+    (0..10u64)
+        .map(|i| {
+            let (n, k) = (4096 + 64 * i, 4096);
+            let work = Work {
+                bytes: 4 * (n * k + n + k),
+                flops: 2 * n * k,
+            };
+            // About 20 GFLOP/s each, a little apart.
+            let ns = work.flops as f64 / (20.0 + 0.3 * i as f64);
+            let speedup = [1.02, 1.0, 1.1, 1.3, 1.05, 1.2, 1.0, 1.15, 1.01, 1.25][i as usize];
+            Tuned {
+                problem: Problem::new("gemv", "f32", [("n", n as usize), ("k", k as usize)])
+                    .unwrap(),
+                work,
+                runs: vec![(
+                    Candidate::new("neon", json!({"rows_per_block": 2}), 8).unwrap(),
+                    ns,
+                )],
+                default: 0,
+                default_ns: Some(ns * speedup),
+                counters: false,
+            }
+        })
+        .collect()
 }
 
 fn fill(path: &Path) -> SelectorDb {
@@ -167,7 +246,10 @@ fn fill(path: &Path) -> SelectorDb {
     .unwrap();
     let campaign = Campaign::new(SOC, "0.1.0", 1, "descent");
     db.start_campaign(&campaign).unwrap();
-    for tuned in [gemv_sweep(), gemm_sweep()] {
+    let all = [gemv_sweep(), gemm_sweep(), wide_sweep()]
+        .into_iter()
+        .chain(crowd());
+    for tuned in all {
         let best = tuned.runs.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
         let mut ms: Vec<Measurement> = tuned
             .runs
@@ -187,7 +269,11 @@ fn fill(path: &Path) -> SelectorDb {
                     work: Some(tuned.work),
                     ..MeasurementStats::default()
                 },
-                counters: counters(best / ns),
+                counters: if tuned.counters {
+                    counters(best / ns)
+                } else {
+                    Value::Null
+                },
                 valid: true,
                 invalid_reason: None,
                 measured_at: 1_790_000_100,
@@ -216,7 +302,7 @@ fn fill(path: &Path) -> SelectorDb {
             thread_budget: 8,
             winner,
             median_ns: median,
-            default_ns: Some(tuned.runs[tuned.default].1),
+            default_ns: Some(tuned.default_ns.unwrap_or(tuned.runs[tuned.default].1)),
             speedup: None,
             campaign: Some(campaign.id.clone()),
             selected_at: 1_790_000_200,
@@ -230,6 +316,8 @@ fn fill(path: &Path) -> SelectorDb {
         ("fma_peak_neon", 1, 48.0, "GFLOP/s"),
         ("fma_peak_neon", 8, 260.0, "GFLOP/s"),
         ("fma_peak_scalar", 8, 31.0, "GFLOP/s"),
+        ("int8_peak_neon_dotprod", 8, 1040.0, "GOP/s"),
+        ("int8_peak_neon_i8mm", 8, 2080.0, "GOP/s"),
     ] {
         db.put_ceiling(&Ceiling {
             soc: SOC.into(),
@@ -411,7 +499,48 @@ const CHECK: &str = r#"<script>
     }
     plots.push(r);
   });
+  // Pairs of texts whose boxes overlap (more than a pixel each way) per plot.
+  var overlaps = {};
+  document.querySelectorAll('figure.plot').forEach(function (f) {
+    var boxes = [];
+    f.querySelectorAll('svg text').forEach(function (t) {
+      if (!t.textContent.trim()) return;
+      var r = t.getBoundingClientRect();
+      if (r.width > 0 && r.height > 0) boxes.push({ t: t.textContent, r: r });
+    });
+    var bad = [];
+    for (var i = 0; i < boxes.length; i++) {
+      for (var j = i + 1; j < boxes.length; j++) {
+        var a = boxes[i].r, b = boxes[j].r;
+        var w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+        var h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+        if (w > 1 && h > 1) bad.push(boxes[i].t + ' / ' + boxes[j].t);
+      }
+    }
+    overlaps[f.getAttribute('data-plot')] = { texts: boxes.length, overlapping: bad };
+  });
+  // The speedup bar beside each value label: the rect centred on its row.
+  var bars = {};
+  var sp = document.querySelector('figure.plot[data-plot="speedup"] svg');
+  if (sp) {
+    sp.querySelectorAll('text').forEach(function (t) {
+      var label = t.textContent.trim();
+      if (!/^[0-9.]+×$/.test(label) || bars[label] !== undefined) return;
+      var tr = t.getBoundingClientRect();
+      var cy = (tr.top + tr.bottom) / 2;
+      var best = null;
+      sp.querySelectorAll('rect').forEach(function (r) {
+        var rr = r.getBoundingClientRect();
+        if (rr.height > 40) return;
+        var ry = (rr.top + rr.bottom) / 2;
+        if (Math.abs(ry - cy) < 4 && (best === null || rr.width > best)) best = rr.width;
+      });
+      bars[label] = best === null ? 0 : best;
+    });
+  }
   var v = {
+    overlaps: overlaps,
+    bars: bars,
     plots: plots,
     errors: window.__errors,
     resources: performance.getEntriesByType('resource').map(function (e) { return e.name; }),
@@ -475,7 +604,8 @@ fn every_plot_renders_in_headless_chromium() {
         .build()
         .unwrap();
     let ids: Vec<String> = report.plot_ids().iter().map(|s| s.to_string()).collect();
-    // roofline, speedup, 2 heatmaps, 2 PMU charts (hardware counters), 3 peer charts.
+    // roofline, speedup, 3 heatmaps (the crowd's single candidates map
+    // nothing), 2 PMU charts, 3 peer charts; ids number the problems.
     assert_eq!(
         ids,
         [
@@ -483,8 +613,9 @@ fn every_plot_renders_in_headless_chromium() {
             "speedup",
             "heatmap-1",
             "heatmap-2",
+            "heatmap-13",
             "pmu-1",
-            "pmu-2",
+            "pmu-13",
             "peers-1",
             "peers-2",
             "peers-3"
@@ -555,6 +686,27 @@ fn every_plot_renders_in_headless_chromium() {
             "{id}: no axis labels: {p}"
         );
     }
+    // Readable labels: no two texts of the roofline or a heatmap overlap,
+    // on a roofline with ten points in one spot and a heatmap whose x
+    // values are wider than its cells.
+    for (id, o) in v["overlaps"].as_object().unwrap() {
+        if id == "roofline" || id.starts_with("heatmap") {
+            assert!(o["texts"].as_u64().unwrap() >= 5, "{id}: {o}");
+            assert_eq!(o["overlapping"], json!([]), "{id}: labels overlap");
+        }
+    }
+    // Tuned vs default on a useful axis: 1.02× is a bar visibly longer
+    // than 1.00× (which is none), not two bars of nearly one length.
+    let bar = |label: &str| {
+        v["bars"][label]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no bar labelled {label}: {}", v["bars"]))
+    };
+    let (b102, b100) = (bar("1.02×"), bar("1.00×"));
+    assert!(
+        b102 >= 6.0 && b102 >= 2.0 * b100 + 4.0,
+        "1.02× bar {b102} px vs 1.00× bar {b100} px"
+    );
     assert_eq!(v["errors"], json!([]), "errors while rendering");
     assert_eq!(
         v["resources"],

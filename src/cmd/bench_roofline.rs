@@ -1,5 +1,5 @@
-//! `tiletune bench roofline`: this machine's ceilings (STREAM bandwidth, FMA
-//! peak per ISA lane), measured by `tiletune_bench::roofline`, printed and
+//! `tiletune bench roofline`: this machine's ceilings (STREAM bandwidth, f32
+//! FMA peak per ISA lane, int8 dot-product peak per int8 lane), measured by `tiletune_bench::roofline`, printed and
 //! stored in the selector table, where the tuner, `bench <family>` and the
 //! reports read them.
 
@@ -10,7 +10,7 @@ use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use tiletune_bench::Environment;
-use tiletune_bench::roofline::{Ceilings, FmaIsa, Progress, RooflineConfig, measure_ceilings};
+use tiletune_bench::roofline::{Ceilings, PeakLane, Progress, RooflineConfig, measure_ceilings};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,7 +26,8 @@ pub struct Args {
     /// STREAM repetitions (the first is not reported).
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
-    /// FMA lanes to measure, comma separated: scalar, avx2+fma, avx512, neon [default: all available].
+    /// Peak lanes to measure, comma separated: FMA lanes scalar, avx2+fma, avx512, neon and int8
+    /// lanes avx_vnni, avx512_vnni, neon_dotprod, neon_i8mm [default: all available].
     #[arg(long, value_delimiter = ',')]
     pub isa: Vec<String>,
     /// Small arrays and short loops: a smoke test, not a measurement.
@@ -50,13 +51,11 @@ struct RooflineRecord {
     ceilings: Ceilings,
 }
 
-fn parse_isa(s: &str) -> anyhow::Result<FmaIsa> {
-    FmaIsa::ALL
-        .into_iter()
-        .find(|i| i.name().eq_ignore_ascii_case(s.trim()))
-        .with_context(|| {
-            format!("unknown ISA lane `{s}`; choose from scalar, avx2+fma, avx512, neon")
-        })
+fn parse_isa(s: &str) -> anyhow::Result<PeakLane> {
+    PeakLane::from_name(s).with_context(|| {
+        let names: Vec<&str> = PeakLane::all().map(PeakLane::name).collect();
+        format!("unknown ISA lane `{s}`; choose from {}", names.join(", "))
+    })
 }
 
 fn config(a: &Args, env: &Environment) -> anyhow::Result<RooflineConfig> {
@@ -89,7 +88,7 @@ fn config(a: &Args, env: &Environment) -> anyhow::Result<RooflineConfig> {
                 missing.name()
             );
         }
-        cfg.isas = Some(isas);
+        cfg.only(&isas);
     }
     Ok(cfg)
 }
@@ -148,8 +147,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One row per (kind, threads): `mem_bw_copy`, `mem_bw_triad`, `mem_bw_read` in GB/s and
-/// `fma_peak_<isa>` in GFLOP/s.
+/// One row per (kind, threads): `mem_bw_copy`, `mem_bw_triad`, `mem_bw_read` in GB/s,
+/// `fma_peak_<isa>` in GFLOP/s and `int8_peak_<isa>` in GOP/s.
 fn store_ceilings(
     path: &std::path::Path,
     soc: &tiletune_soc::SocInfo,
@@ -176,6 +175,7 @@ mod tests {
     use super::super::bench::BenchCommand;
     use super::*;
     use clap::Parser;
+    use tiletune_bench::roofline::{FmaIsa, Int8Isa};
 
     #[derive(Debug, Parser)]
     struct Cli {
@@ -218,6 +218,26 @@ mod tests {
         .unwrap();
         assert_eq!(c.array_len, (2 << 20) / 8);
         assert_eq!(c.isas, Some(vec![FmaIsa::Scalar]));
+        assert_eq!(c.int8_isas, Some(vec![]));
+        assert_eq!(
+            parse_isa(" AVX512_VNNI").unwrap(),
+            PeakLane::Int8(Int8Isa::Avx512Vnni)
+        );
+        assert_eq!(
+            parse_isa("neon_i8mm").unwrap(),
+            PeakLane::Int8(Int8Isa::NeonI8mm)
+        );
+        if Int8Isa::Avx512Vnni.is_available() {
+            let c = config(&args(&["roofline", "--isa", "avx512_vnni"]), &env).unwrap();
+            assert_eq!(c.isas, Some(vec![]));
+            assert_eq!(c.int8_isas, Some(vec![Int8Isa::Avx512Vnni]));
+        }
+        let unavailable = Int8Isa::ALL
+            .into_iter()
+            .find(|i| !i.is_available())
+            .unwrap();
+        let err = config(&args(&["roofline", "--isa", unavailable.name()]), &env).unwrap_err();
+        assert!(err.to_string().contains("not available"), "{err}");
         assert!(config(&args(&["roofline", "--isa", "sse9"]), &env).is_err());
         assert!(config(&args(&["roofline", "--threads", "0"]), &env).is_err());
     }

@@ -1,6 +1,7 @@
 //! This machine's roofline ceilings: sustained memory bandwidth (STREAM Copy
-//! and Triad, 1..N threads, arrays far larger than the LLC) and the f32
-//! multiply-add peak of every ISA lane the CPU has (1..N threads). The tuner
+//! and Triad, 1..N threads, arrays far larger than the LLC), the f32
+//! multiply-add peak of every ISA lane the CPU has and the int8 dot-product
+//! peak of every int8 lane (VNNI, dotprod, i8mm), 1..N threads. The tuner
 //! and the reports express kernel results as a fraction of these.
 //!
 //! Sizes: each STREAM array is `max(4 × LLC, 256 MiB / 3)` by default, so the
@@ -14,10 +15,18 @@ mod fma;
 mod fma_neon;
 #[cfg(target_arch = "x86_64")]
 mod fma_x86;
+mod int8;
+#[cfg(target_arch = "aarch64")]
+mod int8_neon;
+#[cfg(target_arch = "x86_64")]
+mod int8_x86;
 pub mod stream;
 
-pub use ceiling::{CeilingKind, CeilingRow, Roofline, StoredCeiling};
+pub use ceiling::{
+    Arithmetic, CeilingKind, CeilingRow, Roofline, StoredCeiling, UnknownCeilingKind,
+};
 pub use fma::{FmaIsa, fma_loop};
+pub use int8::{Int8Isa, int8_loop};
 
 use crate::error::BenchError;
 use crate::stats::median;
@@ -44,6 +53,8 @@ pub struct RooflineConfig {
     pub fma_reps: usize,
     /// FMA lanes to measure; `None` = every available lane.
     pub isas: Option<Vec<FmaIsa>>,
+    /// Int8 lanes to measure; `None` = every available lane.
+    pub int8_isas: Option<Vec<Int8Isa>>,
     /// Pin worker `i` to the `i`-th allowed CPU.
     pub pin: bool,
     /// The LLC size used to size the arrays (recorded).
@@ -71,6 +82,7 @@ impl RooflineConfig {
             fma_target: Duration::from_millis(100),
             fma_reps: 5,
             isas: None,
+            int8_isas: None,
             pin: true,
             llc_bytes: llc,
         }
@@ -85,9 +97,23 @@ impl RooflineConfig {
             fma_target: Duration::from_micros(200),
             fma_reps: 2,
             isas: None,
+            int8_isas: None,
             pin: false,
             llc_bytes: 0,
         }
+    }
+
+    /// Measures only these lanes (FMA and int8 alike).
+    pub fn only(&mut self, lanes: &[PeakLane]) {
+        let (mut fma, mut int8) = (Vec::new(), Vec::new());
+        for l in lanes {
+            match *l {
+                PeakLane::Fma(i) => fma.push(i),
+                PeakLane::Int8(i) => int8.push(i),
+            }
+        }
+        self.isas = Some(fma);
+        self.int8_isas = Some(int8);
     }
 
     fn validate(&self) -> Result<(), BenchError> {
@@ -142,6 +168,19 @@ pub struct FmaPoint {
     pub median_gflops: f64,
 }
 
+/// Int8 dot-product peak of one lane at one thread count (GOP/s, a
+/// multiply-add counted as two operations).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Int8Point {
+    pub isa: Int8Isa,
+    /// i32 lanes per accumulator register.
+    pub lanes: usize,
+    pub accumulators: usize,
+    pub threads: usize,
+    pub gops: f64,
+    pub median_gops: f64,
+}
+
 /// The measured ceilings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ceilings {
@@ -151,6 +190,9 @@ pub struct Ceilings {
     pub reps: usize,
     pub bandwidth: Vec<BandwidthPoint>,
     pub fma: Vec<FmaPoint>,
+    /// Empty where no int8 lane ran (and in older records).
+    #[serde(default)]
+    pub int8: Vec<Int8Point>,
     /// Best Triad bandwidth over thread counts.
     pub peak_bandwidth_gbs: f64,
     /// Best FMA peak over lanes and thread counts.
@@ -168,6 +210,15 @@ impl Ceilings {
             .reduce(f64::max)
     }
 
+    /// Best int8 peak of one lane (any thread count).
+    pub fn int8_peak_for(&self, isa: Int8Isa) -> Option<f64> {
+        self.int8
+            .iter()
+            .filter(|p| p.isa == isa)
+            .map(|p| p.gops)
+            .reduce(f64::max)
+    }
+
     /// Arithmetic intensity (flop/byte) where the roofline's two ceilings meet.
     pub fn ridge_point(&self) -> f64 {
         self.peak_gflops / self.peak_bandwidth_gbs
@@ -182,16 +233,81 @@ pub struct Progress {
     pub step: String,
 }
 
-/// Runs the FMA loop on `threads` workers; returns per-rep wall times (ns).
-fn fma_parallel(
-    isa: FmaIsa,
+/// A register-resident peak loop: an f32 FMA lane or an int8 lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeakLane {
+    Fma(FmaIsa),
+    Int8(Int8Isa),
+}
+
+/// A loop with its own buffers: runs `iters` iterations, returns the operations done.
+type Runner = Box<dyn FnMut(usize) -> Result<u64, BenchError>>;
+
+impl PeakLane {
+    /// Every lane, FMA lanes first.
+    pub fn all() -> impl Iterator<Item = PeakLane> {
+        FmaIsa::ALL
+            .into_iter()
+            .map(PeakLane::Fma)
+            .chain(Int8Isa::ALL.into_iter().map(PeakLane::Int8))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PeakLane::Fma(i) => i.name(),
+            PeakLane::Int8(i) => i.name(),
+        }
+    }
+
+    /// The lane of a name (`avx2+fma`, `avx512_vnni`, ...), any case.
+    pub fn from_name(s: &str) -> Option<PeakLane> {
+        let s = s.trim();
+        PeakLane::all().find(|l| l.name().eq_ignore_ascii_case(s))
+    }
+
+    pub fn is_available(self) -> bool {
+        match self {
+            PeakLane::Fma(i) => i.is_available(),
+            PeakLane::Int8(i) => i.is_available(),
+        }
+    }
+
+    fn runner(self) -> Runner {
+        match self {
+            PeakLane::Fma(isa) => {
+                let init: Vec<f32> = (0..isa.accumulators()).map(|k| k as f32 * 0.01).collect();
+                let mut out = vec![0.0f32; isa.accumulators() * isa.lanes()];
+                Box::new(move |iters| {
+                    let ops = fma_loop(isa, iters, 0.999_999, 1.0e-6, &init, &mut out)?;
+                    std::hint::black_box(&out);
+                    Ok(ops)
+                })
+            }
+            PeakLane::Int8(isa) => {
+                let (a, b) = int8::operands(isa);
+                let init: Vec<i32> = (0..isa.accumulators() as i32).collect();
+                let mut out = vec![0i32; isa.accumulators() * isa.lanes()];
+                Box::new(move |iters| {
+                    let ops = int8_loop(isa, iters, &a, &b, &init, &mut out)?;
+                    std::hint::black_box(&out);
+                    Ok(ops)
+                })
+            }
+        }
+    }
+}
+
+/// Runs the lane's loop on `threads` workers; returns per-rep wall times
+/// (ns) and the operations of one worker's run.
+fn peak_parallel(
+    lane: PeakLane,
     iters: usize,
     threads: usize,
     reps: usize,
     cpus: Option<&[usize]>,
-) -> Result<Vec<f64>, BenchError> {
+) -> Result<(Vec<f64>, u64), BenchError> {
     let barrier = Barrier::new(threads);
-    let results: Vec<Result<Vec<f64>, BenchError>> = std::thread::scope(|s| {
+    let results: Vec<Result<(Vec<f64>, u64), BenchError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 let barrier = &barrier;
@@ -199,18 +315,18 @@ fn fma_parallel(
                 s.spawn(move || {
                     // Pinning is best effort: a failed pin must not leave the others at the barrier.
                     let _pin = cpu.and_then(|c| crate::pin::PinGuard::pin(&[c]).ok());
-                    let init: Vec<f32> = (0..isa.accumulators()).map(|k| k as f32 * 0.01).collect();
-                    let mut out = vec![0.0f32; isa.accumulators() * isa.lanes()];
+                    let mut run = lane.runner();
                     let mut times = Vec::with_capacity(reps);
+                    let mut ops = 0;
                     for _ in 0..reps {
                         barrier.wait();
                         let t0 = Instant::now();
-                        fma_loop(isa, iters, 0.999_999, 1.0e-6, &init, &mut out)?;
+                        let r = run(iters);
                         barrier.wait();
                         times.push(t0.elapsed().as_nanos() as f64);
+                        ops = r?;
                     }
-                    std::hint::black_box(&out);
-                    Ok(times)
+                    Ok((times, ops))
                 })
             })
             .collect();
@@ -227,14 +343,13 @@ fn fma_parallel(
     Ok(first.expect("threads >= 1"))
 }
 
-/// Iterations so that one single-thread run of `isa` lasts about `target`.
-fn calibrate(isa: FmaIsa, target: Duration) -> Result<usize, BenchError> {
-    let init = vec![0.0f32; isa.accumulators()];
-    let mut out = vec![0.0f32; isa.accumulators() * isa.lanes()];
+/// Iterations so that one single-thread run of `lane` lasts about `target`.
+fn calibrate(lane: PeakLane, target: Duration) -> Result<usize, BenchError> {
+    let mut run = lane.runner();
     let mut iters = 1024usize;
     loop {
         let t0 = Instant::now();
-        fma_loop(isa, iters, 0.999_999, 1.0e-6, &init, &mut out)?;
+        run(iters)?;
         let dt = t0.elapsed();
         if dt >= target / 8 || iters >= 1 << 34 {
             let scale = target.as_secs_f64() / dt.as_secs_f64().max(1e-9);
@@ -242,6 +357,20 @@ fn calibrate(isa: FmaIsa, target: Duration) -> Result<usize, BenchError> {
         }
         iters *= 4;
     }
+}
+
+/// Best and median rate (ops per ns = G ops/s) of `threads` workers.
+fn peak_rates(
+    lane: PeakLane,
+    iters: usize,
+    threads: usize,
+    reps: usize,
+    cpus: Option<&[usize]>,
+) -> Result<(f64, f64), BenchError> {
+    let (times, ops) = peak_parallel(lane, iters, threads, reps, cpus)?;
+    let ops = ops as f64 * threads as f64;
+    let rates: Vec<f64> = times.iter().map(|&ns| ops / ns.max(1.0)).collect();
+    Ok((rates.iter().copied().fold(0.0, f64::max), median(&rates)))
 }
 
 /// Measures every ceiling; `progress` is called before each step.
@@ -254,11 +383,15 @@ pub fn measure_ceilings(
         Some(v) => v.iter().copied().filter(|i| i.is_available()).collect(),
         None => FmaIsa::available(),
     };
+    let int8_isas: Vec<Int8Isa> = match &cfg.int8_isas {
+        Some(v) => v.iter().copied().filter(|i| i.is_available()).collect(),
+        None => Int8Isa::available(),
+    };
     let allowed = crate::pin::affinity().unwrap_or_default();
     let max_t = cfg.threads.iter().copied().max().unwrap_or(1);
     let pin = cfg.pin && allowed.len() >= max_t;
     let cpus = pin.then_some(allowed.as_slice());
-    let total = cfg.threads.len() * (1 + isas.len());
+    let total = cfg.threads.len() * (1 + isas.len() + int8_isas.len());
     let mut done = 0;
     let mut step = |s: String, done: &mut usize| {
         progress(Progress {
@@ -299,19 +432,38 @@ pub fn measure_ceilings(
 
     let mut fma = Vec::new();
     for &isa in &isas {
-        let iters = calibrate(isa, cfg.fma_target)?;
+        let iters = calibrate(PeakLane::Fma(isa), cfg.fma_target)?;
         for &t in &cfg.threads {
             step(format!("fma peak {}, {t} thread(s)", isa.name()), &mut done);
-            let times = fma_parallel(isa, iters, t, cfg.fma_reps, cpus)?;
-            let flops = isa.flops(iters) as f64 * t as f64;
-            let rates: Vec<f64> = times.iter().map(|&ns| flops / ns.max(1.0)).collect();
+            let (gflops, median_gflops) =
+                peak_rates(PeakLane::Fma(isa), iters, t, cfg.fma_reps, cpus)?;
             fma.push(FmaPoint {
                 isa,
                 lanes: isa.lanes(),
                 accumulators: isa.accumulators(),
                 threads: t,
-                gflops: rates.iter().copied().fold(0.0, f64::max),
-                median_gflops: median(&rates),
+                gflops,
+                median_gflops,
+            });
+        }
+    }
+    let mut int8 = Vec::new();
+    for &isa in &int8_isas {
+        let lane = PeakLane::Int8(isa);
+        let iters = calibrate(lane, cfg.fma_target)?;
+        for &t in &cfg.threads {
+            step(
+                format!("int8 peak {}, {t} thread(s)", lane.name()),
+                &mut done,
+            );
+            let (gops, median_gops) = peak_rates(lane, iters, t, cfg.fma_reps, cpus)?;
+            int8.push(Int8Point {
+                isa,
+                lanes: isa.lanes(),
+                accumulators: isa.accumulators(),
+                threads: t,
+                gops,
+                median_gops,
             });
         }
     }
@@ -330,6 +482,7 @@ pub fn measure_ceilings(
         peak_gflops: fma.iter().map(|p| p.gflops).fold(0.0, f64::max),
         bandwidth,
         fma,
+        int8,
         pinned: pin,
     })
 }
@@ -361,8 +514,17 @@ mod tests {
         let mut steps = Vec::new();
         let c = measure_ceilings(&cfg, |p| steps.push(p)).unwrap();
         let isas = FmaIsa::available();
+        let int8 = Int8Isa::available();
         assert_eq!(c.bandwidth.len(), 2);
         assert_eq!(c.fma.len(), 2 * isas.len());
+        assert_eq!(c.int8.len(), 2 * int8.len());
+        assert!(c.int8.iter().all(|p| p.gops.is_finite()
+            && p.gops > 0.0
+            && p.gops >= p.median_gops
+            && p.lanes == p.isa.lanes()));
+        for isa in &int8 {
+            assert!(c.int8_peak_for(*isa).is_some_and(|v| v > 0.0));
+        }
         assert!(
             c.bandwidth
                 .iter()
@@ -380,13 +542,44 @@ mod tests {
         );
         assert!(c.peak_gflops > 0.0 && c.peak_bandwidth_gbs > 0.0 && c.ridge_point() > 0.0);
         assert!(c.peak_for(FmaIsa::Scalar).is_some());
-        assert_eq!(steps.len(), 2 * (1 + isas.len()) + 1);
+        assert_eq!(steps.len(), 2 * (1 + isas.len() + int8.len()) + 1);
         assert_eq!(steps.last().unwrap().done, steps.last().unwrap().total);
         // serde_json may differ in the last bit of a float; compare the text.
         let json = serde_json::to_string(&c).unwrap();
         let back: Ceilings = serde_json::from_str(&json).unwrap();
         assert_eq!(back.fma.len(), c.fma.len());
+        assert_eq!(back.int8.len(), c.int8.len());
+        // A record from before the int8 peak reads with none.
+        let mut old = serde_json::to_value(&c).unwrap();
+        old.as_object_mut().unwrap().remove("int8");
+        let old: Ceilings = serde_json::from_value(old).unwrap();
+        assert!(old.int8.is_empty());
         assert!((back.peak_gflops - c.peak_gflops).abs() <= 1e-9 * c.peak_gflops);
+    }
+
+    #[test]
+    fn lanes_are_found_by_name_in_any_case() {
+        assert_eq!(
+            PeakLane::from_name(" AVX512_VNNI"),
+            Some(PeakLane::Int8(Int8Isa::Avx512Vnni))
+        );
+        assert_eq!(
+            PeakLane::from_name("avx2+fma"),
+            Some(PeakLane::Fma(FmaIsa::Avx2Fma))
+        );
+        assert_eq!(PeakLane::from_name("sse9"), None);
+        assert_eq!(
+            PeakLane::all().count(),
+            FmaIsa::ALL.len() + Int8Isa::ALL.len()
+        );
+        assert!(PeakLane::Fma(FmaIsa::Scalar).is_available());
+        let mut c = RooflineConfig::tiny();
+        c.only(&[
+            PeakLane::Int8(Int8Isa::NeonI8mm),
+            PeakLane::Fma(FmaIsa::Scalar),
+        ]);
+        assert_eq!(c.isas, Some(vec![FmaIsa::Scalar]));
+        assert_eq!(c.int8_isas, Some(vec![Int8Isa::NeonI8mm]));
     }
 
     #[test]

@@ -1,0 +1,287 @@
+//! Register-resident int8 dot-product loops that measure the integer peak
+//! of each int8 ISA lane: `vpdpbusd` (AVX-512 VNNI on zmm, AVX-VNNI on ymm),
+//! `sdot` (FEAT_DotProd) and `smmla` (FEAT_I8MM). Each loop keeps
+//! `accumulators` independent i32 chains `acc += dot(a, b)` in registers,
+//! as the FMA loops do (`fma.rs`), so the loop is throughput-bound; no
+//! memory is touched inside it.
+//!
+//! Work is counted the way the tuner's work model counts int8 kernels
+//! (`tables::Work::flops`: an integer multiply-add is two operations), so a
+//! kernel's GOP/s over this peak is a fraction of the same unit: one
+//! `vpdpbusd zmm` is 16 lanes × 4 multiply-adds = 128 operations, one
+//! `sdot` 4 × 4 × 2 = 32, one `smmla` (a 2×8 by 8×2 product) 2 × 2 × 8 × 2 = 64.
+
+use crate::error::BenchError;
+use serde::{Deserialize, Serialize};
+
+/// An int8 dot-product lane. The names are the kernels' ISA names, which
+/// is how a kernel variant finds its roof.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Int8Isa {
+    /// `vpdpbusd` on 256-bit registers (AVX-VNNI, without AVX-512).
+    AvxVnni,
+    /// `vpdpbusd` on 512-bit registers (AVX512_VNNI).
+    Avx512Vnni,
+    /// `sdot v.4s, v.16b, v.16b`.
+    NeonDotprod,
+    /// `smmla v.4s, v.16b, v.16b`.
+    NeonI8mm,
+}
+
+impl Int8Isa {
+    pub const ALL: [Int8Isa; 4] = [
+        Int8Isa::AvxVnni,
+        Int8Isa::Avx512Vnni,
+        Int8Isa::NeonDotprod,
+        Int8Isa::NeonI8mm,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Int8Isa::AvxVnni => "avx_vnni",
+            Int8Isa::Avx512Vnni => "avx512_vnni",
+            Int8Isa::NeonDotprod => "neon_dotprod",
+            Int8Isa::NeonI8mm => "neon_i8mm",
+        }
+    }
+
+    /// The lane of a kernel ISA name (`avx512_vnni`, ...); `None` for an ISA
+    /// without an int8 dot-product instruction.
+    pub fn from_name(s: &str) -> Option<Int8Isa> {
+        Int8Isa::ALL.into_iter().find(|i| i.name() == s)
+    }
+
+    /// Bytes per operand register.
+    pub fn bytes(self) -> usize {
+        match self {
+            Int8Isa::AvxVnni => 32,
+            Int8Isa::Avx512Vnni => 64,
+            Int8Isa::NeonDotprod | Int8Isa::NeonI8mm => 16,
+        }
+    }
+
+    /// i32 lanes per accumulator register.
+    pub fn lanes(self) -> usize {
+        self.bytes() / 4
+    }
+
+    /// Independent chains kept in registers: the FMA loops' counts, since
+    /// the dot-product instructions' latency and pipe counts are of the
+    /// same order as FMA's on the same cores.
+    pub fn accumulators(self) -> usize {
+        match self {
+            Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => X86_ACC,
+            Int8Isa::NeonDotprod | Int8Isa::NeonI8mm => NEON_ACC,
+        }
+    }
+
+    /// Multiply-adds of one instruction: 4 per i32 lane for a dot product,
+    /// 8 per output of the 2×2 `smmla` tile.
+    pub fn macs_per_instruction(self) -> usize {
+        match self {
+            Int8Isa::NeonI8mm => 4 * 8,
+            i => 4 * i.lanes(),
+        }
+    }
+
+    /// Whether this CPU runs the lane.
+    pub fn is_available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Int8Isa::AvxVnni => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avxvnni")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Int8Isa::Avx512Vnni => {
+                is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Int8Isa::NeonDotprod => std::arch::is_aarch64_feature_detected!("dotprod"),
+            #[cfg(target_arch = "aarch64")]
+            Int8Isa::NeonI8mm => std::arch::is_aarch64_feature_detected!("i8mm"),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The lanes this CPU runs.
+    pub fn available() -> Vec<Int8Isa> {
+        Int8Isa::ALL
+            .into_iter()
+            .filter(|i| i.is_available())
+            .collect()
+    }
+
+    /// Integer operations of `iters` iterations (2 per multiply-add).
+    pub fn ops(self, iters: usize) -> u64 {
+        2 * (self.macs_per_instruction() * self.accumulators()) as u64 * iters as u64
+    }
+
+    /// What one instruction adds to each i32 lane of an accumulator, by the
+    /// instruction's definition: `vpdpbusd` reads `a` as unsigned and `b` as
+    /// signed bytes, four per lane; `sdot` both signed; `smmla` takes `a`
+    /// and `b` as 2×8 row-major matrices and adds `a · bᵀ` in the lane order
+    /// `[a0·b0, a0·b1, a1·b0, a1·b1]`.
+    pub fn step(self, a: &[i8], b: &[i8]) -> Vec<i32> {
+        let dot = |x: &[i8], y: &[i8], unsigned_x: bool| -> i32 {
+            x.iter()
+                .zip(y)
+                .map(|(&p, &q)| {
+                    let p = if unsigned_x { p as u8 as i32 } else { p as i32 };
+                    p * q as i32
+                })
+                .sum()
+        };
+        match self {
+            Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => (0..self.lanes())
+                .map(|l| dot(&a[4 * l..4 * l + 4], &b[4 * l..4 * l + 4], true))
+                .collect(),
+            Int8Isa::NeonDotprod => (0..self.lanes())
+                .map(|l| dot(&a[4 * l..4 * l + 4], &b[4 * l..4 * l + 4], false))
+                .collect(),
+            Int8Isa::NeonI8mm => [(0, 0), (0, 1), (1, 0), (1, 1)]
+                .map(|(i, j)| dot(&a[8 * i..8 * i + 8], &b[8 * j..8 * j + 8], false))
+                .to_vec(),
+        }
+    }
+}
+
+/// 12 of 16 (AVX-VNNI) / 32 (AVX-512) registers, as the x86 FMA loops.
+const X86_ACC: usize = 12;
+/// 16 of 32 NEON registers, as the NEON FMA loop.
+const NEON_ACC: usize = 16;
+
+/// Runs `iters` iterations of the lane's loop on the operand registers `a`
+/// and `b` (`bytes()` each). Accumulator `k` starts at `init[k]` in every
+/// lane; `out` receives the final registers (`accumulators × lanes` values,
+/// accumulator-major), wrapping on overflow as the instructions do.
+/// Returns the operations done.
+pub fn int8_loop(
+    isa: Int8Isa,
+    iters: usize,
+    a: &[i8],
+    b: &[i8],
+    init: &[i32],
+    out: &mut [i32],
+) -> Result<u64, BenchError> {
+    let (acc, lanes, bytes) = (isa.accumulators(), isa.lanes(), isa.bytes());
+    if a.len() != bytes || b.len() != bytes || init.len() != acc || out.len() != acc * lanes {
+        return Err(BenchError::InvalidConfig {
+            reason: format!(
+                "int8 loop {}: a and b need {bytes} bytes, init {acc} values and out {} (got {}, {}, {} and {})",
+                isa.name(),
+                acc * lanes,
+                a.len(),
+                b.len(),
+                init.len(),
+                out.len()
+            ),
+        });
+    }
+    if !isa.is_available() {
+        return Err(BenchError::InvalidConfig {
+            reason: format!("int8 lane {} is not available on this CPU", isa.name()),
+        });
+    }
+    match isa {
+        // SAFETY (all four): availability and the buffer sizes were checked just above.
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::AvxVnni => unsafe { super::int8_x86::avx_vnni::<X86_ACC>(iters, a, b, init, out) },
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Avx512Vnni => unsafe {
+            super::int8_x86::avx512_vnni::<X86_ACC>(iters, a, b, init, out)
+        },
+        #[cfg(target_arch = "aarch64")]
+        Int8Isa::NeonDotprod => unsafe {
+            super::int8_neon::dotprod::<NEON_ACC>(iters, a, b, init, out)
+        },
+        #[cfg(target_arch = "aarch64")]
+        Int8Isa::NeonI8mm => unsafe { super::int8_neon::i8mm::<NEON_ACC>(iters, a, b, init, out) },
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("availability checked"),
+    }
+    Ok(isa.ops(iters))
+}
+
+/// Operand registers for the peak runs: small values of both signs, so
+/// the chains neither stay at zero nor depend on overflow.
+pub fn operands(isa: Int8Isa) -> (Vec<i8>, Vec<i8>) {
+    let n = isa.bytes();
+    let a = (0..n).map(|i| (i % 7) as i8 - 3).collect();
+    let b = (0..n).map(|i| (i % 5) as i8 - 2).collect();
+    (a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_available_lane_adds_its_dot_products() {
+        for isa in Int8Isa::available() {
+            let n = isa.bytes();
+            // Both signs and the extremes: vpdpbusd must read `a` unsigned.
+            let a: Vec<i8> = (0..n).map(|i| (i as i32 * 37 - 128) as i8).collect();
+            let b: Vec<i8> = (0..n).map(|i| (i as i32 * 53 + 11) as i8).collect();
+            let step = isa.step(&a, &b);
+            for iters in [0usize, 1, 7, 64, 1001] {
+                let init: Vec<i32> = (0..isa.accumulators())
+                    .map(|k| k as i32 * 1_000_003 - 5)
+                    .collect();
+                let mut out = vec![i32::MIN; isa.accumulators() * isa.lanes()];
+                let ops = int8_loop(isa, iters, &a, &b, &init, &mut out).unwrap();
+                assert_eq!(ops, isa.ops(iters));
+                for (k, x0) in init.iter().enumerate() {
+                    for (l, s) in step.iter().enumerate() {
+                        let want = x0.wrapping_add((iters as i32).wrapping_mul(*s));
+                        assert_eq!(
+                            out[k * isa.lanes() + l],
+                            want,
+                            "{isa:?} iters={iters} acc={k} lane={l}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_reference_steps_follow_the_instruction_definitions() {
+        // vpdpbusd: byte 0xff is 255 in `a`, -1 in `b`.
+        let mut a = vec![0i8; 64];
+        let mut b = vec![0i8; 64];
+        a[..4].copy_from_slice(&[-1, 2, 0, 0]);
+        b[..4].copy_from_slice(&[-1, 3, 0, 0]);
+        assert_eq!(Int8Isa::Avx512Vnni.step(&a, &b)[0], -255 + 6);
+        assert_eq!(Int8Isa::NeonDotprod.step(&a[..16], &b[..16])[0], 1 + 6);
+        // smmla: lane 1 is row 0 of a with row 1 of b.
+        let mut a = vec![0i8; 16];
+        let mut b = vec![0i8; 16];
+        a[0] = 2;
+        b[8] = 5;
+        assert_eq!(Int8Isa::NeonI8mm.step(&a, &b), vec![0, 10, 0, 0]);
+        assert_eq!(Int8Isa::Avx512Vnni.ops(1), 2 * 64 * 12);
+        assert_eq!(Int8Isa::NeonDotprod.ops(1), 2 * 16 * 16);
+        assert_eq!(Int8Isa::NeonI8mm.ops(1), 2 * 32 * 16);
+        assert_eq!(Int8Isa::AvxVnni.ops(3), 2 * 32 * 12 * 3);
+    }
+
+    #[test]
+    fn unavailable_lanes_and_bad_buffers_are_errors() {
+        for isa in Int8Isa::ALL {
+            assert_eq!(Int8Isa::from_name(isa.name()), Some(isa));
+            let (a, b) = operands(isa);
+            let init = vec![0; isa.accumulators()];
+            let mut out = vec![0; isa.accumulators() * isa.lanes()];
+            let r = int8_loop(isa, 1, &a, &b, &init, &mut out);
+            assert_eq!(r.is_ok(), isa.is_available(), "{isa:?}");
+            assert!(int8_loop(isa, 1, &a[1..], &b, &init, &mut out).is_err());
+            assert!(int8_loop(isa, 1, &a, &b, &init[1..], &mut out).is_err());
+        }
+        assert_eq!(Int8Isa::from_name("avx2"), None);
+        if cfg!(target_arch = "x86_64") {
+            assert!(!Int8Isa::NeonDotprod.is_available());
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! AVX-VNNI and AVX-512 VNNI int8 peak loops (see `int8.rs` for the design).
+
+use std::arch::x86_64::*;
+
+/// `ACC` chains of 8 i32 with `vpdpbusd ymm` (AVX-VNNI encoding).
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-VNNI; `a.len() == b.len() == 32`,
+/// `init.len() == ACC`, `out.len() == ACC * 8`.
+#[target_feature(enable = "avx2,avxvnni")]
+pub unsafe fn avx_vnni<const ACC: usize>(
+    iters: usize,
+    a: &[i8],
+    b: &[i8],
+    init: &[i32],
+    out: &mut [i32],
+) {
+    debug_assert!(a.len() == 32 && b.len() == 32 && init.len() == ACC && out.len() == ACC * 8);
+    // SAFETY: a and b hold 32 bytes each; unaligned loads.
+    let (va, vb) = unsafe {
+        (
+            _mm256_loadu_si256(a.as_ptr().cast()),
+            _mm256_loadu_si256(b.as_ptr().cast()),
+        )
+    };
+    // black_box keeps the operands opaque so the chains are not folded.
+    let (va, vb) = (std::hint::black_box(va), std::hint::black_box(vb));
+    let mut acc = [_mm256_setzero_si256(); ACC];
+    for (r, x) in acc.iter_mut().zip(init) {
+        *r = _mm256_set1_epi32(*x);
+    }
+    for _ in 0..iters {
+        for r in &mut acc {
+            *r = _mm256_dpbusd_avx_epi32(*r, va, vb);
+        }
+    }
+    for (k, r) in acc.iter().enumerate() {
+        // SAFETY: out holds ACC * 8 i32; unaligned store.
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(k * 8).cast(), *r) };
+    }
+}
+
+/// `ACC` chains of 16 i32 with `vpdpbusd zmm`.
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX512_VNNI; `a.len() == b.len() == 64`,
+/// `init.len() == ACC`, `out.len() == ACC * 16`.
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub unsafe fn avx512_vnni<const ACC: usize>(
+    iters: usize,
+    a: &[i8],
+    b: &[i8],
+    init: &[i32],
+    out: &mut [i32],
+) {
+    debug_assert!(a.len() == 64 && b.len() == 64 && init.len() == ACC && out.len() == ACC * 16);
+    // SAFETY: a and b hold 64 bytes each; unaligned loads.
+    let (va, vb) = unsafe {
+        (
+            _mm512_loadu_si512(a.as_ptr().cast()),
+            _mm512_loadu_si512(b.as_ptr().cast()),
+        )
+    };
+    let (va, vb) = (std::hint::black_box(va), std::hint::black_box(vb));
+    let mut acc = [_mm512_setzero_si512(); ACC];
+    for (r, x) in acc.iter_mut().zip(init) {
+        *r = _mm512_set1_epi32(*x);
+    }
+    for _ in 0..iters {
+        for r in &mut acc {
+            *r = _mm512_dpbusd_epi32(*r, va, vb);
+        }
+    }
+    for (k, r) in acc.iter().enumerate() {
+        // SAFETY: out holds ACC * 16 i32; unaligned store.
+        unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(k * 16).cast(), *r) };
+    }
+}
