@@ -72,8 +72,13 @@ fn config(a: &Args, env: &Environment) -> anyhow::Result<RooflineConfig> {
         cfg.fma_reps = tiny.fma_reps;
     }
     if let Some(mib) = a.array_mib {
-        cfg.array_len = ((mib << 20) / 8).max(max_threads as u64) as usize;
+        let len = mib
+            .checked_mul(1 << 20)
+            .and_then(|b| usize::try_from(b / 8).ok())
+            .with_context(|| format!("--array-mib {mib} is more memory than can be addressed"))?;
+        cfg.array_len = len.max(max_threads);
     }
+    cfg.memory = tiletune_soc::mem_available();
     cfg.reps = a.reps;
     cfg.pin = !a.no_pin;
     if !a.isa.is_empty() {
@@ -240,5 +245,33 @@ mod tests {
         assert!(err.to_string().contains("not available"), "{err}");
         assert!(config(&args(&["roofline", "--isa", "sse9"]), &env).is_err());
         assert!(config(&args(&["roofline", "--threads", "0"]), &env).is_err());
+    }
+
+    /// Arrays larger than the memory available are refused before they are
+    /// allocated (`--array-mib 100000` aborted), and a size that does not
+    /// fit in an address is refused at parsing.
+    #[test]
+    fn arrays_that_do_not_fit_are_refused() {
+        let env = Environment::capture("test", "0", None);
+        let err = config(
+            &args(&["roofline", "--array-mib", "18446744073709551615"]),
+            &env,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("more memory than can be addressed"),
+            "{err}"
+        );
+        let mut c = config(&args(&["roofline", "--array-mib", "100000"]), &env).unwrap();
+        assert_eq!(c.memory, tiletune_soc::mem_available());
+        c.memory = Some(1 << 30);
+        let err = tiletune_bench::roofline::measure_ceilings(&c, |_| {}).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "the three STREAM arrays need 293.0 GiB and 1.0 GiB of memory is available"
+            ),
+            "{err}"
+        );
     }
 }

@@ -59,6 +59,9 @@ pub struct RooflineConfig {
     pub pin: bool,
     /// The LLC size used to size the arrays (recorded).
     pub llc_bytes: u64,
+    /// Memory the STREAM arrays may take, in bytes (MemAvailable); `None`:
+    /// not checked.
+    pub memory: Option<u64>,
 }
 
 /// Default thread counts: 1, 2, 4, ... and `max`.
@@ -85,6 +88,7 @@ impl RooflineConfig {
             int8_isas: None,
             pin: true,
             llc_bytes: llc,
+            memory: None,
         }
     }
 
@@ -100,6 +104,7 @@ impl RooflineConfig {
             int8_isas: None,
             pin: false,
             llc_bytes: 0,
+            memory: None,
         }
     }
 
@@ -133,6 +138,18 @@ impl RooflineConfig {
             return bad(format!(
                 "array_len {} is smaller than {t} threads",
                 self.array_len
+            ));
+        }
+        // STREAM's a, b and c, of 8-byte elements.
+        let need = 24 * self.array_len as u128;
+        if let Some(available) = self.memory
+            && need > available as u128
+        {
+            let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+            return bad(format!(
+                "the three STREAM arrays need {:.1} GiB and {:.1} GiB of memory is available; use a smaller --array-mib",
+                gib(need),
+                gib(available as u128)
             ));
         }
         Ok(())
