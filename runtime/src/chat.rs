@@ -35,6 +35,12 @@ impl Message {
     }
 }
 
+/// Template instructions one render may execute. A turn of a real template
+/// costs hundreds, so this covers tens of thousands of turns, while a hostile
+/// template (a GGUF carries its own) that loops stops with an error in well
+/// under a second instead of hanging.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
 /// A compiled chat template with the model's BOS/EOS strings.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -57,6 +63,7 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",

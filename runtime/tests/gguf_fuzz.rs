@@ -1,6 +1,6 @@
-//! Deterministic mutation fuzzing of the GGUF reader on stable Rust (the
-//! coverage-guided target in `fuzz/` needs nightly: `cargo +nightly fuzz run
-//! gguf_parse`). A valid synthetic GGUF with a tokenizer and tensors is
+//! Deterministic mutation fuzzing of the GGUF reader, in every `cargo test`
+//! (the coverage-guided target is `gguf` in `fuzz/`, run by
+//! `scripts/fuzz-smoke`). A valid synthetic GGUF with a tokenizer and tensors is
 //! mutated 20,000 times (bit flips, byte overwrites, truncations, length and
 //! count fields overwritten with huge or off-by-one values, spliced chunks)
 //! and fed to the reader and to the tokenizer and config builders on top:

@@ -239,11 +239,16 @@ pub fn read_export(path: &Path) -> Result<SocExport> {
         action: "read",
         source,
     })?;
-    let export: SocExport = serde_json::from_slice(&bytes).map_err(|e| TableError::BadExport {
-        path: path.to_path_buf(),
+    parse_export(&bytes, path)
+}
+
+/// Parses and validates one export held in memory; `origin` names it in errors.
+pub fn parse_export(bytes: &[u8], origin: &Path) -> Result<SocExport> {
+    let export: SocExport = serde_json::from_slice(bytes).map_err(|e| TableError::BadExport {
+        path: origin.to_path_buf(),
         detail: format!("{e} (expected a json object from `tiletune table export`)"),
     })?;
-    export.validate(path)?;
+    export.validate(origin)?;
     Ok(export)
 }
 

@@ -79,7 +79,8 @@ pub mod verdict;
 pub use db::{OpenOptions, SelectorDb};
 pub use error::{Result, TableError};
 pub use exchange::{
-    EXPORT_FORMAT, EXPORT_VERSION, ImportStats, SocExport, read_any, read_export, write_export,
+    EXPORT_FORMAT, EXPORT_VERSION, ImportStats, SocExport, parse_export, read_any, read_export,
+    write_export,
 };
 pub use key::{Candidate, Placement, Problem, canonical_json};
 pub use lookup::Lookup;

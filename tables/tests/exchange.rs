@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use serde_json::json;
 use tiletune_tables::{
-    Candidate, Ceiling, Lookup, PeerResult, Phase, Placement, SelectorDb, TableError, read_any,
-    read_export, write_export,
+    Candidate, Ceiling, Lookup, PeerResult, Phase, Placement, SelectorDb, TableError, parse_export,
+    read_any, read_export, write_export,
 };
 
 fn device_db(path: &std::path::Path, fp: &str, ns: f64) -> SelectorDb {
@@ -184,6 +184,27 @@ fn exports_that_mix_socs_or_formats_are_refused() {
         a.export_soc("nope"),
         Err(TableError::Unknown { .. })
     ));
+}
+
+/// An export held in memory (what `table import` reads, and the fuzz target
+/// feeds) parses as the file does, and its errors name the origin given.
+#[test]
+fn an_export_parses_from_bytes_as_from_its_file() {
+    let dir = tmp();
+    let export = device_db(&dir.path().join("a.db"), "socA", 1000.0)
+        .export_soc("socA")
+        .unwrap();
+    let bytes = serde_json::to_vec(&export).unwrap();
+    let origin = std::path::Path::new("<upload>");
+    assert_eq!(parse_export(&bytes, origin).unwrap(), export);
+    for bad in [&b"{\"format\":1}"[..], b"\xff\xfe", b""] {
+        let err = parse_export(bad, origin).unwrap_err().to_string();
+        assert!(err.contains("<upload>"), "{err}");
+    }
+    let mut foreign = export;
+    foreign.selections[0].soc = "socB".into();
+    let err = parse_export(&serde_json::to_vec(&foreign).unwrap(), origin).unwrap_err();
+    assert!(err.to_string().contains("exactly one soc"), "{err}");
 }
 
 /// A pinned winner's placement survives the table, an export file and an
