@@ -807,3 +807,294 @@ fn a_problem_larger_than_memory_is_refused() {
         "{err}"
     );
 }
+
+/// The hostile inputs of issue #18 and more of the same kinds, through the
+/// real binary: each is a clear error (or, where marked, a warning and a
+/// normal run), never a panic, an abort, a signal or a silent success.
+#[test]
+fn a_battery_of_hostile_inputs_gets_clear_errors() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = no_db(dir.path());
+    let scratch = |name: &str, bytes: &[u8]| -> String {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let full = std::fs::read(&model).unwrap();
+    let truncated = scratch("truncated.gguf", &full[..full.len() / 2]);
+    let header_only = scratch("header.gguf", &full[..24]);
+    let empty = scratch("empty.gguf", b"");
+    let random: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let noise = scratch("noise.gguf", &random);
+    let garbage_db = scratch("garbage.db", &random);
+    let deep = scratch("deep.json", "[".repeat(100_000).as_bytes());
+    let not_json = scratch("not.json", b"{\"abi\": 3, \"rows\": [");
+    let tdb = dir.path().join("t.db");
+    let tdb = tdb.to_str().unwrap();
+    let dir_s = dir.path().to_str().unwrap();
+    let big = "18446744073709551615";
+
+    enum Want {
+        /// Exits with status 1 or 2 and says this on stderr.
+        Fails(&'static str),
+        /// Exits 0 and says this on stderr (a warning).
+        Warns(&'static str),
+    }
+    use Want::*;
+    let cases: Vec<(Vec<String>, Want)> = vec![
+        (
+            vec!["bench", "gemv", "--shape", &format!("{big}x2")],
+            Fails("too large"),
+        ),
+        (
+            vec!["bench", "gemm", "--shape", &format!("{big}x2x2")],
+            Fails("too large"),
+        ),
+        (
+            vec!["bench", "qgemv", "--shape", &format!("{big}x32")],
+            Fails("too large"),
+        ),
+        (
+            vec!["bench", "softmax", "--shape", &format!("{big}x2")],
+            Fails("too large"),
+        ),
+        (
+            vec!["bench", "attention", "--shape", &format!("2x1x8x{big}")],
+            Fails("too large"),
+        ),
+        (
+            vec!["bench", "gemv", "--shape", "100000x100000"],
+            Fails("too large"),
+        ),
+        (
+            vec!["bench", "gemm", "--shape", "100000x100000x100000"],
+            Fails("too large"),
+        ),
+        (
+            vec!["bench", "embed", "--shape", "40000x40000x40000"],
+            Fails("of memory is available"),
+        ),
+        (
+            vec!["bench", "eltwise", "--op", "silu", "--shape", "2000000000"],
+            Fails("of memory is available"),
+        ),
+        (
+            vec!["bench", "norm", "--shape", "40000x40000"],
+            Fails("of memory is available"),
+        ),
+        (
+            vec!["bench", "rope", "--shape", "40000x40000x40000"],
+            Fails("of memory is available"),
+        ),
+        (
+            vec!["bench", "matmul-rope", "--shape", "40000x40000x40000x40000"],
+            Fails("of memory is available"),
+        ),
+        (
+            vec![
+                "bench",
+                "roofline",
+                "--no-store",
+                "--array-mib",
+                "100000000",
+            ],
+            Fails("of memory is available"),
+        ),
+        (
+            vec!["bench", "roofline", "--no-store", "--array-mib", big],
+            Fails("more memory than can be addressed"),
+        ),
+        (
+            vec!["bench", "gemv", "--shape", "0x8"],
+            Fails("positive sizes"),
+        ),
+        (
+            vec!["bench", "gemv", "--shape", "8x8", "--isa", "sse9"],
+            Fails("sse9"),
+        ),
+        (
+            vec!["bench", "gemv", "--shape", "8x8", "--params", "[1]"],
+            Fails("JSON object"),
+        ),
+        (
+            vec![
+                "bench",
+                "gemv",
+                "--shape",
+                "8x8",
+                "--params",
+                "{\"nr\": 1e308}",
+            ],
+            Fails("nr"),
+        ),
+        (
+            vec![
+                "tune",
+                "--op",
+                "gemv",
+                "--dtype",
+                "f32",
+                "--shape",
+                &format!("{big}x2"),
+                "--db",
+                tdb,
+            ],
+            Fails("too large"),
+        ),
+        (
+            vec![
+                "tune",
+                "--op",
+                "gemv",
+                "--dtype",
+                "f32",
+                "--shape",
+                "99999999x99999999",
+                "--db",
+                tdb,
+            ],
+            Fails("too large"),
+        ),
+        (
+            vec![
+                "tune",
+                "--suite",
+                "llm-decode",
+                "--budget",
+                "99999999999999999h",
+                "--db",
+                tdb,
+            ],
+            Fails("budget"),
+        ),
+        (
+            vec![
+                "tune", "--op", "conv", "--dtype", "f32", "--shape", "2x2", "--db", tdb,
+            ],
+            Fails("unknown op `conv`"),
+        ),
+        (
+            vec!["run", "-m", &truncated, "--db", &db, "-p", "ab"],
+            Fails("truncated.gguf"),
+        ),
+        (
+            vec!["run", "-m", &header_only, "--db", &db, "-p", "ab"],
+            Fails("header.gguf"),
+        ),
+        (
+            vec!["run", "-m", &empty, "--db", &db, "-p", "ab"],
+            Fails("empty.gguf"),
+        ),
+        (
+            vec!["run", "-m", &noise, "--db", &db, "-p", "ab"],
+            Fails("noise.gguf"),
+        ),
+        (
+            vec!["run", "-m", dir_s, "--db", &db, "-p", "ab"],
+            Fails("config.json"),
+        ),
+        (
+            vec!["plan", "-m", &truncated, "--db", &db],
+            Fails("truncated.gguf"),
+        ),
+        (
+            vec!["ppl", "-m", m, "--db", &db, "-f", "/dev/zero"],
+            Fails("not a regular file"),
+        ),
+        (
+            vec!["run", "-m", m, "--db", &db, "-p", "ab", "-t", "0"],
+            Fails("0 threads"),
+        ),
+        (
+            vec!["run", "-m", m, "--db", &db, "-p", "ab", "-t", "5000"],
+            Fails("5000 threads"),
+        ),
+        (
+            vec![
+                "run",
+                "-m",
+                m,
+                "--db",
+                &db,
+                "-p",
+                "ab",
+                "-n",
+                "18446744073709551616",
+            ],
+            Fails("not a token count"),
+        ),
+        (
+            vec!["run", "-m", m, "--db", &db, "--token-ids", "99999999"],
+            Fails("99999999"),
+        ),
+        (
+            vec!["run", "-m", m, "--db", &db, "--token-ids", "1,,2"],
+            Fails("--token-ids"),
+        ),
+        (
+            vec!["run", "-m", m, "--db", &db, "--token-ids", ""],
+            Fails("--token-ids"),
+        ),
+        (
+            vec!["run", "-m", m, "--db", &db, "-p", "ab", "--kv-type", "q8_0"],
+            Fails("multiple of 32"),
+        ),
+        (
+            vec!["run", "-m", m, "--db", &garbage_db, "-p", "ab", "-n", "1"],
+            Warns("running the default plan"),
+        ),
+        (
+            vec!["table", "import", &deep, "--db", tdb],
+            Fails("deep.json"),
+        ),
+        (
+            vec!["table", "import", &not_json, "--db", tdb],
+            Fails("not.json"),
+        ),
+        (
+            vec!["table", "show", "--db", &garbage_db],
+            Fails("garbage.db"),
+        ),
+    ]
+    .into_iter()
+    .map(|(a, w)| (a.into_iter().map(String::from).collect(), w))
+    .collect();
+
+    let mut bad = Vec::new();
+    for (args, want) in &cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = tiletune(&argv);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let crashed = out.status.code().is_none()
+            || out.status.code() == Some(101)
+            || err.contains("panicked")
+            || err.contains("memory allocation of");
+        let ok = match want {
+            Fails(says) => matches!(out.status.code(), Some(1 | 2)) && err.contains(says),
+            Warns(says) => out.status.success() && err.contains(says),
+        };
+        if crashed || !ok {
+            bad.push(format!(
+                "tiletune {}\n  status {:?}\n  {}",
+                args.join(" "),
+                out.status,
+                err.trim()
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} cases:\n{}",
+        bad.len(),
+        cases.len(),
+        bad.join("\n")
+    );
+}
