@@ -181,23 +181,16 @@ impl Report {
     }
 }
 
-/// `2026-11-29 23:05 UTC` from Unix seconds (civil-from-days, H. Hinnant).
+/// `2026-11-29 23:05 UTC` from Unix seconds.
 pub fn utc_string(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
-    let secs = unix.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let t = tiletune_bench::clock::UtcTime::from_unix(unix);
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        secs / 3600,
-        secs % 3600 / 60
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        t.year,
+        t.month,
+        t.day,
+        t.secs / 3600,
+        t.secs % 3600 / 60
     )
 }
 
