@@ -426,6 +426,11 @@ fn tune_model_ends_with_a_model_level_verdict_that_plan_shows() {
         out.contains("prefill pp32") && out.contains("decode  tg16"),
         "{out}"
     );
+    // It ends with what the runtime makes of the verdicts.
+    assert!(
+        out.contains("verdict prefill: ") && out.contains("verdict decode: "),
+        "{out}"
+    );
     let plan = ok(&tiletune(&["plan", "--model", m, "--db", db, "-t", "2"]));
     for phase in ["verdict prefill: ", "verdict decode: "] {
         let line = plan

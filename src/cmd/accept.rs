@@ -15,7 +15,7 @@ use tiletune_bench::peers::llama_bench::{GlibcRand, TokenSource, test_gen, test_
 use tiletune_kernels::attention::KvDtype;
 use tiletune_runtime::config::ModelConfig;
 use tiletune_runtime::models::{FastModel, RunState};
-use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
+use tiletune_runtime::plan::{ExecutionPlan, Mix, PlanOptions};
 use tiletune_runtime::{GgufFile, problems};
 use tiletune_soc::SocInfo;
 use tiletune_tables::{Phase, Problem, Verdict, now_unix};
@@ -141,8 +141,6 @@ pub fn check_model(
         .map(|(p, ts)| (p, ts.into_iter().map(|t| t.capped(fit)).collect()))
         .collect();
     let mut states = [models[0].new_state(), models[1].new_state()];
-    let vocab = cfg.vocab.max(1) as u32;
-    let bos = cfg.bos_id;
     let name = model_path.file_name().map_or_else(
         || model_path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -152,11 +150,87 @@ pub fn check_model(
             "model-level check: tuned plan against default plan, {rounds} alternated rounds, {threads} thread(s), f16 KV cache"
         );
     }
+    let check = Check {
+        vocab: cfg.vocab.max(1) as u32,
+        bos: cfg.bos_id,
+        rounds,
+    };
+    let verdict = |phase: Phase, label: String, d: Vec<f64>, t: Vec<f64>, plan: &ExecutionPlan| {
+        let v = acceptance::decide(&d, &t);
+        Verdict {
+            soc: soc.fingerprint.clone(),
+            kernel_abi: tiletune_kernels::KERNEL_ABI,
+            model: plan.model.clone(),
+            model_name: name.clone(),
+            phase,
+            threads,
+            plan_digest: plan.digest(phase),
+            test: label,
+            default_s: d,
+            tuned_s: t,
+            ratio: v.ratio,
+            won: v.won,
+            campaign: None,
+            measured_at: now_unix(),
+        }
+    };
     let mut out = Vec::new();
     for (phase, tests) in &tests {
+        let (label, d, t) = check.time(&models, &mut states, tests)?;
+        let v = verdict(*phase, label, d, t, &tuned);
+        if !quiet {
+            print_verdict(&v, tests, "");
+        }
+        out.push(v);
+    }
+    // A quantized weight holds one layout, so a phase that lost runs its
+    // defaults on the layout the other phase's tuned choices hold: a plan
+    // neither verdict timed. Time that mix, and store the phase's verdict
+    // for it (the runtime runs the default plan if it does not win).
+    let mix = Mix::of(|p| out.iter().any(|v| v.phase == p && v.won));
+    let mixed = ExecutionPlan::build_mix(problems, &soc.fingerprint, &caps, &opts, mix);
+    let won = |p: Phase| out.iter().any(|v| v.phase == p && v.won);
+    let untimed = mixed.untimed_phases(&tuned, &default, won);
+    if !untimed.is_empty() {
+        // Only the default plan and the mix stay in memory.
+        let [default_model, _] = models;
+        let models = [default_model, load(&mixed)?];
+        let mut states = [models[0].new_state(), models[1].new_state()];
+        for (phase, tests) in tests.iter().filter(|(p, _)| untimed.contains(p)) {
+            let (label, d, t) = check.time(&models, &mut states, tests)?;
+            let v = verdict(*phase, label, d, t, &mixed);
+            if !quiet {
+                print_verdict(&v, tests, " (beside the other phase's choices)");
+            }
+            if let Some(old) = out.iter_mut().find(|o| o.phase == *phase) {
+                *old = v;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// How `check_model` times a phase.
+struct Check {
+    vocab: u32,
+    bos: Option<u32>,
+    rounds: usize,
+}
+
+impl Check {
+    /// `rounds` alternated timings of `tests` on the default plan's model
+    /// (`models[0]`) and another plan's: the tests' label and the seconds
+    /// of each.
+    fn time(
+        &self,
+        models: &[FastModel; 2],
+        states: &mut [RunState; 2],
+        tests: &[Test],
+    ) -> anyhow::Result<(String, Vec<f64>, Vec<f64>)> {
         let label: Vec<String> = tests.iter().map(Test::to_string).collect();
         let label = label.join(",");
         let mut rng = GlibcRand::new(1);
+        let (vocab, bos) = (self.vocab, self.bos);
         // One warm-up run of each plan: first-touch page faults and pool
         // start-up are not what is compared.
         for (m, st) in models.iter().zip(states.iter_mut()) {
@@ -164,7 +238,7 @@ pub fn check_model(
                 .with_context(|| format!("warming up {label}"))?;
         }
         let (mut d, mut t) = (Vec::new(), Vec::new());
-        for r in 0..rounds {
+        for r in 0..self.rounds {
             // ABBA: neither plan always runs right after the other.
             let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
@@ -173,40 +247,25 @@ pub fn check_model(
                 if i == 0 { d.push(s) } else { t.push(s) }
             }
         }
-        let v = acceptance::decide(&d, &t);
-        let tokens: usize = tests.iter().map(|t| t.tokens()).sum();
-        if !quiet {
-            let tps = |s: f64| tokens as f64 / s;
-            println!(
-                "  {:<7} {:<12} default {:>8.1} tok/s, tuned {:>8.1} tok/s ({:.2}x, medians) → {}",
-                phase.name(),
-                label,
-                tps(tiletune_bench::stats::median(&d)),
-                tps(tiletune_bench::stats::median(&t)),
-                v.ratio,
-                if v.won {
-                    "the tuned choices run"
-                } else {
-                    "the defaults run (no win beyond the noise)"
-                }
-            );
-        }
-        out.push(Verdict {
-            soc: soc.fingerprint.clone(),
-            kernel_abi: tiletune_kernels::KERNEL_ABI,
-            model: tuned.model.clone(),
-            model_name: name.clone(),
-            phase: *phase,
-            threads,
-            plan_digest: tuned.digest(*phase),
-            test: label,
-            default_s: d,
-            tuned_s: t,
-            ratio: v.ratio,
-            won: v.won,
-            campaign: None,
-            measured_at: now_unix(),
-        });
+        Ok((label, d, t))
     }
-    Ok(out)
+}
+
+/// One line per verdict: both plans' speeds and whether the other won.
+fn print_verdict(v: &Verdict, tests: &[Test], what: &str) {
+    let tokens: usize = tests.iter().map(|t| t.tokens()).sum();
+    let tps = |s: &[f64]| tokens as f64 / tiletune_bench::stats::median(s);
+    println!(
+        "  {:<7} {:<12} default {:>8.1} tok/s, tuned{what} {:>8.1} tok/s ({:.2}x, medians) → {}",
+        v.phase.name(),
+        v.test,
+        tps(&v.default_s),
+        tps(&v.tuned_s),
+        v.ratio,
+        if v.won {
+            "won"
+        } else {
+            "no win beyond the noise"
+        }
+    );
 }

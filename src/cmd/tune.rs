@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tiletune_bench::Environment;
 use tiletune_kernels::KERNEL_ABI;
+use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
 use tiletune_tables::{Campaign, Problem, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
 use tiletune_tuner::campaign::{CampaignConfig, ProblemReport, Progress, run_campaign};
@@ -319,6 +320,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     for v in &mut verdicts {
         v.campaign = Some(campaign.id.clone());
         db.put_verdict(v)?;
+    }
+    if !g.json {
+        // What the runtime makes of the verdicts, as `plan` and `run` will.
+        let opts = PlanOptions {
+            db: Some(db_path.clone()),
+            threads: max_threads,
+            qmode: None,
+        };
+        let plan = ExecutionPlan::build(&model.problems, &soc.fingerprint, &soc.cpu_caps(), &opts);
+        for v in &plan.verdicts {
+            println!("verdict {v}");
+        }
     }
     if g.json {
         // One document: the campaign's reports and the verdicts.

@@ -36,6 +36,9 @@ use tiletune_kernels::qgemv::QMode;
 use tiletune_kernels::{CpuCaps, KERNEL_ABI};
 use tiletune_tables::{Lookup, OpenOptions, Phase, Placement, Problem, SelectorDb, Verdict};
 
+mod verdict;
+pub use verdict::{Mix, VerdictCheck, VerdictState};
+
 pub use tiletune_kernels::choice::{KernelChoice, Layout, Op, QGEMV_FORMATS, WeightKind};
 
 /// Where a plan entry's choice came from.
@@ -116,8 +119,9 @@ pub struct ExecutionPlan {
 enum Build {
     /// The table's choices with the model-level verdicts applied: what runs.
     Verified,
-    /// The table's choices before the verdicts: what `tune --model` times.
-    Unverified,
+    /// The table's choices in the phases `Mix` tunes, the defaults in the
+    /// others, verdicts not applied: what `tune --model` times.
+    Mix(Mix),
     /// The analytic defaults; the table is not opened.
     Default,
 }
@@ -132,96 +136,6 @@ pub enum TableState {
     /// A file that could not be used (corrupt, foreign, newer, a failed
     /// lookup): every entry is a default, and commands say so on stderr.
     Unusable,
-}
-
-/// What the model-level verdict of one phase says about this plan.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VerdictCheck {
-    pub phase: Phase,
-    /// Entries of the phase the table chose (tuned or nearest).
-    pub chosen: usize,
-    pub state: VerdictState,
-}
-
-/// The state of a phase's tuned choices.
-#[derive(Debug, Clone, PartialEq)]
-pub enum VerdictState {
-    /// Nothing of the phase came from the table: the defaults run.
-    NothingTuned,
-    /// No verdict is stored for these choices (a table from `tune --op`,
-    /// `--suite`, an import, or from before verdicts): they run unchecked.
-    Unverified,
-    /// The stored verdict is for exactly these choices.
-    Checked(Verdict),
-    /// A verdict is stored, but for other choices: the table changed since
-    /// the model was timed, so the defaults run until it is timed again.
-    Stale(Verdict),
-}
-
-impl VerdictCheck {
-    fn of(phase: Phase, stored: Option<&Verdict>, digest: &str, entries: &[PlanEntry]) -> Self {
-        let chosen = entries
-            .iter()
-            .filter(|e| phase_of(&e.problem) == phase && e.source != Source::Default)
-            .count();
-        let state = match stored {
-            _ if chosen == 0 => VerdictState::NothingTuned,
-            None => VerdictState::Unverified,
-            Some(v) if v.plan_digest == digest => VerdictState::Checked(v.clone()),
-            Some(v) => VerdictState::Stale(v.clone()),
-        };
-        VerdictCheck {
-            phase,
-            chosen,
-            state,
-        }
-    }
-
-    /// Whether the phase's tuned choices run.
-    pub fn tuned_runs(&self) -> bool {
-        match &self.state {
-            VerdictState::NothingTuned | VerdictState::Unverified => true,
-            VerdictState::Checked(v) => v.won,
-            VerdictState::Stale(_) => false,
-        }
-    }
-}
-
-impl fmt::Display for VerdictCheck {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rounds = |v: &Verdict| {
-            format!(
-                "{} {:.2}x over {} alternated rounds ({}, {} threads)",
-                v.test,
-                v.ratio,
-                v.tuned_s.len(),
-                v.model_name,
-                v.threads
-            )
-        };
-        write!(f, "{}: ", self.phase)?;
-        match &self.state {
-            VerdictState::NothingTuned => write!(f, "nothing tuned; the defaults run"),
-            VerdictState::Unverified => write!(
-                f,
-                "{} choice(s) from the table run unverified: no model-level check is stored for them (run `tiletune tune --model` to time them against the defaults)",
-                self.chosen
-            ),
-            VerdictState::Checked(v) if v.won => {
-                write!(f, "tuned won, {}; the tuned choices run", rounds(v))
-            }
-            VerdictState::Checked(v) => write!(
-                f,
-                "tuned did not win beyond the noise, {}; the defaults run",
-                rounds(v)
-            ),
-            VerdictState::Stale(v) => write!(
-                f,
-                "the table's choices changed since the model-level check ({}); the defaults run until `tiletune tune --model` times them again",
-                rounds(v)
-            ),
-        }
-    }
 }
 
 /// The phase a problem runs in: the GEMV at one row is decode, the GEMM
@@ -270,14 +184,15 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// What a problem's default is computed from.
+pub(crate) struct Defaults<'a> {
+    pub caps: &'a CpuCaps,
+    pub threads: usize,
+    pub qmode: Option<QMode>,
+}
+
 /// Gives every table-chosen entry of `phase` its default back, saying why.
-fn to_defaults(
-    entries: &mut [PlanEntry],
-    phase: Phase,
-    caps: &CpuCaps,
-    threads: usize,
-    qmode: Option<QMode>,
-) {
+fn to_defaults(entries: &mut [PlanEntry], phase: Phase, d: &Defaults<'_>) {
     for e in entries
         .iter_mut()
         .filter(|e| phase_of(&e.problem) == phase && e.source != Source::Default)
@@ -288,7 +203,7 @@ fn to_defaults(
             e.kernel.variant(),
             e.kernel.params_json()
         );
-        e.kernel = default_choice(&e.problem, caps, threads, qmode);
+        e.kernel = default_choice(&e.problem, d.caps, d.threads, d.qmode);
         e.source = Source::Default;
         e.placement = None;
         e.note = Some(why);
@@ -338,8 +253,22 @@ impl ExecutionPlan {
         caps: &CpuCaps,
         opts: &PlanOptions,
     ) -> Self {
+        Self::build_mix(problems, soc, caps, opts, Mix::TUNED)
+    }
+
+    /// The table's choices in the phases `mix` tunes and the defaults in
+    /// the others, layouts resolved, verdicts not applied: the plan the
+    /// runtime would run were those the verdicts, which `tune --model`
+    /// times where no verdict timed it yet.
+    pub fn build_mix(
+        problems: &[Problem],
+        soc: &str,
+        caps: &CpuCaps,
+        opts: &PlanOptions,
+        mix: Mix,
+    ) -> Self {
         let cpus = tiletune_kernels::pool::allowed_cpus();
-        Self::build_with(problems, soc, caps, opts, &cpus, Build::Unverified)
+        Self::build_with(problems, soc, caps, opts, &cpus, Build::Mix(mix))
     }
 
     /// The plan of the analytic defaults alone: what runs without a table.
@@ -378,10 +307,9 @@ impl ExecutionPlan {
         } else {
             lookup_all(&db_path, soc, threads, problems, &model)
         };
-        let verdicts = build == Build::Verified;
         let lookup_time = t0.elapsed();
         let t1 = Instant::now();
-        let mut entries: Vec<PlanEntry> = problems
+        let base: Vec<PlanEntry> = problems
             .iter()
             .zip(lookups)
             .map(|(p, l)| {
@@ -389,20 +317,16 @@ impl ExecutionPlan {
                 place(e, &l, cpus, caps, threads, opts.qmode)
             })
             .collect();
-        resolve_layouts(&mut entries, caps);
-        let mut checks = Vec::new();
-        for phase in Phase::ALL {
-            let digest = phase_digest(&entries, phase);
-            let stored = stored.iter().find(|v| v.phase == phase);
-            let check = VerdictCheck::of(phase, stored, &digest, &entries);
-            if verdicts && !check.tuned_runs() {
-                to_defaults(&mut entries, phase, caps, threads, opts.qmode);
-            }
-            checks.push(check);
-        }
-        if verdicts {
-            resolve_layouts(&mut entries, caps);
-        }
+        let defaults = Defaults {
+            caps,
+            threads,
+            qmode: opts.qmode,
+        };
+        let (mut entries, verdicts) = match build {
+            Build::Verified => verdict::apply(&base, &stored, &defaults),
+            Build::Mix(mix) => (verdict::mixed(&base, mix, &defaults), Vec::new()),
+            Build::Default => (verdict::mixed(&base, Mix::DEFAULT, &defaults), Vec::new()),
+        };
         let pinned_cpus = agree_on_cpus(&mut entries, threads);
         let index = entries
             .iter()
@@ -422,9 +346,29 @@ impl ExecutionPlan {
             plan_time,
             pinned_cpus,
             model,
-            verdicts: if verdicts { checks } else { Vec::new() },
+            verdicts,
             index,
         }
+    }
+
+    /// The phases of this plan (a [`Self::build_mix`] of `tuned` and `default`
+    /// by phase verdicts `won`) whose choices no verdict timed: a phase
+    /// runs other choices than the plan it was timed in, as a losing
+    /// phase's defaults do on the layouts the other phase's tuned choices
+    /// hold. `tune --model` times them.
+    pub fn untimed_phases(
+        &self,
+        tuned: &ExecutionPlan,
+        default: &ExecutionPlan,
+        won: impl Fn(Phase) -> bool,
+    ) -> Vec<Phase> {
+        Phase::ALL
+            .into_iter()
+            .filter(|&p| {
+                let timed = if won(p) { tuned } else { default };
+                self.digest(p) != timed.digest(p)
+            })
+            .collect()
     }
 
     /// The digest of the choices this plan runs in `phase` (the verdict of
@@ -563,16 +507,9 @@ impl ExecutionPlan {
             "verdicts": self.verdicts.iter().map(|v| json!({
                 "phase": v.phase.name(),
                 "tuned_runs": v.tuned_runs(),
-                "state": match &v.state {
-                    VerdictState::NothingTuned => "nothing tuned",
-                    VerdictState::Unverified => "unverified",
-                    VerdictState::Checked(_) => "checked",
-                    VerdictState::Stale(_) => "stale",
-                },
-                "ratio": match &v.state {
-                    VerdictState::Checked(x) | VerdictState::Stale(x) => Some(x.ratio),
-                    _ => None,
-                },
+                "state": v.state.name(),
+                "moved": v.moved,
+                "ratio": v.state.verdict().map(|x| x.ratio),
                 "text": v.to_string(),
             })).collect::<Vec<_>>(),
             "entries": entries,
@@ -1320,5 +1257,120 @@ mod tests {
         let d = ExecutionPlan::build_default(&ps, "soc", &caps, &opts(path));
         assert_eq!(d.counts(), (0, 0, 2));
         let _ = std::fs::remove_dir_all(ps_dir("verdict"));
+    }
+
+    /// A quantized weight holds one layout, its decode choice's: when
+    /// decode's tuned choice won and prefill's lost, prefill's defaults
+    /// would run moved onto decode's layout, which neither verdict timed,
+    /// so the whole model runs the default plan; a verdict timing exactly
+    /// that mix lets it run when it won, and not when it lost.
+    #[test]
+    fn a_phase_runs_only_choices_a_verdict_timed_beside_the_other_phase() {
+        use tiletune_tables::{Campaign, Candidate, Selection};
+        let caps = CpuCaps::default();
+        let ps = vec![
+            Problem::new("gemv", "q4_0", [("n", 64), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "q4_0", [("m", 16), ("n", 64), ("k", 64)]).unwrap(),
+        ];
+        let default_nr = match default_choice(&ps[1], &caps, 2, None) {
+            KernelChoice::QGemm(q) => q.params.nr,
+            other => panic!("q4_0 prefill defaults to {other}"),
+        };
+        let nr = if default_nr == 4 { 8 } else { 4 };
+        let dir = ps_dir("mix");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sel.db");
+        let mut db = SelectorDb::open(&path).unwrap();
+        register_soc(&mut db, "soc");
+        for (p, mr) in [(&ps[0], 1), (&ps[1], 2)] {
+            let params = json!({"mr": mr, "nr": nr, "pf": 0, "ku": 1});
+            db.put_selection(&Selection {
+                soc: "soc".into(),
+                kernel_abi: KERNEL_ABI,
+                problem: p.clone(),
+                thread_budget: 2,
+                winner: Candidate::new("scalar.qgemm", params, 1).unwrap(),
+                median_ns: 1.0,
+                default_ns: None,
+                speedup: None,
+                campaign: None,
+                selected_at: 0,
+            })
+            .unwrap();
+        }
+        drop(db);
+        let o = opts(path.clone());
+        let tuned = ExecutionPlan::build_unverified(&ps, "soc", &caps, &o);
+        let default = ExecutionPlan::build_default(&ps, "soc", &caps, &o);
+        let decode_only = Mix {
+            prefill: false,
+            decode: true,
+        };
+        let mix = ExecutionPlan::build_mix(&ps, "soc", &caps, &o, decode_only);
+        assert_ne!(
+            mix.digest(Phase::Prefill),
+            default.digest(Phase::Prefill),
+            "the prefill defaults move onto decode's layout: {mix}"
+        );
+        let put = |phase: Phase, won: bool, digest: String| {
+            let mut db = SelectorDb::open(&path).unwrap();
+            let c = Campaign::new("soc", "test", KERNEL_ABI, "adaptive");
+            db.start_campaign(&c).unwrap();
+            db.put_verdict(&Verdict {
+                soc: "soc".into(),
+                kernel_abi: KERNEL_ABI,
+                model: tuned.model.clone(),
+                model_name: "m.gguf".into(),
+                phase,
+                threads: 2,
+                plan_digest: digest,
+                test: "pp512".into(),
+                default_s: vec![1.0, 1.0, 1.0],
+                tuned_s: vec![0.9, 0.9, 0.9],
+                ratio: if won { 1.11 } else { 0.95 },
+                won,
+                campaign: Some(c.id.clone()),
+                measured_at: 1,
+            })
+            .unwrap();
+        };
+        let runs = |p: &ExecutionPlan| Phase::ALL.map(|ph| p.digest(ph));
+        // What `tune --model` times after a split verdict: prefill beside
+        // decode's tuned choices; nothing after an agreeing one.
+        let won = |p: Phase| p == Phase::Decode;
+        assert_eq!(mix.untimed_phases(&tuned, &default, won), [Phase::Prefill]);
+        assert!(tuned.untimed_phases(&tuned, &default, |_| true).is_empty());
+        assert!(
+            default
+                .untimed_phases(&tuned, &default, |_| false)
+                .is_empty()
+        );
+        put(Phase::Decode, true, tuned.digest(Phase::Decode));
+        put(Phase::Prefill, false, tuned.digest(Phase::Prefill));
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &o);
+        assert_eq!(runs(&p), runs(&default), "{p}");
+        let text = p.to_string();
+        assert!(
+            text.contains("verdict decode: tuned won") && text.contains("no check timed them with"),
+            "{text}"
+        );
+        // The mix timed and faster: it runs.
+        put(Phase::Prefill, true, mix.digest(Phase::Prefill));
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &o);
+        assert_eq!(runs(&p), runs(&mix), "{p}");
+        let text = p.to_string();
+        assert!(
+            text.contains(
+                "verdict prefill: timed as it runs beside the decode phase's choices, won"
+            ) && text.contains("the defaults run on the layouts the decode phase's choices hold"),
+            "{text}"
+        );
+        assert_eq!(p.to_json()["verdicts"][0]["state"], "mixed");
+        // The mix timed and not faster: the default plan runs.
+        put(Phase::Prefill, false, mix.digest(Phase::Prefill));
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &o);
+        assert_eq!(runs(&p), runs(&default), "{p}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
