@@ -228,6 +228,24 @@ impl SelectorDb {
         Ok(None)
     }
 
+    /// Continues the campaign [`Self::claim_unfinished_campaign`] finds for
+    /// `fresh`'s SoC, kernel ABI and strategy, or starts `fresh`; claimed
+    /// either way (`fresh` before it exists, so no other tuner takes it
+    /// over). The flag says whether it resumed.
+    pub fn resume_or_start_campaign(
+        &mut self,
+        fresh: Campaign,
+    ) -> Result<(Campaign, CampaignClaim, bool)> {
+        if let Some((c, claim)) =
+            self.claim_unfinished_campaign(&fresh.soc, fresh.kernel_abi, &fresh.strategy)?
+        {
+            return Ok((c, claim, true));
+        }
+        let claim = self.claim_campaign(&fresh.id)?;
+        self.start_campaign(&fresh)?;
+        Ok((fresh, claim, false))
+    }
+
     /// Claims a campaign this process has just started, so that another
     /// tuner does not resume it while it runs.
     pub fn claim_campaign(&self, id: &str) -> Result<CampaignClaim> {

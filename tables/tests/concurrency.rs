@@ -187,3 +187,28 @@ fn concurrent_campaigns_keep_the_faster_winner() {
     assert!(db.put_campaign_selection(&retune).unwrap());
     assert_eq!(on_q(&db).median_ns, 1200.0);
 }
+
+/// `resume_or_start_campaign` starts the fresh campaign while another
+/// tuner holds the unfinished one, and resumes that one once it is let go.
+#[test]
+fn resume_or_start_leaves_a_held_campaign_and_resumes_a_free_one() {
+    let dir = tmp();
+    let path = db_path(dir.path());
+    let mut db = SelectorDb::open(&path).unwrap();
+    db.register_soc(&soc("socA")).unwrap();
+    let first = Campaign::new("socA", "0.1.0", ABI, "descent");
+    let (c, held, resumed) = db.resume_or_start_campaign(first.clone()).unwrap();
+    assert!(!resumed);
+    assert_eq!(c.id, first.id);
+    let mut other = SelectorDb::open(&path).unwrap();
+    let second = Campaign::new("socA", "0.1.0", ABI, "descent");
+    let (c2, claim2, resumed) = other.resume_or_start_campaign(second.clone()).unwrap();
+    assert!(!resumed, "the held campaign is not taken over");
+    assert_eq!(c2.id, second.id);
+    drop(claim2);
+    drop(held);
+    let third = Campaign::new("socA", "0.1.0", ABI, "descent");
+    let (c3, _claim, resumed) = other.resume_or_start_campaign(third).unwrap();
+    assert!(resumed);
+    assert!([first.id, second.id].contains(&c3.id), "{}", c3.id);
+}

@@ -14,6 +14,7 @@
 
 pub mod acceptance;
 pub mod adapters;
+pub mod budget;
 pub mod campaign;
 pub mod families;
 pub mod joint;
@@ -66,6 +67,8 @@ pub enum TunerError {
         need: u64,
         available: u64,
     },
+    #[error("{0}")]
+    BadBudget(String),
     #[error("bad workload {0}")]
     BadWorkload(String),
     #[error("bad thread placement `{placement}`: {reason}")]

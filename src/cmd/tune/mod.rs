@@ -5,9 +5,11 @@
 //! (`tiletune_tuner::placement`): unpinned counts on one cluster, plus
 //! per-cluster pinned placements on big.LITTLE.
 
+mod print;
+
 use super::Global;
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
+use print::{Bar, print_joint, print_summary};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -16,7 +18,8 @@ use tiletune_kernels::KERNEL_ABI;
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
 use tiletune_tables::{Campaign, Problem, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
-use tiletune_tuner::campaign::{CampaignConfig, ProblemReport, Progress, run_campaign};
+use tiletune_tuner::budget::parse_budget;
+use tiletune_tuner::campaign::{CampaignConfig, run_campaign};
 use tiletune_tuner::families::{self, Machine};
 use tiletune_tuner::joint::{self, Workload};
 use tiletune_tuner::placement;
@@ -60,7 +63,7 @@ pub struct Args {
     /// problem's inputs and scalar reference is not counted: for a large
     /// prefill problem (an LM head at m = 256) that takes seconds. The best
     /// candidate found so far is kept when it runs out.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_budget)]
     pub budget: Option<Duration>,
     /// Most threads to search (default: every online core); also the
     /// thread budget the winners are stored for. The thread dimension is a
@@ -96,50 +99,6 @@ pub struct Args {
     /// every tuned round beat every default round.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=50))]
     pub rounds: u64,
-}
-
-/// The longest budget accepted: a year, far past any real campaign, and
-/// short enough that adding it to a clock never overflows.
-const MAX_BUDGET_S: u64 = 365 * 24 * 3600;
-
-/// Parses `90`, `90s`, `5m`, `1h`, `1h30m` (at most a year).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("`{s}` is not a duration; use e.g. 90s, 5m or 1h");
-    let long = || format!("`{s}` is longer than a budget may be (8760h); use e.g. 90s, 5m or 1h");
-    let mut total = 0u64;
-    let mut num = String::new();
-    let mut add = |n: &str, unit: u64| -> Result<(), String> {
-        let n: u64 = n
-            .parse()
-            .map_err(|_| if n.is_empty() { bad() } else { long() })?;
-        total = n
-            .checked_mul(unit)
-            .and_then(|v| total.checked_add(v))
-            .filter(|&t| t <= MAX_BUDGET_S)
-            .ok_or_else(long)?;
-        Ok(())
-    };
-    for ch in s.trim().chars() {
-        if ch.is_ascii_digit() {
-            num.push(ch);
-            continue;
-        }
-        let unit = match ch {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            _ => return Err(bad()),
-        };
-        add(&num, unit)?;
-        num.clear();
-    }
-    if !num.is_empty() {
-        add(&num, 1)?;
-    }
-    if total == 0 {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs(total))
 }
 
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
@@ -183,28 +142,21 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     // Continue an interrupted campaign of the same kind: its measurements are
     // found again by key, so nothing is measured twice. One another tuner is
     // running is its own; this one then starts a campaign of its own.
-    let strategy_name = args.strategy.name();
-    let claimed = db.claim_unfinished_campaign(&soc.fingerprint, KERNEL_ABI, &strategy_name)?;
-    let (campaign, _claim) = match claimed {
-        Some((c, claim)) => {
-            eprintln!("resuming campaign {} (started {})", c.id, c.started_at);
-            (c, claim)
-        }
-        None => {
-            let mut c = Campaign::new(
-                &soc.fingerprint,
-                env!("CARGO_PKG_VERSION"),
-                KERNEL_ABI,
-                &strategy_name,
-            );
-            c.budget_s = args.budget.map(|b| b.as_secs_f64());
-            c.commit = option_env!("TILETUNE_GIT_COMMIT").map(str::to_string);
-            // Claimed before it exists, so no other tuner can take it over.
-            let claim = db.claim_campaign(&c.id)?;
-            db.start_campaign(&c)?;
-            (c, claim)
-        }
-    };
+    let mut fresh = Campaign::new(
+        &soc.fingerprint,
+        env!("CARGO_PKG_VERSION"),
+        KERNEL_ABI,
+        args.strategy.name(),
+    );
+    fresh.budget_s = args.budget.map(|b| b.as_secs_f64());
+    fresh.commit = option_env!("TILETUNE_GIT_COMMIT").map(str::to_string);
+    let (campaign, _claim, resumed) = db.resume_or_start_campaign(fresh)?;
+    if resumed {
+        eprintln!(
+            "resuming campaign {} (started {})",
+            campaign.id, campaign.started_at
+        );
+    }
 
     let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
     let mut skipped: Vec<(Problem, String)> = Vec::new();
@@ -341,139 +293,6 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What the joint layout choice changed, one line per weight it moved.
-fn print_joint(weights: &[joint::WeightReport], workload: &Workload) {
-    let moved: Vec<&joint::WeightReport> =
-        weights.iter().filter(|w| !w.changed.is_empty()).collect();
-    println!(
-        "joint layout choice for {workload}: {} weight(s), {} moved to one shared layout",
-        weights.len(),
-        moved.len()
-    );
-    for w in moved {
-        // The separate winners cost less only when they disagree on the
-        // layout; otherwise the pass only stored what the campaign had not.
-        let why = if w.choice.unconstrained_ns < w.choice.cost_ns {
-            format!(
-                "separate winners {:.1} µs, but they cannot all be held at once",
-                w.choice.unconstrained_ns / 1e3
-            )
-        } else {
-            "as fast as the separate winners".to_string()
-        };
-        let changed: Vec<String> = w.changed.iter().map(|(p, _)| p.dims_string()).collect();
-        println!(
-            "  {:<20} {}: workload {:.1} µs ({why}); set {}",
-            w.weight,
-            w.choice.layout,
-            w.choice.cost_ns / 1e3,
-            changed.join(" ")
-        );
-    }
-}
-
-fn short(c: &Candidate) -> String {
-    let params = match c.params() {
-        serde_json::Value::Object(m) => m
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(","),
-        v => v.to_string(),
-    };
-    format!("{} {} {}", c.variant(), params, c.placement())
-}
-
-fn print_summary(
-    reports: &[ProblemReport],
-    soc: &str,
-    db: &std::path::Path,
-    took: Duration,
-    partial: bool,
-) {
-    println!(
-        "tuned on {soc} in {:.1}s; selector table: {}",
-        took.as_secs_f64(),
-        db.display()
-    );
-    println!(
-        "{:<28} {:>11} {:>11} {:>8} {:>6}  winner",
-        "problem", "default", "tuned", "speedup", "evals"
-    );
-    for r in reports {
-        match &r.selection {
-            Some(s) => println!(
-                "{:<28} {:>9.1}µs {:>9.1}µs {:>7.2}x {:>6}  {}",
-                r.problem.to_string(),
-                s.default_s * 1e6,
-                s.median_s * 1e6,
-                s.speedup(),
-                r.evaluations,
-                short(&s.winner)
-            ),
-            None => println!(
-                "{:<28} {:>11} {:>11} {:>8} {:>6}  ({})",
-                r.problem.to_string(),
-                "-",
-                "-",
-                "-",
-                r.evaluations,
-                r.note.as_deref().unwrap_or("no selection")
-            ),
-        }
-    }
-    if partial {
-        println!(
-            "the budget ran out: the best so far was kept; run the same command again to continue"
-        );
-    }
-}
-
-/// Progress bar over all candidates of all problems.
-struct Bar {
-    bar: ProgressBar,
-    problem: String,
-}
-
-impl Bar {
-    fn new(hidden: bool, total: u64) -> Self {
-        let bar = if hidden {
-            ProgressBar::hidden()
-        } else {
-            ProgressBar::new(total)
-        };
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:30}] {pos}/{len} eta {eta} {msg}",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
-        );
-        Bar {
-            bar,
-            problem: String::new(),
-        }
-    }
-}
-
-impl Progress for Bar {
-    fn problem_started(&mut self, i: usize, total: usize, p: &Problem, _candidates: usize) {
-        self.problem = format!("[{}/{}] {p}", i + 1, total);
-        self.bar.set_message(self.problem.clone());
-    }
-    fn evaluated(&mut self, _c: &Candidate, best_s: Option<f64>) {
-        self.bar.inc(1);
-        if let Some(b) = best_s {
-            self.bar
-                .set_message(format!("{} best {:.1}µs", self.problem, b * 1e6));
-        }
-    }
-    fn problem_done(&mut self, r: &ProblemReport) {
-        // A search that skips candidates still finishes its problem's share.
-        let _ = r;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,33 +305,5 @@ mod tests {
             .to_string();
         assert!(help.contains("t2@cluster1"), "{help}");
         assert!(help.contains("placement"), "{help}");
-    }
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        for bad in ["", "0", "5x", "m", "-3s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-        // Sizes that would overflow the campaign's clock are refused.
-        for long in [
-            "99999999999999999h",
-            "18446744073709551615s",
-            "8761h",
-            "366d",
-        ] {
-            assert!(parse_duration(long).is_err(), "{long}");
-        }
-        assert!(
-            parse_duration("99999999999999999h")
-                .unwrap_err()
-                .contains("longer")
-        );
-        assert_eq!(
-            parse_duration("8760h").unwrap(),
-            Duration::from_secs(MAX_BUDGET_S)
-        );
     }
 }

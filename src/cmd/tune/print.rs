@@ -1,0 +1,143 @@
+//! What `tune` prints: the progress bar, the per-problem summary and the
+//! joint layout choice.
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use std::path::Path;
+use std::time::Duration;
+use tiletune_tuner::campaign::{ProblemReport, Progress};
+use tiletune_tuner::joint::{self, Workload};
+use tiletune_tuner::{Candidate, Problem};
+
+/// What the joint layout choice changed, one line per weight it moved.
+pub(super) fn print_joint(weights: &[joint::WeightReport], workload: &Workload) {
+    let moved: Vec<&joint::WeightReport> =
+        weights.iter().filter(|w| !w.changed.is_empty()).collect();
+    println!(
+        "joint layout choice for {workload}: {} weight(s), {} moved to one shared layout",
+        weights.len(),
+        moved.len()
+    );
+    for w in moved {
+        // The separate winners cost less only when they disagree on the
+        // layout; otherwise the pass only stored what the campaign had not.
+        let why = if w.choice.unconstrained_ns < w.choice.cost_ns {
+            format!(
+                "separate winners {:.1} µs, but they cannot all be held at once",
+                w.choice.unconstrained_ns / 1e3
+            )
+        } else {
+            "as fast as the separate winners".to_string()
+        };
+        let changed: Vec<String> = w.changed.iter().map(|(p, _)| p.dims_string()).collect();
+        println!(
+            "  {:<20} {}: workload {:.1} µs ({why}); set {}",
+            w.weight,
+            w.choice.layout,
+            w.choice.cost_ns / 1e3,
+            changed.join(" ")
+        );
+    }
+}
+
+fn short(c: &Candidate) -> String {
+    let params = match c.params() {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        v => v.to_string(),
+    };
+    format!("{} {} {}", c.variant(), params, c.placement())
+}
+
+pub(super) fn print_summary(
+    reports: &[ProblemReport],
+    soc: &str,
+    db: &Path,
+    took: Duration,
+    partial: bool,
+) {
+    println!(
+        "tuned on {soc} in {:.1}s; selector table: {}",
+        took.as_secs_f64(),
+        db.display()
+    );
+    println!(
+        "{:<28} {:>11} {:>11} {:>8} {:>6}  winner",
+        "problem", "default", "tuned", "speedup", "evals"
+    );
+    for r in reports {
+        match &r.selection {
+            Some(s) => println!(
+                "{:<28} {:>9.1}µs {:>9.1}µs {:>7.2}x {:>6}  {}",
+                r.problem.to_string(),
+                s.default_s * 1e6,
+                s.median_s * 1e6,
+                s.speedup(),
+                r.evaluations,
+                short(&s.winner)
+            ),
+            None => println!(
+                "{:<28} {:>11} {:>11} {:>8} {:>6}  ({})",
+                r.problem.to_string(),
+                "-",
+                "-",
+                "-",
+                r.evaluations,
+                r.note.as_deref().unwrap_or("no selection")
+            ),
+        }
+    }
+    if partial {
+        println!(
+            "the budget ran out: the best so far was kept; run the same command again to continue"
+        );
+    }
+}
+
+/// Progress bar over all candidates of all problems.
+pub(super) struct Bar {
+    pub(super) bar: ProgressBar,
+    problem: String,
+}
+
+impl Bar {
+    pub(super) fn new(hidden: bool, total: u64) -> Self {
+        let bar = if hidden {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(total)
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} eta {eta} {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        Bar {
+            bar,
+            problem: String::new(),
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn problem_started(&mut self, i: usize, total: usize, p: &Problem, _candidates: usize) {
+        self.problem = format!("[{}/{}] {p}", i + 1, total);
+        self.bar.set_message(self.problem.clone());
+    }
+    fn evaluated(&mut self, _c: &Candidate, best_s: Option<f64>) {
+        self.bar.inc(1);
+        if let Some(b) = best_s {
+            self.bar
+                .set_message(format!("{} best {:.1}µs", self.problem, b * 1e6));
+        }
+    }
+    fn problem_done(&mut self, r: &ProblemReport) {
+        // A search that skips candidates still finishes its problem's share.
+        let _ = r;
+    }
+}
