@@ -18,6 +18,7 @@ pub mod budget;
 pub mod campaign;
 pub mod families;
 pub mod joint;
+pub mod one_run;
 pub mod placement;
 pub mod screen;
 pub mod strategy;
@@ -73,6 +74,14 @@ pub enum TunerError {
     BadWorkload(String),
     #[error("bad thread placement `{placement}`: {reason}")]
     BadPlacement { placement: String, reason: String },
+    #[error("{problem} with {variant}: {why}")]
+    WrongKernel {
+        problem: String,
+        variant: String,
+        why: String,
+    },
+    #[error(transparent)]
+    Bench(#[from] tiletune_bench::BenchError),
     #[error(transparent)]
     Kernel(#[from] tiletune_kernels::KernelError),
     #[error(transparent)]
