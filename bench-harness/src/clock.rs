@@ -1,8 +1,7 @@
 //! The clock the harness reads. Measuring code only ever asks a [`Clock`] for
 //! "now", so tests can swap in a [`MockClock`] whose time only moves when the
 //! measured closure says so: the repetition schedule, the statistics and the
-//! drift guard are then deterministic. [`UtcTime`] turns wall-clock seconds
-//! into the calendar dates the records and reports print.
+//! drift guard are then deterministic.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -96,37 +95,5 @@ mod tests {
         let a = c.now();
         let b = c.now();
         assert!(b >= a);
-    }
-}
-
-/// A UTC calendar date and time of day, for timestamps people read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UtcTime {
-    pub year: i64,
-    pub month: u32,
-    pub day: u32,
-    /// Seconds since midnight.
-    pub secs: u32,
-}
-
-impl UtcTime {
-    /// `unix` seconds since 1970-01-01 00:00 UTC (Howard Hinnant's
-    /// civil-from-days, exact for every `i64` day count the clock gives).
-    pub fn from_unix(unix: i64) -> UtcTime {
-        let days = unix.div_euclid(86_400);
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        UtcTime {
-            year: yoe + era * 400 + i64::from(month <= 2),
-            month,
-            day,
-            secs: unix.rem_euclid(86_400) as u32,
-        }
     }
 }

@@ -183,7 +183,7 @@ impl Report {
 
 /// `2026-11-29 23:05 UTC` from Unix seconds.
 pub fn utc_string(unix: i64) -> String {
-    let t = tiletune_bench::clock::UtcTime::from_unix(unix);
+    let t = tiletune_tables::UtcTime::from_unix(unix);
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02} UTC",
         t.year,

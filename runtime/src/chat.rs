@@ -279,18 +279,8 @@ fn format_utc(secs: u64, fmt: &str) -> String {
         "November",
         "December",
     ];
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let t = tiletune_tables::UtcTime::from_unix(i64::try_from(secs).unwrap_or(i64::MAX));
+    let (y, m, d, rem) = (t.year, t.month, t.day, t.secs);
     let mut out = String::new();
     let mut chars = fmt.chars();
     while let Some(c) = chars.next() {

@@ -86,8 +86,8 @@ pub use key::{Candidate, Placement, Problem, canonical_json};
 pub use lookup::Lookup;
 pub use path::{DB_ENV, default_db_path, default_db_path_from};
 pub use records::{
-    Campaign, Ceiling, Measurement, MeasurementStats, PeerResult, Selection, SocRecord, Work,
-    now_unix,
+    Campaign, Ceiling, Measurement, MeasurementStats, PeerResult, Selection, SocRecord, UtcTime,
+    Work, now_unix,
 };
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use store::CampaignClaim;

@@ -18,6 +18,38 @@ pub fn now_unix() -> i64 {
         .unwrap_or(0)
 }
 
+/// A UTC calendar date and time of day, for timestamps people read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UtcTime {
+    pub year: i64,
+    pub month: u32,
+    pub day: u32,
+    /// Seconds since midnight.
+    pub secs: u32,
+}
+
+impl UtcTime {
+    /// `unix` seconds since 1970-01-01 00:00 UTC (Howard Hinnant's
+    /// civil-from-days, exact for every `i64` day count the clock gives).
+    pub fn from_unix(unix: i64) -> UtcTime {
+        let days = unix.div_euclid(86_400);
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        UtcTime {
+            year: yoe + era * 400 + i64::from(month <= 2),
+            month,
+            day,
+            secs: unix.rem_euclid(86_400) as u32,
+        }
+    }
+}
+
 /// A SoC the table has rows for. `fingerprint` is the stable hash from the soc
 /// crate; `probe` is its full probe record, kept so a table explains itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -594,4 +626,24 @@ pub(crate) fn check_selection(s: &Selection) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UtcTime;
+
+    #[test]
+    fn unix_seconds_become_utc_dates() {
+        let t = |y, mo, d, s| UtcTime {
+            year: y,
+            month: mo,
+            day: d,
+            secs: s,
+        };
+        assert_eq!(UtcTime::from_unix(0), t(1970, 1, 1, 0));
+        // A leap day, and the second before the epoch.
+        assert_eq!(UtcTime::from_unix(1_709_211_909), t(2024, 2, 29, 47_109));
+        assert_eq!(UtcTime::from_unix(-1), t(1969, 12, 31, 86_399));
+        assert_eq!(UtcTime::from_unix(951_868_800), t(2000, 3, 1, 0));
+    }
 }

@@ -131,7 +131,7 @@ pub fn rfc3339_now() -> String {
 
 /// `secs` since the epoch as RFC 3339 UTC time.
 fn rfc3339(secs: i64) -> String {
-    let t = crate::clock::UtcTime::from_unix(secs);
+    let t = tiletune_tables::UtcTime::from_unix(secs);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
         t.year,
