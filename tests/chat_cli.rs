@@ -25,14 +25,14 @@ fn scratch_model() -> Option<(tempfile::TempDir, PathBuf)> {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let model = byte_model(dir.path());
+    let model = byte_model(dir.path(), 1);
     Some((dir, model))
 }
 
-/// A 1-layer llama model over 256 byte tokens and `</s>` (id 256), with
-/// random f32 weights; `</s>`'s output row is zero so greedy decoding never
-/// picks it and every reply runs to its token budget.
-fn byte_model(dir: &Path) -> PathBuf {
+/// A llama model of `layers` layers over 256 byte tokens and `</s>` (id
+/// 256), with random f32 weights; `</s>`'s output row is zero so greedy
+/// decoding never picks it and every reply runs to its token budget.
+fn byte_model(dir: &Path, layers: usize) -> PathBuf {
     let (d, f, nh, nkv, hd) = (32usize, 64usize, 4usize, 2usize, 8usize);
     // GPT-2's byte → printable char map, as byte-level BPE vocabularies use it.
     let mut tokens = Vec::new();
@@ -53,7 +53,7 @@ fn byte_model(dir: &Path) -> PathBuf {
     let types: Vec<i32> = (0..vocab).map(|i| if i == 256 { 3 } else { 1 }).collect();
     let cfg = ModelConfig::from_hf_json(&format!(
         r#"{{"model_type": "llama", "vocab_size": {vocab}, "hidden_size": {d},
-        "intermediate_size": {f}, "num_hidden_layers": 1, "num_attention_heads": {nh},
+        "intermediate_size": {f}, "num_hidden_layers": {layers}, "num_attention_heads": {nh},
         "num_key_value_heads": {nkv}, "head_dim": {hd}, "rope_theta": 10000.0,
         "rms_norm_eps": 1e-5, "max_position_embeddings": 8192}}"#
     ))
@@ -110,9 +110,11 @@ fn byte_model(dir: &Path) -> PathBuf {
         ("ffn_up", vec![f, d], false),
         ("ffn_down", vec![d, f], false),
     ];
-    for (name, shape, norm) in layer {
-        let vals = random(shape.iter().product(), norm);
-        add(&mut w, &format!("blk.0.{name}.weight"), &shape, vals);
+    for l in 0..layers {
+        for (name, shape, norm) in &layer {
+            let vals = random(shape.iter().product(), *norm);
+            add(&mut w, &format!("blk.{l}.{name}.weight"), shape, vals);
+        }
     }
     let path = dir.join("bytes.gguf");
     w.write(&path).unwrap();
@@ -401,4 +403,70 @@ fn ctrl_c_during_a_reply_stops_only_the_reply() {
     let (ok, out) = t.finish();
     assert!(ok, "the chat failed or went on after the Ctrl-C:\n{out}");
     assert!(!out.contains("(reply cut"), "{out}");
+}
+
+/// Ctrl-C during a long prefill stops it before the first token: the message
+/// is taken back (the conversation is as it was) and the next one is
+/// answered. The prompt's 8000 tokens through 64 layers take seconds even on
+/// a fast machine; the signal comes 1.5 s after the message, and had the
+/// prefill not looked at it, the reply would have begun and said `(stopped)`.
+#[test]
+fn ctrl_c_during_a_prefill_takes_the_message_back() {
+    use std::io::{BufRead, BufReader};
+    if std::env::var_os("QEMU_CPU").is_some() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = byte_model(dir.path(), 64);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tiletune"))
+        .args(["chat", "--model", model.to_str().unwrap(), "--temp", "0"])
+        .args(["--db", dir.path().join("no-such.db").to_str().unwrap()])
+        .args(["-n", "4", "--ctx", "8192"])
+        .env("HOME", dir.path())
+        .env("XDG_DATA_HOME", dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tiletune binary runs");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    // The banner comes once the model is loaded and the chat reads input.
+    while !seen.contains("chat with") {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("the chat ended before it started: {seen}");
+        }
+        seen.push_str(&line);
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    let long: String = "abcdefgh".repeat(1000);
+    writeln!(stdin, "{long}").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    writeln!(stdin, "hi").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    seen.push_str(&rest);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "status {:?}\n{seen}", out.status);
+    assert!(
+        seen.contains("(stopped before the reply began; the message was not sent)"),
+        "{seen}"
+    );
+    assert!(!seen.contains("(stopped)"), "{seen}");
+    // One reply, to "hi", cut at -n 4.
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert_eq!(
+        seen.matches("(reply cut at -n 4 tokens)").count(),
+        1,
+        "{seen}"
+    );
 }

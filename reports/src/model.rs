@@ -336,6 +336,13 @@ pub fn speedups(selections: &[Selection], measurements: &[Measurement]) -> Vec<S
 pub enum CellMetric {
     /// Best GFLOP/s over the parameters not on the axes (higher is better).
     Gflops,
+    /// Best GOP/s, when every candidate computes in int8 (the work model
+    /// counts an integer multiply-add as 2 operations, as the int8 peak does).
+    Gops,
+    /// Best GFLOP/s or GOP/s, when the candidates mix f32 and int8 arithmetic
+    /// (a quantized problem's W·A32 and W·A8 variants); the same work model
+    /// counts both, so the cells compare.
+    FlopsOrOps,
     /// Best median time in µs, when the problem has no work model (lower is better).
     Micros,
 }
@@ -344,12 +351,30 @@ impl CellMetric {
     pub fn unit(self) -> &'static str {
         match self {
             CellMetric::Gflops => "GFLOP/s",
+            CellMetric::Gops => "GOP/s",
+            CellMetric::FlopsOrOps => "GFLOP/s or GOP/s",
             CellMetric::Micros => "µs",
         }
     }
 
     pub fn higher_is_better(self) -> bool {
-        self == CellMetric::Gflops
+        self != CellMetric::Micros
+    }
+
+    /// The rate metric of work computed in `ariths`.
+    fn rate(ariths: impl IntoIterator<Item = Arithmetic>) -> Self {
+        let (mut f32, mut int8) = (false, false);
+        for a in ariths {
+            match a {
+                Arithmetic::F32 => f32 = true,
+                Arithmetic::Int8 => int8 = true,
+            }
+        }
+        match (f32, int8) {
+            (false, true) => CellMetric::Gops,
+            (true, true) => CellMetric::FlopsOrOps,
+            _ => CellMetric::Gflops,
+        }
     }
 }
 
@@ -428,7 +453,11 @@ pub fn heatmap(
     }
     let w: Option<Work> = stored_work(problem, measurements).filter(|w| w.flops > 0);
     let metric = if w.is_some() {
-        CellMetric::Gflops
+        CellMetric::rate(
+            valid
+                .iter()
+                .map(|m| Arithmetic::of_kernel(problem.dtype(), m.candidate.variant())),
+        )
     } else {
         CellMetric::Micros
     };
@@ -1250,6 +1279,40 @@ mod tests {
         assert_eq!(h.default, Some((1, 1)));
         assert_eq!(h.candidates, 5);
         assert_eq!(h.range(), Some((0.4, 2.0)));
+    }
+
+    /// Int8 work is a rate in GOP/s, not GFLOP/s; a quantized problem whose
+    /// candidates mix W·A32 and W·A8 variants says both.
+    #[test]
+    fn heatmap_rates_name_the_arithmetic_of_their_candidates() {
+        let work = Work {
+            bytes: 100_000,
+            flops: 2 * 64 * 256 * 256,
+        };
+        let metric = |p: &Problem, variants: &[&str]| {
+            let ms: Vec<Measurement> = variants
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let mut m = meas(p, json!({"mr": i + 1}), 1, Some(1e4), json!({}));
+                    m.candidate = Candidate::new(*v, json!({"mr": i + 1}), 1).unwrap();
+                    m.stats.work = Some(work);
+                    m
+                })
+                .collect();
+            match heatmap(p, &ms, None) {
+                HeatmapOutcome::Map(h) => h.metric,
+                HeatmapOutcome::NoData { reason, .. } => panic!("no map: {reason}"),
+            }
+        };
+        let i8 = Problem::new("i8gemm", "i8", [("m", 64), ("n", 256), ("k", 256)]).unwrap();
+        assert_eq!(metric(&i8, &["avx512_vnni", "avx2_vnni"]), CellMetric::Gops);
+        let q4 = Problem::new("qgemv", "q4_0", [("n", 256), ("k", 256)]).unwrap();
+        assert_eq!(metric(&q4, &["avx512", "avx2"]), CellMetric::Gflops);
+        let mixed = metric(&q4, &["avx512", "avx512.a8"]);
+        assert_eq!(mixed, CellMetric::FlopsOrOps);
+        assert_eq!(mixed.unit(), "GFLOP/s or GOP/s");
+        assert_eq!(CellMetric::Gops.unit(), "GOP/s");
     }
 
     #[test]

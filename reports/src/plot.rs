@@ -8,7 +8,7 @@
 
 use crate::error::{ReportError, Result};
 use crate::labels::{self, Rect};
-use crate::model::{CellMetric, Heatmap, PeerChart, PmuTable, Roofline, SpeedupRow};
+use crate::model::{Heatmap, PeerChart, PmuTable, Roofline, SpeedupRow};
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
@@ -613,10 +613,7 @@ pub fn heatmap(h: &Heatmap) -> Result<String> {
             .disable_mesh()
             .x_labels(0)
             .y_labels(6)
-            .y_desc(match h.metric {
-                CellMetric::Gflops => "GFLOP/s (best)",
-                CellMetric::Micros => "µs (best)",
-            })
+            .y_desc(format!("{} (best)", h.metric.unit()))
             .axis_desc_style((FONT, 13))
             .label_style((FONT, 11))
             .y_label_formatter(&|v| fmt_axis(*v))

@@ -296,6 +296,12 @@ impl StopCriteria {
         self
     }
 
+    /// The flag given to [`StopCriteria::with_interrupt`], for work before
+    /// the first token (a prefill) that should stop on it too.
+    pub fn interrupt_flag(&self) -> Option<&AtomicBool> {
+        self.interrupt.as_deref()
+    }
+
     /// Tokens seen so far.
     pub fn generated(&self) -> usize {
         self.generated

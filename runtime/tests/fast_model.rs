@@ -200,6 +200,37 @@ fn bad_inputs_are_errors() {
     assert!(fast.forward(&[1], &mut st, false).is_ok());
 }
 
+/// A raised stop flag ends a pass before its first layer and leaves the state
+/// as it was: the next pass continues as if the stopped one never ran.
+#[test]
+fn a_stopped_pass_leaves_the_state_as_it_was() {
+    use std::sync::atomic::AtomicBool;
+    let cfg = config(Arch::Qwen3, 24, 40, 8);
+    let g = gguf(&cfg, Store::F32, 5);
+    let fast = FastModel::new(&cfg, &g, &plan_for(&g, None), 32).unwrap();
+    let mut want_st = fast.new_state();
+    fast.forward(&TOKENS[..3], &mut want_st, false).unwrap();
+    let want = fast
+        .forward(&TOKENS[3..], &mut want_st, true)
+        .unwrap()
+        .to_vec();
+
+    let mut st = fast.new_state();
+    fast.forward(&TOKENS[..3], &mut st, false).unwrap();
+    let raised = AtomicBool::new(true);
+    let stopped = fast.forward_unless(&TOKENS[3..], &mut st, true, &raised);
+    assert!(stopped.unwrap().is_none());
+    assert_eq!(st.len(), 3);
+    let lowered = AtomicBool::new(false);
+    let got = fast
+        .forward_unless(&TOKENS[3..], &mut st, true, &lowered)
+        .unwrap()
+        .expect("a lowered flag runs the pass")
+        .to_vec();
+    assert_eq!(got, want);
+    assert_eq!(st.len(), TOKENS.len());
+}
+
 /// Greedy tokens of the fast model (W·A32) equal the reference model's on
 /// SmolLM2 for a short prompt.
 #[test]

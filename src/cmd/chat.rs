@@ -160,6 +160,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         );
         sigint.end_reply();
         let res = res?;
+        if res.tokens.is_empty() {
+            // Ctrl-C during the prefill: `st` holds what it held before, and
+            // the conversation goes back to that too.
+            drop(out);
+            messages.pop();
+            eprintln!("(stopped before the reply began; the message was not sent)");
+            continue;
+        }
         writeln!(out)?;
         drop(out);
         cached.extend_from_slice(&full[keep..]);
@@ -184,11 +192,13 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What Ctrl-C does: during a reply it raises `stop`, which the generation's
-/// [`StopCriteria`] reads at the next token; a second press before the reply
-/// ends (a long prefill does not look at the flag) or a press outside a reply
-/// leaves with the shell's 130. At a terminal prompt rustyline has the
-/// terminal in raw mode, so Ctrl-C arrives there as a key, not as SIGINT.
+/// What Ctrl-C does: during a reply it raises `stop`, which the prefill reads
+/// before each layer and the generation's [`StopCriteria`] at each token; a
+/// second press before the reply stops, or a press outside a reply, leaves
+/// with the shell's 130. At a terminal prompt rustyline has the terminal in
+/// raw mode, so Ctrl-C arrives there as a key, and rustyline catches SIGINT
+/// itself while it reads: a signal sent from outside acts as the key does
+/// and the terminal is put back before the chat leaves.
 struct Sigint {
     stop: Arc<AtomicBool>,
     replying: Arc<AtomicBool>,

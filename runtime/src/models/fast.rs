@@ -24,6 +24,7 @@
 //! partial states) are the state's [`AttnScratch`], reused from call to call.
 
 use half::f16;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tiletune_kernels::attention::{
     self, AttnParams, AttnQuery, AttnScratch, AttnShape, KvDtype, PagedKvCache, SeqId,
     default_page_size,
@@ -706,6 +707,23 @@ impl FastModel {
         st: &'s mut RunState,
         all: bool,
     ) -> Result<&'s [f32]> {
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        match self.forward_unless(tokens, st, all, &NEVER)? {
+            Some(logits) => Ok(logits),
+            None => unreachable!("the pass stops only when its flag is raised"),
+        }
+    }
+
+    /// [`FastModel::forward`], but checks `stop` before each layer and
+    /// returns `None` as soon as it is raised, with `st` as it was: a Ctrl-C
+    /// then ends a long prefill within one layer's time.
+    pub fn forward_unless<'s>(
+        &self,
+        tokens: &[u32],
+        st: &'s mut RunState,
+        all: bool,
+        stop: &AtomicBool,
+    ) -> Result<Option<&'s [f32]>> {
         // The pass runs on a worker of the plan's pool: each kernel's
         // parallel section then starts from inside the pool (its tasks go to
         // workers that are still spinning from the previous kernel) instead
@@ -715,7 +733,9 @@ impl FastModel {
         // `pool::install_awake`): a kernel's cost then does not depend on
         // how long the pool sat idle before it.
         let threads = self.attn_caps.cores;
-        tiletune_kernels::pool::install_awake(threads, || self.forward_in_pool(tokens, st, all))
+        tiletune_kernels::pool::install_awake(threads, || {
+            self.forward_in_pool(tokens, st, all, stop)
+        })
     }
 
     fn forward_in_pool<'s>(
@@ -723,7 +743,8 @@ impl FastModel {
         tokens: &[u32],
         st: &'s mut RunState,
         all: bool,
-    ) -> Result<&'s [f32]> {
+        stop: &AtomicBool,
+    ) -> Result<Option<&'s [f32]>> {
         let cfg = &self.cfg;
         let (d, f, vocab, eps) = (cfg.hidden, cfg.intermediate, cfg.vocab, cfg.rms_eps);
         let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
@@ -771,6 +792,12 @@ impl FastModel {
             &self.attn_caps,
         );
         for (l, layer) in self.layers.iter().enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                // The layers before this one hold keys for positions `pos`
+                // does not count; cut them back now.
+                st.sync_cache();
+                return Ok(None);
+            }
             let x = &mut st.x[..n * d];
             let h = &mut st.h[..n * d];
             Norm::rms(&layer.attn_norm, eps)
@@ -859,7 +886,7 @@ impl FastModel {
         resize(&mut st.logits, rows * vocab);
         let head = self.output.as_ref().unwrap_or(&self.embed);
         head.forward(h, rows, &mut st.logits, &mut st.lin)?;
-        Ok(&st.logits[..rows * vocab])
+        Ok(Some(&st.logits[..rows * vocab]))
     }
 }
 
@@ -882,7 +909,18 @@ pub fn generate(
     use crate::sampling::StopReason;
     use std::time::Instant;
     let t0 = Instant::now();
-    let mut last = model.forward(prompt, st, false)?.to_vec();
+    let never = AtomicBool::new(false);
+    let flag = stop.interrupt_flag().unwrap_or(&never);
+    let Some(first) = model.forward_unless(prompt, st, false, flag)? else {
+        return Ok(crate::generate::Generation {
+            tokens: Vec::new(),
+            text: String::new(),
+            stop: StopReason::Interrupted,
+            prefill_time: t0.elapsed(),
+            decode_time: Default::default(),
+        });
+    };
+    let mut last = first.to_vec();
     let prefill_time = t0.elapsed();
     let mut history = prompt.to_vec();
     let mut tokens = Vec::new();
