@@ -38,6 +38,9 @@ pub enum Command {
     Ppl(cmd::ppl::Args),
     /// Chat with a model in the terminal.
     Chat(cmd::chat::Args),
+    /// Re-quantize a GGUF file as llama-quantize does (same types, tensor
+    /// choices and flags).
+    Quantize(cmd::quantize::Args),
     /// Side by side with llama.cpp and MNN on this machine: model tokens/s
     /// (alternating engines), MUL_MAT kernels (`compare kernels`) and
     /// perplexity (`compare ppl`).
@@ -77,6 +80,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Run(args) => cmd::run::run(&global, args),
         Command::Ppl(args) => cmd::ppl::run(&global, args),
         Command::Chat(args) => cmd::chat::run(&global, args),
+        Command::Quantize(args) => cmd::quantize::run(&global, args),
         Command::Compare(args) => cmd::compare::run(&global, args),
         Command::Report(args) => cmd::report::run(&global, args),
     }

@@ -29,6 +29,7 @@ pub mod input;
 pub mod models;
 pub mod plan;
 pub mod problems;
+pub mod quantize;
 pub mod safetensors;
 pub mod sampling;
 pub mod tokenizer;

@@ -12,6 +12,7 @@ pub mod compare_ppl;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
+pub mod quantize;
 pub mod report;
 pub mod run;
 pub mod table;

@@ -15,6 +15,15 @@ pub struct GgufWriter {
     tensors: Vec<PendingTensor>,
 }
 
+/// A tensor to write with [`GgufWriter::write_streamed`]: its data comes later.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: Vec<u64>,
+    pub ggml_type: GgmlType,
+}
+
 #[derive(Clone, Debug)]
 struct PendingTensor {
     name: String,
@@ -100,10 +109,33 @@ impl GgufWriter {
 
     /// The GGUF image.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let specs: Vec<TensorSpec> = self
+            .tensors
+            .iter()
+            .map(|t| TensorSpec {
+                name: t.name.clone(),
+                dims: t.dims.clone(),
+                ggml_type: t.ggml_type,
+            })
+            .collect();
+        let sizes: Vec<u64> = self.tensors.iter().map(|t| t.data.len() as u64).collect();
+        let mut out = self.header(&specs, &sizes);
+        for t in &self.tensors {
+            out.extend_from_slice(&t.data);
+            pad_to(&mut out, self.alignment);
+        }
+        out
+    }
+
+    /// Header, metadata and tensor infos of an image whose tensors (beyond
+    /// those added with [`GgufWriter::tensor`], which must be none) are
+    /// `specs` with data of `sizes` bytes; padded to the alignment, so each
+    /// tensor's data follows, padded in turn.
+    fn header(&self, specs: &[TensorSpec], sizes: &[u64]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&GGUF_MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(specs.len() as u64).to_le_bytes());
         out.extend_from_slice(&(self.kvs.len() as u64).to_le_bytes());
         for (k, v) in &self.kvs {
             put_str(&mut out, k);
@@ -111,8 +143,7 @@ impl GgufWriter {
             put_value(&mut out, v);
         }
         let mut offset = 0u64;
-        let mut offsets = Vec::with_capacity(self.tensors.len());
-        for t in &self.tensors {
+        for (t, &size) in specs.iter().zip(sizes) {
             put_str(&mut out, &t.name);
             out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
             for d in &t.dims {
@@ -120,17 +151,91 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.ggml_type.id().to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
-            offsets.push(offset);
-            offset = (offset + t.data.len() as u64).next_multiple_of(self.alignment);
-        }
-        pad_to(&mut out, self.alignment);
-        let data_start = out.len() as u64;
-        for (t, off) in self.tensors.iter().zip(offsets) {
-            out.resize((data_start + off) as usize, 0);
-            out.extend_from_slice(&t.data);
+            offset = (offset + size).next_multiple_of(self.alignment);
         }
         pad_to(&mut out, self.alignment);
         out
+    }
+
+    /// Writes this writer's metadata and the tensors `specs` to `path`,
+    /// asking `data(i)` for tensor `i`'s bytes one tensor at a time, so a
+    /// model larger than memory can be written. The file appears at `path`
+    /// only when it is complete (written beside it, then renamed); on an
+    /// error nothing is left behind. Returns the bytes written.
+    pub fn write_streamed(
+        &self,
+        path: &Path,
+        specs: &[TensorSpec],
+        mut data: impl FnMut(usize) -> Result<Vec<u8>>,
+    ) -> Result<u64> {
+        use std::io::Write;
+        if !self.tensors.is_empty() {
+            return Err(LoadError::Config(
+                "write_streamed takes every tensor as a spec; this writer already holds tensors"
+                    .into(),
+            ));
+        }
+        let mut sizes = Vec::with_capacity(specs.len());
+        for t in specs {
+            let n = t.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+            let size =
+                n.and_then(|n| t.ggml_type.bytes_for(n))
+                    .ok_or_else(|| LoadError::BadTensor {
+                        path: path.to_path_buf(),
+                        tensor: t.name.clone(),
+                        what: format!(
+                            "{} {:?} is not a whole number of blocks",
+                            t.ggml_type, t.dims
+                        ),
+                    })?;
+            sizes.push(size);
+        }
+        let io = |source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let mut b = tempfile::Builder::new();
+        b.prefix(".tiletune-write-");
+        // A model file is readable by all, as any file the user makes (the
+        // umask applies); the temporary file's own default is owner-only.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            b.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let tmp = b.tempfile_in(dir).map_err(io)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp);
+        let header = self.header(specs, &sizes);
+        out.write_all(&header).map_err(io)?;
+        let mut written = header.len() as u64;
+        for (i, (t, &size)) in specs.iter().zip(&sizes).enumerate() {
+            let bytes = data(i)?;
+            if bytes.len() as u64 != size {
+                return Err(LoadError::BadTensor {
+                    path: path.to_path_buf(),
+                    tensor: t.name.clone(),
+                    what: format!(
+                        "{} bytes given, {} {:?} needs {size}",
+                        bytes.len(),
+                        t.ggml_type,
+                        t.dims
+                    ),
+                });
+            }
+            let padded = size.next_multiple_of(self.alignment);
+            out.write_all(&bytes).map_err(io)?;
+            out.write_all(&vec![0u8; (padded - size) as usize])
+                .map_err(io)?;
+            written += padded;
+        }
+        let tmp = out.into_inner().map_err(|e| io(e.into_error()))?;
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(path).map_err(|e| io(e.error))?;
+        Ok(written)
     }
 
     /// Writes the image to `path`.
