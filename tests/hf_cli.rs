@@ -320,3 +320,132 @@ fn text_prompts_use_tokenizer_json_and_the_folders_chat_template() {
         b"[hi]".map(u32::from).to_vec()
     );
 }
+
+/// A byte-level `tokenizer.json` over the 256 bytes (GPT-2's byte map) with
+/// Qwen2's split pattern: the vocabulary of the 256-token fixtures.
+fn byte_tokenizer_json() -> String {
+    let mut vocab = serde_json::Map::new();
+    let mut shifted = 0;
+    for b in 0..=255u32 {
+        let printable = matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
+        let c = if printable {
+            char::from_u32(b).unwrap()
+        } else {
+            shifted += 1;
+            char::from_u32(255 + shifted).unwrap()
+        };
+        vocab.insert(c.to_string(), b.into());
+    }
+    let qwen2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    serde_json::json!({
+        "version": "1.0",
+        "added_tokens": [],
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": qwen2}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
+        ]},
+        "model": {"type": "BPE", "vocab": vocab, "merges": []}
+    })
+    .to_string()
+}
+
+/// `tiletune convert` writes one GGUF file that carries the tokenizer and
+/// runs as the folder does: the same prompt ids from text, logits within
+/// transformers' bound and the same greedy tokens; a folder without a
+/// tokenizer.json is refused (the file would have none).
+#[test]
+fn convert_writes_a_gguf_that_runs_as_its_folder() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let s = Scratch::new("convert");
+    let dir = s.0.join("tied");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "generation_config.json", "model.safetensors"] {
+        std::fs::copy(fixture("tied").join(f), dir.join(f)).unwrap();
+    }
+    let out = s.0.join("tied.gguf");
+    let (d, o) = (dir.to_str().unwrap(), out.to_str().unwrap());
+    assert_fails(
+        &tiletune(&s.0, &["convert", d, "-o", o, "--outtype", "f32"]),
+        &["no tokenizer.json"],
+    );
+    assert!(!out.exists());
+    std::fs::write(dir.join("tokenizer.json"), byte_tokenizer_json()).unwrap();
+    let r = tiletune(&s.0, &["convert", d, "-o", o, "--outtype", "f32"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(String::from_utf8_lossy(&r.stdout).starts_with("converted "));
+    let g = tiletune_runtime::GgufFile::open(&out).unwrap();
+    assert_eq!(g.get_str("tokenizer.ggml.pre").unwrap(), "qwen2");
+
+    // From text: the file's own tokenizer gives the folder's prompt ids.
+    let ids = |model: &str| {
+        let r = tiletune(
+            &s.0,
+            &["--json", "run", "-m", model, "-p", "Hi 42, you!", "-n", "0"],
+        );
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        v["prompt_ids"].clone()
+    };
+    let from_file = ids(o);
+    assert_eq!(from_file, ids(d));
+    assert_eq!(from_file.as_array().map(Vec::len), Some(11), "{from_file}");
+
+    // The logits and greedy tokens of transformers, as from the folder.
+    let exp = expected("tied");
+    let tokens: Vec<String> = exp.tokens.iter().map(u32::to_string).collect();
+    let dump = s.0.join("logits.json");
+    let n = exp.greedy.len().to_string();
+    let r = tiletune(
+        &s.0,
+        &[
+            "run",
+            "-m",
+            o,
+            "--token-ids",
+            &tokens.join(","),
+            "-n",
+            &n,
+            "--temp",
+            "0",
+            "--dump-logits",
+            dump.to_str().unwrap(),
+        ],
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&dump).unwrap()).unwrap();
+    let got: Vec<Vec<f32>> = serde_json::from_value(v["prompt_logits"].clone()).unwrap();
+    let (mut err, mut big) = (0f32, 0f32);
+    for (g, e) in got.iter().zip(&exp.prefill) {
+        for (a, b) in g.iter().zip(e) {
+            err = err.max((a - b).abs());
+            big = big.max(b.abs());
+        }
+    }
+    assert!(err / big <= 1e-4, "prefill relative error {}", err / big);
+    let greedy: Vec<u32> = v["generated"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["token"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(greedy, exp.greedy);
+
+    // Quantized on the way, as `quantize` types it.
+    let q = s.0.join("tied-q8.gguf");
+    let r = tiletune(
+        &s.0,
+        &["convert", d, "-o", q.to_str().unwrap(), "--outtype", "Q8_0"],
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let g = tiletune_runtime::GgufFile::open(&q).unwrap();
+    let types: std::collections::BTreeSet<String> = g
+        .tensors()
+        .iter()
+        .map(|t| t.ggml_type.name().to_string())
+        .collect();
+    assert_eq!(types, ["f32", "q8_0"].map(String::from).into());
+}

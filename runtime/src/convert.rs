@@ -14,6 +14,7 @@ use crate::gguf::GgmlType;
 use crate::gguf::write::GgufWriter;
 use crate::models::Weight;
 use crate::safetensors::{HfModelDir, StDtype};
+use crate::tokenizer::{BpeParts, Tokenizer};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use tiletune_kernels::quant::{self, QuantFormat};
@@ -58,7 +59,7 @@ impl WeightType {
 }
 
 /// Bumped whenever the image layout changes, so stale cache files are not reused.
-const CONVERTER_VERSION: u32 = 2;
+const CONVERTER_VERSION: u32 = 3;
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -94,6 +95,30 @@ fn permute_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> 
 /// frequency divisor per pair), as llama.cpp's converter writes it.
 /// A 2-D weight whose rows are not a whole number of quant blocks is kept f32.
 pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
+    hf_to_gguf_with(dir, quant, TokenizerKeys::WhenNamed)
+}
+
+/// Whether a conversion writes the tokenizer into the GGUF metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerKeys {
+    /// When the folder's `tokenizer.json` has a pre-tokenizer llama.cpp
+    /// names; otherwise the image holds no tokenizer (the runtime reads
+    /// `tokenizer.json` beside it).
+    WhenNamed,
+    /// Always: a folder without a `tokenizer.json`, or with one llama.cpp
+    /// would not tokenize the same way, is an error (a GGUF file meant to
+    /// stand alone).
+    Required,
+}
+
+/// [`hf_to_gguf`], with the tokenizer keys llama.cpp's converter writes
+/// (`tokenizer.ggml.model`, `.pre`, `.tokens`, `.token_type`, `.merges`,
+/// the special ids and flags) taken from the folder's `tokenizer.json`.
+pub fn hf_to_gguf_with(
+    dir: &Path,
+    quant: Option<WeightType>,
+    keys: TokenizerKeys,
+) -> Result<Vec<u8>> {
     if !dir.join("config.json").is_file() {
         return Err(LoadError::Config(format!(
             "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
@@ -148,10 +173,40 @@ pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
         // divisors go into the `rope_freqs.weight` tensor (written below).
         Some(RopeScaling::Llama3 { .. }) => {}
     }
-    if let Some(b) = cfg.bos_id {
+    let tok = tokenizer_parts(dir, keys)?;
+    if let Some(p) = &tok {
+        let name = p.pre.gguf_name().unwrap_or("default");
+        w.kv("tokenizer.ggml.model", "gpt2")
+            .kv("tokenizer.ggml.pre", name)
+            .kv("tokenizer.ggml.tokens", p.tokens.clone())
+            .kv(
+                "tokenizer.ggml.token_type",
+                p.kinds.iter().map(|k| k.gguf_id()).collect::<Vec<i32>>(),
+            )
+            .kv(
+                "tokenizer.ggml.merges",
+                p.merges
+                    .iter()
+                    .map(|(a, b)| format!("{a} {b}"))
+                    .collect::<Vec<String>>(),
+            )
+            .kv("tokenizer.ggml.add_bos_token", p.add_bos)
+            .kv("tokenizer.ggml.add_eos_token", p.add_eos);
+        if p.add_prefix_space {
+            w.kv("tokenizer.ggml.add_space_prefix", true);
+        }
+    }
+    // config.json's ids first, as llama.cpp's converter reads them; else
+    // what tokenizer.json names.
+    if let Some(b) = cfg.bos_id.or(tok.as_ref().and_then(|p| p.bos)) {
         w.kv("tokenizer.ggml.bos_token_id", b);
     }
-    if let Some(&e) = cfg.eos_ids.first() {
+    if let Some(e) = cfg
+        .eos_ids
+        .first()
+        .copied()
+        .or(tok.as_ref().and_then(|p| p.eos))
+    {
         w.kv("tokenizer.ggml.eos_token_id", e);
     }
     if let Some(&e) = cfg.eos_ids.get(1) {
@@ -257,6 +312,30 @@ pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
         };
     }
     Ok(w.to_bytes())
+}
+
+/// The folder's tokenizer, when it goes into the image.
+fn tokenizer_parts(dir: &Path, keys: TokenizerKeys) -> Result<Option<BpeParts>> {
+    let path = dir.join("tokenizer.json");
+    if !path.is_file() {
+        return match keys {
+            TokenizerKeys::WhenNamed => Ok(None),
+            TokenizerKeys::Required => Err(LoadError::Config(format!(
+                "{} has no tokenizer.json; a GGUF file carries its tokenizer, so copy tokenizer.json from the model repository",
+                dir.display()
+            ))),
+        };
+    }
+    let parts = Tokenizer::parts_from_json_file(&path)?;
+    match (parts.pre.gguf_name(), keys) {
+        (Some(_), _) => Ok(Some(parts)),
+        (None, TokenizerKeys::WhenNamed) => Ok(None),
+        (None, TokenizerKeys::Required) => Err(LoadError::Tokenizer(format!(
+            "{}: its pre-tokenizer (split patterns {:?}) is none of those llama.cpp names (gpt2, smollm, llama-bpe, qwen2), so a GGUF file would be tokenized differently; run the model from its folder instead",
+            path.display(),
+            parts.pre.patterns()
+        ))),
+    }
 }
 
 /// Cache key: converter version, weight type, and every file's name and

@@ -9,6 +9,7 @@ pub mod chat;
 pub mod compare;
 pub mod compare_kernels;
 pub mod compare_ppl;
+pub mod convert;
 pub mod plan;
 pub mod ppl;
 pub mod probe;

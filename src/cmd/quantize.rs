@@ -5,7 +5,7 @@
 use super::Global;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tiletune_runtime::GgmlType;
 use tiletune_runtime::gguf::GgufFile;
@@ -69,8 +69,28 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         threads,
     };
     let file = GgufFile::open(&args.input)?;
-    let choices = quantize::plan(&file, &o)?;
-    if args.list || g.verbose {
+    let label = format!(
+        "quantized {} → {}",
+        args.input.display(),
+        args.output.display()
+    );
+    write(g, &file, &o, &args.output, args.list, &label)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Plans and writes `file` as `o` says to `out`, with a progress bar on a
+/// terminal, `--list`'s table on stderr and the summary line (or `--json`)
+/// on stdout. `label` starts the summary (`quantized A → B`).
+pub(super) fn write(
+    g: &Global,
+    file: &GgufFile,
+    o: &QuantizeOptions,
+    out: &Path,
+    list: bool,
+    label: &str,
+) -> anyhow::Result<()> {
+    let choices = quantize::plan(file, o)?;
+    if list || g.verbose {
         for c in &choices {
             let dims: Vec<String> = c.dims.iter().map(u64::to_string).collect();
             let how = match (c.converts(), c.fallback) {
@@ -99,7 +119,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     );
     let t0 = std::time::Instant::now();
     let mut done = 0u64;
-    let sum = quantize::quantize(&file, &o, &choices, &args.output, |_, c| {
+    let sum = quantize::quantize(file, o, &choices, out, |_, c| {
         bar.set_position(done);
         bar.set_message(c.name.clone());
         done += c.dims.iter().product::<u64>();
@@ -112,7 +132,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         println!(
             "{}",
             serde_json::json!({
-                "input": args.input, "output": args.output,
+                "output": out,
                 "file_type": o.file_type.name(),
                 "tensors": sum.tensors, "converted": sum.converted, "fallbacks": sum.fallbacks,
                 "bytes_in": sum.bytes_in, "bytes_out": sum.bytes_out, "file_bytes": sum.file_bytes,
@@ -122,9 +142,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         );
     } else {
         println!(
-            "quantized {} → {} ({}): {} of {} tensors converted{}; tensor data {:.1} MiB ({bpw_in:.2} bpw) → {:.1} MiB ({bpw_out:.2} bpw) in {:.1} s",
-            args.input.display(),
-            args.output.display(),
+            "{label} ({}): {} of {} tensors converted{}; tensor data {:.1} MiB ({bpw_in:.2} bpw) → {:.1} MiB ({bpw_out:.2} bpw) in {:.1} s",
             o.file_type.name(),
             sum.converted,
             sum.tensors,
@@ -139,5 +157,5 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             t0.elapsed().as_secs_f64()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

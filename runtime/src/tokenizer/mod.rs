@@ -36,6 +36,18 @@ pub enum TokenKind {
 }
 
 impl TokenKind {
+    /// The GGUF token type id.
+    pub fn gguf_id(self) -> i32 {
+        match self {
+            TokenKind::Normal => 1,
+            TokenKind::Unknown => 2,
+            TokenKind::Control => 3,
+            TokenKind::UserDefined => 4,
+            TokenKind::Unused => 5,
+            TokenKind::Byte => 6,
+        }
+    }
+
     /// From the GGUF token type id (1 normal, 2 unknown, 3 control,
     /// 4 user-defined, 5 unused, 6 byte; 0 is treated as normal).
     pub fn from_gguf(id: i64) -> Self {
@@ -301,6 +313,12 @@ impl Tokenizer {
             ignore_merges,
             add_prefix_space: flag("tokenizer.ggml.add_space_prefix", false)?,
         })
+    }
+
+    /// The parts of a Hugging Face `tokenizer.json` (BPE model, byte-level).
+    pub fn parts_from_json_file(path: &std::path::Path) -> Result<BpeParts> {
+        let text = crate::input::read_text(path, crate::input::JSON_LIMIT)?;
+        json::parts_from_json(&text)
     }
 
     /// Reads a Hugging Face `tokenizer.json` (BPE model, byte-level).

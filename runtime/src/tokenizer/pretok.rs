@@ -66,6 +66,22 @@ impl PreTokenizer {
         Self::from_patterns(name, patterns.iter().map(|p| p.to_string()).collect())
     }
 
+    /// The `tokenizer.ggml.pre` name llama.cpp gives these patterns (the
+    /// inverse of [`PreTokenizer::from_gguf_name`]), or `None` when no named
+    /// pre-tokenizer splits text this way. llama.cpp's converter names a
+    /// tokenizer by hashing its output on a test text; equal regex chains
+    /// split every text alike, so they get the same name.
+    pub fn gguf_name(&self) -> Option<&'static str> {
+        let p: Vec<&str> = self.patterns.iter().map(String::as_str).collect();
+        match p.as_slice() {
+            [GPT2] => Some("gpt2"),
+            [DIGITS_INDIVIDUAL, GPT2] => Some("smollm"),
+            [LLAMA3] => Some("llama-bpe"),
+            [QWEN2] => Some("qwen2"),
+            _ => None,
+        }
+    }
+
     /// A chain of custom patterns (from `tokenizer.json`).
     pub fn from_patterns(name: &str, patterns: Vec<String>) -> Result<Self> {
         let regexes = patterns

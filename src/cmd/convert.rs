@@ -1,0 +1,49 @@
+//! `tiletune convert HF_DIR -o OUT.gguf --outtype T`: a Hugging Face folder
+//! (`config.json`, `*.safetensors`, `tokenizer.json`) → one GGUF file that
+//! carries its tokenizer and chat template, in any type `tiletune quantize`
+//! writes (the same per-tensor choices as llama-quantize).
+
+use super::Global;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tiletune_runtime::convert::{TokenizerKeys, hf_to_gguf_with};
+use tiletune_runtime::gguf::GgufFile;
+use tiletune_runtime::quantize::{FileType, QuantizeOptions};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The Hugging Face model folder (Llama, Qwen2, Qwen3).
+    pub model: PathBuf,
+    /// The GGUF file to write (it appears only when complete).
+    #[arg(short = 'o', long = "outfile")]
+    pub outfile: PathBuf,
+    /// The type of the weights: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+    /// Q5_1, Q4_K_M, Q6_K or MXFP4 (norms and biases stay F32).
+    #[arg(long = "outtype", visible_alias = "type", default_value = "F16", value_parser = FileType::parse)]
+    pub outtype: FileType,
+    /// Worker threads for quantizing; default: every CPU.
+    #[arg(short = 't', long = "threads", value_parser = super::parse_threads)]
+    pub threads: Option<usize>,
+    /// Print the type chosen for each tensor.
+    #[arg(long)]
+    pub list: bool,
+}
+
+pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(t) = args.threads {
+        super::warn_oversubscribed(t);
+    }
+    // The folder's own weights (f16 / f32; bf16 read as f32), then the
+    // requested type as `quantize` gives it.
+    let image = hf_to_gguf_with(&args.model, None, TokenizerKeys::Required)?;
+    let file = GgufFile::from_vec(image)?;
+    let mut o = QuantizeOptions::new(args.outtype);
+    o.threads = args.threads.unwrap_or(0);
+    let label = format!(
+        "converted {} → {}",
+        args.model.display(),
+        args.outfile.display()
+    );
+    super::quantize::write(g, &file, &o, &args.outfile, args.list, &label)?;
+    Ok(ExitCode::SUCCESS)
+}
