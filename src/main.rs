@@ -38,6 +38,8 @@ pub enum Command {
     Ppl(cmd::ppl::Args),
     /// Chat with a model in the terminal.
     Chat(cmd::chat::Args),
+    /// Download a model by id from Hugging Face or ModelScope into the hub's cache.
+    Pull(cmd::pull::Args),
     /// Convert a Hugging Face model folder to a GGUF file (any type quantize writes).
     Convert(cmd::convert::Args),
     /// Re-quantize a GGUF file as llama-quantize does (same types, tensor
@@ -82,6 +84,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Run(args) => cmd::run::run(&global, args),
         Command::Ppl(args) => cmd::ppl::run(&global, args),
         Command::Chat(args) => cmd::chat::run(&global, args),
+        Command::Pull(args) => cmd::pull::run(&global, args),
         Command::Convert(args) => cmd::convert::run(&global, args),
         Command::Quantize(args) => cmd::quantize::run(&global, args),
         Command::Compare(args) => cmd::compare::run(&global, args),

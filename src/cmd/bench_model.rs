@@ -154,7 +154,8 @@ impl TestModel for Bench<'_> {
     }
 }
 
-pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
+    a.model = super::pull::model_path(&a.model)?;
     check(&a)?;
     let threads = if a.threads.is_empty() {
         vec![tiletune_runtime::plan::this_soc().1.cores.max(1)]

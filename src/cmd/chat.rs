@@ -45,7 +45,8 @@ pub struct Args {
     pub system: Option<String>,
 }
 
-pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
+    args.m.model = super::pull::model_path(&args.m.model)?;
     let sigint = Sigint::install();
     let l = load(&args.m, args.ctx)?;
     warn_ctx_clamped(&l, args.ctx);

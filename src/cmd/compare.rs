@@ -153,7 +153,7 @@ pub(super) fn store(
 // ---- compare --model ------------------------------------------------------
 
 fn model(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
-    let model = a.model.clone().context("--model is required")?;
+    let model = super::pull::model_path(&a.model.clone().context("--model is required")?)?;
     if !model.is_file() {
         anyhow::bail!("model {} does not exist", model.display());
     }

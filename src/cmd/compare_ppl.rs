@@ -47,7 +47,8 @@ pub struct Args {
     pub no_store: bool,
 }
 
-pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
+    a.model = super::pull::model_path(&a.model)?;
     if !a.model.is_file() {
         anyhow::bail!("model {} does not exist", a.model.display());
     }

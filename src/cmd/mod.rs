@@ -13,6 +13,7 @@ pub mod convert;
 pub mod plan;
 pub mod ppl;
 pub mod probe;
+pub mod pull;
 pub mod quantize;
 pub mod report;
 pub mod run;

@@ -14,7 +14,8 @@ pub struct Args {
     pub m: ModelArgs,
 }
 
-pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
+    args.m.model = super::pull::model_path(&args.m.model)?;
     let gguf = open_gguf(&args.m)?;
     let plan = plan_for(&args.m, &gguf)?;
     let mut out = std::io::stdout().lock();

@@ -44,7 +44,8 @@ fn nll(logits: &[f32], target: u32) -> f64 {
     -(logits[target as usize] as f64 - max - sum.ln())
 }
 
-pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
+    args.m.model = super::pull::model_path(&args.m.model)?;
     if args.ctx < 4 {
         anyhow::bail!("--ctx must be at least 4");
     }

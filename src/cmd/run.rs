@@ -284,7 +284,8 @@ pub struct Args {
     pub dump_logits: Option<PathBuf>,
 }
 
-pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
+    args.m.model = super::pull::model_path(&args.m.model)?;
     let l = load(&args.m, args.ctx)?;
     warn_ctx_clamped(&l, args.ctx);
     if g.verbose {

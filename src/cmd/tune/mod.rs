@@ -101,7 +101,10 @@ pub struct Args {
     pub rounds: u64,
 }
 
-pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(m) = &args.model {
+        args.model = Some(super::pull::model_path(m)?);
+    }
     let model = args
         .model
         .as_deref()
