@@ -204,10 +204,19 @@ fn bad_folders_and_quant_give_clear_errors() {
     let left = std::fs::read_dir(&conv).map_or(0, |d| d.count());
     assert_eq!(left, 0, "cache holds files after a failed conversion");
 
-    // An unknown --quant.
+    // A --quant without a quantizer, and one that is no type at all.
     let mut args = vec!["run", "--model", src.to_str().unwrap(), "--quant", "q3_k"];
     args.extend_from_slice(&ids);
-    assert_fails(&tiletune(&s.0, &args), &["q3_k", "q8_0", "mxfp4"]);
+    assert_fails(
+        &tiletune(&s.0, &args),
+        &["q3_k", "does not have yet", "Q8_0", "MXFP4"],
+    );
+    let mut args = vec!["run", "--model", src.to_str().unwrap(), "--quant", "q9"];
+    args.extend_from_slice(&ids);
+    assert_fails(
+        &tiletune(&s.0, &args),
+        &["`q9` is not a file type", "Q4_K_M"],
+    );
 
     // Text prompts need tokenizer.json, which these fixtures lack.
     let args = ["run", "--model", src.to_str().unwrap(), "--prompt", "hi"];

@@ -4,59 +4,22 @@
 //! llama.cpp's names and layout (dims innermost first, llama q/k rows
 //! permuted for ggml's adjacent-pair RoPE), metadata gets the keys
 //! [`ModelConfig::from_gguf`] and [`crate::chat::ChatTemplate::from_gguf`]
-//! read. 2-D weights can be quantized at conversion with the kernel crate's
-//! quantizers. [`cached_gguf`] writes the image once per (folder contents,
-//! weight type) under a cache directory, atomically.
+//! read. [`cached_gguf`] writes the image once per (folder contents, file
+//! type) under a cache directory, atomically; a file type other than the
+//! checkpoint's own is applied by [`crate::quantize`], so a folder run with
+//! `--quant T` gets the tensors `tiletune quantize` (and llama-quantize)
+//! would give it.
 
 use crate::config::{Arch, ROPE_FREQS, RopeScaling};
 use crate::error::{LoadError, Result};
 use crate::gguf::GgmlType;
 use crate::gguf::write::GgufWriter;
 use crate::models::Weight;
+use crate::quantize::{self, FileType, QuantizeOptions};
 use crate::safetensors::{HfModelDir, StDtype};
 use crate::tokenizer::{BpeParts, Tokenizer};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use tiletune_kernels::quant::{self, QuantFormat};
-
-/// Storage type of converted 2-D weights.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WeightType {
-    F32,
-    F16,
-    Quant(QuantFormat),
-}
-
-impl WeightType {
-    /// The `--quant` names accepted.
-    pub const NAMES: &'static str = "f32, f16, q8_0, q4_0, q4_1, q5_0, mxfp4";
-
-    /// Parses a `--quant` value; the error names the accepted values.
-    pub fn parse(s: &str) -> std::result::Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "f32" => Ok(Self::F32),
-            "f16" => Ok(Self::F16),
-            "q8_0" => Ok(Self::Quant(QuantFormat::Q8_0)),
-            "q4_0" => Ok(Self::Quant(QuantFormat::Q4_0)),
-            "q4_1" => Ok(Self::Quant(QuantFormat::Q4_1)),
-            "q5_0" => Ok(Self::Quant(QuantFormat::Q5_0)),
-            "mxfp4" => Ok(Self::Quant(QuantFormat::Mxfp4)),
-            _ => Err(format!(
-                "`{s}` is not a weight type to convert to; use one of {}",
-                Self::NAMES
-            )),
-        }
-    }
-
-    /// Short name (also part of the cache key).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "f32",
-            Self::F16 => "f16",
-            Self::Quant(q) => q.name(),
-        }
-    }
-}
 
 /// Bumped whenever the image layout changes, so stale cache files are not reused.
 const CONVERTER_VERSION: u32 = 3;
@@ -89,13 +52,12 @@ fn permute_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> 
     out
 }
 
-/// Converts the folder `dir` into a GGUF image. `quant = None` keeps f32 and
-/// f16 checkpoints as they are (bf16 becomes f32); 1-D tensors are always f32.
-/// Llama 3 RoPE scaling becomes a `rope_freqs.weight` tensor (f32, one
-/// frequency divisor per pair), as llama.cpp's converter writes it.
-/// A 2-D weight whose rows are not a whole number of quant blocks is kept f32.
-pub fn hf_to_gguf(dir: &Path, quant: Option<WeightType>) -> Result<Vec<u8>> {
-    hf_to_gguf_with(dir, quant, TokenizerKeys::WhenNamed)
+/// Converts the folder `dir` into a GGUF image: f32 and f16 checkpoints as
+/// they are, bf16 as f32, 1-D tensors always f32. Llama 3 RoPE scaling
+/// becomes a `rope_freqs.weight` tensor (f32, one frequency divisor per
+/// pair), as llama.cpp's converter writes it.
+pub fn hf_to_gguf(dir: &Path) -> Result<Vec<u8>> {
+    hf_to_gguf_with(dir, TokenizerKeys::WhenNamed)
 }
 
 /// Whether a conversion writes the tokenizer into the GGUF metadata.
@@ -114,11 +76,7 @@ pub enum TokenizerKeys {
 /// [`hf_to_gguf`], with the tokenizer keys llama.cpp's converter writes
 /// (`tokenizer.ggml.model`, `.pre`, `.tokens`, `.token_type`, `.merges`,
 /// the special ids and flags) taken from the folder's `tokenizer.json`.
-pub fn hf_to_gguf_with(
-    dir: &Path,
-    quant: Option<WeightType>,
-    keys: TokenizerKeys,
-) -> Result<Vec<u8>> {
+pub fn hf_to_gguf_with(dir: &Path, keys: TokenizerKeys) -> Result<Vec<u8>> {
     if !dir.join("config.json").is_file() {
         return Err(LoadError::Config(format!(
             "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
@@ -280,12 +238,8 @@ pub fn hf_to_gguf_with(
                 "{rows} rows do not split into {h} heads of even size"
             )));
         }
-        let target = quant.unwrap_or(match src_dtype {
-            StDtype::F16 => WeightType::F16,
-            _ => WeightType::F32,
-        });
         // Unchanged f16 needs no round trip through f32.
-        if target == WeightType::F16 && src_dtype == StDtype::F16 && permute.is_none() {
+        if src_dtype == StDtype::F16 && permute.is_none() {
             w.tensor(&name, &dims, GgmlType::F16, raw.to_vec())?;
             continue;
         }
@@ -293,22 +247,9 @@ pub fn hf_to_gguf_with(
         if let Some(h) = permute {
             v = permute_rows(&v, h, rows, cols);
         }
-        match target {
-            WeightType::F32 => w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?,
-            WeightType::F16 => w.tensor(&name, &dims, GgmlType::F16, f16_bytes(&v))?,
-            WeightType::Quant(q) if cols % q.block_size() == 0 => {
-                let ty = GgmlType::from_id(q.ggml_type_id())
-                    .ok_or_else(|| bad(format!("{} has no ggml type", q.name())))?;
-                let mut data = Vec::with_capacity(q.row_bytes(cols) * rows);
-                for row in v.chunks_exact(cols) {
-                    data.extend(
-                        quant::quantize(q, row).map_err(|e| bad(format!("quantizing: {e}")))?,
-                    );
-                }
-                w.tensor(&name, &dims, ty, data)?
-            }
-            // llama.cpp also falls back for rows that are not whole blocks.
-            WeightType::Quant(_) => w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?,
+        match src_dtype {
+            StDtype::F16 => w.tensor(&name, &dims, GgmlType::F16, f16_bytes(&v))?,
+            _ => w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?,
         };
     }
     Ok(w.to_bytes())
@@ -344,7 +285,7 @@ fn tokenizer_parts(dir: &Path, keys: TokenizerKeys) -> Result<Option<BpeParts>> 
 /// `cp -p`, an unpacked archive, a sync tool) must not reuse the old image.
 /// The price is reading every file once per start (the cached image is then
 /// mapped, not converted).
-fn cache_key(dir: &Path, quant: Option<WeightType>) -> Result<String> {
+fn cache_key(dir: &Path, quant: Option<FileType>) -> Result<String> {
     let io = |path: &Path, source| LoadError::Io {
         path: path.to_path_buf(),
         source,
@@ -356,7 +297,7 @@ fn cache_key(dir: &Path, quant: Option<WeightType>) -> Result<String> {
     entries.sort_by_key(|e| e.file_name());
     let mut h = Sha256::new();
     h.update(CONVERTER_VERSION.to_le_bytes());
-    h.update(quant.map_or("native", WeightType::name).as_bytes());
+    h.update(quant.map_or("native", FileType::name).as_bytes());
     for e in entries {
         let path = e.path();
         // Follows links, as the loader does when it reads the folder.
@@ -392,7 +333,7 @@ pub fn default_cache_dir() -> PathBuf {
 /// The path of `dir` converted with `quant` under `cache_dir`, converting
 /// first if no cached image exists. The image is written to a temporary file
 /// and renamed into place, so a reader never sees a partial file.
-pub fn cached_gguf(dir: &Path, quant: Option<WeightType>, cache_dir: &Path) -> Result<PathBuf> {
+pub fn cached_gguf(dir: &Path, quant: Option<FileType>, cache_dir: &Path) -> Result<PathBuf> {
     if !dir.join("config.json").is_file() {
         return Err(LoadError::Config(format!(
             "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
@@ -404,12 +345,19 @@ pub fn cached_gguf(dir: &Path, quant: Option<WeightType>, cache_dir: &Path) -> R
     if path.is_file() {
         return Ok(path);
     }
-    let bytes = hf_to_gguf(dir, quant)?;
+    let bytes = hf_to_gguf(dir)?;
     let io = |p: &Path, source| LoadError::Io {
         path: p.to_path_buf(),
         source,
     };
     std::fs::create_dir_all(cache_dir).map_err(|e| io(cache_dir, e))?;
+    if let Some(ft) = quant {
+        let g = crate::gguf::GgufFile::from_vec(bytes)?;
+        let o = QuantizeOptions::new(ft);
+        let plan = quantize::plan(&g, &o)?;
+        quantize::quantize(&g, &o, &plan, &path, |_, _| {})?;
+        return Ok(path);
+    }
     let tmp = cache_dir.join(format!("{key}.gguf.tmp{}", std::process::id()));
     std::fs::write(&tmp, &bytes).map_err(|e| io(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| {
@@ -431,14 +379,5 @@ mod tests {
         // Two heads of 2 rows × 2 cols: each head is already pairwise.
         let w: Vec<f32> = (0..8).map(|i| i as f32).collect();
         assert_eq!(permute_rows(&w, 2, 4, 2), w);
-    }
-
-    #[test]
-    fn weight_type_names() {
-        for n in ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "mxfp4"] {
-            assert_eq!(WeightType::parse(n).unwrap().name(), n);
-        }
-        let e = WeightType::parse("q3_k").unwrap_err();
-        assert!(e.contains("q3_k") && e.contains("q8_0"), "{e}");
     }
 }

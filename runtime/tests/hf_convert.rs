@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::config::ModelConfig;
-use tiletune_runtime::convert::{WeightType, cached_gguf, hf_to_gguf};
+use tiletune_runtime::convert::{cached_gguf, hf_to_gguf};
 use tiletune_runtime::models::{Model, Weight};
+use tiletune_runtime::quantize::FileType;
 use tiletune_runtime::safetensors::{SafetensorsModel, StDtype, write_safetensors};
 
 struct Scratch(PathBuf);
@@ -125,7 +126,7 @@ fn check_arch(tag: &str, config: &str, dtype: StDtype) {
     let st = SafetensorsModel::open_dir(&s.0).unwrap();
     let want_model = Model::new(&hf_cfg, &st).unwrap();
 
-    let g = GgufFile::from_vec(hf_to_gguf(&s.0, None).unwrap()).unwrap();
+    let g = GgufFile::from_vec(hf_to_gguf(&s.0).unwrap()).unwrap();
     let g_cfg = ModelConfig::from_gguf(&g).unwrap();
     assert_eq!(g_cfg, hf_cfg, "{tag}: config through GGUF metadata");
     let got_model = Model::new(&g_cfg, &g).unwrap();
@@ -170,14 +171,7 @@ fn cache_converts_once_per_weight_type() {
     let a = cached_gguf(&model, None, &cache).unwrap();
     let b = cached_gguf(&model, None, &cache).unwrap();
     assert_eq!(a, b);
-    let q = cached_gguf(
-        &model,
-        Some(WeightType::Quant(
-            tiletune_kernels::quant::QuantFormat::Q8_0,
-        )),
-        &cache,
-    )
-    .unwrap();
+    let q = cached_gguf(&model, Some(FileType::Q8_0), &cache).unwrap();
     assert_ne!(a, q);
     let g = GgufFile::open(&q).unwrap();
     let t = g.tensor_info("blk.0.attn_q.weight").unwrap();

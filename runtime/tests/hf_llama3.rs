@@ -208,7 +208,7 @@ fn dropping_the_scaling_breaks_the_match() {
 }
 
 fn converted() -> GgufFile {
-    GgufFile::from_vec(hf_to_gguf(&dir(), None).unwrap()).unwrap()
+    GgufFile::from_vec(hf_to_gguf(&dir()).unwrap()).unwrap()
 }
 
 /// The image states the scaling as llama.cpp does: a `rope_freqs.weight`

@@ -4,7 +4,7 @@
 //! loads the model per thread count, runs that schedule on it and prints.
 
 use super::Global;
-use super::run::{ModelArgs, load, parse_kv_type, parse_quant};
+use super::run::{ModelArgs, load, parse_kv_type};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -46,10 +46,10 @@ pub struct Args {
     /// GGUF model file or Hugging Face model folder (see `tiletune run --help`).
     #[arg(long, short = 'm', value_name = "FILE|DIR")]
     pub model: PathBuf,
-    /// Weight type of 2-D weights when converting a Hugging Face folder
-    /// (f32, f16, q8_0, q4_0, q4_1, q5_0, mxfp4; default: the checkpoint's).
-    #[arg(long, value_parser = parse_quant, value_name = "TYPE")]
-    pub quant: Option<tiletune_runtime::convert::WeightType>,
+    /// File type when converting a Hugging Face folder, as `tiletune
+    /// quantize` takes it (default: the checkpoint's).
+    #[arg(long, value_parser = tiletune_runtime::quantize::FileType::parse, value_name = "TYPE")]
+    pub quant: Option<tiletune_runtime::quantize::FileType>,
     #[command(flatten)]
     pub tests: TestLengths,
     /// Context depths, comma separated (llama-bench's -d): each test runs

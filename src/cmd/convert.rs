@@ -35,7 +35,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     }
     // The folder's own weights (f16 / f32; bf16 read as f32), then the
     // requested type as `quantize` gives it.
-    let image = hf_to_gguf_with(&args.model, None, TokenizerKeys::Required)?;
+    let image = hf_to_gguf_with(&args.model, TokenizerKeys::Required)?;
     let file = GgufFile::from_vec(image)?;
     let mut o = QuantizeOptions::new(args.outtype);
     o.threads = args.threads.unwrap_or(0);

@@ -19,9 +19,10 @@ use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::chat::{ChatTemplate, Message};
 use tiletune_runtime::config::ModelConfig;
-use tiletune_runtime::convert::{WeightType, cached_gguf, default_cache_dir};
+use tiletune_runtime::convert::{cached_gguf, default_cache_dir};
 use tiletune_runtime::models::{FastModel, generate_fast};
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, TableState, this_soc};
+use tiletune_runtime::quantize::FileType;
 use tiletune_runtime::sampling::{Sampler, SamplerConfig, StopCriteria};
 use tiletune_runtime::tokenizer::Tokenizer;
 
@@ -33,11 +34,12 @@ pub struct ModelArgs {
     /// to a GGUF image cached under $XDG_CACHE_HOME/tiletune/converted.
     #[arg(long, short = 'm', value_name = "FILE|DIR")]
     pub model: PathBuf,
-    /// Weight type of 2-D weights when converting a Hugging Face folder:
-    /// f32, f16, q8_0, q4_0, q4_1, q5_0 or mxfp4 (default: keep the
+    /// File type when converting a Hugging Face folder, as `tiletune
+    /// quantize` takes it (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+    /// Q4_K_M, Q6_K, MXFP4) with its per-tensor choices (default: keep the
     /// checkpoint's f32/f16; bf16 becomes f32). Ignored for GGUF files.
-    #[arg(long, value_parser = parse_quant, value_name = "TYPE")]
-    pub quant: Option<WeightType>,
+    #[arg(long, value_parser = FileType::parse, value_name = "TYPE")]
+    pub quant: Option<FileType>,
     /// Selector table (default: the user's table, see `tiletune table`).
     #[arg(long, value_name = "PATH")]
     pub db: Option<PathBuf>,
@@ -64,11 +66,6 @@ pub fn parse_kv_type(s: &str) -> Result<KvDtype, String> {
         .into_iter()
         .find(|d| d.name() == s.to_ascii_lowercase())
         .ok_or_else(|| format!("`{s}` is not a KV cache type; use f32, f16 or q8_0"))
-}
-
-/// A `--quant` value.
-pub fn parse_quant(s: &str) -> Result<WeightType, String> {
-    WeightType::parse(s)
 }
 
 fn parse_qmode(s: &str) -> Result<QMode, String> {
