@@ -111,23 +111,30 @@ fn run_fixture(name: &str, extra: &[&str], n: usize) -> (f32, Vec<u32>) {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&dump).unwrap()).unwrap();
     let got: Vec<Vec<f32>> = serde_json::from_value(v["prompt_logits"].clone()).unwrap();
-    assert_eq!(got.len(), exp.prefill.len());
-    let mut err = 0f32;
-    let mut big = 0f32;
-    for (g, e) in got.iter().zip(&exp.prefill) {
-        assert_eq!(g.len(), e.len());
-        for (a, b) in g.iter().zip(e) {
-            err = err.max((a - b).abs());
-            big = big.max(b.abs());
-        }
-    }
+    let err = prefill_error(&got, &exp.prefill);
     let generated = v["generated"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| s["token"].as_u64().unwrap() as u32)
         .collect();
-    (err / big, generated)
+    (err, generated)
+}
+
+/// Max abs error over the prompt's logits, relative to the largest |logit|
+/// of `want`.
+fn prefill_error(got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let mut err = 0f32;
+    let mut big = 0f32;
+    for (g, e) in got.iter().zip(want) {
+        assert_eq!(g.len(), e.len());
+        for (a, b) in g.iter().zip(e) {
+            err = err.max((a - b).abs());
+            big = big.max(b.abs());
+        }
+    }
+    err / big
 }
 
 #[test]
@@ -333,18 +340,11 @@ fn text_prompts_use_tokenizer_json_and_the_folders_chat_template() {
 /// A byte-level `tokenizer.json` over the 256 bytes (GPT-2's byte map) with
 /// Qwen2's split pattern: the vocabulary of the 256-token fixtures.
 fn byte_tokenizer_json() -> String {
-    let mut vocab = serde_json::Map::new();
-    let mut shifted = 0;
-    for b in 0..=255u32 {
-        let printable = matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
-        let c = if printable {
-            char::from_u32(b).unwrap()
-        } else {
-            shifted += 1;
-            char::from_u32(255 + shifted).unwrap()
-        };
-        vocab.insert(c.to_string(), b.into());
-    }
+    let vocab: serde_json::Map<String, serde_json::Value> = byte_chars()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), i.into()))
+        .collect();
     let qwen2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
     serde_json::json!({
         "version": "1.0",
@@ -427,14 +427,8 @@ fn convert_writes_a_gguf_that_runs_as_its_folder() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&dump).unwrap()).unwrap();
     let got: Vec<Vec<f32>> = serde_json::from_value(v["prompt_logits"].clone()).unwrap();
-    let (mut err, mut big) = (0f32, 0f32);
-    for (g, e) in got.iter().zip(&exp.prefill) {
-        for (a, b) in g.iter().zip(e) {
-            err = err.max((a - b).abs());
-            big = big.max(b.abs());
-        }
-    }
-    assert!(err / big <= 1e-4, "prefill relative error {}", err / big);
+    let e = prefill_error(&got, &exp.prefill);
+    assert!(e <= 1e-4, "prefill relative error {e}");
     let greedy: Vec<u32> = v["generated"]
         .as_array()
         .unwrap()

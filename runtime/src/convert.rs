@@ -133,26 +133,7 @@ pub fn hf_to_gguf_with(dir: &Path, keys: TokenizerKeys) -> Result<Vec<u8>> {
     }
     let tok = tokenizer_parts(dir, keys)?;
     if let Some(p) = &tok {
-        let name = p.pre.gguf_name().unwrap_or("default");
-        w.kv("tokenizer.ggml.model", "gpt2")
-            .kv("tokenizer.ggml.pre", name)
-            .kv("tokenizer.ggml.tokens", p.tokens.clone())
-            .kv(
-                "tokenizer.ggml.token_type",
-                p.kinds.iter().map(|k| k.gguf_id()).collect::<Vec<i32>>(),
-            )
-            .kv(
-                "tokenizer.ggml.merges",
-                p.merges
-                    .iter()
-                    .map(|(a, b)| format!("{a} {b}"))
-                    .collect::<Vec<String>>(),
-            )
-            .kv("tokenizer.ggml.add_bos_token", p.add_bos)
-            .kv("tokenizer.ggml.add_eos_token", p.add_eos);
-        if p.add_prefix_space {
-            w.kv("tokenizer.ggml.add_space_prefix", true);
-        }
+        p.write_gguf(&mut w, p.pre.gguf_name().unwrap_or("default"));
     }
     // config.json's ids first, as llama.cpp's converter reads them; else
     // what tokenizer.json names.

@@ -164,7 +164,7 @@ pub fn parse_tensor_type(s: &str) -> std::result::Result<GgmlType, String> {
     let want = s.trim().to_ascii_lowercase();
     let writable: Vec<GgmlType> = GgmlType::ALL
         .into_iter()
-        .filter(|t| can_write(*t))
+        .filter(|t| convertible(*t))
         .collect();
     writable
         .iter()
@@ -179,8 +179,9 @@ pub fn parse_tensor_type(s: &str) -> std::result::Result<GgmlType, String> {
         })
 }
 
-/// Whether tiletune has a writer for `t`.
-fn can_write(t: GgmlType) -> bool {
+/// Whether tiletune reads and writes `t`: the float types, and every weight
+/// format the kernel crate quantizes and dequantizes.
+fn convertible(t: GgmlType) -> bool {
     matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || kernel_format(t).is_some()
 }
 
@@ -377,13 +378,13 @@ fn check(g: &GgufFile, o: &QuantizeOptions, t: &TensorInfo, c: &TensorChoice) ->
         tensor: c.name.clone(),
         what,
     };
-    if !can_write(c.to) {
+    if !convertible(c.to) {
         return Err(bad(format!(
             "tiletune cannot write {} tensors; choose another type for it",
             c.to
         )));
     }
-    if !can_read(c.from) {
+    if !convertible(c.from) {
         return Err(bad(format!(
             "tiletune cannot read {} tensors to quantize them again; start from an f16/bf16/f32 file or use llama.cpp's llama-quantize",
             c.from
@@ -404,10 +405,6 @@ fn check(g: &GgufFile, o: &QuantizeOptions, t: &TensorInfo, c: &TensorChoice) ->
         )));
     }
     Ok(())
-}
-
-fn can_read(t: GgmlType) -> bool {
-    matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || kernel_format(t).is_some()
 }
 
 /// Sizes before and after, for the summary line.

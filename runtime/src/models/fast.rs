@@ -506,6 +506,9 @@ impl RunState {
     }
 }
 
+/// A stop flag nobody raises, for passes that cannot be stopped.
+static NEVER: AtomicBool = AtomicBool::new(false);
+
 /// The decoder on the tuned kernels.
 #[derive(Clone, Debug)]
 pub struct FastModel {
@@ -707,7 +710,6 @@ impl FastModel {
         st: &'s mut RunState,
         all: bool,
     ) -> Result<&'s [f32]> {
-        static NEVER: AtomicBool = AtomicBool::new(false);
         match self.forward_unless(tokens, st, all, &NEVER)? {
             Some(logits) => Ok(logits),
             None => unreachable!("the pass stops only when its flag is raised"),
@@ -909,8 +911,7 @@ pub fn generate(
     use crate::sampling::StopReason;
     use std::time::Instant;
     let t0 = Instant::now();
-    let never = AtomicBool::new(false);
-    let flag = stop.interrupt_flag().unwrap_or(&never);
+    let flag = stop.interrupt_flag().unwrap_or(&NEVER);
     let Some(first) = model.forward_unless(prompt, st, false, flag)? else {
         return Ok(crate::generate::Generation {
             tokens: Vec::new(),

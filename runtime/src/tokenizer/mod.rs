@@ -84,6 +84,34 @@ pub struct BpeParts {
     pub add_prefix_space: bool,
 }
 
+impl BpeParts {
+    /// Writes the vocabulary as llama.cpp's converter does (`tokenizer.ggml.
+    /// model` gpt2, `pre`, `tokens`, `token_type`, `merges`, the add-token
+    /// flags); the special ids are the caller's, as a converter may take them
+    /// from config.json first.
+    pub fn write_gguf(&self, w: &mut crate::gguf::write::GgufWriter, pre: &str) {
+        w.kv("tokenizer.ggml.model", "gpt2")
+            .kv("tokenizer.ggml.pre", pre)
+            .kv("tokenizer.ggml.tokens", self.tokens.clone())
+            .kv(
+                "tokenizer.ggml.token_type",
+                self.kinds.iter().map(|k| k.gguf_id()).collect::<Vec<i32>>(),
+            )
+            .kv(
+                "tokenizer.ggml.merges",
+                self.merges
+                    .iter()
+                    .map(|(a, b)| format!("{a} {b}"))
+                    .collect::<Vec<String>>(),
+            )
+            .kv("tokenizer.ggml.add_bos_token", self.add_bos)
+            .kv("tokenizer.ggml.add_eos_token", self.add_eos);
+        if self.add_prefix_space {
+            w.kv("tokenizer.ggml.add_space_prefix", true);
+        }
+    }
+}
+
 /// A byte-level BPE tokenizer.
 #[derive(Clone, Debug)]
 pub struct Tokenizer {

@@ -174,31 +174,13 @@ fn streaming_decode_never_splits_characters() {
 }
 
 pub(crate) fn write_tokenizer_kvs(w: &mut GgufWriter, p: &BpeParts, pre: &str) {
-    w.kv("tokenizer.ggml.model", "gpt2");
-    w.kv("tokenizer.ggml.pre", pre);
-    w.kv("tokenizer.ggml.tokens", p.tokens.clone());
-    let types: Vec<i32> = p
-        .kinds
-        .iter()
-        .map(|k| match k {
-            TokenKind::Normal => 1,
-            TokenKind::Unknown => 2,
-            TokenKind::Control => 3,
-            TokenKind::UserDefined => 4,
-            TokenKind::Unused => 5,
-            TokenKind::Byte => 6,
-        })
-        .collect();
-    w.kv("tokenizer.ggml.token_type", types);
-    let merges: Vec<String> = p.merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
-    w.kv("tokenizer.ggml.merges", merges);
+    p.write_gguf(w, pre);
     if let Some(b) = p.bos {
         w.kv("tokenizer.ggml.bos_token_id", b);
     }
     if let Some(e) = p.eos {
         w.kv("tokenizer.ggml.eos_token_id", e);
     }
-    w.kv("tokenizer.ggml.add_bos_token", p.add_bos);
 }
 
 #[test]
