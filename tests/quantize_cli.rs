@@ -59,7 +59,7 @@ fn quantize_reports_sizes_and_refuses_what_it_cannot_do() {
     );
     assert!(!out.exists(), "a refused run writes nothing");
 
-    let r = quantize(&[i, o, "q5_k_m"]);
+    let r = quantize(&[i, o, "q3_k_m"]);
     assert_eq!(r.status.code(), Some(2), "{}", text(&r));
     assert!(text(&r).contains("does not have yet"), "{}", text(&r));
 

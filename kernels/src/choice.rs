@@ -34,7 +34,7 @@ use crate::{CpuCaps, Isa, Tunable};
 
 /// Weight formats the per-row quantized GEMV reads straight from GGUF
 /// blocks: those a runtime keeps quantized ([`WeightKind::Quant`]).
-pub const QGEMV_FORMATS: [QuantFormat; 8] = qgemv::scalar::FORMATS;
+pub const QGEMV_FORMATS: [QuantFormat; 9] = qgemv::scalar::FORMATS;
 
 /// How the runtime keeps a weight of a given GGUF dtype.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

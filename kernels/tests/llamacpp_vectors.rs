@@ -1,4 +1,4 @@
-//! Q4_K, Q6_K and MXFP4 quantizers bit-identical to llama.cpp's reference
+//! Q4_K, Q5_K, Q6_K and MXFP4 quantizers bit-identical to llama.cpp's reference
 //! quantizers: `vectors/llamacpp_vectors.json` holds rows quantized by
 //! llama.cpp's `llama-quantize` (`vectors/gen_llamacpp_vectors.py`, see
 //! `vectors/README.md`), and tiletune's quantizers must write the same bytes.
@@ -34,5 +34,5 @@ fn k_quants_and_mxfp4_write_llama_cpps_bytes() {
         }
         seen.push(name.to_string());
     }
-    assert_eq!(seen, ["q4_K", "q6_K", "mxfp4"]);
+    assert_eq!(seen, ["q4_K", "q5_K", "q6_K", "mxfp4"]);
 }

@@ -28,7 +28,7 @@ use tiletune_kernels::qgemm::{
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
 use tiletune_kernels::quant::kquants::get_scale_min_k4;
 use tiletune_kernels::quant::{
-    self, BlockQ4_1, BlockQ4K, BlockQ5_1, F16Le, QuantFormat, cast_blocks,
+    self, BlockQ4_1, BlockQ4K, BlockQ5_1, BlockQ5K, F16Le, KSubBlock, QuantFormat, cast_blocks,
 };
 use tiletune_kernels::testing::Rng;
 use tiletune_kernels::{Isa, KernelError};
@@ -65,6 +65,9 @@ fn bits16(f: QuantFormat) -> usize {
         // Two 6-bit codes as bytes per 32 values, two f16 per 256: 4.625
         // (GGUF 4.5).
         QuantFormat::Q4K => 74,
+        // Q4_K's codes and super-scales plus the fifth-bit plane: 5.625
+        // (GGUF 5.5).
+        QuantFormat::Q5K => 90,
         // Nibbles + two bit planes, two i8 scales per 32, one f16 per 256:
         // 6.5625, GGUF's size.
         QuantFormat::Q6K => 105,
@@ -73,7 +76,7 @@ fn bits16(f: QuantFormat) -> usize {
 }
 
 fn kquant(f: QuantFormat) -> bool {
-    matches!(f, QuantFormat::Q4K | QuantFormat::Q6K)
+    matches!(f, QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K)
 }
 
 fn definition(f: QuantFormat, c: &Case) -> Vec<f32> {
@@ -276,7 +279,7 @@ fn arbitrary_bytes_dequantize_exactly() {
         // Byte offsets of the f16 fields in each block.
         let halves: &[usize] = match f {
             QuantFormat::Q4_0 | QuantFormat::Q5_0 | QuantFormat::Q8_0 => &[0],
-            QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K => &[0, 2],
+            QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
             QuantFormat::Q6K => &[208],
             _ => &[],
         };
@@ -402,21 +405,21 @@ fn q6_k_six_bit_extremes_fit_the_partial_sums() {
 fn kquant_codes_and_super_scales_stay_exact_at_their_extremes() {
     const HALVES: [u16; 7] = [0x7BFF, 0xFBFF, 0x0001, 0x03FF, 0x8001, 0x0000, 0x8000];
     let mut rng = Rng::new(34);
-    for f in [QuantFormat::Q4K, QuantFormat::Q6K] {
+    for f in [QuantFormat::Q4K, QuantFormat::Q5K, QuantFormat::Q6K] {
         for nr in qgemm::INTERLEAVES {
             let (m, n, k) = (9, 2 * nr + 1, 2 * 256);
             let mut w = case(&mut rng, f, 0, n, k).w;
             for (i, blk) in w.chunks_exact_mut(f.block_bytes()).enumerate() {
                 let (h0, h1) = (HALVES[i % 7], HALVES[(i / 7 + 3 * i) % 7]);
                 // Codes: all at the top, all at the bottom, mixed, random.
-                if f == QuantFormat::Q4K {
+                if f != QuantFormat::Q6K {
                     let fill = [0xFF, 0x00, 0x3F, 0xC0][i % 4];
                     blk[0..2].copy_from_slice(&h0.to_le_bytes());
                     blk[2..4].copy_from_slice(&h1.to_le_bytes());
                     if i % 5 != 4 {
                         blk[4..16].fill(fill);
                     }
-                    // Quants all 15, all 0, or random.
+                    // Quants (Q5_K: and fifth bits) all set, all 0, or random.
                     match i % 3 {
                         0 => blk[16..].fill(0xFF),
                         1 => blk[16..].fill(0x00),
@@ -535,15 +538,19 @@ fn block_mins(f: QuantFormat, w: &[u8], n: usize, k: usize) -> Vec<f32> {
             .iter()
             .map(|b| b.m.to_f32())
             .collect(),
-        QuantFormat::Q4K => cast_blocks::<BlockQ4K>(w)
-            .unwrap()
-            .iter()
-            .flat_map(|b| {
-                (0..8).map(|j| -(b.dmin.to_f32() * get_scale_min_k4(j, &b.scales).1 as f32))
-            })
-            .collect(),
+        QuantFormat::Q4K => k_sub_mins(cast_blocks::<BlockQ4K>(w).unwrap()),
+        QuantFormat::Q5K => k_sub_mins(cast_blocks::<BlockQ5K>(w).unwrap()),
         _ => vec![0.0; n * k / 32],
     }
+}
+
+fn k_sub_mins<B: KSubBlock>(blocks: &[B]) -> Vec<f32> {
+    blocks
+        .iter()
+        .flat_map(|b| {
+            (0..8).map(|j| -(b.dmin().to_f32() * get_scale_min_k4(j, b.scales()).1 as f32))
+        })
+        .collect()
 }
 
 /// The Q8_1 activations the GEMM sees, dequantized, and per block the

@@ -102,7 +102,7 @@ fn shapes(format: QuantFormat) -> Vec<(usize, usize)> {
     v
 }
 
-const FORMATS: [QuantFormat; 8] = scalar::FORMATS;
+const FORMATS: [QuantFormat; 9] = scalar::FORMATS;
 
 fn run(g: QGemv, w: &[u8], x: &[f32], n: usize) -> Vec<f32> {
     let mut y = vec![f32::NAN; n];

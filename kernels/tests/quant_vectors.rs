@@ -48,7 +48,7 @@ fn vectors_cover_every_weight_format() {
         .map(|c| c["format"].as_str().unwrap().to_string())
         .collect();
     for f in [
-        "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "q4_K", "q6_K",
+        "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "q4_K", "q5_K", "q6_K",
     ] {
         assert!(names.iter().any(|n| n == f), "no vectors for {f}");
     }

@@ -1,18 +1,19 @@
 //! A GGUF file → a GGUF file with its weights in another type, as llama.cpp's
-//! `llama-quantize` makes it: the same file types (`Q4_0` … `Q8_0`, `Q4_K_M`,
-//! `Q6_K`, `F16`, `BF16`, `F32`), the same choice of which tensors are
-//! quantized and to what (`llama_tensor_get_type` in llama.cpp's
-//! `llama-quant.cpp`: the output matrix in Q6_K, `attn_v` and `ffn_down` of
-//! a Q4_K_M file in Q6_K on the layers `use_more_bits` picks, the fallback
-//! types for rows that are not whole 256-element super-blocks), the same
+//! `llama-quantize` makes it: the same file types (`Q4_0` … `Q8_0`,
+//! `Q4_K_S`, `Q4_K_M`, `Q5_K_S`, `Q5_K_M`, `Q6_K`, `F16`, `BF16`, `F32`),
+//! the same choice of which tensors are quantized and to what
+//! (`llama_tensor_get_type` in llama.cpp's `llama-quant.cpp`: the output
+//! matrix in Q6_K, `attn_v` and `ffn_down` of a Q4_K_M / Q5_K_M file in Q6_K
+//! on the layers `use_more_bits` picks, Q4_K_S's first layers in Q5_K, the
+//! fallback types for rows that are not whole 256-element super-blocks), the same
 //! flags (`--allow-requantize`, `--output-tensor-type`,
 //! `--token-embedding-type`, `--pure`, `--leave-output-tensor`), and the same
 //! metadata (every key copied, `general.file_type` and
 //! `general.quantization_version` set).
 //!
-//! Types whose quantizer tiletune does not have (Q2_K, Q3_K, Q5_K and the
-//! i-quants, so also the recipes that use them: Q4_K_S, Q5_K_S/M, Q3_K_*)
-//! are refused by name before any work. Tensors are read from the memory
+//! Types whose quantizer tiletune does not have (Q2_K, Q3_K and the
+//! i-quants, so also the recipes that use them: Q2_K_S, Q3_K_*) are refused
+//! by name before any work. Tensors are read from the memory
 //! map and written one at a time, so a model needs little more memory than
 //! its largest tensor.
 
@@ -37,7 +38,10 @@ pub enum FileType {
     Q5_0,
     Q5_1,
     Q8_0,
+    Q4_K_S,
     Q4_K_M,
+    Q5_K_S,
+    Q5_K_M,
     Q6_K,
     /// Every quantizable weight in MXFP4. llama.cpp's `MXFP4_MOE` puts only
     /// expert tensors in MXFP4; the dense models tiletune runs have none,
@@ -49,7 +53,7 @@ pub enum FileType {
 const QUANTIZATION_VERSION: u32 = 2;
 
 impl FileType {
-    pub const ALL: [FileType; 11] = [
+    pub const ALL: [FileType; 14] = [
         Self::F32,
         Self::F16,
         Self::BF16,
@@ -58,7 +62,10 @@ impl FileType {
         Self::Q5_0,
         Self::Q5_1,
         Self::Q8_0,
+        Self::Q4_K_S,
         Self::Q4_K_M,
+        Self::Q5_K_S,
+        Self::Q5_K_M,
         Self::Q6_K,
         Self::MXFP4,
     ];
@@ -74,7 +81,10 @@ impl FileType {
             Self::Q5_0 => "Q5_0",
             Self::Q5_1 => "Q5_1",
             Self::Q8_0 => "Q8_0",
+            Self::Q4_K_S => "Q4_K_S",
             Self::Q4_K_M => "Q4_K_M",
+            Self::Q5_K_S => "Q5_K_S",
+            Self::Q5_K_M => "Q5_K_M",
             Self::Q6_K => "Q6_K",
             Self::MXFP4 => "MXFP4",
         }
@@ -91,7 +101,10 @@ impl FileType {
             Self::Q8_0 => 7,
             Self::Q5_0 => 8,
             Self::Q5_1 => 9,
+            Self::Q4_K_S => 14,
             Self::Q4_K_M => 15,
+            Self::Q5_K_S => 16,
+            Self::Q5_K_M => 17,
             Self::Q6_K => 18,
             Self::BF16 => 32,
             Self::MXFP4 => 38,
@@ -109,14 +122,15 @@ impl FileType {
             Self::Q5_0 => GgmlType::Q5_0,
             Self::Q5_1 => GgmlType::Q5_1,
             Self::Q8_0 => GgmlType::Q8_0,
-            Self::Q4_K_M => GgmlType::Q4_K,
+            Self::Q4_K_S | Self::Q4_K_M => GgmlType::Q4_K,
+            Self::Q5_K_S | Self::Q5_K_M => GgmlType::Q5_K,
             Self::Q6_K => GgmlType::Q6_K,
             Self::MXFP4 => GgmlType::MXFP4,
         }
     }
 
-    /// Parses a llama-quantize type name (any case; `Q4_K` means `Q4_K_M`,
-    /// as in llama-quantize) or its numeric `llama_ftype`. The error names
+    /// Parses a llama-quantize type name (any case; `Q4_K` means `Q4_K_M`
+    /// and `Q5_K` `Q5_K_M`, as in llama-quantize) or its numeric `llama_ftype`. The error names
     /// what is accepted, and says why a known llama.cpp type is not.
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
         let up = s.trim().to_ascii_uppercase();
@@ -126,8 +140,10 @@ impl FileType {
         {
             return Ok(*t);
         }
-        if up == "Q4_K" {
-            return Ok(Self::Q4_K_M);
+        match up.as_str() {
+            "Q4_K" => return Ok(Self::Q4_K_M),
+            "Q5_K" => return Ok(Self::Q5_K_M),
+            _ => {}
         }
         let names: Vec<&str> = Self::ALL.iter().map(|t| t.name()).collect();
         let unsupported = [
@@ -137,17 +153,13 @@ impl FileType {
             "Q3_K_S",
             "Q3_K_M",
             "Q3_K_L",
-            "Q4_K_S",
-            "Q5_K",
-            "Q5_K_S",
-            "Q5_K_M",
             "MXFP4_MOE",
             "TQ1_0",
             "TQ2_0",
         ];
         if unsupported.contains(&up.as_str()) || up.starts_with("IQ") {
             return Err(format!(
-                "`{s}` needs a quantizer tiletune does not have yet (Q2_K, Q3_K, Q5_K, the i-quants); use one of {}, or llama.cpp's llama-quantize",
+                "`{s}` needs a quantizer tiletune does not have yet (Q2_K, Q3_K, the i-quants); use one of {}, or llama.cpp's llama-quantize",
                 names.join(", ")
             ));
         }
@@ -331,19 +343,26 @@ pub fn plan(g: &GgufFile, o: &QuantizeOptions) -> Result<Vec<TensorChoice>> {
                     } else if to != GgmlType::Q8_0 {
                         to = GgmlType::Q6_K;
                     }
-                } else if name.contains("attn_qkv.weight") && o.file_type == FileType::Q4_K_M {
-                    return Err(LoadError::Config(format!(
-                        "tensor `{name}`: a Q4_K_M file stores fused QKV weights in Q5_K, which tiletune cannot write yet; use Q4_0, Q8_0 or Q6_K, or llama.cpp's llama-quantize"
-                    )));
+                } else if name.contains("attn_qkv.weight") {
+                    match o.file_type {
+                        FileType::Q4_K_M => to = GgmlType::Q5_K,
+                        FileType::Q5_K_M => to = GgmlType::Q6_K,
+                        _ => {}
+                    }
                 } else if name.contains("attn_v.weight") || name.contains("ffn_down") {
-                    let n = if name.contains("attn_v.weight") {
-                        n_attn_v
-                    } else {
-                        n_ffn_down
-                    };
+                    let attn_v = name.contains("attn_v.weight");
+                    let n = if attn_v { n_attn_v } else { n_ffn_down };
+                    // llama.cpp counts these tensors as it meets them; a
+                    // GGUF lists them layer by layer, so that is the layer.
                     let i = layer_of(name).unwrap_or(0);
-                    if o.file_type == FileType::Q4_K_M && use_more_bits(i, n) {
-                        to = GgmlType::Q6_K;
+                    match o.file_type {
+                        FileType::Q4_K_M | FileType::Q5_K_M if use_more_bits(i, n) => {
+                            to = GgmlType::Q6_K
+                        }
+                        FileType::Q4_K_S if (attn_v && i < 4) || (!attn_v && i < n / 8) => {
+                            to = GgmlType::Q5_K
+                        }
+                        _ => {}
                     }
                 }
                 if !cols.is_multiple_of(to.block_size()) {
@@ -606,8 +625,9 @@ mod tests {
             assert_eq!(FileType::parse(&t.ftype_id().to_string()), Ok(t));
         }
         assert_eq!(FileType::parse("q4_k"), Ok(FileType::Q4_K_M));
-        let e = FileType::parse("Q5_K_M").unwrap_err();
-        assert!(e.contains("Q5_K") && e.contains("llama-quantize"), "{e}");
+        assert_eq!(FileType::parse("Q5_K"), Ok(FileType::Q5_K_M));
+        let e = FileType::parse("Q3_K_M").unwrap_err();
+        assert!(e.contains("Q3_K") && e.contains("llama-quantize"), "{e}");
         let e = FileType::parse("q9").unwrap_err();
         assert!(e.contains("Q4_K_M"), "{e}");
         assert_eq!(parse_tensor_type("Q6_K"), Ok(GgmlType::Q6_K));

@@ -299,9 +299,44 @@ fn requantizing_needs_the_flag_and_bad_requests_leave_nothing() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// Q4_K_S: `attn_v` of the first four layers and `ffn_down` of the first
+/// eighth in Q5_K; Q5_K_M: Q4_K_M's layers in Q6_K over Q5_K; Q5_K_S: Q5_K
+/// throughout. Rows of 320 fall back as llama.cpp does (q5_K → q5_1).
+#[test]
+fn q4_k_s_q5_k_s_and_q5_k_m_give_llama_quantizes_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = GgufFile::open(write(dir.path(), "f32.gguf", &model(&config(false), None))).unwrap();
+    let plan = |ft| q::plan(&g, &QuantizeOptions::new(ft)).unwrap();
+    let (ks, km, k5s) = (
+        plan(FileType::Q4_K_S),
+        plan(FileType::Q5_K_M),
+        plan(FileType::Q5_K_S),
+    );
+    for p in [&ks, &km, &k5s] {
+        assert_eq!(choice(p, "output.weight").to, GgmlType::Q6_K);
+    }
+    let pick = |c: bool, a: GgmlType, b: GgmlType| if c { a } else { b };
+    for l in 0..16 {
+        let t = |p: &[TensorChoice], n: &str| choice(p, &format!("blk.{l}.{n}.weight")).to;
+        let more = MORE_BITS.contains(&l);
+        use GgmlType::{Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+        assert_eq!(t(&ks, "attn_v"), pick(l < 4, Q5_K, Q4_K), "{l}");
+        // 16 / 8 = 2 layers of ffn_down in Q5_K, which falls back to Q5_1.
+        assert_eq!(t(&ks, "ffn_down"), pick(l < 2, Q5_1, Q5_0), "{l}");
+        assert_eq!(t(&km, "attn_v"), pick(more, Q6_K, Q5_K), "{l}");
+        assert_eq!(t(&km, "ffn_down"), pick(more, Q8_0, Q5_1), "{l}");
+        assert_eq!(t(&k5s, "attn_v"), Q5_K, "{l}");
+        assert_eq!(t(&k5s, "ffn_down"), Q5_1, "{l}");
+        for n in ["attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"] {
+            assert_eq!(t(&ks, n), GgmlType::Q4_K, "{l} {n}");
+            assert_eq!(t(&km, n), GgmlType::Q5_K, "{l} {n}");
+        }
+    }
+}
+
 #[test]
 fn types_without_a_quantizer_are_refused_by_name() {
-    for t in ["Q5_K_M", "Q4_K_S", "Q3_K_M", "IQ4_XS", "Q2_K"] {
+    for t in ["Q3_K_M", "Q3_K_S", "IQ4_XS", "Q2_K", "TQ1_0"] {
         let e = FileType::parse(t).unwrap_err();
         assert!(e.contains("does not have yet"), "{t}: {e}");
     }

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub llama_test_backend_ops: Option<PathBuf>,
     /// Weight types, comma separated (f32, f16, q4_0, q4_1, q5_0, q5_1,
-    /// q8_0, q4_k, q6_k, mxfp4).
+    /// q8_0, q4_k, q5_k, q6_k, mxfp4).
     #[arg(long, value_delimiter = ',', default_value = "q4_0,q8_0")]
     pub types: Vec<String>,
     /// Token counts (MUL_MAT's n) to keep from llama.cpp's perf suite, comma

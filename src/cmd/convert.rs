@@ -18,7 +18,8 @@ pub struct Args {
     #[arg(short = 'o', long = "outfile")]
     pub outfile: PathBuf,
     /// The type of the weights: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
-    /// Q5_1, Q4_K_M, Q6_K or MXFP4 (norms and biases stay F32).
+    /// Q5_1, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K or MXFP4 (norms and biases
+    /// stay F32).
     #[arg(long = "outtype", visible_alias = "type", default_value = "F16", value_parser = FileType::parse)]
     pub outtype: FileType,
     /// Worker threads for quantizing; default: every CPU.

@@ -13,10 +13,11 @@ use tiletune_runtime::quantize::{self, FileType, QuantizeOptions};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_M (also Q4_K), \
-Q6_K, MXFP4, or llama.cpp's numeric file type. Tensors get their types as llama-quantize \
-gives them: e.g. in Q4_K_M the output matrix and some layers' attn_v and ffn_down get \
-Q6_K, and rows that are not whole 256-element blocks fall back to Q5_0 / Q8_0."
+    after_help = "Types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_S, Q4_K_M (also \
+Q4_K), Q5_K_S, Q5_K_M (also Q5_K), Q6_K, MXFP4, or llama.cpp's numeric file type. Tensors \
+get their types as llama-quantize gives them: e.g. in Q4_K_M the output matrix and some \
+layers' attn_v and ffn_down get Q6_K, and rows that are not whole 256-element blocks fall \
+back to Q5_0 / Q5_1 / Q8_0."
 )]
 pub struct Args {
     /// The GGUF file to read.

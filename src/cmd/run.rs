@@ -36,7 +36,7 @@ pub struct ModelArgs {
     pub model: PathBuf,
     /// File type when converting a Hugging Face folder, as `tiletune
     /// quantize` takes it (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-    /// Q4_K_M, Q6_K, MXFP4) with its per-tensor choices (default: keep the
+    /// Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, MXFP4) with its per-tensor choices (default: keep the
     /// checkpoint's f32/f16; bf16 becomes f32). Ignored for GGUF files.
     #[arg(long, value_parser = FileType::parse, value_name = "TYPE")]
     pub quant: Option<FileType>,

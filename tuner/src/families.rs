@@ -393,7 +393,7 @@ mod tests {
     #[test]
     fn quantized_decode_searches_the_gemm_where_it_exists_else_both_activation_modes() {
         for dtype in [
-            "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
+            "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "mxfp4",
         ] {
             let format = quant::format_of(dtype).unwrap();
             let k = if dtype.ends_with("_k") { 256 } else { 64 };
@@ -476,6 +476,8 @@ mod tests {
             ("gemm", "q8_0", "5x19x96"),
             ("qgemv_a32", "q5_1", "3x64"),
             ("qgemv_a8", "q6_k", "2x256"),
+            ("qgemv_a32", "q5_k", "3x256"),
+            ("gemm", "q5_k", "3x5x256"),
             ("qgemv_a8", "q8_0", "5x96"),
             ("eltwise_gelu_erf", "f32", "37"),
             ("eltwise_sigmoid", "f32", "1"),

@@ -343,6 +343,7 @@ pub(super) unsafe fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &m
             (K_Q4_1, SC_KSUB) => by_shape!(K_Q4_1, SC_KSUB),
             (K_Q5_0, SC_F16) => by_shape!(K_Q5_0, SC_F16),
             (K_Q5_1, SC_F16) => by_shape!(K_Q5_1, SC_F16),
+            (K_Q5_1, SC_KSUB) => by_shape!(K_Q5_1, SC_KSUB),
             (K_MXFP4, SC_E8M0) => by_shape!(K_MXFP4, SC_E8M0),
             (K_I8, SC_F16) => by_shape!(K_I8, SC_F16),
             (K_Q6, SC_KSUB) => by_shape!(K_Q6, SC_KSUB),

@@ -130,13 +130,14 @@ const OP: &str = "qgemm";
 
 /// Weight formats with a GEMM: every weight format (the activation-only
 /// Q8_1 and Q8_K have none).
-pub const FORMATS: [QuantFormat; 8] = [
+pub const FORMATS: [QuantFormat; 9] = [
     QuantFormat::Q4_0,
     QuantFormat::Q4_1,
     QuantFormat::Q5_0,
     QuantFormat::Q5_1,
     QuantFormat::Q8_0,
     QuantFormat::Q4K,
+    QuantFormat::Q5K,
     QuantFormat::Q6K,
     QuantFormat::Mxfp4,
 ];

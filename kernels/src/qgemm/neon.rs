@@ -510,6 +510,9 @@ macro_rules! tiles {
                     (Kind::Q5_1, SC_F16) => {
                         by_v_mr_ku!(job, mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
+                    (Kind::Q5_1, SC_KSUB) => {
+                        by_v_mr_ku!(job, mr, $q4::<true, NIB_FIVE, SC_KSUB>(job, g, i0, out))
+                    }
                     (Kind::Mxfp4, SC_E8M0) => {
                         by_v_mr_ku!(job, mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }

@@ -24,11 +24,11 @@
 //!   and turned into `GGML_E8M0_TO_FP32_HALF(e)` = 2^(e−128) by building
 //!   its f32 bits: `(e − 1) << 23`, or `0x0020_0000 << e` for the two
 //!   subnormal codes 0 and 1, blended on `e < 2`.
-//! - `SC_KSUB` (Q4_K, Q6_K): per (row, block) the sub-block codes as bytes
-//!   (Q4_K: its 6-bit scale and min, unpacked from GGUF's 12-byte packing;
+//! - `SC_KSUB` (Q4_K, Q5_K, Q6_K): per (row, block) the sub-block codes as bytes
+//!   (Q4_K, Q5_K: the 6-bit scale and min, unpacked from GGUF's 12-byte packing;
 //!   Q6_K: the i8 scales of its two 16-value halves), sign-extended and
 //!   converted to f32; per (row, 256-value super-block) the f16
-//!   super-scales (Q4_K: `d` and `−dmin`, f16 negation being exact; Q6_K:
+//!   super-scales (Q4_K, Q5_K: `d` and `−dmin`, f16 negation being exact; Q6_K:
 //!   `d`), widened once per super-block. `code · super` has at most 19
 //!   significant bits, so it is exact in f32 and equal to ggml's `d·sc`
 //!   (and `−(dmin·m) = m·(−dmin)`). Codes sit at `(group·nb + b)·NR + r`
@@ -39,7 +39,7 @@
 //! | Q4_0 | Q4_0 | 16 nibble bytes | scale, f16 | – | `d·dx·(Σqx − 8Σx)` | 4.5 (4.5) |
 //! | Q4_1 | Q4_1; Q4_K | 16 nibble bytes | scale, f16; Q4_K `sc·d` | min, f16; Q4_K `m·(−dmin)` | `d·dx·Σqx + m·s_x` | 5 (5); Q4_K 4.625 (4.5) |
 //! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | – | `d·dx·(Σqx − 16Σx)` | 5.5 (5.5) |
-//! | Q5_1 | Q5_1 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | min, f16 | `d·dx·Σqx + m·s_x` | 6 (6) |
+//! | Q5_1 | Q5_1; Q5_K | 16 nibble bytes + 4 fifth-bit bytes | scale, f16; Q5_K `sc·d` | min, f16; Q5_K `m·(−dmin)` | `d·dx·Σqx + m·s_x` | 6 (6); Q5_K 5.625 (5.5) |
 //! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, E8M0 byte | – | `d·dx·(Σux − 12Σx)` | 4.25 (4.25) |
 //! | Q6K | Q6_K | 16 nibble bytes + 4 fifth-bit + 4 sixth-bit bytes | scale of values 0..15, `sc₀·d` | scale of 16..31, `sc₁·d` | `d·dx·(Σ₀..₁₅ux − 32Σ₀..₁₅x)`, then `m·dx·(Σ₁₆..₃₁ux − 32Σ₁₆..₃₁x)` | 6.5625 (6.5625) |
 //! | I8 | Q8_0 | 32 int8 | scale, f16 | – | `d·dx·Σqx` | 8.5 (8.5) |
@@ -52,7 +52,9 @@
 //!   sum: `Σ(q−8)x = Σqx − 8Σx`. Q4_K's sub-block j (value `d·sc_j·q −
 //!   dmin·m_j`) becomes a Q4_1 block with `d = sc_j·d`, `m = m_j·(−dmin)`,
 //!   its nibbles moved from Q4_K's layout (64 values per 32 bytes: low
-//!   nibbles sub-block 2i, high 2i+1) to Q4_1's.
+//!   nibbles sub-block 2i, high 2i+1) to Q4_1's. Q5_K's sub-blocks
+//!   become Q5_1 blocks the same way, each value's fifth bit (bit j of
+//!   Q5_K's `qh` byte l for value `32j + l`) moving to the fifth-bit plane.
 //! - Five-bit kinds (Q5_0, Q5_1) are the nibble kinds with values 0..31:
 //!   the 16·NR nibble bytes of a block are followed by a fifth-bit plane of
 //!   4·NR bytes, bit-sliced so one byte-lane shift lines it up with a
@@ -93,8 +95,9 @@
 //! equals `q·d1 + (−m1)` in IEEE arithmetic), see
 //! [`PackedQ::dequantize_row`], and [`PackedQ::unpack`] gives the GGUF
 //! bytes back for every format. The legacy formats, MXFP4 and Q6_K pack at
-//! exactly GGUF's size (the quants rearranged, not padded); Q4_K pays 0.125
-//! bits per value for its 6-bit codes as whole bytes (4.625 vs 4.5).
+//! exactly GGUF's size (the quants rearranged, not padded); Q4_K and Q5_K
+//! pay 0.125 bits per value for their 6-bit codes as whole bytes (4.625 vs
+//! 4.5, 5.625 vs 5.5).
 //!
 //! The last group is padded with zero rows (scale 0, quants 0) when NR does
 //! not divide n; the driver writes only the real columns.
@@ -102,8 +105,9 @@
 
 use crate::error::check_len;
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, F16Le,
-    KVALUES_MXFP4, QK, cast_blocks, cast_blocks_mut, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, F16Le, KSubBlock, KVALUES_MXFP4, QK, QK_K, cast_blocks, cast_blocks_mut,
+    e8m0_to_f32_half,
 };
 use crate::quant::{QuantFormat, kquants, legacy};
 use crate::{KernelError, Result};
@@ -125,7 +129,7 @@ pub(crate) enum Kind {
     Q4_1,
     /// Nibbles plus a fifth-bit plane (0..31) with offset 16 (Q5_0).
     Q5_0,
-    /// Nibbles plus a fifth-bit plane (0..31) with a min (Q5_1).
+    /// Nibbles plus a fifth-bit plane (0..31) with a min (Q5_1, Q5_K).
     Q5_1,
     /// Nibble E2M1 codes, mapped by [`MXFP4_LUT`] to values 0..24 with
     /// offset 12 (MXFP4).
@@ -165,7 +169,7 @@ impl Kind {
             QuantFormat::Q4_0 => Some(Kind::Q4_0),
             QuantFormat::Q4_1 | QuantFormat::Q4K => Some(Kind::Q4_1),
             QuantFormat::Q5_0 => Some(Kind::Q5_0),
-            QuantFormat::Q5_1 => Some(Kind::Q5_1),
+            QuantFormat::Q5_1 | QuantFormat::Q5K => Some(Kind::Q5_1),
             QuantFormat::Mxfp4 => Some(Kind::Mxfp4),
             QuantFormat::Q8_0 => Some(Kind::I8),
             QuantFormat::Q6K => Some(Kind::Q6K),
@@ -227,9 +231,9 @@ pub(crate) const SC_F16: u8 = 0;
 /// exactly `e8m0_to_f32_half(e)`.
 pub(crate) const SC_E8M0: u8 = 1;
 /// The K-quants: integer sub-block codes per (row, block) in `dc` and `mc`
-/// (Q4_K: the 6-bit scale and min; Q6_K: the i8 scales of its two 16-value
+/// (Q4_K, Q5_K: the 6-bit scale and min; Q6_K: the i8 scales of its two 16-value
 /// halves), and f16 super-block scales per (row, 256 values) in `sd` and
-/// `sm` (Q4_K: `d` and `−dmin`; Q6_K: `d`, read for both codes). The code,
+/// `sm` (Q4_K, Q5_K: `d` and `−dmin`; Q6_K: `d`, read for both codes). The code,
 /// widened to f32, times the widened super-scale is exact (an f16 times an
 /// integer of at most 8 bits has at most 19 significant bits), so it is
 /// the f32 product ggml computes (`d·sc`; `−(dmin·m) = m·(−dmin)`).
@@ -239,7 +243,7 @@ pub(crate) const SC_KSUB: u8 = 2;
 pub(crate) fn scale_mode(format: QuantFormat) -> u8 {
     match format {
         QuantFormat::Mxfp4 => SC_E8M0,
-        QuantFormat::Q4K | QuantFormat::Q6K => SC_KSUB,
+        QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K => SC_KSUB,
         _ => SC_F16,
     }
 }
@@ -303,15 +307,15 @@ pub struct PackedQ {
     pub(crate) dh: Vec<u16>,
     /// Mins (Q4_1, Q5_1) as f16 bits; empty otherwise.
     pub(crate) mh: Vec<u16>,
-    /// Per (row, block) codes: MXFP4's E8M0 byte, Q4_K's 6-bit scale,
+    /// Per (row, block) codes: MXFP4's E8M0 byte, Q4_K's and Q5_K's 6-bit scale,
     /// Q6_K's first-half i8 scale; empty otherwise.
     pub(crate) dc: Vec<u8>,
-    /// Per (row, block) second codes: Q4_K's 6-bit min, Q6_K's second-half
+    /// Per (row, block) second codes: Q4_K's and Q5_K's 6-bit min, Q6_K's second-half
     /// i8 scale; empty otherwise.
     pub(crate) mc: Vec<u8>,
     /// Per (row, super-block) f16 bits: the K-quants' `d`; empty otherwise.
     pub(crate) sd: Vec<u16>,
-    /// Per (row, super-block) f16 bits of Q4_K's `−dmin`; empty otherwise.
+    /// Per (row, super-block) f16 bits of Q4_K's and Q5_K's `−dmin`; empty otherwise.
     pub(crate) sm: Vec<u16>,
     pub(crate) qs: Vec<u8>,
 }
@@ -477,6 +481,34 @@ impl PackedQ {
         }
     }
 
+    /// Super-block `sb` of row `r` in group `g` of a Q4_K / Q5_K pack, as
+    /// GGUF stores it: `d`, `dmin`, the 12 code bytes and the 256 values.
+    fn k_sub_parts(
+        &self,
+        g: usize,
+        r: usize,
+        sb: usize,
+        vals: &dyn Fn(usize) -> [u8; QK],
+    ) -> (F16Le, F16Le, [u8; 12], [u8; QK_K]) {
+        let (nr, nb) = (self.nr, self.k / QK);
+        let h = |v: u16| F16Le(v.to_le_bytes());
+        let sat = (g * nb / 8 + sb) * nr + r;
+        let mut codes = [(0u8, 0u8); 8];
+        let mut v = [0u8; QK_K];
+        for (j, code) in codes.iter_mut().enumerate() {
+            let at = (g * nb + 8 * sb + j) * nr + r;
+            *code = (self.dc[at], self.mc[at]);
+            v[QK * j..QK * (j + 1)].copy_from_slice(&vals(8 * sb + j));
+        }
+        // −dmin was stored: f16 negation is the sign bit.
+        (
+            h(self.sd[sat]),
+            h(self.sm[sat] ^ 0x8000),
+            scale_min_k4_bytes(&codes),
+            v,
+        )
+    }
+
     /// The GGUF bytes this was made from (the inverse of [`repack`]), for
     /// every format: the legacy formats' f16 scales, MXFP4's E8M0 bytes and
     /// the K-quants' super-scales and sub-block codes are kept as GGUF
@@ -496,20 +528,26 @@ impl PackedQ {
                 QuantFormat::Q4K => {
                     let blocks: &mut [BlockQ4K] = cast_blocks_mut(dst).expect(WHOLE);
                     for (sb, blk) in blocks.iter_mut().enumerate() {
-                        let sat = (g * nb / 8 + sb) * nr + r;
-                        blk.d = h(self.sd[sat]);
-                        // −dmin was stored: f16 negation is the sign bit.
-                        blk.dmin = h(self.sm[sat] ^ 0x8000);
-                        let mut codes = [(0u8, 0u8); 8];
-                        for (j, code) in codes.iter_mut().enumerate() {
-                            let at = (g * nb + 8 * sb + j) * nr + r;
-                            *code = (self.dc[at], self.mc[at]);
-                            // Sub-block j: nibble (j mod 2) of bytes 32·(j/2) ..+32.
-                            for (l, &v) in vals(8 * sb + j).iter().enumerate() {
-                                blk.qs[32 * (j / 2) + l] |= v << (4 * (j % 2));
-                            }
-                        }
-                        blk.scales = scale_min_k4_bytes(&codes);
+                        let (d, dmin, scales, v) = self.k_sub_parts(g, r, sb, &vals);
+                        *blk = BlockQ4K {
+                            d,
+                            dmin,
+                            scales,
+                            qs: kquants::k_nibbles(&v),
+                        };
+                    }
+                }
+                QuantFormat::Q5K => {
+                    let blocks: &mut [BlockQ5K] = cast_blocks_mut(dst).expect(WHOLE);
+                    for (sb, blk) in blocks.iter_mut().enumerate() {
+                        let (d, dmin, scales, v) = self.k_sub_parts(g, r, sb, &vals);
+                        *blk = BlockQ5K {
+                            d,
+                            dmin,
+                            scales,
+                            qh: kquants::k_fifth_bits(&v),
+                            qs: kquants::k_nibbles(&v),
+                        };
                     }
                 }
                 QuantFormat::Q6K => {
@@ -618,13 +656,13 @@ fn set_q6_k_value(b: &mut BlockQ6K, j: usize, u: u8) {
 }
 
 /// Repacks `n` GGUF rows of `k` values in `format` (one of
-/// [`FORMATS`](super::FORMATS): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K,
+/// [`FORMATS`](super::FORMATS): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
 /// MXFP4) into groups of `nr` ∈ [`INTERLEAVES`] interleaved rows.
 pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> Result<PackedQ> {
     let kind = Kind::of(format).ok_or(KernelError::InvalidShape {
         op: OP,
         reason: format!(
-            "{format} is an activation format with no quantized GEMM layout; weights in q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q6_K and mxfp4 repack"
+            "{format} is an activation format with no quantized GEMM layout; weights in q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K and mxfp4 repack"
         ),
     })?;
     if !INTERLEAVES.contains(&nr) {
@@ -650,7 +688,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
     let mut sd = vec![0u16; supers];
     let mut sm = vec![
         0u16;
-        if format == QuantFormat::Q4K {
+        if matches!(format, QuantFormat::Q4K | QuantFormat::Q5K) {
             supers
         } else {
             0
@@ -770,28 +808,12 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 }
             }
             QuantFormat::Q4K => {
-                for (sb, blk) in cast_blocks::<BlockQ4K>(src)
-                    .expect(WHOLE)
-                    .iter()
-                    .enumerate()
-                {
-                    // ggml: d1 = d·sc, m1 = dmin·m, y = d1·q − m1; the
-                    // kernels add q·(sc·d) + m·(−dmin), the same f32 values.
-                    let sat = (g * nb / 8 + sb) * nr + r;
-                    sd[sat] = u16::from_le_bytes(blk.d.0);
-                    sm[sat] = u16::from_le_bytes(blk.dmin.0) ^ 0x8000;
-                    for j in 0..8 {
-                        let (sc, mn) = kquants::get_scale_min_k4(j, &blk.scales);
-                        // Sub-block j: nibble (j mod 2) of bytes 32·(j/2) ..+32.
-                        let src = &blk.qs[32 * (j / 2)..32 * (j / 2) + 32];
-                        let nib = |l: usize| (src[l] >> (4 * (j % 2))) & 0x0F;
-                        let mut q = [0u8; QK];
-                        for (t, v) in q.iter_mut().enumerate().take(QK / 2) {
-                            *v = nib(t) | (nib(t + QK / 2) << 4);
-                        }
-                        put(8 * sb + j, Scale::Code(sc), Scale::Code(mn), &q);
-                    }
-                }
+                let blocks = cast_blocks::<BlockQ4K>(src).expect(WHOLE);
+                put_k_sub(blocks, g * nb / 8, nr, r, &mut sd, &mut sm, &mut put);
+            }
+            QuantFormat::Q5K => {
+                let blocks = cast_blocks::<BlockQ5K>(src).expect(WHOLE);
+                put_k_sub(blocks, g * nb / 8, nr, r, &mut sd, &mut sm, &mut put);
             }
             QuantFormat::Q6K => {
                 for (sb, blk) in cast_blocks::<BlockQ6K>(src)
@@ -827,6 +849,41 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
         sm,
         qs,
     })
+}
+
+/// Stores the super-blocks of one Q4_K / Q5_K row (row `r` of its group,
+/// whose first super-block slot is `sg`): the super-scales `d` and `−dmin`
+/// once per super-block, and each sub-block j as a Q4_1 / Q5_1 block with
+/// its 6-bit codes. ggml computes `d1 = d·sc`, `m1 = dmin·m`, `y = d1·q −
+/// m1`; the kernels add `q·(sc·d) + m·(−dmin)`, the same f32 values.
+fn put_k_sub<B: KSubBlock>(
+    blocks: &[B],
+    sg: usize,
+    nr: usize,
+    r: usize,
+    sd: &mut [u16],
+    sm: &mut [u16],
+    put: &mut impl FnMut(usize, Scale, Scale, &[u8; QK]),
+) {
+    for (sb, blk) in blocks.iter().enumerate() {
+        let sat = (sg + sb) * nr + r;
+        sd[sat] = u16::from_le_bytes(blk.d().0);
+        sm[sat] = u16::from_le_bytes(blk.dmin().0) ^ 0x8000;
+        for j in 0..8 {
+            let (sc, mn) = kquants::get_scale_min_k4(j, blk.scales());
+            let v: [u8; QK] = std::array::from_fn(|l| kquants::k_sub_value(blk, j, l));
+            // `put` takes the five-bit kinds' values, the others' nibble bytes.
+            let q = if B::FIVE {
+                v
+            } else {
+                std::array::from_fn(|t| match t {
+                    0..16 => v[t] | (v[t + QK / 2] << 4),
+                    _ => 0,
+                })
+            };
+            put(8 * sb + j, Scale::Code(sc), Scale::Code(mn), &q);
+        }
+    }
 }
 
 /// A per-block scale or second value as [`repack`] stores it: f16 bits

@@ -46,11 +46,14 @@ pub fn reference(
 /// when the GEMV quantizes activations as the GEMM does (Q8_0/Q8_1 blocks
 /// of 32), i.e. for every format but the K-quants (Q8_K activations).
 pub fn matches_reference(format: QuantFormat) -> bool {
-    !matches!(format, QuantFormat::Q4K | QuantFormat::Q6K)
+    !matches!(
+        format,
+        QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K
+    )
 }
 
 /// `C = A · Wᵀ` exactly as every GEMM variant computes it (bit for bit):
-/// [`reference()`] where [`matches_reference`], else (Q4_K, Q6_K) the scalar
+/// [`reference()`] where [`matches_reference`], else (the K-quants) the scalar
 /// micro-kernel over `w` repacked with interleave 4 (the result does not
 /// depend on the interleave or `mr`). `format` must have a GEMM.
 pub fn definition(

@@ -11,8 +11,8 @@
 
 use super::{A8Rows, QGemvParams, Rows, a8_entry, a32_entry};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
-    BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le, KSubBlock, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
 use crate::quant::kquants::get_scale_min_k4;
 use std::arch::x86_64::*;
@@ -173,18 +173,20 @@ a32_kernel!(a32_q5_1, BlockQ5_1, |b, x, xs, acc| {
     _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.m)), xs, acc)
 });
 
-/// Q4_K W·A32: per 32-value sub-block, the nibbles (low half of a 32-byte
-/// run for even sub-blocks, high half for odd) are widened and dotted with
-/// `x`; `acc += d·sc · Σ q·x − dmin·m · Σ x`.
+/// Q4_K / Q5_K W·A32: per 32-value sub-block, the nibbles (low half of a
+/// 32-byte run for even sub-blocks, high half for odd), with Q5_K's fifth
+/// bit (bit j of `qh`) ORed in as 16, are widened and dotted with `x`;
+/// `acc += d·sc · Σ q·x − dmin·m · Σ x`.
 ///
 /// # Safety
 /// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
+unsafe fn a32_k_sub<B: KSubBlock, const R: usize>(w: &[B], x: &[f32], y: &mut [f32]) {
     let nb = x.len() / QK_K;
     debug_assert!(w.len() == R * nb && y.len() == R);
     let mut accs = [_mm256_setzero_ps(); R];
     let m4 = _mm_set1_epi8(0x0F);
+    let one = _mm_set1_epi8(1);
     for i in 0..nb {
         for j in 0..QK_K / 32 {
             let xp = x[QK_K * i + 32 * j..QK_K * i + 32 * j + 32].as_ptr();
@@ -201,8 +203,8 @@ unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
             for (r, acc) in accs.iter_mut().enumerate() {
                 // SAFETY: in bounds (debug-asserted above).
                 let b = unsafe { w.get_unchecked(r * nb + i) };
-                let (sc, m) = get_scale_min_k4(j, &b.scales);
-                let qp = b.qs[32 * (j / 2)..32 * (j / 2) + 32].as_ptr();
+                let (sc, m) = get_scale_min_k4(j, b.scales());
+                let qp = b.qs()[32 * (j / 2)..32 * (j / 2) + 32].as_ptr();
                 // SAFETY: the slice above holds 32 bytes.
                 let (qa, qb) = unsafe {
                     (
@@ -210,7 +212,7 @@ unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
                         _mm_loadu_si128(qp.add(16).cast()),
                     )
                 };
-                let (qa, qb) = if j % 2 == 0 {
+                let (mut qa, mut qb) = if j % 2 == 0 {
                     (_mm_and_si128(qa, m4), _mm_and_si128(qb, m4))
                 } else {
                     (
@@ -218,9 +220,26 @@ unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
                         _mm_and_si128(_mm_srli_epi16::<4>(qb), m4),
                     )
                 };
+                if B::FIVE {
+                    let hp = b.qh().as_ptr();
+                    let sh = _mm_cvtsi32_si128(j as i32);
+                    // SAFETY: qh holds 32 bytes.
+                    let (ha, hb) = unsafe {
+                        (
+                            _mm_loadu_si128(hp.cast()),
+                            _mm_loadu_si128(hp.add(16).cast()),
+                        )
+                    };
+                    // Bit j of each byte to bit 4 (a 16-bit lane shift brings
+                    // the neighbour byte's bits only above bit 0).
+                    let fifth =
+                        |h: __m128i| _mm_slli_epi16::<4>(_mm_and_si128(_mm_srl_epi16(h, sh), one));
+                    qa = _mm_or_si128(qa, fifth(ha));
+                    qb = _mm_or_si128(qb, fifth(hb));
+                }
                 let s = dot_i8_f32(qa, qb, &xv);
-                let a = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * sc as f32), s, *acc);
-                *acc = _mm256_fnmadd_ps(_mm256_set1_ps(fp16(b.dmin) * m as f32), xs, a);
+                let a = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d()) * sc as f32), s, *acc);
+                *acc = _mm256_fnmadd_ps(_mm256_set1_ps(fp16(b.dmin()) * m as f32), xs, a);
             }
         }
     }
@@ -288,7 +307,8 @@ pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) 
     unsafe {
         a32_entry!(w, x, y, rpb, [
             Q4_0 => a32_q4_0, Q4_1 => a32_q4_1, Q8_0 => a32_q8_0, Mxfp4 => a32_mxfp4,
-            Q4K => a32_q4_k, Q6K => a32_q6_k, Q5_0 => a32_q5_0, Q5_1 => a32_q5_1,
+            Q4K => a32_k_sub<BlockQ4K>, Q5K => a32_k_sub<BlockQ5K>, Q6K => a32_q6_k,
+            Q5_0 => a32_q5_0, Q5_1 => a32_q5_1,
         ])
     }
 }
@@ -495,20 +515,23 @@ a8_family!(
     vnni_q5_1
 );
 
-/// Q4_K × Q8_K: per 64-value chunk, one 32-byte load gives two sub-blocks
-/// (low / high nibbles); each sub-block's unsigned dot is scaled by its
-/// 6-bit scale in i32, the super-block sum by `d · d_x` in f32, and the
-/// mins term `dmin · d_x · Σ m_j · bsum_j` is accumulated in scalar.
+/// Q4_K / Q5_K × Q8_K: per 64-value chunk, one 32-byte load gives two
+/// sub-blocks (low / high nibbles, with Q5_K's fifth bits ORed in as 16);
+/// each sub-block's unsigned dot is scaled by its 6-bit scale in i32, the
+/// super-block sum by `d · d_x` in f32, and the mins term `dmin · d_x · Σ
+/// m_j · bsum_j` is accumulated in scalar. Values below 32 times |x| ≤ 127
+/// keep `vpmaddubsw`'s pair sums inside i16.
 ///
 /// # Safety
 /// Needs AVX2, FMA and F16C; `w` holds `y.len()` rows of `x.len()` super-blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn a8_q4_k<const R: usize>(w: &[BlockQ4K], x: &[BlockQ8K], y: &mut [f32]) {
+unsafe fn a8_k_sub<B: KSubBlock, const R: usize>(w: &[B], x: &[BlockQ8K], y: &mut [f32]) {
     let nb = x.len();
     debug_assert!(w.len() == R * nb && y.len() == R);
     let mut accs = [_mm256_setzero_ps(); R];
     let mut offs = [0.0f32; R];
     let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
     for (i, xb) in x.iter().enumerate() {
         let dx = xb.d();
         for r in 0..R {
@@ -516,19 +539,29 @@ unsafe fn a8_q4_k<const R: usize>(w: &[BlockQ4K], x: &[BlockQ8K], y: &mut [f32])
             let b = unsafe { w.get_unchecked(r * nb + i) };
             let mut sumi = _mm256_setzero_si256();
             let mut summ = 0i32;
+            // SAFETY: qh holds 32 bytes.
+            let qh = unsafe { _mm256_loadu_si256(b.qh().as_ptr().cast()) };
             for c in 0..4 {
-                let (sc0, m0) = get_scale_min_k4(2 * c, &b.scales);
-                let (sc1, m1) = get_scale_min_k4(2 * c + 1, &b.scales);
+                let (sc0, m0) = get_scale_min_k4(2 * c, b.scales());
+                let (sc1, m1) = get_scale_min_k4(2 * c + 1, b.scales());
                 // SAFETY: qs has 128 bytes and x.qs 256; offsets stay inside.
                 let (q, xl, xh) = unsafe {
                     (
-                        _mm256_loadu_si256(b.qs.as_ptr().add(32 * c).cast()),
+                        _mm256_loadu_si256(b.qs().as_ptr().add(32 * c).cast()),
                         _mm256_loadu_si256(xb.qs.as_ptr().add(64 * c).cast()),
                         _mm256_loadu_si256(xb.qs.as_ptr().add(64 * c + 32).cast()),
                     )
                 };
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                if B::FIVE {
+                    let fifth = |bit: i32| {
+                        let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit));
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(h, one))
+                    };
+                    lo = _mm256_or_si256(lo, fifth(2 * c as i32));
+                    hi = _mm256_or_si256(hi, fifth(2 * c as i32 + 1));
+                }
                 let pl = _mm256_mullo_epi32(udot_avx2(lo, xl), _mm256_set1_epi32(sc0 as i32));
                 let ph = _mm256_mullo_epi32(udot_avx2(hi, xh), _mm256_set1_epi32(sc1 as i32));
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
@@ -536,8 +569,8 @@ unsafe fn a8_q4_k<const R: usize>(w: &[BlockQ4K], x: &[BlockQ8K], y: &mut [f32])
                 summ += m1 as i32 * (xb.bsum(4 * c + 2) as i32 + xb.bsum(4 * c + 3) as i32);
             }
             let s = _mm256_cvtepi32_ps(sumi);
-            accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d) * dx), s, accs[r]);
-            offs[r] -= (fp16(b.dmin) * dx) * summ as f32;
+            accs[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(b.d()) * dx), s, accs[r]);
+            offs[r] -= (fp16(b.dmin()) * dx) * summ as f32;
         }
     }
     for r in 0..R {
@@ -617,7 +650,8 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     unsafe {
         a8_entry!(w, y, rpb, [
             Q4_0 => a8_q4_0, Q8_0 => a8_q8_0, Mxfp4 => a8_mxfp4, Q4_1 => a8_q4_1,
-            Q4K => a8_q4_k, Q6K => a8_q6_k, Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
+            Q4K => a8_k_sub<BlockQ4K>, Q5K => a8_k_sub<BlockQ5K>, Q6K => a8_q6_k,
+            Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
         ])
     }
 }

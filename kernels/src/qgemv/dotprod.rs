@@ -8,8 +8,8 @@ use super::neon::{a8_family, kq_family};
 use super::{A8Rows, QGemvParams, a8_entry};
 use crate::qsimd::sdot;
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
-    BlockQ8_1, BlockQ8K, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, KSubBlock, e8m0_to_f32_half,
 };
 use std::arch::aarch64::*;
 
@@ -38,7 +38,7 @@ fn dot16_sdot(w: int8x16_t, x: int8x16_t) -> int32x4_t {
     sdot(vdupq_n_s32(0), w, x)
 }
 
-kq_family!("neon,dotprod", dot32_sdot, dot16_sdot, a8_q4_k, a8_q6_k);
+kq_family!("neon,dotprod", dot32_sdot, dot16_sdot, a8_k_sub, a8_q6_k);
 
 /// W·A8 with `sdot`.
 ///
@@ -49,7 +49,8 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     unsafe {
         a8_entry!(w, y, rpb, [
             Q4_0 => a8_q4_0, Q8_0 => a8_q8_0, Mxfp4 => a8_mxfp4, Q4_1 => a8_q4_1,
-            Q4K => a8_q4_k, Q6K => a8_q6_k, Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
+            Q4K => a8_k_sub<BlockQ4K>, Q5K => a8_k_sub<BlockQ5K>, Q6K => a8_q6_k,
+            Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
         ])
     }
 }

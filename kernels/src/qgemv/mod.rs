@@ -23,7 +23,7 @@
 //! | Q4_0, Q8_0, MXFP4 | scalar, avx2, avx512, neon | scalar, avx2, avx_vnni, avx512, avx512_vnni, neon, neon_dotprod (Q8_0) |
 //! | Q4_1 | scalar, avx2, avx512, neon | same (Q8_1) |
 //! | Q5_0, Q5_1 | scalar, avx2, neon | scalar, avx2, avx_vnni, neon, neon_dotprod (Q8_0 / Q8_1) |
-//! | Q4_K, Q6_K | scalar, avx2, neon | scalar, avx2, neon, neon_dotprod (Q8_K) |
+//! | Q4_K, Q5_K, Q6_K | scalar, avx2, neon | scalar, avx2, neon, neon_dotprod (Q8_K) |
 //!
 //! An AVX-512 machine runs the avx2 kernels where no avx512 one exists.
 //! Weights interleaved across rows (one vector lane per row, no horizontal
@@ -46,8 +46,8 @@ pub mod scalar;
 use crate::error::check_len;
 use crate::pool::{check_threads, pool, split_range};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
-    BlockQ8_1, BlockQ8K, RawBlock, cast_blocks,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, RawBlock, cast_blocks,
 };
 use crate::quant::{self, QuantFormat};
 use crate::{CpuCaps, Isa, KernelError, Result, Tunable, prefetch};
@@ -81,7 +81,9 @@ impl QMode {
 pub fn activation_format(format: QuantFormat) -> QuantFormat {
     match format {
         QuantFormat::Q4_1 | QuantFormat::Q5_1 => QuantFormat::Q8_1,
-        QuantFormat::Q4K | QuantFormat::Q6K | QuantFormat::Q8K => QuantFormat::Q8K,
+        QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K | QuantFormat::Q8K => {
+            QuantFormat::Q8K
+        }
         _ => QuantFormat::Q8_0,
     }
 }
@@ -100,7 +102,9 @@ pub fn variants(format: QuantFormat, mode: QMode) -> &'static [Isa] {
         (F::Q4_0 | F::Q4_1 | F::Q8_0 | F::Mxfp4, QMode::A32) => {
             &[Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon]
         }
-        (F::Q5_0 | F::Q5_1 | F::Q4K | F::Q6K, QMode::A32) => &[Isa::Scalar, Isa::Avx2, Isa::Neon],
+        (F::Q5_0 | F::Q5_1 | F::Q4K | F::Q5K | F::Q6K, QMode::A32) => {
+            &[Isa::Scalar, Isa::Avx2, Isa::Neon]
+        }
         (F::Q4_0 | F::Q8_0 | F::Mxfp4 | F::Q4_1, QMode::A8) => &[
             Isa::Scalar,
             Isa::Avx2,
@@ -117,7 +121,9 @@ pub fn variants(format: QuantFormat, mode: QMode) -> &'static [Isa] {
             Isa::Neon,
             Isa::NeonDotprod,
         ],
-        (F::Q4K | F::Q6K, QMode::A8) => &[Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod],
+        (F::Q4K | F::Q5K | F::Q6K, QMode::A8) => {
+            &[Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod]
+        }
     }
 }
 
@@ -236,6 +242,7 @@ pub enum Rows<'a> {
     Q5_1(&'a [BlockQ5_1]),
     Q8_0(&'a [BlockQ8_0]),
     Q4K(&'a [BlockQ4K]),
+    Q5K(&'a [BlockQ5K]),
     Q6K(&'a [BlockQ6K]),
     Mxfp4(&'a [BlockMxfp4]),
 }
@@ -250,6 +257,7 @@ pub enum A8Rows<'a> {
     Q4_1(&'a [BlockQ4_1], &'a [BlockQ8_1]),
     Q5_1(&'a [BlockQ5_1], &'a [BlockQ8_1]),
     Q4K(&'a [BlockQ4K], &'a [BlockQ8K]),
+    Q5K(&'a [BlockQ5K], &'a [BlockQ8K]),
     Q6K(&'a [BlockQ6K], &'a [BlockQ8K]),
 }
 
@@ -270,6 +278,7 @@ impl<'a> Rows<'a> {
             QuantFormat::Q5_1 => Rows::Q5_1(cast(w)),
             QuantFormat::Q8_0 => Rows::Q8_0(cast(w)),
             QuantFormat::Q4K => Rows::Q4K(cast(w)),
+            QuantFormat::Q5K => Rows::Q5K(cast(w)),
             QuantFormat::Q6K => Rows::Q6K(cast(w)),
             QuantFormat::Mxfp4 => Rows::Mxfp4(cast(w)),
             QuantFormat::Q8_1 | QuantFormat::Q8K => unreachable!("rejected by variants()"),
@@ -284,6 +293,7 @@ impl<'a> Rows<'a> {
             Rows::Q5_1(w) => Rows::Q5_1(sub(w, nb, r)),
             Rows::Q8_0(w) => Rows::Q8_0(sub(w, nb, r)),
             Rows::Q4K(w) => Rows::Q4K(sub(w, nb, r)),
+            Rows::Q5K(w) => Rows::Q5K(sub(w, nb, r)),
             Rows::Q6K(w) => Rows::Q6K(sub(w, nb, r)),
             Rows::Mxfp4(w) => Rows::Mxfp4(sub(w, nb, r)),
         }
@@ -300,6 +310,7 @@ impl<'a> A8Rows<'a> {
             QuantFormat::Q4_1 => A8Rows::Q4_1(cast(w), cast(xq)),
             QuantFormat::Q5_1 => A8Rows::Q5_1(cast(w), cast(xq)),
             QuantFormat::Q4K => A8Rows::Q4K(cast(w), cast(xq)),
+            QuantFormat::Q5K => A8Rows::Q5K(cast(w), cast(xq)),
             QuantFormat::Q6K => A8Rows::Q6K(cast(w), cast(xq)),
             QuantFormat::Q8_1 | QuantFormat::Q8K => unreachable!("rejected by variants()"),
         }
@@ -314,6 +325,7 @@ impl<'a> A8Rows<'a> {
             A8Rows::Q4_1(w, x) => A8Rows::Q4_1(sub(w, nb, r), x),
             A8Rows::Q5_1(w, x) => A8Rows::Q5_1(sub(w, nb, r), x),
             A8Rows::Q4K(w, x) => A8Rows::Q4K(sub(w, nb, r), x),
+            A8Rows::Q5K(w, x) => A8Rows::Q5K(sub(w, nb, r), x),
             A8Rows::Q6K(w, x) => A8Rows::Q6K(sub(w, nb, r), x),
         }
     }
@@ -366,7 +378,7 @@ pub(crate) unsafe fn drive<B, X>(
 /// kernel for runs the scalar reference (`variants` does not offer it).
 /// A macro because each variant's kernels have their own block type.
 macro_rules! a32_entry {
-    ($w:expr, $x:expr, $y:expr, $rpb:expr, [$($f:ident => $k:ident),+ $(,)?]) => {
+    ($w:expr, $x:expr, $y:expr, $rpb:expr, [$($f:ident => $k:ident $(<$t:ty>)?),+ $(,)?]) => {
         match $w {
             $($crate::qgemv::Rows::$f(w) => $crate::qgemv::drive(
                 w,
@@ -374,7 +386,7 @@ macro_rules! a32_entry {
                 $crate::qgemv::blocks_in(w, $x.len()),
                 $y,
                 $rpb,
-                [$k::<1>, $k::<2>, $k::<4>],
+                [$k::<$($t,)? 1>, $k::<$($t,)? 2>, $k::<$($t,)? 4>],
             ),)+
             #[allow(unreachable_patterns)]
             other => $crate::qgemv::scalar::gemv_a32(other, $x, $y),
@@ -386,7 +398,7 @@ pub(crate) use a32_entry;
 /// The body of an ISA file's W·A8 entry, as [`a32_entry`] over [`A8Rows`]
 /// (one activation block per weight block of a row).
 macro_rules! a8_entry {
-    ($w:expr, $y:expr, $rpb:expr, [$($f:ident => $k:ident),+ $(,)?]) => {
+    ($w:expr, $y:expr, $rpb:expr, [$($f:ident => $k:ident $(<$t:ty>)?),+ $(,)?]) => {
         match $w {
             $($crate::qgemv::A8Rows::$f(w, x) => $crate::qgemv::drive(
                 w,
@@ -394,7 +406,7 @@ macro_rules! a8_entry {
                 x.len(),
                 $y,
                 $rpb,
-                [$k::<1>, $k::<2>, $k::<4>],
+                [$k::<$($t,)? 1>, $k::<$($t,)? 2>, $k::<$($t,)? 4>],
             ),)+
             #[allow(unreachable_patterns)]
             other => $crate::qgemv::scalar::gemv_a8(other, $y),

@@ -10,8 +10,8 @@
 
 use super::{A8Rows, QGemvParams, Rows, a8_entry, a32_entry};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
-    BlockQ8_1, BlockQ8K, F16Le, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le, KSubBlock, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
 use std::arch::aarch64::*;
 
@@ -192,14 +192,15 @@ a32_kernel!(a32_q5_1, BlockQ5_1, |b, x, xs, acc| {
     vfmaq_n_f32(vfmaq_n_f32(acc, s, fp16(b.d)), xs, fp16(b.m))
 });
 
-/// Q4_K W·A32: per 32-value sub-block, the nibbles (low half of a 32-byte
-/// run for even sub-blocks, high for odd) are widened and dotted with `x`;
+/// Q4_K / Q5_K W·A32: per 32-value sub-block, the nibbles (low half of a
+/// 32-byte run for even sub-blocks, high for odd), with Q5_K's fifth bit
+/// (bit j of `qh`) ORed in as 16, are widened and dotted with `x`;
 /// `acc += d·sc · Σ q·x − dmin·m · Σ x`.
 ///
 /// # Safety
 /// `w` holds `y.len()` rows of `x.len() / 256` super-blocks.
 #[target_feature(enable = "neon")]
-unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
+unsafe fn a32_k_sub<B: KSubBlock, const R: usize>(w: &[B], x: &[f32], y: &mut [f32]) {
     use crate::quant::kquants::get_scale_min_k4;
     let nb = x.len() / QK_K;
     debug_assert!(w.len() == R * nb && y.len() == R);
@@ -218,27 +219,42 @@ unsafe fn a32_q4_k<const R: usize>(w: &[BlockQ4K], x: &[f32], y: &mut [f32]) {
             for (r, acc) in accs.iter_mut().enumerate() {
                 // SAFETY: in bounds (debug-asserted above).
                 let b = unsafe { w.get_unchecked(r * nb + i) };
-                let (sc, m) = get_scale_min_k4(j, &b.scales);
-                let qp = b.qs[32 * (j / 2)..32 * (j / 2) + 32].as_ptr();
+                let (sc, m) = get_scale_min_k4(j, b.scales());
+                let qp = b.qs()[32 * (j / 2)..32 * (j / 2) + 32].as_ptr();
                 // SAFETY: the slice above holds 32 bytes.
                 let (qa, qb) = unsafe { (vld1q_u8(qp), vld1q_u8(qp.add(16))) };
-                let (qa, qb) = if j % 2 == 0 {
+                let (mut qa, mut qb) = if j % 2 == 0 {
                     (vandq_u8(qa, m4), vandq_u8(qb, m4))
                 } else {
                     (vshrq_n_u8::<4>(qa), vshrq_n_u8::<4>(qb))
                 };
+                if B::FIVE {
+                    let hp = b.qh().as_ptr();
+                    // SAFETY: qh holds 32 bytes.
+                    let (ha, hb) = unsafe { (vld1q_u8(hp), vld1q_u8(hp.add(16))) };
+                    qa = vorrq_u8(qa, fifth_bits(ha, j));
+                    qb = vorrq_u8(qb, fifth_bits(hb, j));
+                }
                 let s = vaddq_f32(
                     dot16(vreinterpretq_s8_u8(qa), &xv[0..4]),
                     dot16(vreinterpretq_s8_u8(qb), &xv[4..8]),
                 );
-                let a = vfmaq_n_f32(*acc, s, fp16(b.d) * sc as f32);
-                *acc = vfmsq_n_f32(a, xs, fp16(b.dmin) * m as f32);
+                let a = vfmaq_n_f32(*acc, s, fp16(b.d()) * sc as f32);
+                *acc = vfmsq_n_f32(a, xs, fp16(b.dmin()) * m as f32);
             }
         }
     }
     for (out, acc) in y.iter_mut().zip(accs) {
         *out = vaddvq_f32(acc);
     }
+}
+
+/// Bit `j` of each byte of a Q5_K `qh` run, as 16 (the value's fifth bit).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn fifth_bits(qh: uint8x16_t, j: usize) -> uint8x16_t {
+    let bit = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-(j as i8))), vdupq_n_u8(1));
+    vshlq_n_u8::<4>(bit)
 }
 
 /// Q6_K W·A32: per 16-value group, the 6-bit values are rebuilt from
@@ -299,7 +315,8 @@ pub unsafe fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32], rpb: QGemvParams) 
     unsafe {
         a32_entry!(w, x, y, rpb, [
             Q4_0 => a32_q4_0, Q4_1 => a32_q4_1, Q8_0 => a32_q8_0, Mxfp4 => a32_mxfp4,
-            Q4K => a32_q4_k, Q6K => a32_q6_k, Q5_0 => a32_q5_0, Q5_1 => a32_q5_1,
+            Q4K => a32_k_sub<BlockQ4K>, Q5K => a32_k_sub<BlockQ5K>, Q6K => a32_q6_k,
+            Q5_0 => a32_q5_0, Q5_1 => a32_q5_1,
         ])
     }
 }
@@ -459,18 +476,18 @@ pub(super) fn dot16_smull(w: int8x16_t, x: int8x16_t) -> int32x4_t {
     ))
 }
 
-/// The K-quant W·A8 kernels (Q4_K, Q6_K × Q8_K) of one dot-product flavour:
+/// The K-quant W·A8 kernels (Q4_K, Q5_K, Q6_K × Q8_K) of one dot-product flavour:
 /// `$dot32` sums 32 int8 pairs given as two halves, `$dot16` sums 16.
-/// Q4_K: each sub-block's unsigned nibble dot is scaled by its 6-bit scale
+/// Q4_K / Q5_K (Q5_K's fifth bits ORed into the nibbles as 16): each sub-block's unsigned dot is scaled by its 6-bit scale
 /// in i32; the mins term `dmin · d_x · Σ m_j · bsum_j` is scalar. Q6_K:
 /// each 16-value group is rebuilt from `ql`/`qh`, re-centred to `q − 32`
 /// and scaled by its signed 8-bit scale in i32.
 macro_rules! kq_family {
-    ($feat:literal, $dot32:path, $dot16:path, $q4_k:ident, $q6_k:ident) => {
+    ($feat:literal, $dot32:path, $dot16:path, $k_sub:ident, $q6_k:ident) => {
         /// # Safety
         /// Needs the target features above; `w` holds `y.len()` rows of `x.len()` super-blocks.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4_k<const R: usize>(w: &[BlockQ4K], x: &[BlockQ8K], y: &mut [f32]) {
+        unsafe fn $k_sub<B: KSubBlock, const R: usize>(w: &[B], x: &[BlockQ8K], y: &mut [f32]) {
             use $crate::quant::kquants::get_scale_min_k4;
             let nb = x.len();
             debug_assert!(w.len() == R * nb && y.len() == R);
@@ -485,23 +502,35 @@ macro_rules! kq_family {
                     let b = unsafe { w.get_unchecked(r * nb + i) };
                     let mut sumi = vdupq_n_s32(0);
                     let mut summ = 0i32;
+                    // SAFETY: qh holds 32 bytes.
+                    let (h0, h1) =
+                        unsafe { (vld1q_u8(b.qh().as_ptr()), vld1q_u8(b.qh().as_ptr().add(16))) };
                     for c in 0..4 {
-                        let (sc0, m0) = get_scale_min_k4(2 * c, &b.scales);
-                        let (sc1, m1) = get_scale_min_k4(2 * c + 1, &b.scales);
+                        let (sc0, m0) = get_scale_min_k4(2 * c, b.scales());
+                        let (sc1, m1) = get_scale_min_k4(2 * c + 1, b.scales());
                         // SAFETY: qs has 128 bytes and x.qs 256; offsets stay inside.
                         let (q0, q1, x0, x1, x2, x3) = unsafe {
                             (
-                                vld1q_u8(b.qs.as_ptr().add(32 * c)),
-                                vld1q_u8(b.qs.as_ptr().add(32 * c + 16)),
+                                vld1q_u8(b.qs().as_ptr().add(32 * c)),
+                                vld1q_u8(b.qs().as_ptr().add(32 * c + 16)),
                                 vld1q_s8(xp.add(64 * c)),
                                 vld1q_s8(xp.add(64 * c + 16)),
                                 vld1q_s8(xp.add(64 * c + 32)),
                                 vld1q_s8(xp.add(64 * c + 48)),
                             )
                         };
+                        let (mut l0, mut l1) = (vandq_u8(q0, m4), vandq_u8(q1, m4));
+                        let (mut u0, mut u1) = (vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1));
+                        if B::FIVE {
+                            use $crate::qgemv::neon::fifth_bits;
+                            l0 = vorrq_u8(l0, fifth_bits(h0, 2 * c));
+                            l1 = vorrq_u8(l1, fifth_bits(h1, 2 * c));
+                            u0 = vorrq_u8(u0, fifth_bits(h0, 2 * c + 1));
+                            u1 = vorrq_u8(u1, fifth_bits(h1, 2 * c + 1));
+                        }
                         let s = |v: uint8x16_t| vreinterpretq_s8_u8(v);
-                        let lo = $dot32(s(vandq_u8(q0, m4)), s(vandq_u8(q1, m4)), x0, x1);
-                        let hi = $dot32(s(vshrq_n_u8::<4>(q0)), s(vshrq_n_u8::<4>(q1)), x2, x3);
+                        let lo = $dot32(s(l0), s(l1), x0, x1);
+                        let hi = $dot32(s(u0), s(u1), x2, x3);
                         sumi = vmlaq_n_s32(sumi, lo, sc0 as i32);
                         sumi = vmlaq_n_s32(sumi, hi, sc1 as i32);
                         summ += m0 as i32 * (xb.bsum(4 * c) as i32 + xb.bsum(4 * c + 1) as i32);
@@ -510,9 +539,9 @@ macro_rules! kq_family {
                     accs[r] = vfmaq_n_f32(
                         accs[r],
                         vcvtq_f32_s32(sumi),
-                        $crate::qgemv::neon::fp16(b.d) * dx,
+                        $crate::qgemv::neon::fp16(b.d()) * dx,
                     );
-                    offs[r] -= ($crate::qgemv::neon::fp16(b.dmin) * dx) * summ as f32;
+                    offs[r] -= ($crate::qgemv::neon::fp16(b.dmin()) * dx) * summ as f32;
                 }
             }
             for r in 0..R {
@@ -579,7 +608,7 @@ macro_rules! kq_family {
 }
 pub(super) use kq_family;
 
-kq_family!("neon", dot32_smull, dot16_smull, a8_q4_k, a8_q6_k);
+kq_family!("neon", dot32_smull, dot16_smull, a8_k_sub, a8_q6_k);
 
 /// W·A8 with `smull`/`sadalp` (baseline NEON).
 ///
@@ -590,7 +619,8 @@ pub unsafe fn gemv_a8(w: A8Rows<'_>, y: &mut [f32], rpb: QGemvParams) {
     unsafe {
         a8_entry!(w, y, rpb, [
             Q4_0 => a8_q4_0, Q8_0 => a8_q8_0, Mxfp4 => a8_mxfp4, Q4_1 => a8_q4_1,
-            Q4K => a8_q4_k, Q6K => a8_q6_k, Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
+            Q4K => a8_k_sub<BlockQ4K>, Q5K => a8_k_sub<BlockQ5K>, Q6K => a8_q6_k,
+            Q5_0 => a8_q5_0, Q5_1 => a8_q5_1,
         ])
     }
 }

@@ -11,8 +11,8 @@
 
 use super::{A8Rows, Rows};
 use crate::quant::blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
-    BlockQ8_1, BlockQ8K, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, BlockQ8_1,
+    BlockQ8K, KSubBlock, KVALUES_MXFP4, QK, QK_K, e8m0_to_f32_half,
 };
 use crate::quant::{QuantFormat, kquants, legacy, mxfp4};
 
@@ -47,6 +47,7 @@ pub fn gemv_a32(w: Rows<'_>, x: &[f32], y: &mut [f32]) {
         Rows::Q5_1(w) => rows_a32(w, x, y, legacy::dequantize_q5_1),
         Rows::Q8_0(w) => rows_a32(w, x, y, legacy::dequantize_q8_0),
         Rows::Q4K(w) => rows_a32(w, x, y, kquants::dequantize_q4_k),
+        Rows::Q5K(w) => rows_a32(w, x, y, kquants::dequantize_q5_k),
         Rows::Q6K(w) => rows_a32(w, x, y, kquants::dequantize_q6_k),
         Rows::Mxfp4(w) => rows_a32(w, x, y, mxfp4::dequantize_mxfp4),
     }
@@ -109,24 +110,21 @@ fn a8_q5_1(w: &BlockQ5_1, x: &BlockQ8_1) -> f32 {
     (w.d.to_f32() * x.d.to_f32()) * sumi as f32 + w.m.to_f32() * x.s.to_f32()
 }
 
-fn a8_q4_k(w: &BlockQ4K, x: &BlockQ8K) -> f32 {
+/// Q4_K / Q5_K × Q8_K: per sub-block `sc · Σ q x`, minus `m` times the
+/// activation sums, as `ggml_vec_dot_q4_K_q8_K` / `_q5_K_` do.
+fn a8_k_sub<B: KSubBlock>(w: &B, x: &BlockQ8K) -> f32 {
     let mut sum_sc = 0i32;
     let mut sum_m = 0i32;
     for j in 0..QK_K / 32 {
-        let (sc, m) = kquants::get_scale_min_k4(j, &w.scales);
-        let c = j / 2;
+        let (sc, m) = kquants::get_scale_min_k4(j, w.scales());
         let sumi: i32 = (0..32)
-            .map(|l| {
-                let q = w.qs[32 * c + l];
-                let q = if j % 2 == 0 { q & 0xF } else { q >> 4 };
-                q as i32 * x.qs[32 * j + l] as i32
-            })
+            .map(|l| kquants::k_sub_value(w, j, l) as i32 * x.qs[32 * j + l] as i32)
             .sum();
         sum_sc += sc as i32 * sumi;
         sum_m += m as i32 * (x.bsum(2 * j) as i32 + x.bsum(2 * j + 1) as i32);
     }
     let dx = x.d();
-    (w.d.to_f32() * dx) * sum_sc as f32 - (w.dmin.to_f32() * dx) * sum_m as f32
+    (w.d().to_f32() * dx) * sum_sc as f32 - (w.dmin().to_f32() * dx) * sum_m as f32
 }
 
 fn a8_q6_k(w: &BlockQ6K, x: &BlockQ8K) -> f32 {
@@ -160,19 +158,21 @@ pub fn gemv_a8(w: A8Rows<'_>, y: &mut [f32]) {
         A8Rows::Mxfp4(w, x) => rows_a8(w, x, y, a8_mxfp4),
         A8Rows::Q4_1(w, x) => rows_a8(w, x, y, a8_q4_1),
         A8Rows::Q5_1(w, x) => rows_a8(w, x, y, a8_q5_1),
-        A8Rows::Q4K(w, x) => rows_a8(w, x, y, a8_q4_k),
+        A8Rows::Q4K(w, x) => rows_a8(w, x, y, a8_k_sub),
+        A8Rows::Q5K(w, x) => rows_a8(w, x, y, a8_k_sub),
         A8Rows::Q6K(w, x) => rows_a8(w, x, y, a8_q6_k),
     }
 }
 
 /// The formats the scalar reference covers (all weight formats).
-pub const FORMATS: [QuantFormat; 8] = [
+pub const FORMATS: [QuantFormat; 9] = [
     QuantFormat::Q4_0,
     QuantFormat::Q4_1,
     QuantFormat::Q5_0,
     QuantFormat::Q5_1,
     QuantFormat::Q8_0,
     QuantFormat::Q4K,
+    QuantFormat::Q5K,
     QuantFormat::Q6K,
     QuantFormat::Mxfp4,
 ];

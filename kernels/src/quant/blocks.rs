@@ -106,6 +106,68 @@ pub struct BlockQ4K {
     pub qs: [u8; QK_K / 2],
 }
 
+/// `block_q5_K`: Q4_K plus a fifth-bit plane: bit `j` of `qh[l]` is bit 4
+/// of value `32 j + l` (sub-block j); the nibbles are laid out as Q4_K's;
+/// value = `d * sc * q - dmin * m` with q in 0..32.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ5K {
+    pub d: F16Le,
+    pub dmin: F16Le,
+    pub scales: [u8; K_SCALE_SIZE],
+    pub qh: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 2],
+}
+
+/// The K-quants with eight 32-value sub-blocks, 6-bit (scale, min) codes
+/// and Q4_K's nibble layout: Q4_K, and Q5_K with its fifth-bit plane. The
+/// kernels take this rather than two block types so that Q5_K is Q4_K's
+/// code plus one OR of the fifth bits, resolved at compile time.
+pub trait KSubBlock: RawBlock {
+    /// Whether the values have a fifth bit in [`qh`](Self::qh).
+    const FIVE: bool;
+    fn d(&self) -> F16Le;
+    fn dmin(&self) -> F16Le;
+    fn scales(&self) -> &[u8; K_SCALE_SIZE];
+    fn qs(&self) -> &[u8; QK_K / 2];
+    /// The fifth-bit plane (all zero for Q4_K).
+    fn qh(&self) -> &[u8; QK_K / 8];
+}
+
+const NO_FIFTH_BITS: [u8; QK_K / 8] = [0; QK_K / 8];
+
+macro_rules! k_sub_block {
+    ($t:ty, $five:expr, |$b:ident| $qh:expr) => {
+        impl KSubBlock for $t {
+            const FIVE: bool = $five;
+            #[inline]
+            fn d(&self) -> F16Le {
+                self.d
+            }
+            #[inline]
+            fn dmin(&self) -> F16Le {
+                self.dmin
+            }
+            #[inline]
+            fn scales(&self) -> &[u8; K_SCALE_SIZE] {
+                &self.scales
+            }
+            #[inline]
+            fn qs(&self) -> &[u8; QK_K / 2] {
+                &self.qs
+            }
+            #[inline]
+            fn qh(&self) -> &[u8; QK_K / 8] {
+                let $b = self;
+                $qh
+            }
+        }
+    };
+}
+
+k_sub_block!(BlockQ4K, false, |_b| &NO_FIFTH_BITS);
+k_sub_block!(BlockQ5K, true, |b| &b.qh);
+
 /// `block_q6_K`: 256 values of 6 bits (low 4 in `ql`, high 2 in `qh`), 16
 /// signed 8-bit scales per 16 values, then `d`; value = `d * sc * (q - 32)`.
 #[repr(C)]
@@ -173,6 +235,7 @@ const _: () = assert!(size_of::<BlockQ5_1>() == 24);
 const _: () = assert!(size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 const _: () = assert!(size_of::<BlockQ4K>() == 144);
+const _: () = assert!(size_of::<BlockQ5K>() == 176);
 const _: () = assert!(size_of::<BlockQ6K>() == 210);
 const _: () = assert!(size_of::<BlockQ8K>() == 292);
 const _: () = assert!(size_of::<BlockMxfp4>() == 17);
@@ -206,6 +269,7 @@ raw_block!(
     BlockQ8_0 => QK,
     BlockQ8_1 => QK,
     BlockQ4K => QK_K,
+    BlockQ5K => QK_K,
     BlockQ6K => QK_K,
     BlockQ8K => QK_K,
     BlockMxfp4 => QK,

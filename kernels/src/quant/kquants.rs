@@ -1,8 +1,8 @@
-//! The K-quants Q4_K and Q6_K (256-value super-blocks with 6/8-bit
+//! The K-quants Q4_K, Q5_K and Q6_K (256-value super-blocks with 6/8-bit
 //! sub-block scales) and their activation format Q8_K.
 //!
 //! The quantizers port ggml's reference path (`quantize_row_q4_K_ref`,
-//! `quantize_row_q6_K_ref`, `quantize_row_q8_K_ref` with their helpers
+//! `quantize_row_q5_K_ref`, `quantize_row_q6_K_ref`, `quantize_row_q8_K_ref` with their helpers
 //! `make_qkx2_quants`, `make_qx_quants`, `nearest_int`) faithfully: the same
 //! search grids, the same f32 expression order, no fused multiply-adds, so
 //! the bytes match llama.cpp's quantizer when it runs without an imatrix.
@@ -11,7 +11,7 @@
 // reviewable against ggml-quants.c.
 #![allow(clippy::needless_range_loop)]
 
-use super::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, F16Le, QK_K};
+use super::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, F16Le, KSubBlock, QK_K};
 
 /// ggml's `GROUP_MAX_EPS`: below this a group counts as all zero.
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -215,8 +215,16 @@ pub fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
-/// `quantize_row_q4_K_ref` for one super-block.
-pub fn quantize_q4_k(x: &[f32; QK_K]) -> BlockQ4K {
+/// The scale search Q4_K and Q5_K share (`quantize_row_q4_K_ref` and
+/// `quantize_row_q5_K_ref` differ only in `nmax`, the search grid's start
+/// `rmin` and its length `nstep`): the super-scales, the packed 6-bit
+/// codes, and the values `0..=nmax` in value order.
+fn quantize_k_sub(
+    x: &[f32; QK_K],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+) -> (F16Le, F16Le, [u8; 12], [u8; QK_K]) {
     let mut l = [0u8; QK_K];
     let mut laux = [0u8; 32];
     let mut weights = [0f32; 32];
@@ -235,15 +243,15 @@ pub fn quantize_q4_k(x: &[f32; QK_K]) -> BlockQ4K {
             *w = av_x + v.abs();
         }
         scales[j] = make_qkx2_quants(
-            15,
+            nmax,
             xs,
             &weights,
             &mut l[32 * j..32 * j + 32],
             &mut mins[j],
             &mut laux,
-            -1.0,
+            rmin,
             0.1,
-            20,
+            nstep,
             false,
         );
         if scales[j] > max_scale {
@@ -286,39 +294,94 @@ pub fn quantize_q4_k(x: &[f32; QK_K]) -> BlockQ4K {
         let dm = dmin.to_f32() * m as f32;
         for ii in 0..32 {
             let q = nearest_int((x[32 * j + ii] + dm) / dd);
-            l[32 * j + ii] = q.clamp(0, 15) as u8;
+            l[32 * j + ii] = q.clamp(0, nmax) as u8;
         }
     }
+    (d, dmin, sc, l)
+}
 
+/// Q4_K's nibble layout of 256 values below 16: byte `l` of chunk `c` holds
+/// value `64c + l` low and `64c + 32 + l` high.
+pub(crate) fn k_nibbles(l: &[u8; QK_K]) -> [u8; QK_K / 2] {
     let mut qs = [0u8; QK_K / 2];
     for (c, j) in (0..QK_K).step_by(64).enumerate() {
         for i in 0..32 {
-            qs[32 * c + i] = l[j + i] | (l[j + i + 32] << 4);
+            qs[32 * c + i] = (l[j + i] & 0xF) | ((l[j + i + 32] & 0xF) << 4);
         }
     }
+    qs
+}
+
+/// `quantize_row_q4_K_ref` for one super-block.
+pub fn quantize_q4_k(x: &[f32; QK_K]) -> BlockQ4K {
+    let (d, dmin, scales, l) = quantize_k_sub(x, 15, -1.0, 20);
     BlockQ4K {
         d,
         dmin,
-        scales: sc,
-        qs,
+        scales,
+        qs: k_nibbles(&l),
+    }
+}
+
+/// `quantize_row_q5_K_ref` for one super-block: Q4_K's search with 31
+/// levels, and bit 4 of value `32 j + l` in bit j of `qh[l]`.
+pub fn quantize_q5_k(x: &[f32; QK_K]) -> BlockQ5K {
+    let (d, dmin, scales, l) = quantize_k_sub(x, 31, -0.5, 15);
+    BlockQ5K {
+        d,
+        dmin,
+        scales,
+        qh: k_fifth_bits(&l),
+        qs: k_nibbles(&l),
+    }
+}
+
+/// Q5_K's `qh` of 256 values below 32: bit j of byte l is bit 4 of value
+/// `32 j + l`.
+pub(crate) fn k_fifth_bits(l: &[u8; QK_K]) -> [u8; QK_K / 8] {
+    let mut qh = [0u8; QK_K / 8];
+    for (j, sub) in l.chunks_exact(32).enumerate() {
+        for (h, &v) in qh.iter_mut().zip(sub) {
+            *h |= ((v >> 4) & 1) << j;
+        }
+    }
+    qh
+}
+
+/// Value `j` (0..32) of a Q4_K-layout block's sub-block `sub`, with the
+/// fifth bit of a Q5_K block.
+#[inline]
+pub(crate) fn k_sub_value<B: KSubBlock>(b: &B, sub: usize, j: usize) -> u8 {
+    let q = b.qs()[32 * (sub / 2) + j];
+    let nib = if sub.is_multiple_of(2) {
+        q & 0xF
+    } else {
+        q >> 4
+    };
+    nib | (((b.qh()[j] >> sub) & 1) << 4)
+}
+
+/// `dequantize_row_q4_K` / `dequantize_row_q5_K` for one super-block.
+pub fn dequantize_k_sub<B: KSubBlock>(b: &B, y: &mut [f32; QK_K]) {
+    let d = b.d().to_f32();
+    let min = b.dmin().to_f32();
+    for (sub, ys) in y.chunks_exact_mut(32).enumerate() {
+        let (sc, m) = get_scale_min_k4(sub, b.scales());
+        let (d1, m1) = (d * sc as f32, min * m as f32);
+        for (j, v) in ys.iter_mut().enumerate() {
+            *v = d1 * k_sub_value(b, sub, j) as f32 - m1;
+        }
     }
 }
 
 /// `dequantize_row_q4_K` for one super-block.
 pub fn dequantize_q4_k(b: &BlockQ4K, y: &mut [f32; QK_K]) {
-    let d = b.d.to_f32();
-    let min = b.dmin.to_f32();
-    for c in 0..4 {
-        let (sc1, m1) = get_scale_min_k4(2 * c, &b.scales);
-        let (sc2, m2) = get_scale_min_k4(2 * c + 1, &b.scales);
-        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
-        let q = &b.qs[32 * c..32 * c + 32];
-        for l in 0..32 {
-            y[64 * c + l] = d1 * (q[l] & 0xF) as f32 - m1;
-            y[64 * c + 32 + l] = d2 * (q[l] >> 4) as f32 - m2;
-        }
-    }
+    dequantize_k_sub(b, y)
+}
+
+/// `dequantize_row_q5_K` for one super-block.
+pub fn dequantize_q5_k(b: &BlockQ5K, y: &mut [f32; QK_K]) {
+    dequantize_k_sub(b, y)
 }
 
 /// `quantize_row_q6_K_ref` for one super-block.

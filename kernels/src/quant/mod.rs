@@ -17,8 +17,9 @@ pub mod legacy;
 pub mod mxfp4;
 
 pub use blocks::{
-    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
-    BlockQ8_1, BlockQ8K, F16Le, QK, QK_K, RawBlock, blocks_as_bytes, cast_blocks, cast_blocks_mut,
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le, KSubBlock, QK, QK_K, RawBlock, blocks_as_bytes,
+    cast_blocks, cast_blocks_mut,
 };
 
 use crate::{KernelError, Result};
@@ -37,6 +38,7 @@ pub enum QuantFormat {
     /// Activation format paired with Q4_1 / Q5_1.
     Q8_1,
     Q4K,
+    Q5K,
     Q6K,
     /// Activation format paired with the K-quants.
     Q8K,
@@ -45,13 +47,14 @@ pub enum QuantFormat {
 
 impl QuantFormat {
     /// Every format, weight formats first.
-    pub const ALL: [QuantFormat; 10] = [
+    pub const ALL: [QuantFormat; 11] = [
         QuantFormat::Q4_0,
         QuantFormat::Q4_1,
         QuantFormat::Q5_0,
         QuantFormat::Q5_1,
         QuantFormat::Q8_0,
         QuantFormat::Q4K,
+        QuantFormat::Q5K,
         QuantFormat::Q6K,
         QuantFormat::Mxfp4,
         QuantFormat::Q8_1,
@@ -68,6 +71,7 @@ impl QuantFormat {
             QuantFormat::Q8_0 => "q8_0",
             QuantFormat::Q8_1 => "q8_1",
             QuantFormat::Q4K => "q4_K",
+            QuantFormat::Q5K => "q5_K",
             QuantFormat::Q6K => "q6_K",
             QuantFormat::Q8K => "q8_K",
             QuantFormat::Mxfp4 => "mxfp4",
@@ -84,6 +88,7 @@ impl QuantFormat {
             QuantFormat::Q8_0 => 8,
             QuantFormat::Q8_1 => 9,
             QuantFormat::Q4K => 12,
+            QuantFormat::Q5K => 13,
             QuantFormat::Q6K => 14,
             QuantFormat::Q8K => 15,
             QuantFormat::Mxfp4 => 39,
@@ -98,7 +103,7 @@ impl QuantFormat {
     /// Values per block.
     pub fn block_size(self) -> usize {
         match self {
-            QuantFormat::Q4K | QuantFormat::Q6K | QuantFormat::Q8K => QK_K,
+            QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K | QuantFormat::Q8K => QK_K,
             _ => QK,
         }
     }
@@ -113,6 +118,7 @@ impl QuantFormat {
             QuantFormat::Q8_0 => BlockQ8_0::BYTES,
             QuantFormat::Q8_1 => BlockQ8_1::BYTES,
             QuantFormat::Q4K => BlockQ4K::BYTES,
+            QuantFormat::Q5K => BlockQ5K::BYTES,
             QuantFormat::Q6K => BlockQ6K::BYTES,
             QuantFormat::Q8K => BlockQ8K::BYTES,
             QuantFormat::Mxfp4 => BlockMxfp4::BYTES,
@@ -151,7 +157,7 @@ impl fmt::Display for QuantFormat {
 /// Error returned when parsing an unknown format name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown quantized format `{0}`; expected one of q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, q4_K, q6_K, q8_K, mxfp4"
+    "unknown quantized format `{0}`; expected one of q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, q4_K, q5_K, q6_K, q8_K, mxfp4"
 )]
 pub struct ParseQuantFormatError(pub String);
 
@@ -208,6 +214,7 @@ pub fn quantize_into(format: QuantFormat, src: &[f32], dst: &mut [u8]) -> Result
         QuantFormat::Q8_0 => each_block(src, dst, legacy::quantize_q8_0),
         QuantFormat::Q8_1 => each_block(src, dst, legacy::quantize_q8_1),
         QuantFormat::Q4K => each_block(src, dst, kquants::quantize_q4_k),
+        QuantFormat::Q5K => each_block(src, dst, kquants::quantize_q5_k),
         QuantFormat::Q6K => each_block(src, dst, kquants::quantize_q6_k),
         QuantFormat::Q8K => each_block(src, dst, kquants::quantize_q8_k),
         QuantFormat::Mxfp4 => each_block(src, dst, mxfp4::quantize_mxfp4),
@@ -239,6 +246,7 @@ pub fn dequantize(format: QuantFormat, src: &[u8], dst: &mut [f32]) -> Result<()
         QuantFormat::Q8_0 => each_block_out(src, dst, legacy::dequantize_q8_0),
         QuantFormat::Q8_1 => each_block_out(src, dst, legacy::dequantize_q8_1),
         QuantFormat::Q4K => each_block_out(src, dst, kquants::dequantize_q4_k),
+        QuantFormat::Q5K => each_block_out(src, dst, kquants::dequantize_q5_k),
         QuantFormat::Q6K => each_block_out(src, dst, kquants::dequantize_q6_k),
         QuantFormat::Q8K => each_block_out(src, dst, kquants::dequantize_q8_k),
         QuantFormat::Mxfp4 => each_block_out(src, dst, mxfp4::dequantize_mxfp4),

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Generate K-quant and MXFP4 test vectors with llama.cpp's own quantizer.
+"""Generate K-quant (Q4_K, Q5_K, Q6_K) and MXFP4 test vectors with llama.cpp's own quantizer.
 
-The `gguf` package only dequantizes Q4_K and Q6_K, so their quantizers are
+The `gguf` package only dequantizes the K-quants, so their quantizers are
 pinned here against llama.cpp's reference code instead: this script writes a
 small f32 GGUF with rows covering the edge cases (the same kinds as
 gen_quant_vectors.py, in 256-element super-blocks), runs llama.cpp's
-`llama-quantize` on it (`--pure Q4_K`, `--pure Q6_K`, and `--tensor-type
+`llama-quantize` on it (`--pure Q4_K`, `Q5_K`, `Q6_K`, and `--tensor-type
 ...=mxfp4`), reads the quantized tensors back with `gguf`, and stores input
 rows (as f32 bit patterns) and llama.cpp's bytes (hex). llama-quantize of an
 f32 tensor without an importance matrix runs ggml's `quantize_row_*_ref`.
@@ -96,6 +96,7 @@ def main() -> None:
         w.close()
         runs = [
             ("q4_K", ["--pure"], "Q4_K"),
+            ("q5_K", ["--pure"], "Q5_K"),
             ("q6_K", ["--pure"], "Q6_K"),
             ("mxfp4", ["--pure", "--tensor-type", "ffn_up=mxfp4"], "Q8_0"),
         ]

@@ -5,7 +5,7 @@ The `gguf` package (gguf-py, maintained in the llama.cpp repository) holds an
 implementation of the block formats independent from tiletune's. Its
 quantizers for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and MXFP4 are bit-exact ports of
 ggml's reference quantizers, so for those formats the vectors pin both
-directions: f32 rows -> GGUF bytes, and bytes -> f32. For Q4_K and Q6_K the
+directions: f32 rows -> GGUF bytes, and bytes -> f32. For Q4_K, Q5_K and Q6_K the
 package only dequantizes, so the vectors hold seeded random (but
 well-formed) blocks and gguf's dequantized values.
 
@@ -31,7 +31,8 @@ OUT = os.path.join(HERE, "quant_vectors.json")
 # Formats gguf can quantize, and formats it can only dequantize.
 QUANTIZE = [("q4_0", T.Q4_0), ("q4_1", T.Q4_1), ("q5_0", T.Q5_0), ("q5_1", T.Q5_1),
             ("q8_0", T.Q8_0), ("mxfp4", T.MXFP4)]
-DEQUANT_ONLY = [("q4_K", T.Q4_K), ("q6_K", T.Q6_K)]
+# (q5_K last, so that adding it left the earlier cases' random streams alone.)
+DEQUANT_ONLY = [("q4_K", T.Q4_K), ("q6_K", T.Q6_K), ("q5_K", T.Q5_K)]
 
 
 def bits(a: np.ndarray) -> list:
@@ -66,6 +67,10 @@ def random_blocks(rng: np.random.Generator, qtype, n_blocks: int) -> np.ndarray:
     """Well-formed random blocks: random quant bytes, finite f16 scales."""
     if qtype == T.Q4_K:
         raw = rng.integers(0, 256, (n_blocks, 144), dtype=np.uint8)
+        d = rng.uniform(1e-3, 0.5, (n_blocks, 2)).astype(np.float16).view(np.uint8)
+        raw[:, 0:4] = d
+    elif qtype == T.Q5_K:
+        raw = rng.integers(0, 256, (n_blocks, 176), dtype=np.uint8)
         d = rng.uniform(1e-3, 0.5, (n_blocks, 2)).astype(np.float16).view(np.uint8)
         raw[:, 0:4] = d
     elif qtype == T.Q6_K:

@@ -18,7 +18,7 @@ pub enum BenchCommand {
     Gemv(KernelArgs),
     /// Time f32 GEMM C = A·Wᵀ (weights f32 or f16); --shape MxNxK.
     Gemm(KernelArgs),
-    /// Time quantized GEMV; --shape NxK, --dtype q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q6_k|mxfp4.
+    /// Time quantized GEMV; --shape NxK, --dtype q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|mxfp4.
     Qgemv(QgemvArgs),
     /// Time an element-wise activation in place; --shape LEN.
     Eltwise(EltwiseArgs),

@@ -7,7 +7,7 @@ use tiletune_kernels::quant::QuantFormat;
 /// Every weight dtype `gemv` and `gemm` take: f32, f16, then the GGUF
 /// block formats.
 pub const WEIGHT_DTYPES: &[&str] = &[
-    "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "mxfp4",
+    "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "mxfp4",
 ];
 
 /// The quantized weight dtypes (the GGUF block formats of
