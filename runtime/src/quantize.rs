@@ -282,12 +282,15 @@ fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
-/// The fallback llama.cpp takes when a k-quant does not fit a row length.
+/// The fallback llama.cpp takes when a type does not fit a row length: the
+/// K-quants' 32-value cousins, then F16 when even those do not fit.
 fn fallback_for(name: &str, t: GgmlType, cols: u64) -> Result<GgmlType> {
     let f = match t {
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
+        // A 32-value type has no smaller block to demote to: F16 below.
+        _ if t.block_size() <= 32 => t,
         _ => {
             return Err(LoadError::Config(format!(
                 "tensor `{name}`: rows of {cols} elements are not whole {t} blocks of {}, and {t} has no fallback type; pick another type",
@@ -365,10 +368,11 @@ pub fn plan(g: &GgufFile, o: &QuantizeOptions) -> Result<Vec<TensorChoice>> {
                         _ => {}
                     }
                 }
-                if !cols.is_multiple_of(to.block_size()) {
-                    to = fallback_for(name, to, cols)?;
-                    choice.fallback = true;
-                }
+            }
+            // As llama.cpp's `tensor_type_fallback`, with --pure too.
+            if is_quantized(to) && !cols.is_multiple_of(to.block_size()) {
+                to = fallback_for(name, to, cols)?;
+                choice.fallback = true;
             }
             if let Some(e) = o.token_embedding_type
                 && name == "token_embd.weight"
@@ -615,6 +619,18 @@ mod tests {
         // 24 layers: the first 3, the last 3, and i ≡ 2 (mod 3) after 3.
         let picked: Vec<usize> = (0..24).filter(|&i| use_more_bits(i, 24)).collect();
         assert_eq!(picked, [0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23]);
+    }
+
+    #[test]
+    fn fallbacks_are_llama_cpps() {
+        let f = |t, cols| fallback_for("t", t, cols).unwrap();
+        assert_eq!(f(GgmlType::Q4_K, 320), GgmlType::Q5_0);
+        assert_eq!(f(GgmlType::Q5_K, 320), GgmlType::Q5_1);
+        assert_eq!(f(GgmlType::Q6_K, 320), GgmlType::Q8_0);
+        // Not even 32-value blocks: F16, for the 32-value types too.
+        assert_eq!(f(GgmlType::Q4_K, 40), GgmlType::F16);
+        assert_eq!(f(GgmlType::Q4_0, 40), GgmlType::F16);
+        assert_eq!(f(GgmlType::Q8_0, 40), GgmlType::F16);
     }
 
     #[test]

@@ -270,16 +270,6 @@ fn requantizing_needs_the_flag_and_bad_requests_leave_nothing() {
         quant::quantize(QuantFormat::Q4_0, &f).unwrap().as_slice()
     );
 
-    // A type that does not fit a tensor is refused before anything is
-    // written: --pure takes no fallback for ffn_down's rows of 320.
-    let g32 = GgufFile::open(write(dir.path(), "f32.gguf", &model(&config(false), None))).unwrap();
-    let mut pure = QuantizeOptions::new(FileType::Q4_K_M);
-    pure.pure = true;
-    let e = q::plan(&g32, &pure).unwrap_err().to_string();
-    assert!(
-        e.contains("ffn_down") && e.contains("not whole q4_K blocks"),
-        "{e}"
-    );
     let mut o = QuantizeOptions::new(FileType::Q8_0);
     o.allow_requantize = true;
     // Writing over the input is refused; a missing directory is an error
@@ -331,6 +321,24 @@ fn q4_k_s_q5_k_s_and_q5_k_m_give_llama_quantizes_types() {
             assert_eq!(t(&ks, n), GgmlType::Q4_K, "{l} {n}");
             assert_eq!(t(&km, n), GgmlType::Q5_K, "{l} {n}");
         }
+    }
+}
+
+/// `--pure` drops the per-tensor rules but not the fallbacks: llama.cpp
+/// applies `tensor_type_fallback` to every quantized type.
+#[test]
+fn pure_still_falls_back_where_rows_are_not_whole_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = GgufFile::open(write(dir.path(), "f32.gguf", &model(&config(false), None))).unwrap();
+    let mut o = QuantizeOptions::new(FileType::Q4_K_M);
+    o.pure = true;
+    let plan = q::plan(&g, &o).unwrap();
+    assert_eq!(choice(&plan, "output.weight").to, GgmlType::Q4_K);
+    for l in 0..16 {
+        let t = |n: &str| choice(&plan, &format!("blk.{l}.{n}.weight")).clone();
+        assert_eq!(t("attn_v").to, GgmlType::Q4_K, "{l}");
+        let down = t("ffn_down");
+        assert_eq!((down.to, down.fallback), (GgmlType::Q5_0, true), "{l}");
     }
 }
 
