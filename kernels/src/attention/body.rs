@@ -1,44 +1,173 @@
 //! The f32 and f16 page kernels, written once against [`Simd`], and the
-//! macro that stamps them out per ISA. Scores take four key rows at a time
-//! (they share each load of `q`, four independent FMA chains); the value
-//! axpy keeps a four-vector slice of the accumulator in registers across
-//! all rows of the page, so it is loaded and stored once per page. Head-dim
-//! tails are masked vectors on AVX-512 (whose single-vector loops run
-//! masked throughout, one loop body) and scalar loops elsewhere.
+//! macro that stamps them out per ISA.
+//!
+//! Both kernels take the whole group of query heads that share a KV head,
+//! so each key or value vector is loaded (and, for f16, widened) once for
+//! up to `H` heads instead of once per head; `H` is the most heads whose
+//! accumulators fit the ISA's register file beside the row vectors (4 with
+//! 32 registers, 2 with AVX2's 16). Scores take four key rows at a time:
+//! their `H × 4` dot products are independent FMA chains, and each head's
+//! four are reduced by one [`Simd::reduce_add4`] tree rather than four
+//! horizontal sums, which at `head_dim` 64 cost more than the FMAs. The
+//! value axpy keeps a four-vector slice of `H` accumulators in registers
+//! across all rows of the page, so it is loaded and stored once per page.
+//! Head-dim tails are masked vectors on AVX-512 (whose single-vector loops
+//! run masked throughout, one loop body) and scalar loops elsewhere.
 
+use crate::quant::{BlockQ8_0, QK};
 use crate::simd::{Elem, Simd};
+use half::f16;
 
-/// Dot products of `q` with the `R` rows of `hd` values at `k`.
+/// A page element type as the kernels read a head row of `hd` values:
+/// f32 and f16 store them as they are, Q8_0 as `hd / 32` blocks whose
+/// vectors are widened and scaled by the block's `d` once, before every
+/// head of the group uses them (each vector lies in one block: `LANES`
+/// divides 32).
+pub(super) trait PageRow: Copy {
+    /// Elements per head row.
+    fn stride(hd: usize) -> usize;
+    /// Values `i..i + LANES` of the row at `row`.
+    ///
+    /// # Safety
+    /// As [`Simd::load`]; the row holds them.
+    unsafe fn load<S: Simd>(row: *const Self, i: usize) -> S::V;
+    /// Values `i..i + n` (`n <= LANES`), zero after; only when
+    /// `MASKED_TAIL` and `hd` is not a multiple of `LANES` (never Q8_0).
+    ///
+    /// # Safety
+    /// As [`Simd::load_tail`].
+    unsafe fn load_tail<S: Simd>(row: *const Self, i: usize, n: usize) -> S::V;
+    /// Value `j`, for the scalar tails.
+    ///
+    /// # Safety
+    /// The row holds it.
+    unsafe fn value(row: *const Self, j: usize) -> f32;
+}
+
+macro_rules! plain_row {
+    ($t:ty) => {
+        impl PageRow for $t {
+            #[inline(always)]
+            fn stride(hd: usize) -> usize {
+                hd
+            }
+            #[inline(always)]
+            unsafe fn load<S: Simd>(row: *const Self, i: usize) -> S::V {
+                // SAFETY: forwarded contract.
+                unsafe { <$t as Elem>::load::<S>(row.add(i)) }
+            }
+            #[inline(always)]
+            unsafe fn load_tail<S: Simd>(row: *const Self, i: usize, n: usize) -> S::V {
+                // SAFETY: forwarded contract.
+                unsafe { <$t as Elem>::load_tail::<S>(row.add(i), n) }
+            }
+            #[inline(always)]
+            unsafe fn value(row: *const Self, j: usize) -> f32 {
+                // SAFETY: forwarded contract.
+                unsafe { Elem::to_f32(*row.add(j)) }
+            }
+        }
+    };
+}
+plain_row!(f32);
+plain_row!(f16);
+
+impl PageRow for BlockQ8_0 {
+    #[inline(always)]
+    fn stride(hd: usize) -> usize {
+        hd / QK
+    }
+    #[inline(always)]
+    unsafe fn load<S: Simd>(row: *const Self, i: usize) -> S::V {
+        // SAFETY: block i / 32 is in the row; lanes i % 32.. stay in it.
+        unsafe {
+            let b = &*row.add(i / QK);
+            S::mul(
+                S::load_i8(b.qs.as_ptr().add(i % QK)),
+                S::splat(b.d.to_f32()),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_tail<S: Simd>(_row: *const Self, _i: usize, _n: usize) -> S::V {
+        unreachable!("Q8_0 head rows are whole 32-blocks")
+    }
+    #[inline(always)]
+    unsafe fn value(row: *const Self, j: usize) -> f32 {
+        // SAFETY: the row holds block j / 32.
+        let b = unsafe { &*row.add(j / QK) };
+        b.d.to_f32() * b.qs[j % QK] as f32
+    }
+}
+
+/// `f::<h>(args)` for `h = min(left, H)` heads, `H <= 4`: the head-block
+/// widths a group of any size splits into.
+macro_rules! heads_of {
+    ($h:expr, $f:ident::<$s:ty, $t:ty>($($arg:expr),*)) => {
+        match $h {
+            1 => $f::<$s, $t, 1>($($arg),*),
+            2 => $f::<$s, $t, 2>($($arg),*),
+            3 => $f::<$s, $t, 3>($($arg),*),
+            _ => $f::<$s, $t, 4>($($arg),*),
+        }
+    };
+}
+
+/// Dot products of the `H` query heads at `q` (`hd` apart) with the `R`
+/// head rows at `k`: `[head][row]`.
 ///
 /// # Safety
-/// The CPU supports `S`; `k` valid for `R · hd` reads, `q.len() == hd`.
+/// The CPU supports `S`; `q` valid for `H · hd` reads, `k` holds `R` rows.
 #[inline(always)]
-unsafe fn dot_rows<S: Simd, T: Elem, const R: usize>(q: &[f32], k: *const T) -> [f32; R] {
-    let hd = q.len();
-    let qp = q.as_ptr();
-    let mut dots = [0.0f32; R];
+unsafe fn dot_block<S: Simd, T: PageRow, const H: usize, const R: usize>(
+    q: *const f32,
+    hd: usize,
+    k: *const T,
+) -> [[f32; R]; H] {
+    let st = T::stride(hd);
+    let mut dots = [[0.0f32; R]; H];
     // SAFETY: full loads stay below hd; the tail is masked to it or scalar.
     unsafe {
-        let mut a = [S::zero(); R];
+        let mut a = [[S::zero(); R]; H];
         let mut i = 0;
         while i + S::LANES <= hd {
-            let qv = S::load(qp.add(i));
-            for (r, ar) in a.iter_mut().enumerate() {
-                *ar = S::fma(qv, T::load::<S>(k.add(r * hd + i)), *ar);
+            let mut kv = [S::zero(); R];
+            for (r, x) in kv.iter_mut().enumerate() {
+                *x = T::load::<S>(k.add(r * st), i);
+            }
+            for (h, ah) in a.iter_mut().enumerate() {
+                let qv = S::load(q.add(h * hd + i));
+                for (ar, &x) in ah.iter_mut().zip(&kv) {
+                    *ar = S::fma(qv, x, *ar);
+                }
             }
             i += S::LANES;
         }
         if S::MASKED_TAIL && i < hd {
-            let qv = S::load_tail(qp.add(i), hd - i);
-            for (r, ar) in a.iter_mut().enumerate() {
-                *ar = S::fma(qv, T::load_tail::<S>(k.add(r * hd + i), hd - i), *ar);
+            let mut kv = [S::zero(); R];
+            for (r, x) in kv.iter_mut().enumerate() {
+                *x = T::load_tail::<S>(k.add(r * st), i, hd - i);
+            }
+            for (h, ah) in a.iter_mut().enumerate() {
+                let qv = S::load_tail(q.add(h * hd + i), hd - i);
+                for (ar, &x) in ah.iter_mut().zip(&kv) {
+                    *ar = S::fma(qv, x, *ar);
+                }
             }
         }
-        for (r, d) in dots.iter_mut().enumerate() {
-            *d = S::reduce_add(a[r]);
+        for (h, (dh, ah)) in dots.iter_mut().zip(&a).enumerate() {
+            if R == 4 {
+                dh.copy_from_slice(&S::reduce_add4([ah[0], ah[1], ah[2], ah[3]]));
+            } else {
+                for (d, &x) in dh.iter_mut().zip(ah) {
+                    *d = S::reduce_add(x);
+                }
+            }
             if !S::MASKED_TAIL {
-                for (j, &qj) in q.iter().enumerate().skip(i) {
-                    *d += qj * (*k.add(r * hd + j)).to_f32();
+                for (r, d) in dh.iter_mut().enumerate() {
+                    for j in i..hd {
+                        *d += *q.add(h * hd + j) * T::value(k.add(r * st), j);
+                    }
                 }
             }
         }
@@ -46,30 +175,96 @@ unsafe fn dot_rows<S: Simd, T: Elem, const R: usize>(q: &[f32], k: *const T) -> 
     dots
 }
 
-/// `out[t] = scale · q·k[t]` for every key row `t` of `k`.
+/// Scores of `H` heads against all `n` rows: `out[h · n + t]`.
 ///
 /// # Safety
-/// The CPU supports `S`; `k` holds `out.len()` rows of `q.len()` values.
+/// As [`scores`], for the `H` heads at `q`.
 #[inline(always)]
-pub(super) unsafe fn scores<S: Simd, T: Elem>(q: &[f32], k: &[T], scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    debug_assert_eq!(k.len(), out.len() * hd);
-    let kp = k.as_ptr();
+unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
+    q: *const f32,
+    hd: usize,
+    k: *const T,
+    n: usize,
+    scale: f32,
+    out: *mut f32,
+) {
+    let st = T::stride(hd);
     let mut t = 0;
-    // SAFETY: rows t..t + 4 (or t) lie within k.
+    // SAFETY: rows t..t + 4 (or t) lie within k; out holds H rows of n.
     unsafe {
-        while t + 4 <= out.len() {
-            let d = dot_rows::<S, T, 4>(q, kp.add(t * hd));
-            for (o, x) in out[t..t + 4].iter_mut().zip(d) {
-                *o = x * scale;
+        while t + 4 <= n {
+            let d = dot_block::<S, T, H, 4>(q, hd, k.add(t * st));
+            for (h, dh) in d.iter().enumerate() {
+                for (r, &x) in dh.iter().enumerate() {
+                    *out.add(h * n + t + r) = x * scale;
+                }
             }
             t += 4;
         }
-        while t < out.len() {
-            out[t] = dot_rows::<S, T, 1>(q, kp.add(t * hd))[0] * scale;
+        while t < n {
+            let d = dot_block::<S, T, H, 1>(q, hd, k.add(t * st));
+            for (h, dh) in d.iter().enumerate() {
+                *out.add(h * n + t) = dh[0] * scale;
+            }
             t += 1;
         }
     }
+}
+
+/// `out[j · n + t] = scale · q_j·k[t]` for the `g = q.len() / hd` query
+/// heads `q_j` and the `n = out.len() / g` key rows of `k`, heads taken
+/// `H` at a time.
+///
+/// # Safety
+/// The CPU supports `S`; `H <= 4`; `k` holds `n` rows of `hd` values.
+#[inline(always)]
+pub(super) unsafe fn scores<S: Simd, T: PageRow, const H: usize>(
+    q: &[f32],
+    hd: usize,
+    k: &[T],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let g = q.len() / hd;
+    let n = out.len() / g;
+    debug_assert_eq!(k.len(), n * T::stride(hd));
+    let (qp, kp, op) = (q.as_ptr(), k.as_ptr(), out.as_mut_ptr());
+    let mut j = 0;
+    while j < g {
+        let h = (g - j).min(H);
+        // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
+        unsafe {
+            heads_of!(
+                h,
+                scores_heads::<S, T>(qp.add(j * hd), hd, kp, n, scale, op.add(j * n))
+            );
+        }
+        j += h;
+    }
+}
+
+/// The largest of `s` (NaNs ignored, as `f32::max` does). The tail is a
+/// scalar loop on every ISA: a masked load fills with zeros, not -∞.
+///
+/// # Safety
+/// The CPU supports `S`.
+#[inline(always)]
+pub(super) unsafe fn max<S: Simd>(s: &[f32]) -> f32 {
+    let p = s.as_ptr();
+    let mut i = 0;
+    // SAFETY: full vectors below s.len().
+    let mut m = unsafe {
+        let mut acc = S::splat(f32::NEG_INFINITY);
+        while i + S::LANES <= s.len() {
+            acc = S::max(acc, S::load(p.add(i)));
+            i += S::LANES;
+        }
+        S::reduce_max(acc)
+    };
+    for &x in &s[i..] {
+        m = m.max(x);
+    }
+    m
 }
 
 /// `s[j] = e^(s[j] - m)` ([`Simd::exp`]); returns the sum.
@@ -111,102 +306,144 @@ pub(super) unsafe fn exp_sum<S: Simd>(s: &mut [f32], m: f32) -> f32 {
     sum
 }
 
-/// `acc += Σ_t p[t] · v[t]` over the page's value rows.
+/// `acc_h += Σ_t p[h · n + t] · v[t]` for the `H` heads whose accumulators
+/// are at `acc` (`hd` apart) and whose weights are at `p` (`n` apart).
 ///
 /// # Safety
-/// The CPU supports `S`; `v` holds `p.len()` rows of `acc.len()` values.
+/// As [`accum`], for those `H` heads.
 #[inline(always)]
-pub(super) unsafe fn accum<S: Simd, T: Elem>(acc: &mut [f32], p: &[f32], v: &[T]) {
-    let hd = acc.len();
-    debug_assert_eq!(v.len(), p.len() * hd);
-    let ap = acc.as_mut_ptr();
-    let vp = v.as_ptr();
+unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
+    acc: *mut f32,
+    hd: usize,
+    p: *const f32,
+    n: usize,
+    v: *const T,
+) {
+    let st = T::stride(hd);
     let mut i = 0;
     // SAFETY: lanes i..i + 4·LANES (or i + LANES) are below hd, the tail is
-    // masked to hd; row t starts at t·hd.
+    // masked to hd; row t starts at t·st; head h's weights at h·n.
     unsafe {
         while i + 4 * S::LANES <= hd {
-            let mut a = [S::zero(); 4];
-            for (u, au) in a.iter_mut().enumerate() {
-                *au = S::load(ap.add(i + S::LANES * u));
-            }
-            for (t, &pt) in p.iter().enumerate() {
-                let pv = S::splat(pt);
-                let r = vp.add(t * hd + i);
-                for (u, au) in a.iter_mut().enumerate() {
-                    *au = S::fma(pv, T::load::<S>(r.add(S::LANES * u)), *au);
+            let mut a = [[S::zero(); 4]; H];
+            for (h, ah) in a.iter_mut().enumerate() {
+                for (u, au) in ah.iter_mut().enumerate() {
+                    *au = S::load(acc.add(h * hd + i + S::LANES * u));
                 }
             }
-            for (u, au) in a.iter().enumerate() {
-                S::store(ap.add(i + S::LANES * u), *au);
+            for t in 0..n {
+                let r = v.add(t * st);
+                let mut x = [S::zero(); 4];
+                for (u, xu) in x.iter_mut().enumerate() {
+                    *xu = T::load::<S>(r, i + S::LANES * u);
+                }
+                for (h, ah) in a.iter_mut().enumerate() {
+                    let pv = S::splat(*p.add(h * n + t));
+                    for (au, &xu) in ah.iter_mut().zip(&x) {
+                        *au = S::fma(pv, xu, *au);
+                    }
+                }
+            }
+            for (h, ah) in a.iter().enumerate() {
+                for (u, au) in ah.iter().enumerate() {
+                    S::store(acc.add(h * hd + i + S::LANES * u), *au);
+                }
             }
             i += 4 * S::LANES;
         }
-        if S::MASKED_TAIL {
-            while i < hd {
-                let n = (hd - i).min(S::LANES);
-                let mut a = S::load_tail(ap.add(i), n);
-                for (t, &pt) in p.iter().enumerate() {
-                    a = S::fma(S::splat(pt), T::load_tail::<S>(vp.add(t * hd + i), n), a);
-                }
-                S::store_tail(ap.add(i), a, n);
-                i += n;
+        while i < hd && (S::MASKED_TAIL || i + S::LANES <= hd) {
+            let w = (hd - i).min(S::LANES);
+            let mut a = [S::zero(); H];
+            for (h, ah) in a.iter_mut().enumerate() {
+                *ah = if S::MASKED_TAIL {
+                    S::load_tail(acc.add(h * hd + i), w)
+                } else {
+                    S::load(acc.add(h * hd + i))
+                };
             }
-            return;
-        } else {
-            while i + S::LANES <= hd {
-                let mut a = S::load(ap.add(i));
-                for (t, &pt) in p.iter().enumerate() {
-                    a = S::fma(S::splat(pt), T::load::<S>(vp.add(t * hd + i)), a);
+            for t in 0..n {
+                let r = v.add(t * st);
+                let x = if S::MASKED_TAIL && w < S::LANES {
+                    T::load_tail::<S>(r, i, w)
+                } else {
+                    T::load::<S>(r, i)
+                };
+                for (h, ah) in a.iter_mut().enumerate() {
+                    *ah = S::fma(S::splat(*p.add(h * n + t)), x, *ah);
                 }
-                S::store(ap.add(i), a);
-                i += S::LANES;
             }
+            for (h, ah) in a.iter().enumerate() {
+                if S::MASKED_TAIL {
+                    S::store_tail(acc.add(h * hd + i), *ah, w);
+                } else {
+                    S::store(acc.add(h * hd + i), *ah);
+                }
+            }
+            i += w;
         }
-    }
-    for (t, &pt) in p.iter().enumerate() {
-        for j in i..hd {
-            acc[j] += pt * v[t * hd + j].to_f32();
+        for h in 0..H {
+            for t in 0..n {
+                let pt = *p.add(h * n + t);
+                for j in i..hd {
+                    *acc.add(h * hd + j) += pt * T::value(v.add(t * st), j);
+                }
+            }
         }
     }
 }
 
-/// Stamps out one ISA's f32/f16 page kernels (`scores_f32`, `scores_f16`,
-/// `accum_f32`, `accum_f16`, `exp_sum`) as `#[target_feature]` entry points
-/// over the bodies above: `isa` is the [`Simd`] marker, `feature` its
+/// `acc_j += Σ_t p[j · n + t] · v[t]` for the `g = acc.len() / hd` heads'
+/// accumulators `acc_j` over the `n = p.len() / g` value rows of `v`,
+/// heads taken `H` at a time.
+///
+/// # Safety
+/// The CPU supports `S`; `H <= 4`; `v` holds `n` rows of `hd` values.
+#[inline(always)]
+pub(super) unsafe fn accum<S: Simd, T: PageRow, const H: usize>(
+    acc: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    v: &[T],
+) {
+    let g = acc.len() / hd;
+    let n = p.len() / g;
+    debug_assert_eq!(v.len(), n * T::stride(hd));
+    let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), v.as_ptr());
+    let mut j = 0;
+    while j < g {
+        let h = (g - j).min(H);
+        // SAFETY: heads j..j + h of acc and of p exist.
+        unsafe {
+            heads_of!(
+                h,
+                accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp)
+            );
+        }
+        j += h;
+    }
+}
+
+/// Stamps out one ISA's page kernels (`scores_f32`, `scores_f16`,
+/// `scores_q8`, the matching `accum_*`, `max`, `exp_sum`) as
+/// `#[target_feature]` entry points over the bodies above: `isa` is the
+/// [`Simd`] marker, `heads` the head block `H`, `feature` its
 /// `target_feature` list, `needs` the same in words for the safety docs.
 macro_rules! page_kernels {
-    (isa: $isa:ty, feature: $feature:literal, needs: $needs:literal $(,)?) => {
-        /// # Safety
-        #[doc = concat!($needs, "; `k` holds `out.len()` rows of `q.len()` values.")]
-        #[target_feature(enable = $feature)]
-        pub unsafe fn scores_f32(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
-            // SAFETY: forwarded contract.
-            unsafe { super::body::scores::<$isa, f32>(q, k, scale, out) }
-        }
+    (isa: $isa:ty, heads: $h:literal, feature: $feature:literal, needs: $needs:literal $(,)?) => {
+        super::body::page_kernels!(@dtype $isa, $h, $feature, $needs, f32, scores_f32, accum_f32);
+        super::body::page_kernels!(@dtype $isa, $h, $feature, $needs, half::f16, scores_f16, accum_f16);
+        super::body::page_kernels!(
+            @dtype $isa, $h, $feature, $needs, crate::quant::BlockQ8_0, scores_q8, accum_q8
+        );
 
+        /// The largest of `s`.
+        ///
         /// # Safety
-        #[doc = concat!($needs, "; `k` holds `out.len()` rows of `q.len()` values.")]
+        #[doc = concat!($needs, ".")]
         #[target_feature(enable = $feature)]
-        pub unsafe fn scores_f16(q: &[f32], k: &[half::f16], scale: f32, out: &mut [f32]) {
+        pub unsafe fn max(s: &[f32]) -> f32 {
             // SAFETY: forwarded contract.
-            unsafe { super::body::scores::<$isa, half::f16>(q, k, scale, out) }
-        }
-
-        /// # Safety
-        #[doc = concat!($needs, "; `v` holds `p.len()` rows of `acc.len()` values.")]
-        #[target_feature(enable = $feature)]
-        pub unsafe fn accum_f32(acc: &mut [f32], p: &[f32], v: &[f32]) {
-            // SAFETY: forwarded contract.
-            unsafe { super::body::accum::<$isa, f32>(acc, p, v) }
-        }
-
-        /// # Safety
-        #[doc = concat!($needs, "; `v` holds `p.len()` rows of `acc.len()` values.")]
-        #[target_feature(enable = $feature)]
-        pub unsafe fn accum_f16(acc: &mut [f32], p: &[f32], v: &[half::f16]) {
-            // SAFETY: forwarded contract.
-            unsafe { super::body::accum::<$isa, half::f16>(acc, p, v) }
+            unsafe { super::body::max::<$isa>(s) }
         }
 
         /// `s[j] = e^(s[j] - m)`; returns the sum.
@@ -217,6 +454,23 @@ macro_rules! page_kernels {
         pub unsafe fn exp_sum(s: &mut [f32], m: f32) -> f32 {
             // SAFETY: forwarded contract.
             unsafe { super::body::exp_sum::<$isa>(s, m) }
+        }
+    };
+    (@dtype $isa:ty, $h:literal, $feature:literal, $needs:literal, $t:ty, $scores:ident, $accum:ident) => {
+        /// # Safety
+        #[doc = concat!($needs, "; `k` holds `out.len() / (q.len() / hd)` head rows.")]
+        #[target_feature(enable = $feature)]
+        pub unsafe fn $scores(q: &[f32], hd: usize, k: &[$t], scale: f32, out: &mut [f32]) {
+            // SAFETY: forwarded contract.
+            unsafe { super::body::scores::<$isa, $t, $h>(q, hd, k, scale, out) }
+        }
+
+        /// # Safety
+        #[doc = concat!($needs, "; `v` holds `p.len() / (acc.len() / hd)` head rows.")]
+        #[target_feature(enable = $feature)]
+        pub unsafe fn $accum(acc: &mut [f32], hd: usize, p: &[f32], v: &[$t]) {
+            // SAFETY: forwarded contract.
+            unsafe { super::body::accum::<$isa, $t, $h>(acc, hd, p, v) }
         }
     };
 }

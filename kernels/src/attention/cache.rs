@@ -125,9 +125,9 @@ impl PagedKvCache {
             .try_fold(1usize, |a, &b| a.checked_mul(b))
             .ok_or_else(|| invalid("the pool size overflows usize; use fewer pages".into()))?;
         let store = || match dtype {
-            KvDtype::F32 => Store::F32(vec![0.0; total]),
-            KvDtype::F16 => Store::F16(vec![f16::ZERO; total]),
-            KvDtype::Q8_0 => Store::Q8(vec![BlockQ8_0::default(); total]),
+            KvDtype::F32 => Store::F32(huge_pages_vec(0.0, total)),
+            KvDtype::F16 => Store::F16(huge_pages_vec(f16::ZERO, total)),
+            KvDtype::Q8_0 => Store::Q8(huge_pages_vec(BlockQ8_0::default(), total)),
         };
         Ok(PagedKvCache {
             n_layers,
@@ -409,4 +409,32 @@ fn read_row(store: &Store, src: usize, y: &mut [f32]) {
             }
         }
     }
+}
+
+/// `vec![x; n]`, its memory first offered to the kernel for transparent
+/// huge pages (Linux `madvise(MADV_HUGEPAGE)`, which the usual `madvise`
+/// THP setting waits for). A decode step at a long context reads every
+/// layer's K/V once, tens of MB scattered over page-sized runs, and with
+/// 4 KiB pages nearly every run starts with a TLB miss, which in a VM is a
+/// two-level page walk. The advice is a hint: refused (no THP, another OS)
+/// it changes nothing.
+fn huge_pages_vec<T: Clone>(x: T, n: usize) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        const HUGE: usize = 2 << 20;
+        let p = v.as_ptr() as usize;
+        let (start, end) = (
+            p.next_multiple_of(HUGE),
+            (p + n * size_of::<T>()) & !(HUGE - 1),
+        );
+        if end > start {
+            // SAFETY: the range lies inside v's untouched allocation;
+            // MADV_HUGEPAGE changes no contents, only how later faults are
+            // served.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    v.resize(n, x);
+    v
 }

@@ -24,18 +24,19 @@
 //! every score to normalize it, so the keys are read twice.
 //!
 //! The unit of work is one query row's group of heads that share a KV
-//! head: each page's keys and values are read once for the whole group and
-//! stay in L1 while its heads use them. Threads split the
+//! head: the kernels take the whole group, so each key or value vector is
+//! loaded (and widened) once for several heads, and the next page is
+//! prefetched while one is computed. Threads split the
 //! `q_rows × n_kv_heads` units; with `kv_block > 0` each unit's keys are
 //! also split into blocks of `kv_block` positions computed independently,
 //! and the partial `(max, sum, acc)` states are merged at the end (split-K
 //! "flash decoding"), which keeps all cores busy in decode when there are
 //! fewer KV heads than threads.
 //!
-//! Variants: scalar (f32 dot products and axpys, the reference the SIMD
-//! variants are held to), AVX2, AVX-512 and NEON, each for f32, f16 and
-//! Q8_0 pages (f16 widened and Q8_0 dequantized in registers: `Σ q·(d·qs)`
-//! is computed as `d · Σ q·qs` per 32-block). [`dense_reference`] is the
+//! Variants: scalar (f32 dot products and axpys, one head at a time, the
+//! reference the SIMD variants are held to), AVX2, AVX-512 and NEON, one
+//! body for f32, f16 and Q8_0 pages (f16 widened and Q8_0 dequantized in
+//! registers, `d · qs` per vector). [`dense_reference`] is the
 //! independent oracle the tests compare everything with: plain f64
 //! attention over contiguous K/V.
 
@@ -228,17 +229,25 @@ impl Tunable for AttnParams {
 /// The ISA variants this family implements.
 pub const ISAS: [Isa; 4] = crate::eltwise::ISAS;
 
-/// Scores of `q` against `n = out.len()` consecutive key rows, times `scale`.
+/// Scores of the `g = q.len() / hd` query heads of a group against `n =
+/// out.len() / g` consecutive key rows, times `scale`: `out[j · n + t]`.
 ///
 /// # Safety
-/// The variant's ISA is available; `k` holds exactly `out.len()` rows of
-/// `q.len()` values in the page dtype.
-type ScoresFn<T> = unsafe fn(q: &[f32], k: &[T], scale: f32, out: &mut [f32]);
-/// `acc += Σ_t p[t] · v_t` over `p.len()` consecutive value rows.
+/// The variant's ISA is available; `k` holds exactly `n` rows of `hd`
+/// values in the page dtype.
+type ScoresFn<T> = unsafe fn(q: &[f32], hd: usize, k: &[T], scale: f32, out: &mut [f32]);
+/// `acc_j += Σ_t p[j · n + t] · v_t` for the `g = acc.len() / hd` heads'
+/// accumulators over `n = p.len() / g` consecutive value rows.
 ///
 /// # Safety
-/// As [`ScoresFn`], with `acc.len()` values per row.
-type AccumFn<T> = unsafe fn(acc: &mut [f32], p: &[f32], v: &[T]);
+/// As [`ScoresFn`], with `hd` values per row.
+type AccumFn<T> = unsafe fn(acc: &mut [f32], hd: usize, p: &[f32], v: &[T]);
+
+/// The largest of a page's scores.
+///
+/// # Safety
+/// The variant's ISA is available.
+type MaxFn = unsafe fn(s: &[f32]) -> f32;
 
 /// `s[j] = e^(s[j] - m)` in place; returns `Σ s[j]`.
 ///
@@ -251,6 +260,7 @@ type ExpSumFn = unsafe fn(s: &mut [f32], m: f32) -> f32;
 struct Ops<T> {
     scores: ScoresFn<T>,
     accum: AccumFn<T>,
+    max: MaxFn,
     exp_sum: ExpSumFn,
 }
 
@@ -269,23 +279,27 @@ macro_rules! page_elem {
                     Isa::Avx2 => Ops {
                         scores: avx2::$scores,
                         accum: avx2::$accum,
+                        max: avx2::max,
                         exp_sum: avx2::exp_sum,
                     },
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => Ops {
                         scores: avx512::$scores,
                         accum: avx512::$accum,
+                        max: avx512::max,
                         exp_sum: avx512::exp_sum,
                     },
                     #[cfg(target_arch = "aarch64")]
                     Isa::Neon => Ops {
                         scores: neon::$scores,
                         accum: neon::$accum,
+                        max: neon::max,
                         exp_sum: neon::exp_sum,
                     },
                     _ => Ops {
                         scores: scalar::$scores,
                         accum: scalar::$accum,
+                        max: scalar::max,
                         exp_sum: scalar::exp_sum,
                     },
                 }
@@ -335,11 +349,25 @@ impl<T: PageElem> Ctx<'_, T> {
         &self.q[o..o + self.hd]
     }
 
+    /// The `group` query heads of row `i` that share KV head `kvh`.
+    fn q_group(&self, i: usize, kvh: usize) -> &[f32] {
+        let o = (i * self.n_q_heads + kvh * self.group) * self.hd;
+        &self.q[o..o + self.group * self.hd]
+    }
+
     /// Online softmax of the `group` query heads of row `i` that share KV
     /// head `kvh`, over KV positions `t0..t1`. Each page's keys and values
-    /// are read once for the whole group (they stay in L1 between heads).
-    /// Leaves head `j`'s unnormalized `Σ e^(s - m) v` in `accs[j·hd..]` and
-    /// its `(m, l)` in `ml[2j..2j + 2]`.
+    /// are read once for the whole group: the kernels take all its heads.
+    /// `scratch` holds `group · page_size` scores. Leaves head `j`'s
+    /// unnormalized `Σ e^(s - m) v` in `accs[j·hd..]` and its `(m, l)` in
+    /// `ml[2j..2j + 2]`.
+    ///
+    /// While a page is computed, the next one's keys and values are
+    /// prefetched: a page's K rows of one head are contiguous, but the next
+    /// page's lie a whole page of the other heads away (or elsewhere, as
+    /// the page table has it), which the hardware prefetcher does not
+    /// follow; at long contexts the K/V stream comes from DRAM and decode
+    /// stalls on every page without the hint.
     #[allow(clippy::too_many_arguments)]
     fn attend_group(
         &self,
@@ -352,6 +380,7 @@ impl<T: PageElem> Ctx<'_, T> {
         ml: &mut [f32],
     ) {
         let hd = self.hd;
+        let q = self.q_group(i, kvh);
         accs.fill(0.0);
         for st in ml.chunks_exact_mut(2) {
             st[0] = f32::NEG_INFINITY;
@@ -365,19 +394,31 @@ impl<T: PageElem> Ctx<'_, T> {
                 self.rows(self.k, page, kvh, off, n),
                 self.rows(self.v, page, kvh, off, n),
             );
-            for (j, (acc, st)) in accs
-                .chunks_exact_mut(hd)
+            let next = t + n;
+            let ahead = (next < t1).then(|| {
+                let (np, no) = (next / self.ps, next % self.ps);
+                let nn = (self.ps - no).min(t1 - next);
+                (
+                    self.rows(self.k, np, kvh, no, nn),
+                    self.rows(self.v, np, kvh, no, nn),
+                )
+            });
+            let s = &mut scratch[..self.group * n];
+            if let Some((nk, _)) = ahead {
+                prefetch_all(nk);
+            }
+            // SAFETY: the ISA was resolved by the entry point; `rows`
+            // returns exactly n rows, q holds group heads of hd values, s
+            // group rows of n scores.
+            unsafe { (self.ops.scores)(q, hd, kr, self.scale, s) };
+            for ((sj, acc), st) in s
+                .chunks_exact_mut(n)
+                .zip(accs.chunks_exact_mut(hd))
                 .zip(ml.chunks_exact_mut(2))
-                .enumerate()
             {
-                let q = self.q_of(i, kvh * self.group + j);
-                let s = &mut scratch[..n];
-                // SAFETY: the ISA was resolved by the entry point; `rows`
-                // returns exactly n rows of head_dim values, q and acc hold
-                // head_dim.
-                unsafe { (self.ops.scores)(q, kr, self.scale, s) };
                 let (mut m, mut l) = (st[0], st[1]);
-                let cmax = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                // SAFETY: as above.
+                let cmax = unsafe { (self.ops.max)(sj) };
                 if cmax > m {
                     // e^(m_old - m_new) < 1; 0 on the first page (m_old = -∞),
                     // where acc is still all zero.
@@ -389,14 +430,16 @@ impl<T: PageElem> Ctx<'_, T> {
                     m = cmax;
                 }
                 // SAFETY: as above.
-                unsafe {
-                    l += (self.ops.exp_sum)(s, m);
-                    (self.ops.accum)(acc, s, vr);
-                }
+                l += unsafe { (self.ops.exp_sum)(sj, m) };
                 st[0] = m;
                 st[1] = l;
             }
-            t += n;
+            if let Some((_, nv)) = ahead {
+                prefetch_all(nv);
+            }
+            // SAFETY: as above; accs holds group heads of hd values.
+            unsafe { (self.ops.accum)(accs, hd, s, vr) };
+            t = next;
         }
     }
 
@@ -411,7 +454,13 @@ impl<T: PageElem> Ctx<'_, T> {
             let s = &mut out[t..t + n];
             // SAFETY: as in `attend_group`.
             unsafe {
-                (self.ops.scores)(q, self.rows(self.k, page, kvh, off, n), self.scale, s);
+                (self.ops.scores)(
+                    q,
+                    self.hd,
+                    self.rows(self.k, page, kvh, off, n),
+                    self.scale,
+                    s,
+                );
                 (self.ops.exp_sum)(s, m);
             }
             s.iter_mut().for_each(|x| *x *= inv);
@@ -422,7 +471,7 @@ impl<T: PageElem> Ctx<'_, T> {
 }
 
 /// Reusable buffers of the attention kernel: the per-row softmax
-/// statistics, one page of scores per worker, and the split-K partial
+/// statistics, one page of scores per head of a group per worker, and the split-K partial
 /// states. The caller owns one (e.g. next to its KV cache) and passes it to
 /// [`paged_attention_scratch`]; buffers grow on demand and are never shrunk,
 /// so once a call of a given shape has run, calls of that shape or smaller
@@ -432,7 +481,7 @@ impl<T: PageElem> Ctx<'_, T> {
 pub struct AttnScratch {
     /// `(m, l)` per (row, head).
     stats: Vec<f32>,
-    /// `page_size` scores per worker.
+    /// `group · page_size` scores per worker.
     scores: Vec<f32>,
     /// Split-K `[m, l per head][acc per head]` per (unit, block).
     part: Vec<f32>,
@@ -577,7 +626,8 @@ fn run<T: PageElem>(
     } = scratch;
     // (m, l) per pair, for the probabilities pass.
     let stats = grown(stats, 2 * pairs);
-    let scores = grown(scores, threads * ps);
+    let sw = ctx.group * ps;
+    let scores = grown(scores, threads * sw);
     let blocks = if params.kv_block == 0 {
         1
     } else {
@@ -596,7 +646,7 @@ fn run<T: PageElem>(
             stats,
             2 * g,
             scores,
-            ps,
+            sw,
             |r, out, st, scratch| {
                 for (j, u) in r.enumerate() {
                     let (i, kvh) = (u / ctx.n_kv, u % ctx.n_kv);
@@ -624,7 +674,7 @@ fn run<T: PageElem>(
             &mut [] as &mut [u8],
             0,
             scores,
-            ps,
+            sw,
             |r, part, _, scratch| {
                 for (j, task) in r.enumerate() {
                     let (u, b) = (task / blocks, task % blocks);
@@ -645,7 +695,7 @@ fn run<T: PageElem>(
             stats,
             2,
             scores,
-            ps,
+            sw,
             |r, out, st, _| {
                 for (j, pair) in r.enumerate() {
                     let (u, gj) = (pair / g, pair % g);
@@ -693,7 +743,7 @@ fn run<T: PageElem>(
             &mut [] as &mut [u8],
             0,
             scores,
-            ps,
+            sw,
             |r, pr, _, _| {
                 for (j, u) in r.enumerate() {
                     let (h, i) = (u / ctx.q_rows, u % ctx.q_rows);
@@ -884,3 +934,12 @@ pub fn paged_attention_scratch(
 
 #[cfg(test)]
 mod tests;
+
+/// Requests every 64-byte line of `rows` (see [`Ctx::attend_group`]).
+#[inline]
+fn prefetch_all<T>(rows: &[T]) {
+    let p = rows.as_ptr().cast::<u8>();
+    for l in (0..size_of_val(rows)).step_by(64) {
+        crate::prefetch::line(p.wrapping_add(l));
+    }
+}

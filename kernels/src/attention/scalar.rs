@@ -8,7 +8,7 @@ use crate::quant::{BlockQ8_0, QK};
 use half::f16;
 
 /// `out[t] = scale · q·k_t`, f32 rows.
-pub fn scores_f32(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
+fn scores_f32_head(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
     let hd = q.len();
     debug_assert_eq!(k.len(), out.len() * hd);
     for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
@@ -17,7 +17,7 @@ pub fn scores_f32(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
 }
 
 /// `out[t] = scale · q·k_t`, f16 rows.
-pub fn scores_f16(q: &[f32], k: &[f16], scale: f32, out: &mut [f32]) {
+fn scores_f16_head(q: &[f32], k: &[f16], scale: f32, out: &mut [f32]) {
     let hd = q.len();
     debug_assert_eq!(k.len(), out.len() * hd);
     for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
@@ -26,7 +26,7 @@ pub fn scores_f16(q: &[f32], k: &[f16], scale: f32, out: &mut [f32]) {
 }
 
 /// `out[t] = scale · q·k_t`, Q8_0 rows: `Σ_blocks d · Σ q·qs`.
-pub fn scores_q8(q: &[f32], k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
+fn scores_q8_head(q: &[f32], k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
     let nb = q.len() / QK;
     debug_assert_eq!(k.len(), out.len() * nb);
     for (s, kr) in out.iter_mut().zip(k.chunks_exact(nb)) {
@@ -37,6 +37,11 @@ pub fn scores_q8(q: &[f32], k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
         }
         *s = sum * scale;
     }
+}
+
+/// The largest of `s` (NaNs ignored).
+pub fn max(s: &[f32]) -> f32 {
+    s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
 /// `s[j] = e^(s[j] - m)` in place (std `exp`); returns the sum.
@@ -50,7 +55,7 @@ pub fn exp_sum(s: &mut [f32], m: f32) -> f32 {
 }
 
 /// `acc += Σ_t p[t] · v_t`, f32 rows.
-pub fn accum_f32(acc: &mut [f32], p: &[f32], v: &[f32]) {
+fn accum_f32_head(acc: &mut [f32], p: &[f32], v: &[f32]) {
     let hd = acc.len();
     debug_assert_eq!(v.len(), p.len() * hd);
     for (&pt, vr) in p.iter().zip(v.chunks_exact(hd)) {
@@ -61,7 +66,7 @@ pub fn accum_f32(acc: &mut [f32], p: &[f32], v: &[f32]) {
 }
 
 /// `acc += Σ_t p[t] · v_t`, f16 rows.
-pub fn accum_f16(acc: &mut [f32], p: &[f32], v: &[f16]) {
+fn accum_f16_head(acc: &mut [f32], p: &[f32], v: &[f16]) {
     let hd = acc.len();
     debug_assert_eq!(v.len(), p.len() * hd);
     for (&pt, vr) in p.iter().zip(v.chunks_exact(hd)) {
@@ -72,7 +77,7 @@ pub fn accum_f16(acc: &mut [f32], p: &[f32], v: &[f16]) {
 }
 
 /// `acc += Σ_t p[t] · v_t`, Q8_0 rows: `(p·d) · qs` per block.
-pub fn accum_q8(acc: &mut [f32], p: &[f32], v: &[BlockQ8_0]) {
+fn accum_q8_head(acc: &mut [f32], p: &[f32], v: &[BlockQ8_0]) {
     let nb = acc.len() / QK;
     debug_assert_eq!(v.len(), p.len() * nb);
     for (&pt, vr) in p.iter().zip(v.chunks_exact(nb)) {
@@ -83,6 +88,61 @@ pub fn accum_q8(acc: &mut [f32], p: &[f32], v: &[BlockQ8_0]) {
             }
         }
     }
+}
+
+// The group entry points: the reference computes each head on its own.
+
+/// A group call of a one-head scores kernel: `one(q_j, out_j)` per head.
+#[inline(always)]
+fn each_head_scores(
+    q: &[f32],
+    hd: usize,
+    out: &mut [f32],
+    mut one: impl FnMut(&[f32], &mut [f32]),
+) {
+    let n = out.len() / (q.len() / hd);
+    for (qj, oj) in q.chunks_exact(hd).zip(out.chunks_exact_mut(n)) {
+        one(qj, oj);
+    }
+}
+
+/// A group call of a one-head value kernel: `one(acc_j, p_j)` per head.
+#[inline(always)]
+fn each_head_accum(acc: &mut [f32], hd: usize, p: &[f32], mut one: impl FnMut(&mut [f32], &[f32])) {
+    let n = p.len() / (acc.len() / hd);
+    for (aj, pj) in acc.chunks_exact_mut(hd).zip(p.chunks_exact(n)) {
+        one(aj, pj);
+    }
+}
+
+/// [`scores_f32_head`] for each head of a group: `out[j · n + t]`.
+pub fn scores_f32(q: &[f32], hd: usize, k: &[f32], scale: f32, out: &mut [f32]) {
+    each_head_scores(q, hd, out, |q, o| scores_f32_head(q, k, scale, o));
+}
+
+/// [`accum_f32_head`] for each head of a group: `p[j · n + t]`.
+pub fn accum_f32(acc: &mut [f32], hd: usize, p: &[f32], v: &[f32]) {
+    each_head_accum(acc, hd, p, |a, p| accum_f32_head(a, p, v));
+}
+
+/// [`scores_f16_head`] for each head of a group: `out[j · n + t]`.
+pub fn scores_f16(q: &[f32], hd: usize, k: &[f16], scale: f32, out: &mut [f32]) {
+    each_head_scores(q, hd, out, |q, o| scores_f16_head(q, k, scale, o));
+}
+
+/// [`accum_f16_head`] for each head of a group: `p[j · n + t]`.
+pub fn accum_f16(acc: &mut [f32], hd: usize, p: &[f32], v: &[f16]) {
+    each_head_accum(acc, hd, p, |a, p| accum_f16_head(a, p, v));
+}
+
+/// [`scores_q8_head`] for each head of a group: `out[j · n + t]`.
+pub fn scores_q8(q: &[f32], hd: usize, k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
+    each_head_scores(q, hd, out, |q, o| scores_q8_head(q, k, scale, o));
+}
+
+/// [`accum_q8_head`] for each head of a group: `p[j · n + t]`.
+pub fn accum_q8(acc: &mut [f32], hd: usize, p: &[f32], v: &[BlockQ8_0]) {
+    each_head_accum(acc, hd, p, |a, p| accum_q8_head(a, p, v));
 }
 
 /// Plain attention in f64 over contiguous K/V, the oracle for the paged

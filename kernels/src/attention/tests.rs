@@ -294,6 +294,26 @@ fn prefill_matches_dense_reference() {
     }
 }
 
+/// Groups that split into head blocks of every width (the SIMD kernels
+/// take 4 heads at a time on AVX-512 and NEON, 2 on AVX2: 3 = 2 + 1 or 3,
+/// 5 = 4 + 1, 7 = 4 + 3, 8 = 4 + 4), with row counts that leave 1–3 rows
+/// after the blocks of four and a head dim with a tail on every ISA.
+#[test]
+fn groups_of_every_head_block_width() {
+    let mut rng = Rng::new(46);
+    for dtype in KvDtype::ALL {
+        for hd in head_dims(dtype) {
+            for (gi, group) in [3, 5, 7, 8].into_iter().enumerate() {
+                let ps = [16, 32][gi % 2];
+                let kv_len = [37, 70, 19, 66][gi];
+                let f = fixture(&mut rng, dtype, 2, hd, ps, kv_len);
+                check(&mut rng, &f, group, 1, kv_len - 1, None, gi == 2);
+                check(&mut rng, &f, group, 6, kv_len - 6, None, false);
+            }
+        }
+    }
+}
+
 #[test]
 fn edge_lengths_and_custom_scale() {
     let mut rng = Rng::new(43);

@@ -1,45 +1,11 @@
-//! AVX2 + FMA element-wise kernels, 8 lanes, and the 8-lane vector math
-//! (`exp8`, `sigmoid`-style helpers) that norm, softmax and rope reuse.
+//! AVX2 + FMA element-wise kernels, 8 lanes, on `simd`'s `exp8`.
 //! Tails go through a zero-padded stack buffer so every lane count runs
 //! the same code.
 
 use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
 use super::vconst::*;
-use crate::simd::avx2::Avx2;
+use crate::simd::avx2::{Avx2, exp8};
 use std::arch::x86_64::*;
-
-/// `e^x`, 8 lanes: Cody–Waite reduction `x = n·ln2 + r`, Cephes polynomial,
-/// and `2ⁿ` applied as two factors `2^(n>>1)·2^(n-(n>>1))` so that subnormal
-/// results round gradually and `n = 128` overflows to `+∞`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) fn exp8(x: __m256) -> __m256 {
-    // min/max return their second operand when either is NaN: order them so
-    // that a NaN input survives the clamp.
-    let x = _mm256_max_ps(
-        _mm256_set1_ps(EXP_LO),
-        _mm256_min_ps(_mm256_set1_ps(EXP_HI), x),
-    );
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-        x,
-        _mm256_set1_ps(LOG2E),
-    ));
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
-    let mut p = _mm256_set1_ps(EXP_POLY[0]);
-    for &c in &EXP_POLY[1..] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-    }
-    let r2 = _mm256_mul_ps(r, r);
-    let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
-    let ni = _mm256_cvtps_epi32(n);
-    let n1 = _mm256_srai_epi32::<1>(ni);
-    let n2 = _mm256_sub_epi32(ni, n1);
-    let bias = _mm256_set1_epi32(127);
-    let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
-    let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
-    _mm256_mul_ps(_mm256_mul_ps(y, s1), s2)
-}
 
 /// `x / (1 + e^(-a·x))` with the `x = -∞` limit `-0`.
 #[inline]

@@ -1,35 +1,10 @@
-//! AVX-512F element-wise kernels, 16 lanes, and the 16-lane vector math
-//! that norm, softmax and rope reuse. Tails use masked loads and stores;
-//! `2ⁿ` scaling uses `vscalefps`, which rounds subnormal results once and
-//! overflows to `+∞` by itself.
+//! AVX-512F element-wise kernels, 16 lanes, on `simd`'s `exp16`. Tails
+//! use masked loads and stores.
 
 use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
 use super::vconst::*;
-use crate::simd::avx512::Avx512;
+use crate::simd::avx512::{Avx512, exp16};
 use std::arch::x86_64::*;
-
-/// `e^x`, 16 lanes (see `avx2::exp8` for the method).
-#[inline]
-#[target_feature(enable = "avx512f")]
-pub(crate) fn exp16(x: __m512) -> __m512 {
-    // Second operand is returned for NaN: keep x second so NaN survives.
-    let x = _mm512_max_ps(
-        _mm512_set1_ps(EXP_LO),
-        _mm512_min_ps(_mm512_set1_ps(EXP_HI), x),
-    );
-    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
-    );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-    let mut p = _mm512_set1_ps(EXP_POLY[0]);
-    for &c in &EXP_POLY[1..] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    let r2 = _mm512_mul_ps(r, r);
-    let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
-    _mm512_scalef_ps(y, n)
-}
 
 /// Where `x = -∞`, returns `-0` instead of `v`.
 #[inline]

@@ -2,7 +2,7 @@
 //! (SiLU, GeLU tanh and erf, QuickGeLU, ReLU, ReLU², Sigmoid), `x *= c`,
 //! `a += b`, and the fused SwiGLU gate `gate = silu(gate) · up`.
 //!
-//! The SIMD variants share one vectorised `exp` (Cephes-style range
+//! The SIMD variants share one vectorised `exp` (`simd`'s: Cephes-style range
 //! reduction to `[-ln2/2, ln2/2]` + degree-5 polynomial, exact `2ⁿ` scaling
 //! in two factors, or `vscalefps` on AVX-512, so that results underflow
 //! gradually and overflow to `+∞`)
@@ -37,30 +37,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// Constants of the vectorised `exp` and `erfc` shared by the ISA files
-/// (here and in norm, softmax, rope).
+/// Constants of the vectorised `erfc` of the ISA files (the `exp`'s are
+/// `simd::expc`).
 pub(crate) mod vconst {
-    /// Inputs are clamped to `[EXP_LO, EXP_HI]`: above `ln(f32::MAX) ≈ 88.72`
-    /// the result must overflow to `+∞`, and below `-104` it rounds to `0`
-    /// (the smallest subnormal is `e^-103.3`). NaN survives the clamp.
-    pub const EXP_HI: f32 = 88.8;
-    pub const EXP_LO: f32 = -104.0;
-    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
-    /// `ln 2` split Cody–Waite style (Cephes `expf`): `LN2_HI` has few
-    /// mantissa bits so `n·LN2_HI` is exact for `|n| < 2^9`.
-    pub const LN2_HI: f32 = 0.693_359_4;
-    pub const LN2_LO: f32 = -2.121_944_4e-4;
-    /// Cephes `expf` polynomial (S. L. Moshier, Cephes Math Library 2.2):
-    /// `e^r ≈ 1 + r + r²·P(r)` on `|r| ≤ ln2/2`, highest degree first;
-    /// relative error ≈ 1 ulp.
-    pub const EXP_POLY: [f32; 6] = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5, // Cephes: 5.0000001201e-1, which rounds to 0.5 in f32
-    ];
     /// `erfc(z) ≈ e^(-z²)·t·P(t)`, `t = 1/(1 + z/2)`, fitted on `0 ≤ z ≤ 10`, the
     /// form of Abramowitz & Stegun 7.1.26 / Numerical Recipes' `erfcc` with
     /// coefficients fitted for this crate: `P` is the degree-9 Chebyshev

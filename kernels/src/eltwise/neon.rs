@@ -1,34 +1,10 @@
-//! NEON element-wise kernels, 4 lanes, and the 4-lane vector math that
-//! norm, softmax and rope reuse. Tails go through a zero-padded stack buffer.
+//! NEON element-wise kernels, 4 lanes, on `simd`'s `exp4`. Tails go
+//! through a zero-padded stack buffer.
 
 use super::scalar::{GELU_CUBIC, QUICK_GELU_ALPHA, SQRT_2_OVER_PI};
 use super::vconst::*;
-use crate::simd::neon::Neon;
+use crate::simd::neon::{Neon, exp4};
 use std::arch::aarch64::*;
-
-/// `e^x`, 4 lanes (see `avx2::exp8` for the method). `fmin`/`fmax`
-/// propagate NaN, so the clamp keeps NaN inputs NaN.
-#[inline]
-#[target_feature(enable = "neon")]
-pub(crate) fn exp4(x: float32x4_t) -> float32x4_t {
-    let x = vmaxq_f32(vdupq_n_f32(EXP_LO), vminq_f32(vdupq_n_f32(EXP_HI), x));
-    let ni = vcvtnq_s32_f32(vmulq_f32(x, vdupq_n_f32(LOG2E)));
-    let n = vcvtq_f32_s32(ni);
-    let r = vfmsq_f32(x, n, vdupq_n_f32(LN2_HI));
-    let r = vfmsq_f32(r, n, vdupq_n_f32(LN2_LO));
-    let mut p = vdupq_n_f32(EXP_POLY[0]);
-    for &c in &EXP_POLY[1..] {
-        p = vfmaq_f32(vdupq_n_f32(c), p, r);
-    }
-    let r2 = vmulq_f32(r, r);
-    let y = vaddq_f32(vfmaq_f32(r, p, r2), vdupq_n_f32(1.0));
-    let n1 = vshrq_n_s32::<1>(ni);
-    let n2 = vsubq_s32(ni, n1);
-    let bias = vdupq_n_s32(127);
-    let s1 = vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(n1, bias)));
-    let s2 = vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(n2, bias)));
-    vmulq_f32(vmulq_f32(y, s1), s2)
-}
 
 /// Where `x = -∞`, returns `-0` instead of `v`.
 #[inline]

@@ -1,6 +1,7 @@
 //! [`Simd`] for AVX2 + FMA + F16C: 8 lanes in a `ymm` register.
 
 use super::Simd;
+use super::expc::*;
 use core::arch::x86_64::*;
 use half::f16;
 
@@ -39,6 +40,10 @@ impl Simd for Avx2 {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
     }
     #[inline(always)]
+    unsafe fn load_i8(p: *const i8) -> __m256 {
+        unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i))) }
+    }
+    #[inline(always)]
     unsafe fn add(a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_add_ps(a, b) }
     }
@@ -68,6 +73,19 @@ impl Simd for Avx2 {
             _mm_cvtss_f32(s)
         }
     }
+    /// Two rounds of `hadd` leave each 128-bit half with four partial
+    /// sums, one per vector; the halves are then added.
+    #[inline(always)]
+    unsafe fn reduce_add4(v: [__m256; 4]) -> [f32; 4] {
+        unsafe {
+            let [a, b, c, d] = v;
+            let x = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+            let s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+            let mut out = [0.0f32; 4];
+            _mm_storeu_ps(out.as_mut_ptr(), s);
+            out
+        }
+    }
     /// NaN handling as `maxps`: not propagated; callers detect NaN through
     /// the sum that follows.
     #[inline(always)]
@@ -81,7 +99,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn exp(x: __m256) -> __m256 {
-        unsafe { crate::eltwise::avx2::exp8(x) }
+        unsafe { exp8(x) }
     }
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
@@ -95,4 +113,37 @@ impl Simd for Avx2 {
     unsafe fn fma_bcast(acc: __m256, b: __m256, a: __m256, _i: usize) -> __m256 {
         unsafe { _mm256_fmadd_ps(a, b, acc) }
     }
+}
+
+/// `e^x`, 8 lanes: Cody–Waite reduction `x = n·ln2 + r`, Cephes polynomial,
+/// and `2ⁿ` applied as two factors `2^(n>>1)·2^(n-(n>>1))` so that subnormal
+/// results round gradually and `n = 128` overflows to `+∞`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn exp8(x: __m256) -> __m256 {
+    // min/max return their second operand when either is NaN: order them so
+    // that a NaN input survives the clamp.
+    let x = _mm256_max_ps(
+        _mm256_set1_ps(EXP_LO),
+        _mm256_min_ps(_mm256_set1_ps(EXP_HI), x),
+    );
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(LOG2E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let r2 = _mm256_mul_ps(r, r);
+    let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
+    let ni = _mm256_cvtps_epi32(n);
+    let n1 = _mm256_srai_epi32::<1>(ni);
+    let n2 = _mm256_sub_epi32(ni, n1);
+    let bias = _mm256_set1_epi32(127);
+    let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+    let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+    _mm256_mul_ps(_mm256_mul_ps(y, s1), s2)
 }

@@ -3,6 +3,7 @@
 //! enable.
 
 use super::Simd;
+use super::expc::*;
 use core::arch::x86_64::*;
 use half::f16;
 
@@ -48,6 +49,10 @@ impl Simd for Avx512 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
     }
     #[inline(always)]
+    unsafe fn load_i8(p: *const i8) -> __m512 {
+        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))) }
+    }
+    #[inline(always)]
     unsafe fn add(a: __m512, b: __m512) -> __m512 {
         unsafe { _mm512_add_ps(a, b) }
     }
@@ -71,13 +76,43 @@ impl Simd for Avx512 {
     unsafe fn reduce_add(v: __m512) -> f32 {
         unsafe { _mm512_reduce_add_ps(v) }
     }
+    /// 128-bit quarters added pairwise across the four (two shuffles and
+    /// an add per level), then within each quarter, then lane 0 of each
+    /// quarter gathered.
+    #[inline(always)]
+    unsafe fn reduce_add4(v: [__m512; 4]) -> [f32; 4] {
+        unsafe {
+            let [a, b, c, d] = v;
+            // [a.q0+a.q2, a.q1+a.q3, b.q0+b.q2, b.q1+b.q3], the same for c, d.
+            let ab = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            );
+            let cd = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x44>(c, d),
+                _mm512_shuffle_f32x4::<0xEE>(c, d),
+            );
+            // Quarter k holds four partial sums of the k-th vector.
+            let x = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(ab, cd),
+                _mm512_shuffle_f32x4::<0xDD>(ab, cd),
+            );
+            let x = _mm512_add_ps(x, _mm512_permute_ps::<0b10_11_00_01>(x));
+            let x = _mm512_add_ps(x, _mm512_permute_ps::<0b01_00_11_10>(x));
+            let idx = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
+            let s = _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, x));
+            let mut out = [0.0f32; 4];
+            _mm_storeu_ps(out.as_mut_ptr(), s);
+            out
+        }
+    }
     #[inline(always)]
     unsafe fn reduce_max(v: __m512) -> f32 {
         unsafe { _mm512_reduce_max_ps(v) }
     }
     #[inline(always)]
     unsafe fn exp(x: __m512) -> __m512 {
-        unsafe { crate::eltwise::avx512::exp16(x) }
+        unsafe { exp16(x) }
     }
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
@@ -111,4 +146,29 @@ impl Simd for Avx512 {
     unsafe fn zero_tail(v: __m512, n: usize) -> __m512 {
         unsafe { _mm512_maskz_mov_ps(tail_mask(n), v) }
     }
+}
+
+/// `e^x`, 16 lanes (see `avx2::exp8` for the method); `2ⁿ` scaling uses
+/// `vscalefps`, which rounds subnormal results once and overflows to `+∞`
+/// by itself.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn exp16(x: __m512) -> __m512 {
+    // Second operand is returned for NaN: keep x second so NaN survives.
+    let x = _mm512_max_ps(
+        _mm512_set1_ps(EXP_LO),
+        _mm512_min_ps(_mm512_set1_ps(EXP_HI), x),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let r2 = _mm512_mul_ps(r, r);
+    let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
+    _mm512_scalef_ps(y, n)
 }

@@ -50,6 +50,8 @@ pub(crate) trait Simd: Copy {
     unsafe fn store(p: *mut f32, v: Self::V);
     /// `LANES` f16 widened to f32.
     unsafe fn load_f16(p: *const f16) -> Self::V;
+    /// `LANES` i8 widened to f32.
+    unsafe fn load_i8(p: *const i8) -> Self::V;
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
@@ -57,6 +59,9 @@ pub(crate) trait Simd: Copy {
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn reduce_add(v: Self::V) -> f32;
+    /// The lane sums of four vectors, `[Σa, Σb, Σc, Σd]`: one reduction
+    /// tree for the four, cheaper than four [`Simd::reduce_add`]s.
+    unsafe fn reduce_add4(v: [Self::V; 4]) -> [f32; 4];
     unsafe fn reduce_max(v: Self::V) -> f32;
     /// `e^x` lane by lane, the vector exponential of `eltwise`.
     unsafe fn exp(x: Self::V) -> Self::V;
@@ -145,4 +150,30 @@ impl Elem for f16 {
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
+}
+
+/// The constants of the vector exponential (`exp8`, `exp16`, `exp4` in the
+/// ISA files, [`Simd::exp`]).
+pub(crate) mod expc {
+    /// Inputs are clamped to `[EXP_LO, EXP_HI]`: above `ln(f32::MAX) ≈ 88.72`
+    /// the result must overflow to `+∞`, and below `-104` it rounds to `0`
+    /// (the smallest subnormal is `e^-103.3`). NaN survives the clamp.
+    pub const EXP_HI: f32 = 88.8;
+    pub const EXP_LO: f32 = -104.0;
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// `ln 2` split Cody–Waite style (Cephes `expf`): `LN2_HI` has few
+    /// mantissa bits so `n·LN2_HI` is exact for `|n| < 2^9`.
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// Cephes `expf` polynomial (S. L. Moshier, Cephes Math Library 2.2):
+    /// `e^r ≈ 1 + r + r²·P(r)` on `|r| ≤ ln2/2`, highest degree first;
+    /// relative error ≈ 1 ulp.
+    pub const EXP_POLY: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5, // Cephes: 5.0000001201e-1, which rounds to 0.5 in f32
+    ];
 }

@@ -4,6 +4,7 @@
 //! register.
 
 use super::Simd;
+use super::expc::*;
 use core::arch::aarch64::*;
 use half::f16;
 
@@ -42,6 +43,15 @@ impl Simd for Neon {
         // f16 is a transparent u16.
         unsafe { vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p as *const u16))) }
     }
+    /// Four bytes read as one word (an 8-byte `ld1` could cross the end of
+    /// the buffer), widened i8 → i16 → i32 → f32.
+    #[inline(always)]
+    unsafe fn load_i8(p: *const i8) -> float32x4_t {
+        unsafe {
+            let w = vreinterpret_s8_s32(vdup_n_s32((p as *const i32).read_unaligned()));
+            vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(w))))
+        }
+    }
     #[inline(always)]
     unsafe fn add(a: float32x4_t, b: float32x4_t) -> float32x4_t {
         unsafe { vaddq_f32(a, b) }
@@ -66,13 +76,24 @@ impl Simd for Neon {
     unsafe fn reduce_add(v: float32x4_t) -> f32 {
         unsafe { vaddvq_f32(v) }
     }
+    /// Three pairwise adds: `faddp` of (a, b), of (c, d), then of those.
+    #[inline(always)]
+    unsafe fn reduce_add4(v: [float32x4_t; 4]) -> [f32; 4] {
+        unsafe {
+            let [a, b, c, d] = v;
+            let s = vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
+            let mut out = [0.0f32; 4];
+            vst1q_f32(out.as_mut_ptr(), s);
+            out
+        }
+    }
     #[inline(always)]
     unsafe fn reduce_max(v: float32x4_t) -> f32 {
         unsafe { vmaxvq_f32(v) }
     }
     #[inline(always)]
     unsafe fn exp(x: float32x4_t) -> float32x4_t {
-        unsafe { crate::eltwise::neon::exp4(x) }
+        unsafe { exp4(x) }
     }
     /// `prfm pldl1strm` (`core::arch::aarch64::_prefetch` is unstable).
     #[inline(always)]
@@ -102,4 +123,28 @@ impl Simd for Neon {
             }
         }
     }
+}
+
+/// `e^x`, 4 lanes (see `avx2::exp8` for the method). `fmin`/`fmax`
+/// propagate NaN, so the clamp keeps NaN inputs NaN.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) fn exp4(x: float32x4_t) -> float32x4_t {
+    let x = vmaxq_f32(vdupq_n_f32(EXP_LO), vminq_f32(vdupq_n_f32(EXP_HI), x));
+    let ni = vcvtnq_s32_f32(vmulq_f32(x, vdupq_n_f32(LOG2E)));
+    let n = vcvtq_f32_s32(ni);
+    let r = vfmsq_f32(x, n, vdupq_n_f32(LN2_HI));
+    let r = vfmsq_f32(r, n, vdupq_n_f32(LN2_LO));
+    let mut p = vdupq_n_f32(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = vfmaq_f32(vdupq_n_f32(c), p, r);
+    }
+    let r2 = vmulq_f32(r, r);
+    let y = vaddq_f32(vfmaq_f32(r, p, r2), vdupq_n_f32(1.0));
+    let n1 = vshrq_n_s32::<1>(ni);
+    let n2 = vsubq_s32(ni, n1);
+    let bias = vdupq_n_s32(127);
+    let s1 = vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(n1, bias)));
+    let s2 = vreinterpretq_f32_s32(vshlq_n_s32::<23>(vaddq_s32(n2, bias)));
+    vmulq_f32(vmulq_f32(y, s1), s2)
 }

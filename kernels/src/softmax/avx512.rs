@@ -2,7 +2,7 @@
 //! lanes load as `-∞`, which is neutral for the max and gives `e^-∞ = 0`).
 
 use super::TopList;
-use crate::eltwise::avx512::exp16;
+use crate::simd::avx512::exp16;
 use crate::simd::avx512::tail_mask;
 use std::arch::x86_64::*;
 
