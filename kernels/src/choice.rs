@@ -25,6 +25,7 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
+use crate::dtype::GgmlType;
 use crate::gemm::{self, GemmConfig, GemmParams, GemmShape};
 use crate::gemv::{self, GemvConfig, GemvParams, GemvShape};
 use crate::qgemm::{self, QGemm, QGemmParams, QGemmShape};
@@ -48,17 +49,21 @@ pub enum WeightKind {
 }
 
 impl WeightKind {
-    /// The kind for a dtype as the problem keys spell it (`f32`, `q4_k`, ...).
-    pub fn of_dtype(dtype: &str) -> Self {
-        match dtype {
-            "f32" => WeightKind::F32,
-            "f16" => WeightKind::F16,
-            d => QGEMV_FORMATS
-                .iter()
-                .copied()
-                .find(|f| f.name().eq_ignore_ascii_case(d))
+    /// The kind of a weight of element type `t`.
+    pub fn of(t: GgmlType) -> Self {
+        match t {
+            GgmlType::F32 => WeightKind::F32,
+            GgmlType::F16 => WeightKind::F16,
+            t => QuantFormat::of(t)
+                .filter(|f| QGEMV_FORMATS.contains(f))
                 .map_or(WeightKind::Dequantized, WeightKind::Quant),
         }
+    }
+
+    /// The kind for a dtype as the problem keys spell it (`f32`, `q4_k`,
+    /// ...); a name that is no element type is [`WeightKind::Dequantized`].
+    pub fn of_dtype(dtype: &str) -> Self {
+        GgmlType::parse(dtype).map_or(WeightKind::Dequantized, Self::of)
     }
 }
 

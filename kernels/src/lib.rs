@@ -12,6 +12,7 @@
 
 pub mod attention;
 pub mod choice;
+pub mod dtype;
 pub mod eltwise;
 pub mod embed;
 pub mod error;

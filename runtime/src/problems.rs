@@ -6,7 +6,7 @@
 //! list the runtime looks up once at load: both come from here, so what is
 //! tuned is exactly what is run.
 
-use crate::gguf::GgufFile;
+use crate::gguf::{GgmlType, GgufFile};
 use crate::{LoadError, Result};
 use tiletune_tables::Problem;
 
@@ -18,8 +18,9 @@ pub const PREFILL_BUCKETS: [usize; 3] = [16, 64, 256];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinearWeight {
     pub tensor: String,
-    /// Weight dtype as the kernels name it (`f32`, `f16`, `q4_0`, `q6_k`, ...).
-    pub dtype: String,
+    /// The weight's element type (keyed in problems as `f32`, `q4_0`,
+    /// `q6_k`, ...).
+    pub dtype: GgmlType,
     /// Output features (rows of W).
     pub n: usize,
     /// Input features (columns of W).
@@ -49,7 +50,7 @@ pub fn linear_weights(g: &GgufFile) -> Result<Vec<LinearWeight>> {
         };
         out.push(LinearWeight {
             tensor: t.name.clone(),
-            dtype: t.ggml_type.name().to_ascii_lowercase(),
+            dtype: t.ggml_type,
             n: to_usize(t.dims[1])?,
             k: to_usize(t.dims[0])?,
         });
@@ -79,13 +80,17 @@ pub fn problems_for(
         }
     };
     for w in weights {
-        push(Problem::new("gemv", &w.dtype, [("n", w.n), ("k", w.k)])?);
+        push(Problem::new(
+            "gemv",
+            w.dtype.key(),
+            [("n", w.n), ("k", w.k)],
+        )?);
     }
     for &m in &PREFILL_BUCKETS {
         for w in weights {
             push(Problem::new(
                 "gemm",
-                &w.dtype,
+                w.dtype.key(),
                 [("m", m), ("n", w.n), ("k", w.k)],
             )?);
         }
@@ -147,7 +152,7 @@ mod tests {
             ]
         );
         let down = &linear_weights(&g).unwrap()[3];
-        assert_eq!((down.n, down.k, down.dtype.as_str()), (8, 16, "f32"));
+        assert_eq!((down.n, down.k, down.dtype), (8, 16, GgmlType::F32));
     }
 
     #[test]

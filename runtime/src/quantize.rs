@@ -173,15 +173,12 @@ impl FileType {
 /// Parses a tensor type for `--output-tensor-type` / `--token-embedding-type`:
 /// a ggml type name tiletune can write.
 pub fn parse_tensor_type(s: &str) -> std::result::Result<GgmlType, String> {
-    let want = s.trim().to_ascii_lowercase();
     let writable: Vec<GgmlType> = GgmlType::ALL
         .into_iter()
         .filter(|t| convertible(*t))
         .collect();
-    writable
-        .iter()
-        .copied()
-        .find(|t| t.name().eq_ignore_ascii_case(&want))
+    GgmlType::parse(s.trim())
+        .filter(|t| writable.contains(t))
         .ok_or_else(|| {
             let names: Vec<&str> = writable.iter().map(|t| t.name()).collect();
             format!(
@@ -200,8 +197,7 @@ fn convertible(t: GgmlType) -> bool {
 /// The kernel crate's quantizer for a weight type (not the activation-only
 /// Q8_1 / Q8_K).
 fn kernel_format(t: GgmlType) -> Option<QuantFormat> {
-    QuantFormat::from_ggml_type_id(t.id())
-        .filter(|q| !matches!(q, QuantFormat::Q8_1 | QuantFormat::Q8K))
+    QuantFormat::of(t).filter(|q| !matches!(q, QuantFormat::Q8_1 | QuantFormat::Q8K))
 }
 
 fn is_quantized(t: GgmlType) -> bool {

@@ -80,7 +80,7 @@ fn gguf(cfg: &ModelConfig, store: Store, seed: u64) -> GgufFile {
             }
             (_, Store::Q(fmt)) => {
                 let b = quant::quantize(fmt, &vals).unwrap();
-                let ty = GgmlType::from_id(fmt.ggml_type_id()).unwrap();
+                let ty = fmt.ggml();
                 g.tensor(&name, &dims, ty, b).unwrap();
             }
         }

@@ -14,7 +14,6 @@
 mod common;
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::{CpuCaps, KERNEL_ABI};
-use tiletune_runtime::GgmlType;
 use tiletune_runtime::config::{Arch, ModelConfig};
 use tiletune_runtime::gguf::GgufFile;
 use tiletune_runtime::models::{FastModel, Weight};
@@ -59,7 +58,7 @@ fn gguf(cfg: &ModelConfig, fmt: QuantFormat, seed: u64) -> GgufFile {
             g.tensor_f32(&name, &dims, &vals).unwrap();
         } else {
             let b = quant::quantize(fmt, &vals).unwrap();
-            let ty = GgmlType::from_id(fmt.ggml_type_id()).unwrap();
+            let ty = fmt.ggml();
             g.tensor(&name, &dims, ty, b).unwrap();
         }
     };

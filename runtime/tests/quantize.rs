@@ -50,7 +50,7 @@ fn model(cfg: &ModelConfig, store: Option<QuantFormat>) -> Vec<u8> {
         let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
         match store {
             Some(fmt) if !norm => {
-                let ty = GgmlType::from_id(fmt.ggml_type_id()).unwrap();
+                let ty = fmt.ggml();
                 let b = quant::quantize(fmt, &vals).unwrap();
                 g.tensor(&w.gguf_name(), &dims, ty, b).unwrap();
             }
@@ -185,7 +185,7 @@ fn written_tensors_are_the_quantizers_bytes_and_the_file_runs() {
         assert_eq!(info.ggml_type, c.to, "{}", c.name);
         assert_eq!(info.dims, c.dims);
         let (_, src) = g.tensor_data(&c.name).unwrap();
-        let want = match QuantFormat::from_ggml_type_id(c.to.id()) {
+        let want = match QuantFormat::of(c.to) {
             None => src.to_vec(),
             Some(fmt) => {
                 let f: Vec<f32> = src

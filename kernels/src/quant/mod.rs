@@ -4,7 +4,8 @@
 //! time); [`legacy`], [`kquants`] and [`mxfp4`] hold per-block quantizers
 //! (ports of ggml's reference quantizers, so the bytes equal what
 //! `llama-quantize` writes without an imatrix) and dequantizers. This module
-//! adds [`QuantFormat`], the format enum with ggml's type ids, and the
+//! adds [`QuantFormat`], the formats with kernels (a subset of
+//! [`GgmlType`], whose ids and names it takes), and the
 //! generic row-level [`quantize`] / [`dequantize`].
 //!
 //! Compatibility is proven, not assumed: `kernels/tests/quant_vectors.rs`
@@ -22,6 +23,7 @@ pub use blocks::{
     cast_blocks, cast_blocks_mut,
 };
 
+use crate::dtype::GgmlType;
 use crate::{KernelError, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -61,43 +63,31 @@ impl QuantFormat {
         QuantFormat::Q8K,
     ];
 
+    /// The element type this format is.
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            QuantFormat::Q4_0 => GgmlType::Q4_0,
+            QuantFormat::Q4_1 => GgmlType::Q4_1,
+            QuantFormat::Q5_0 => GgmlType::Q5_0,
+            QuantFormat::Q5_1 => GgmlType::Q5_1,
+            QuantFormat::Q8_0 => GgmlType::Q8_0,
+            QuantFormat::Q8_1 => GgmlType::Q8_1,
+            QuantFormat::Q4K => GgmlType::Q4_K,
+            QuantFormat::Q5K => GgmlType::Q5_K,
+            QuantFormat::Q6K => GgmlType::Q6_K,
+            QuantFormat::Q8K => GgmlType::Q8_K,
+            QuantFormat::Mxfp4 => GgmlType::MXFP4,
+        }
+    }
+
+    /// The format of an element type, if tiletune has kernels for it.
+    pub fn of(t: GgmlType) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.ggml() == t)
+    }
+
     /// The name ggml and GGUF use (`q4_0`, `q4_K`, `mxfp4`, …).
     pub fn name(self) -> &'static str {
-        match self {
-            QuantFormat::Q4_0 => "q4_0",
-            QuantFormat::Q4_1 => "q4_1",
-            QuantFormat::Q5_0 => "q5_0",
-            QuantFormat::Q5_1 => "q5_1",
-            QuantFormat::Q8_0 => "q8_0",
-            QuantFormat::Q8_1 => "q8_1",
-            QuantFormat::Q4K => "q4_K",
-            QuantFormat::Q5K => "q5_K",
-            QuantFormat::Q6K => "q6_K",
-            QuantFormat::Q8K => "q8_K",
-            QuantFormat::Mxfp4 => "mxfp4",
-        }
-    }
-
-    /// ggml's `enum ggml_type` value, as stored in GGUF tensor infos.
-    pub fn ggml_type_id(self) -> u32 {
-        match self {
-            QuantFormat::Q4_0 => 2,
-            QuantFormat::Q4_1 => 3,
-            QuantFormat::Q5_0 => 6,
-            QuantFormat::Q5_1 => 7,
-            QuantFormat::Q8_0 => 8,
-            QuantFormat::Q8_1 => 9,
-            QuantFormat::Q4K => 12,
-            QuantFormat::Q5K => 13,
-            QuantFormat::Q6K => 14,
-            QuantFormat::Q8K => 15,
-            QuantFormat::Mxfp4 => 39,
-        }
-    }
-
-    /// The format of a ggml type id, if tiletune implements it.
-    pub fn from_ggml_type_id(id: u32) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.ggml_type_id() == id)
+        self.ggml().name()
     }
 
     /// Values per block.
@@ -164,9 +154,8 @@ pub struct ParseQuantFormatError(pub String);
 impl FromStr for QuantFormat {
     type Err = ParseQuantFormatError;
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|f| f.name().eq_ignore_ascii_case(s))
+        GgmlType::parse(s)
+            .and_then(Self::of)
             .ok_or_else(|| ParseQuantFormatError(s.to_string()))
     }
 }
@@ -260,14 +249,17 @@ mod tests {
     use crate::testing::Rng;
 
     #[test]
-    fn names_and_ids_round_trip() {
+    fn names_and_types_round_trip() {
         for f in QuantFormat::ALL {
             assert_eq!(f.name().parse::<QuantFormat>().unwrap(), f);
-            assert_eq!(QuantFormat::from_ggml_type_id(f.ggml_type_id()), Some(f));
+            assert_eq!(QuantFormat::of(f.ggml()), Some(f));
             assert_eq!(f.row_bytes(f.block_size() * 3), 3 * f.block_bytes());
+            // The block layouts are the ggml type's.
+            assert_eq!(f.block_size() as u64, f.ggml().block_size());
+            assert_eq!(f.block_bytes() as u64, f.ggml().type_size());
         }
         assert!("q3_K".parse::<QuantFormat>().is_err());
-        assert_eq!(QuantFormat::from_ggml_type_id(0), None);
+        assert_eq!(QuantFormat::of(GgmlType::F32), None);
     }
 
     #[test]

@@ -12,10 +12,9 @@
 //! cannot make it allocate more than a small multiple of the file's size.
 //! A truncated or malformed file gives a [`LoadError`] naming the offset.
 
-mod types;
 pub mod write;
 
-pub use types::GgmlType;
+pub use tiletune_kernels::dtype::GgmlType;
 
 use crate::error::{LoadError, Result};
 use std::collections::HashMap;

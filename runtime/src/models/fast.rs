@@ -42,8 +42,8 @@ use tiletune_kernels::{CpuCaps, Isa, Tunable};
 use super::{RopeLayout, Weight, WeightSource, dequant};
 use crate::config::ModelConfig;
 use crate::error::{LoadError, Result};
-use crate::gguf::GgufFile;
-use crate::plan::{ExecutionPlan, KernelChoice, Layout, WeightKind};
+use crate::gguf::{GgmlType, GgufFile};
+use crate::plan::{ExecutionPlan, KernelChoice, Layout, Op, WeightKind};
 use crate::problems::{PREFILL_BUCKETS, prefill_bucket};
 
 fn kerr(e: tiletune_kernels::KernelError) -> LoadError {
@@ -78,8 +78,8 @@ struct Linear {
     n: usize,
     k: usize,
     bias: Option<Vec<f32>>,
-    /// The weight's dtype as the problem keys spell it.
-    dtype: String,
+    /// The weight's element type.
+    dtype: GgmlType,
     decode: KernelChoice,
     prefill: [KernelChoice; PREFILL_BUCKETS.len()],
 }
@@ -108,10 +108,10 @@ impl Linear {
                 info.dims
             )));
         }
-        let dtype = info.ggml_type.name().to_ascii_lowercase();
-        let decode = plan.kernel("gemv", &dtype, 1, n, k);
-        let prefill = PREFILL_BUCKETS.map(|m| plan.kernel("gemm", &dtype, m, n, k));
-        let wd = match WeightKind::of_dtype(&dtype) {
+        let dtype = info.ggml_type;
+        let decode = plan.kernel(Op::Gemv, dtype, 1, n, k);
+        let prefill = PREFILL_BUCKETS.map(|m| plan.kernel(Op::Gemm, dtype, m, n, k));
+        let wd = match WeightKind::of(dtype) {
             WeightKind::F32 => WData::F32(
                 data.chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -246,7 +246,7 @@ impl Linear {
         };
         if let Some(calls) = &mut cx.calls {
             calls.push(KernelCall {
-                dtype: self.dtype.clone(),
+                dtype: self.dtype,
                 m,
                 n,
                 k,
@@ -315,7 +315,7 @@ impl Linear {
 /// multiplied, and the kernel that ran.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelCall {
-    pub dtype: String,
+    pub dtype: GgmlType,
     pub m: usize,
     pub n: usize,
     pub k: usize,
@@ -327,11 +327,11 @@ impl KernelCall {
     /// the GEMM of the row count's prefill bucket.
     pub fn problem(&self) -> tiletune_tables::Problem {
         let p = if self.m == 1 {
-            tiletune_tables::Problem::new("gemv", &self.dtype, [("n", self.n), ("k", self.k)])
+            tiletune_tables::Problem::new("gemv", self.dtype.key(), [("n", self.n), ("k", self.k)])
         } else {
             tiletune_tables::Problem::new(
                 "gemm",
-                &self.dtype,
+                self.dtype.key(),
                 [("m", prefill_bucket(self.m)), ("n", self.n), ("k", self.k)],
             )
         };

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tiletune_kernels::dtype::GgmlType;
 use tiletune_kernels::qgemv::QMode;
 use tiletune_kernels::{CpuCaps, KERNEL_ABI};
 use tiletune_tables::{Lookup, OpenOptions, Phase, Placement, Problem, SelectorDb, Verdict};
@@ -432,19 +433,18 @@ impl ExecutionPlan {
         self.index.get(&p.key()).map(|&i| &self.entries[i])
     }
 
-    /// The kernel for `op` (`gemv`, `gemm`) on a weight, falling back to the
+    /// The kernel for `op` on a weight of type `dtype`, falling back to the
     /// default when the problem was not planned (a model built without it).
-    pub fn kernel(&self, op: &str, dtype: &str, m: usize, n: usize, k: usize) -> KernelChoice {
-        let p = if op == "gemv" {
-            Problem::new("gemv", dtype, [("n", n), ("k", k)])
-        } else {
-            Problem::new("gemm", dtype, [("m", m), ("n", n), ("k", k)])
+    pub fn kernel(&self, op: Op, dtype: GgmlType, m: usize, n: usize, k: usize) -> KernelChoice {
+        let p = match op {
+            Op::Gemv => Problem::new("gemv", dtype.key(), [("n", n), ("k", k)]),
+            Op::Gemm => Problem::new("gemm", dtype.key(), [("m", m), ("n", n), ("k", k)]),
         };
         match p.ok().as_ref().and_then(|p| self.get(p)) {
             Some(e) => e.kernel,
             None => KernelChoice::default_for(
-                if op == "gemv" { Op::Gemv } else { Op::Gemm },
-                WeightKind::of_dtype(dtype),
+                op,
+                WeightKind::of(dtype),
                 m,
                 n,
                 k,

@@ -1,8 +1,13 @@
-//! The ggml tensor type table: ids as in ggml.h's `enum ggml_type` (current
-//! numbering; removed ids 4, 5, 31-33, 36-38 are rejected), with the block size
-//! (elements per block) and type size (bytes per block) from ggml.c's
-//! `type_traits`, so a tensor's byte size can be computed and checked against
-//! the file before any kernel sees it.
+//! The one vocabulary of element types: ggml's tensor types, with their ids
+//! as in ggml.h's `enum ggml_type` (current numbering; removed ids 4, 5,
+//! 31-33, 36-38 are rejected), block size (elements per block) and type size
+//! (bytes per block) from ggml.c's `type_traits`, so a tensor's byte size can
+//! be computed and checked against the file before any kernel sees it; its
+//! names (`q4_K` as llama.cpp prints it, `q4_k` as kernel problems key it,
+//! either read back by [`GgmlType::parse`]); and which of them tiletune's
+//! matrix kernels take ([`GgmlType::MATRIX`]). A quantized block format's
+//! kernel-side enum, [`crate::quant::QuantFormat`], is the subset with
+//! kernels, converted to and from this type in one place.
 
 /// A ggml tensor element type as stored in GGUF.
 #[allow(non_camel_case_types)]
@@ -232,8 +237,8 @@ impl GgmlType {
         }
     }
 
-    /// Lowercase name as llama.cpp prints it (`q4_0`, `f16`, `mxfp4`).
-    pub fn name(self) -> &'static str {
+    /// The name as llama.cpp prints it (`q4_0`, `q4_K`, `f16`, `mxfp4`).
+    pub const fn name(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::F16 => "f16",
@@ -281,6 +286,45 @@ impl GgmlType {
     }
 }
 
+impl GgmlType {
+    /// The weight types tiletune's matrix kernels (GEMV, GEMM and their
+    /// quantized forms) take: f32, f16, then the GGUF block formats.
+    pub const MATRIX: [GgmlType; 11] = [
+        Self::F32,
+        Self::F16,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::Q8_0,
+        Self::Q4_K,
+        Self::Q5_K,
+        Self::Q6_K,
+        Self::MXFP4,
+    ];
+
+    /// The name kernel problems and the selector table key a weight dtype
+    /// by: [`Self::name`] in lowercase (`q4_k`).
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Q2_K => "q2_k",
+            Self::Q3_K => "q3_k",
+            Self::Q4_K => "q4_k",
+            Self::Q5_K => "q5_k",
+            Self::Q6_K => "q6_k",
+            Self::Q8_K => "q8_k",
+            t => t.name(),
+        }
+    }
+
+    /// The type a name gives, in any case (`q4_K`, `Q4_K`, `q4_k`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s))
+    }
+}
+
 impl std::fmt::Display for GgmlType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -300,6 +344,17 @@ mod tests {
             assert_eq!(GgmlType::from_id(removed), None, "id {removed}");
         }
         assert_eq!(GgmlType::MXFP4.id(), 39);
+    }
+
+    #[test]
+    fn names_read_back_in_any_case() {
+        for t in GgmlType::ALL {
+            assert_eq!(GgmlType::parse(t.name()), Some(t));
+            assert_eq!(GgmlType::parse(t.key()), Some(t));
+            assert_eq!(GgmlType::parse(&t.name().to_ascii_uppercase()), Some(t));
+            assert_eq!(t.key(), t.name().to_ascii_lowercase());
+        }
+        assert_eq!(GgmlType::parse("q4_k_m"), None);
     }
 
     #[test]
