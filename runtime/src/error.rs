@@ -113,6 +113,9 @@ pub enum LoadError {
 
     #[error("sampling: {0}")]
     Sampling(String),
+
+    #[error("perplexity: {0}")]
+    Perplexity(String),
 }
 
 /// Result alias used throughout the crate.

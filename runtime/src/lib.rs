@@ -15,6 +15,8 @@
 //! - [`generate`]: the prefill + sample loop with streaming text.
 //! - [`plan`]: the execution plan (kernel choice per problem from the selector table).
 //! - [`models::FastModel`]: the decoder on the tuned kernels, weights kept quantized.
+//! - [`engine`]: all of the above as every front end loads it ([`engine::Engine`]).
+//! - [`perplexity`]: llama-perplexity's chunked score on the fast decoder.
 //!
 //! Architecture invariant: `runtime` never depends on `tuner`, `pmu`,
 //! `bench-harness` or `reports`; all its errors are [`LoadError`]s.
@@ -22,11 +24,13 @@
 pub mod chat;
 pub mod config;
 pub mod convert;
+pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod input;
 pub mod models;
+pub mod perplexity;
 pub mod plan;
 pub mod problems;
 pub mod quantize;

@@ -4,7 +4,7 @@
 //! loads the model per thread count, runs that schedule on it and prints.
 
 use super::Global;
-use super::run::{ModelArgs, load, parse_kv_type};
+use super::model_args::{ModelArgs, load, parse_kv_type};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -225,7 +225,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
             };
             // A Hugging Face folder may come without tokenizer.json: the
             // config's vocabulary and BOS id serve for random prompts.
-            let (n_vocab, bos) = match l.tok() {
+            let (n_vocab, bos) = match l.tokenizer() {
                 Ok(t) => (
                     t.vocab_size().min(l.cfg.vocab).max(1) as u32,
                     t.adds_bos().then(|| t.bos()).flatten(),

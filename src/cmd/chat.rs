@@ -9,15 +9,14 @@
 //! `tiletune_runtime::chat` (`parse_input`, `fit_context`).
 
 use super::Global;
-use super::run::{ModelArgs, SampleArgs, encode_chat, load, warn_ctx_clamped};
+use super::model_args::{ModelArgs, SampleArgs, load, warn_ctx_clamped};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tiletune_runtime::chat::{
-    CHAT_HELP, ChatTemplate, Command, Fit, Input, Message, fit_context, parse_input,
-};
+use tiletune_runtime::chat::{CHAT_HELP, Command, Fit, Input, Message, fit_context, parse_input};
+use tiletune_runtime::engine::encode_chat;
 use tiletune_runtime::models::generate_fast;
 use tiletune_runtime::sampling::{StopCriteria, StopReason};
 
@@ -46,15 +45,15 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
-    args.m.model = super::pull::model_path(&args.m.model)?;
+    args.m.resolve()?;
     let sigint = Sigint::install();
     let l = load(&args.m, args.ctx)?;
     warn_ctx_clamped(&l, args.ctx);
     if g.verbose {
         eprintln!("{}", l.plan.summary());
     }
-    let tok = l.tok()?;
-    let template = ChatTemplate::from_gguf(&l.gguf, tok)?;
+    let tok = l.tokenizer()?;
+    let template = l.chat_template()?;
     let mut sampler = args.s.sampler()?;
     let mut st = l.model.new_state();
     let start: Vec<Message> = args
@@ -71,7 +70,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         args.m.model.display()
     );
     let encode = |m: &[Message]| -> anyhow::Result<Vec<u32>> {
-        encode_chat(tok, &template.render(m, true)?)
+        Ok(encode_chat(tok, &template.render(m, true)?)?)
     };
     loop {
         let line = match input.read()? {

@@ -4,9 +4,10 @@
 //! with the time the lookup and planning took.
 
 use super::Global;
-use super::run::{ModelArgs, open_gguf, plan_for};
+use super::model_args::ModelArgs;
 use std::io::Write;
 use std::process::ExitCode;
+use tiletune_runtime::engine::{open_gguf, plan_for};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -15,9 +16,13 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
-    args.m.model = super::pull::model_path(&args.m.model)?;
-    let gguf = open_gguf(&args.m)?;
-    let plan = plan_for(&args.m, &gguf)?;
+    args.m.resolve()?;
+    let opts = args.m.load_options(0);
+    let gguf = open_gguf(&opts)?;
+    let (plan, notes) = plan_for(&opts, &gguf)?;
+    for n in notes {
+        eprintln!("warning: {n}");
+    }
     let mut out = std::io::stdout().lock();
     if g.json {
         serde_json::to_writer_pretty(&mut out, &plan.to_json())?;

@@ -43,15 +43,6 @@ pub struct TiletuneKernel {
     pub gbytes_per_s: f64,
 }
 
-/// ggml's spelling of a weight type (`q4_K`, not `q4_k`).
-pub fn ggml_type(t: &str) -> String {
-    let t = t.trim().to_ascii_lowercase();
-    match t.strip_suffix("_k") {
-        Some(base) => format!("{base}_K"),
-        None => t,
-    }
-}
-
 /// test-backend-ops' `-p` filter: plain (unbatched, unpermuted) products of
 /// these ggml types and token counts.
 pub fn backend_ops_filter(ggml_types: &[String], batch: &[String]) -> String {
@@ -214,13 +205,6 @@ mod tests {
             "gemm" => ["f32", "f16", "q4_0", "q8_0", "q6_k"].contains(&dtype),
             _ => false,
         }
-    }
-
-    #[test]
-    fn ggml_types_are_spelled_as_ggml_prints_them() {
-        assert_eq!(ggml_type("Q4_0"), "q4_0");
-        assert_eq!(ggml_type("q4_k"), "q4_K");
-        assert_eq!(ggml_type("q6_K"), "q6_K");
     }
 
     #[test]

@@ -4,15 +4,16 @@
 //! this module runs llama.cpp, times tiletune's kernels with `bench <family>`'s
 //! `bench_kernel` and prints.
 
-use super::Global;
-use super::bench::{KernelArgs, KernelJob, bench_kernel};
-use super::compare::{available_threads, print_doc, write_json_file};
+use super::output::{available_threads, print_doc, write_json_file};
+use crate::cmd::Global;
+use crate::cmd::bench::{KernelArgs, KernelJob, bench_kernel};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tiletune_bench::peers::compare::{KernelComparison, TiletuneKernel, kernels, locate};
 use tiletune_bench::peers::{self, PeerCommand};
+use tiletune_kernels::dtype::GgmlType;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,8 +22,8 @@ pub struct Args {
     pub llama_test_backend_ops: Option<PathBuf>,
     /// Weight types, comma separated (f32, f16, q4_0, q4_1, q5_0, q5_1,
     /// q8_0, q4_k, q5_k, q6_k, mxfp4).
-    #[arg(long, value_delimiter = ',', default_value = "q4_0,q8_0")]
-    pub types: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "q4_0,q8_0", value_parser = parse_type)]
+    pub types: Vec<GgmlType>,
     /// Token counts (MUL_MAT's n) to keep from llama.cpp's perf suite, comma
     /// separated; 1 is GEMV. Its suite has 1, 2, 3, 4, 5, 8 and 512.
     #[arg(long, value_delimiter = ',', default_value = "1")]
@@ -36,6 +37,19 @@ pub struct Args {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+/// A `--types` value: a weight type tiletune's matrix kernels take.
+fn parse_type(s: &str) -> Result<GgmlType, String> {
+    GgmlType::parse(s.trim())
+        .filter(|t| GgmlType::MATRIX.contains(t))
+        .ok_or_else(|| {
+            let names: Vec<&str> = GgmlType::MATRIX.iter().map(|t| t.key()).collect();
+            format!(
+                "`{s}` is not a weight type; use one of {}",
+                names.join(", ")
+            )
+        })
 }
 
 /// Whether `tiletune bench` runs `op` at `dtype`.
@@ -53,7 +67,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
     if a.types.is_empty() || a.batch.is_empty() {
         anyhow::bail!("--types and --batch need at least one value each");
     }
-    let types: Vec<String> = a.types.iter().map(|t| kernels::ggml_type(t)).collect();
+    // test-backend-ops spells the types as ggml does (`q4_K`).
+    let types: Vec<String> = a.types.iter().map(|t| t.name().to_string()).collect();
     let batch: Vec<String> = a.batch.iter().map(u64::to_string).collect();
     let cmd = PeerCommand::new("llama.cpp", &bin)
         .args([
@@ -96,7 +111,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
     if rows.is_empty() {
         notes.push(format!(
             "no MUL_MAT result matched --types {} --batch {}",
-            a.types.join(","),
+            types.join(","),
             batch.join(",")
         ));
     }

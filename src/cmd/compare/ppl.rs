@@ -2,8 +2,8 @@
 //! next to `llama-perplexity`, run by `tiletune_bench::peers::compare::PplCompare`;
 //! this module reads the flags, prints and stores the rows as peer results.
 
-use super::Global;
-use super::compare::{available_threads, print_doc, store, tiletune_exe, write_json_file};
+use super::output::{available_threads, print_doc, store, tiletune_exe, write_json_file};
+use crate::cmd::Global;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,7 +48,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
-    a.model = super::pull::model_path(&a.model)?;
+    a.model = crate::cmd::pull::model_path(&a.model)?;
     if !a.model.is_file() {
         anyhow::bail!("model {} does not exist", a.model.display());
     }
