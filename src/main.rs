@@ -42,6 +42,8 @@ pub enum Command {
     Pull(cmd::pull::Args),
     /// Convert a Hugging Face model folder to a GGUF file (any type quantize writes).
     Convert(cmd::convert::Args),
+    /// List or clean the GGUF images Hugging Face folders were converted to.
+    Cache(cmd::cache::Args),
     /// Re-quantize a GGUF file as llama-quantize does (same types, tensor
     /// choices and flags).
     Quantize(cmd::quantize::Args),
@@ -86,6 +88,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Chat(args) => cmd::chat::run(&global, args),
         Command::Pull(args) => cmd::pull::run(&global, args),
         Command::Convert(args) => cmd::convert::run(&global, args),
+        Command::Cache(args) => cmd::cache::run(&global, args),
         Command::Quantize(args) => cmd::quantize::run(&global, args),
         Command::Compare(args) => cmd::compare::run(&global, args),
         Command::Report(args) => cmd::report::run(&global, args),

@@ -100,13 +100,11 @@ fn run_fixture(name: &str, extra: &[&str], n: usize) -> (f32, Vec<u32>) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The converted image lands in the cache, once.
-    let cached: Vec<_> = std::fs::read_dir(s.0.join("tiletune/converted"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert_eq!(cached.len(), 1, "{cached:?}");
+    // The converted image lands in the cache, once, with its record.
+    let cached = cache_files(&s.0);
+    assert_eq!(cached.len(), 2, "{cached:?}");
     assert!(cached[0].ends_with(".gguf"), "{cached:?}");
+    assert_eq!(cached[1], cached[0].replace(".gguf", ".json"), "{cached:?}");
 
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&dump).unwrap()).unwrap();
@@ -119,6 +117,18 @@ fn run_fixture(name: &str, extra: &[&str], n: usize) -> (f32, Vec<u32>) {
         .map(|s| s["token"].as_u64().unwrap() as u32)
         .collect();
     (err, generated)
+}
+
+/// The names of the files in the conversion cache under `cache`, sorted.
+fn cache_files(cache: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(cache.join("tiletune/converted"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 /// Max abs error over the prompt's logits, relative to the largest |logit|
@@ -207,9 +217,11 @@ fn bad_folders_and_quant_give_clear_errors() {
     args.extend_from_slice(&ids);
     assert_fails(&tiletune(&s.0, &args), &["model.safetensors"]);
     // Nothing half-written is left in the cache.
-    let conv = s.0.join("tiletune/converted");
-    let left = std::fs::read_dir(&conv).map_or(0, |d| d.count());
-    assert_eq!(left, 0, "cache holds files after a failed conversion");
+    let left = cache_files(&s.0);
+    assert!(
+        left.is_empty(),
+        "cache holds files after a failed conversion: {left:?}"
+    );
 
     // A --quant without a quantizer, and one that is no type at all.
     let mut args = vec!["run", "--model", src.to_str().unwrap(), "--quant", "q3_k"];
@@ -451,4 +463,109 @@ fn convert_writes_a_gguf_that_runs_as_its_folder() {
         .map(|t| t.ggml_type.name().to_string())
         .collect();
     assert_eq!(types, ["f32", "q8_0"].map(String::from).into());
+}
+
+/// `cache list` names each image's source folder and whether a run of it
+/// would still use the image; `cache clean` removes only the images no run
+/// can use again, `--all` every one.
+#[test]
+fn the_conversion_cache_is_listed_and_cleaned() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let s = Scratch::new("cache");
+    let list = |s: &Scratch| -> Vec<serde_json::Value> {
+        let out = tiletune(&s.0, &["--json", "cache", "list"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert!(list(&s).is_empty());
+    // Two folders: the fixture, and a copy that will go away.
+    let kept = fixture("tied");
+    let gone = s.0.join("gone");
+    std::fs::create_dir_all(&gone).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(kept.join(f), gone.join(f)).unwrap();
+    }
+    let dump = s.0.join("logits.json");
+    for (m, quant) in [(&kept, "F32"), (&gone, "Q8_0")] {
+        let args = [
+            "run",
+            "-m",
+            m.to_str().unwrap(),
+            "--quant",
+            quant,
+            "--token-ids",
+            "1,2",
+            "-n",
+            "1",
+            "--dump-logits",
+            dump.to_str().unwrap(),
+        ];
+        let out = tiletune(&s.0, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let entries = list(&s);
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for e in &entries {
+        assert_eq!(e["state"], "current", "{e}");
+    }
+    let types: Vec<&str> = entries
+        .iter()
+        .map(|e| e["file_type"].as_str().unwrap())
+        .collect();
+    assert!(
+        types.contains(&"F32") && types.contains(&"Q8_0"),
+        "{types:?}"
+    );
+
+    std::fs::remove_dir_all(&gone).unwrap();
+    let entries = list(&s);
+    let missing: Vec<_> = entries
+        .iter()
+        .filter(|e| e["state"] == "source missing")
+        .collect();
+    assert_eq!(missing.len(), 1, "{entries:?}");
+    assert_eq!(missing[0]["file_type"], "Q8_0");
+    // A table for people says the same, and what to do.
+    let out = tiletune(&s.0, &["cache", "list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("source missing") && text.contains("tiletune cache clean"),
+        "{text}"
+    );
+
+    let out = tiletune(&s.0, &["cache", "clean"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("removed") && text.contains("source missing"),
+        "{text}"
+    );
+    let entries = list(&s);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["file_type"], "F32");
+    assert_eq!(cache_files(&s.0).len(), 2, "the record goes with its image");
+
+    let out = tiletune(&s.0, &["cache", "clean", "--all"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(list(&s).is_empty());
+    assert!(cache_files(&s.0).is_empty());
 }

@@ -183,15 +183,7 @@ impl Report {
 
 /// `2026-11-29 23:05 UTC` from Unix seconds.
 pub fn utc_string(unix: i64) -> String {
-    let t = tiletune_tables::UtcTime::from_unix(unix);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
-        t.year,
-        t.month,
-        t.day,
-        t.secs / 3600,
-        t.secs % 3600 / 60
-    )
+    format!("{} UTC", tiletune_tables::UtcTime::from_unix(unix))
 }
 
 fn micros(ns: f64) -> String {

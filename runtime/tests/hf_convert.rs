@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::config::ModelConfig;
-use tiletune_runtime::convert::{cached_gguf, hf_to_gguf};
+use tiletune_runtime::convert::{CacheState, cached_gguf, hf_to_gguf};
 use tiletune_runtime::models::{Model, Weight};
 use tiletune_runtime::quantize::FileType;
 use tiletune_runtime::safetensors::{SafetensorsModel, StDtype, write_safetensors};
@@ -178,8 +178,22 @@ fn cache_converts_once_per_weight_type() {
     assert_eq!(t.ggml_type.id(), 8, "q8_0 weights");
     let t = g.tensor_info("blk.0.attn_norm.weight").unwrap();
     assert_eq!(t.ggml_type.id(), 0, "norms stay f32");
-    let files = std::fs::read_dir(&cache).unwrap().count();
-    assert_eq!(files, 2, "one image per weight type, no temp files left");
+    let mut files: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files.len(),
+        4,
+        "one image and its record per weight type, no temp files left: {files:?}"
+    );
+    assert!(
+        files
+            .iter()
+            .all(|f| f.ends_with(".gguf") || f.ends_with(".json")),
+        "{files:?}"
+    );
 }
 
 /// Weights replaced by a file of the same size with the same modification
@@ -222,4 +236,9 @@ fn the_cache_is_keyed_by_content_not_size_and_mtime() {
     );
     // Unchanged contents still hit the cache.
     assert_eq!(cached_gguf(&model, None, &cache).unwrap(), after);
+    // The listing tells the two apart by contents too.
+    let listed = tiletune_runtime::convert::list(&cache).unwrap();
+    let state = |p: &std::path::Path| listed.iter().find(|e| e.path == p).unwrap().state;
+    assert_eq!(state(&before), CacheState::Changed);
+    assert_eq!(state(&after), CacheState::Current);
 }

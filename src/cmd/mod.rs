@@ -5,6 +5,7 @@ pub mod accept;
 pub mod bench;
 pub mod bench_model;
 pub mod bench_roofline;
+pub mod cache;
 pub mod chat;
 pub mod compare;
 pub mod convert;

@@ -50,6 +50,21 @@ impl UtcTime {
     }
 }
 
+/// `2026-11-29 23:05`: the date and the minute, as people read them.
+impl std::fmt::Display for UtcTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:04}-{:02}-{:02} {:02}:{:02}",
+            self.year,
+            self.month,
+            self.day,
+            self.secs / 3600,
+            self.secs % 3600 / 60
+        )
+    }
+}
+
 /// A SoC the table has rows for. `fingerprint` is the stable hash from the soc
 /// crate; `probe` is its full probe record, kept so a table explains itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

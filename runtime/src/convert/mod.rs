@@ -4,7 +4,7 @@
 //! llama.cpp's names and layout (dims innermost first, llama q/k rows
 //! permuted for ggml's adjacent-pair RoPE), metadata gets the keys
 //! [`ModelConfig::from_gguf`] and [`crate::chat::ChatTemplate::from_gguf`]
-//! read. [`cached_gguf`] writes the image once per (folder contents, file
+//! read. [`cached_gguf`] (`cache.rs`) writes the image once per (folder contents, file
 //! type) under a cache directory, atomically; a file type other than the
 //! checkpoint's own is applied by [`crate::quantize`], so a folder run with
 //! `--quant T` gets the tensors `tiletune quantize` (and llama-quantize)
@@ -15,11 +15,12 @@ use crate::error::{LoadError, Result};
 use crate::gguf::GgmlType;
 use crate::gguf::write::GgufWriter;
 use crate::models::Weight;
-use crate::quantize::{self, FileType, QuantizeOptions};
 use crate::safetensors::{HfModelDir, StDtype};
 use crate::tokenizer::{BpeParts, Tokenizer};
-use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod cache;
+pub use cache::{CacheEntry, CacheState, Cleaned, cached_gguf, clean, default_cache_dir, list};
 
 /// Bumped whenever the image layout changes, so stale cache files are not reused.
 const CONVERTER_VERSION: u32 = 3;
@@ -258,94 +259,6 @@ fn tokenizer_parts(dir: &Path, keys: TokenizerKeys) -> Result<Option<BpeParts>> 
             parts.pre.patterns()
         ))),
     }
-}
-
-/// Cache key: converter version, weight type, and every file's name and
-/// contents. Contents, not size and modification time: a checkpoint
-/// replaced by another of the same size with its mtime kept (a copy with
-/// `cp -p`, an unpacked archive, a sync tool) must not reuse the old image.
-/// The price is reading every file once per start (the cached image is then
-/// mapped, not converted).
-fn cache_key(dir: &Path, quant: Option<FileType>) -> Result<String> {
-    let io = |path: &Path, source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| io(dir, e))?
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| io(dir, e))?;
-    entries.sort_by_key(|e| e.file_name());
-    let mut h = Sha256::new();
-    h.update(CONVERTER_VERSION.to_le_bytes());
-    h.update(quant.map_or("native", FileType::name).as_bytes());
-    for e in entries {
-        let path = e.path();
-        // Follows links, as the loader does when it reads the folder.
-        let md = std::fs::metadata(&path).map_err(|err| io(&path, err))?;
-        if !md.is_file() {
-            continue;
-        }
-        h.update(e.file_name().as_encoded_bytes());
-        h.update([0]);
-        let mut f = std::fs::File::open(&path).map_err(|err| io(&path, err))?;
-        let n = std::io::copy(&mut f, &mut h).map_err(|err| io(&path, err))?;
-        h.update(n.to_le_bytes());
-    }
-    let digest = h.finalize();
-    Ok(digest.iter().take(16).map(|b| format!("{b:02x}")).collect())
-}
-
-/// The default cache directory: `$XDG_CACHE_HOME/tiletune/converted`, else
-/// `$HOME/.cache/tiletune/converted`, else the system temp directory.
-pub fn default_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|s| !s.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        })
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("tiletune").join("converted")
-}
-
-/// The path of `dir` converted with `quant` under `cache_dir`, converting
-/// first if no cached image exists. The image is written to a temporary file
-/// and renamed into place, so a reader never sees a partial file.
-pub fn cached_gguf(dir: &Path, quant: Option<FileType>, cache_dir: &Path) -> Result<PathBuf> {
-    if !dir.join("config.json").is_file() {
-        return Err(LoadError::Config(format!(
-            "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
-            dir.display()
-        )));
-    }
-    let key = cache_key(dir, quant)?;
-    let path = cache_dir.join(format!("{key}.gguf"));
-    if path.is_file() {
-        return Ok(path);
-    }
-    let bytes = hf_to_gguf(dir)?;
-    let io = |p: &Path, source| LoadError::Io {
-        path: p.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(cache_dir).map_err(|e| io(cache_dir, e))?;
-    if let Some(ft) = quant {
-        let g = crate::gguf::GgufFile::from_vec(bytes)?;
-        let o = QuantizeOptions::new(ft);
-        let plan = quantize::plan(&g, &o)?;
-        quantize::quantize(&g, &o, &plan, &path, |_, _| {})?;
-        return Ok(path);
-    }
-    let tmp = cache_dir.join(format!("{key}.gguf.tmp{}", std::process::id()));
-    std::fs::write(&tmp, &bytes).map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(&path, e)
-    })?;
-    Ok(path)
 }
 
 #[cfg(test)]
