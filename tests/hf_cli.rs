@@ -569,3 +569,41 @@ fn the_conversion_cache_is_listed_and_cleaned() {
     assert!(list(&s).is_empty());
     assert!(cache_files(&s.0).is_empty());
 }
+
+/// A folder without tokenizer.json still generates from `--token-ids`:
+/// `--json` prints the ids (no text), transformers' greedy ones.
+#[test]
+fn token_ids_generate_without_a_tokenizer() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let s = Scratch::new("json-ids");
+    let exp = expected("tied");
+    let ids: Vec<String> = exp.tokens.iter().map(u32::to_string).collect();
+    let (ids, n) = (ids.join(","), exp.greedy.len().to_string());
+    let model = fixture("tied");
+    let args = [
+        "--json",
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--token-ids",
+        &ids,
+        "-n",
+        &n,
+        "--temp",
+        "0",
+    ];
+    let out = tiletune(&s.0, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<u32> = serde_json::from_value(v["generated_ids"].clone()).unwrap();
+    assert_eq!(got, exp.greedy);
+    assert_eq!(v["text"], "");
+    assert_eq!(v["stop"], "MaxTokens");
+}
