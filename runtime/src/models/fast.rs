@@ -495,6 +495,12 @@ impl RunState {
         v
     }
 
+    /// The logits the last forward pass returned, until the state is
+    /// truncated or they are taken (empty then).
+    pub fn last_logits(&self) -> &[f32] {
+        &self.logits[..self.logits_len]
+    }
+
     /// Forgets every cached position (the buffers are kept).
     pub fn reset(&mut self) {
         self.truncate(0);
@@ -504,6 +510,8 @@ impl RunState {
     /// pages past them go back to the cache's pool.
     pub fn truncate(&mut self, len: usize) {
         self.pos = self.pos.min(len);
+        // They were the logits of a position that may be gone now.
+        self.logits_len = 0;
         self.sync_cache();
     }
 
