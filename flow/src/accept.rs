@@ -8,7 +8,7 @@
 //! choices only where they won.
 
 use crate::bench::BenchModel;
-use crate::tune::TuneEvent;
+use crate::event::TuneEvent;
 use crate::{FlowError, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

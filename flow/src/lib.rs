@@ -11,7 +11,7 @@
 //! runtime must not tune, so neither can hold it; the binary must stay glue.
 //!
 //! - [`tune()`]: one campaign (a suite, one problem or a model), reporting
-//!   progress as typed [`tune::TuneEvent`]s and returning a
+//!   progress as typed [`event::TuneEvent`]s and returning a
 //!   [`tune::TuneReport`]; nothing here prints;
 //! - [`accept`]: the model-level check that ends `tune --model`;
 //! - [`bench::BenchModel`]: the runtime's fast decoder as `llama-bench`'s
@@ -23,10 +23,12 @@
 pub mod accept;
 pub mod bench;
 mod error;
+pub mod event;
 pub mod tune;
 
 pub use error::{FlowError, Result};
-pub use tune::{Target, TuneEvent, TuneOptions, TuneReport, tune};
+pub use event::TuneEvent;
+pub use tune::{Target, TuneOptions, TuneReport, tune};
 
 use tiletune_tables::{OpenOptions, SelectorDb, SocRecord, now_unix};
 
