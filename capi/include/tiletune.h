@@ -65,6 +65,10 @@ typedef struct TtModelOptions {
   // foreign table never stops the load: the defaults run, and the notes
   // say why.
   const struct TtTable *table;
+  // The selector table by path, when `table` is NULL (NULL: the user's
+  // table). A missing file is noted and the defaults run, as
+  // `tiletune run --db` does.
+  const char *table_path;
   // Worker threads, also the table's thread budget; 0: every core.
   uint32_t threads;
   // KV cache positions; 0: 4096. More than the model's trained context

@@ -10,6 +10,7 @@ use crate::ffi::{
 };
 use crate::tune::TtTable;
 use std::ffi::c_char;
+use std::path::PathBuf;
 use std::sync::Arc;
 use tiletune_kernels::attention::KvDtype;
 use tiletune_kernels::qgemv::QMode;
@@ -55,6 +56,10 @@ pub struct TtModelOptions {
     /// foreign table never stops the load: the defaults run, and the notes
     /// say why.
     pub table: *const TtTable,
+    /// The selector table by path, when `table` is NULL (NULL: the user's
+    /// table). A missing file is noted and the defaults run, as
+    /// `tiletune run --db` does.
+    pub table_path: *const c_char,
     /// Worker threads, also the table's thread budget; 0: every core.
     pub threads: u32,
     /// KV cache positions; 0: 4096. More than the model's trained context
@@ -81,6 +86,7 @@ pub unsafe extern "C" fn tt_model_options_default(opts: *mut TtModelOptions) -> 
         *unsafe { arg_out(opts, "opts") }? = TtModelOptions {
             path: std::ptr::null(),
             table: std::ptr::null(),
+            table_path: std::ptr::null(),
             threads: 0,
             ctx: 0,
             kv_type: TT_KV_F32,
@@ -97,11 +103,12 @@ pub unsafe extern "C" fn tt_model_options_default(opts: *mut TtModelOptions) -> 
 /// `o`'s pointers are NULL or valid, as `tt_model_load` requires.
 unsafe fn load_options(o: &TtModelOptions) -> Result<LoadOptions> {
     // SAFETY: forwarded from the caller.
-    let (path, quant, table) = unsafe {
+    let (path, quant, table, table_path) = unsafe {
         (
             arg_str(o.path, "opts.path")?,
             arg_opt_str(o.quant, "opts.quant")?,
             o.table.as_ref(),
+            arg_opt_str(o.table_path, "opts.table_path")?,
         )
     };
     let kv_type = match o.kv_type {
@@ -132,7 +139,9 @@ unsafe fn load_options(o: &TtModelOptions) -> Result<LoadOptions> {
         .map_err(|e| CapiError::arg("opts.quant", e))?;
     Ok(LoadOptions {
         quant,
-        db: table.map(|t| t.path.clone()),
+        db: table
+            .map(|t| t.path.clone())
+            .or(table_path.map(PathBuf::from)),
         threads: (o.threads > 0).then_some(o.threads as usize),
         qmode,
         kv_type,
@@ -211,6 +220,28 @@ unsafe fn guard_model_string(
         // SAFETY: forwarded.
         let e = &unsafe { model_arg(m) }?.engine;
         *out = give_string(f(e)?);
+        Ok(())
+    })
+}
+
+/// Runs `f` on a live model in the guard and hands its token ids to the
+/// caller in `*ids` and `*n_ids`.
+///
+/// # Safety
+/// As the public functions that call it document.
+unsafe fn guard_model_ids(
+    m: *const TtModel,
+    ids: *mut *mut u32,
+    n_ids: *mut usize,
+    f: impl FnOnce(&Engine) -> Result<Vec<u32>>,
+) -> TtStatus {
+    guard(|| {
+        // SAFETY: forwarded.
+        let (ids, n_ids) = unsafe { (arg_out(ids, "ids")?, arg_out(n_ids, "n_ids")?) };
+        (*ids, *n_ids) = (std::ptr::null_mut(), 0);
+        // SAFETY: forwarded.
+        let e = &unsafe { model_arg(m) }?.engine;
+        give(f(e)?, ids, n_ids);
         Ok(())
     })
 }
@@ -303,26 +334,23 @@ pub unsafe extern "C" fn tt_tokenize(
     ids: *mut *mut u32,
     n_ids: *mut usize,
 ) -> TtStatus {
-    guard(|| {
-        // SAFETY: checked by the helpers.
-        let (ids, n_ids) = unsafe { (arg_out(ids, "ids")?, arg_out(n_ids, "n_ids")?) };
-        (*ids, *n_ids) = (std::ptr::null_mut(), 0);
-        // SAFETY: as documented.
-        let (m, text) = unsafe { (model_arg(model)?, arg_str(text, "text")?) };
-        if flags & !(TT_TOKENIZE_ADD_SPECIAL | TT_TOKENIZE_PARSE_SPECIAL) != 0 {
-            return Err(CapiError::arg(
-                "flags",
-                format!("{flags:#x} has unknown bits; use TT_TOKENIZE_* flags"),
-            ));
-        }
-        let v = m.engine.tokenizer()?.encode(
-            text,
-            flags & TT_TOKENIZE_ADD_SPECIAL != 0,
-            flags & TT_TOKENIZE_PARSE_SPECIAL != 0,
-        )?;
-        give(v, ids, n_ids);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe {
+        guard_model_ids(model, ids, n_ids, |e| {
+            let text = arg_str(text, "text")?;
+            if flags & !(TT_TOKENIZE_ADD_SPECIAL | TT_TOKENIZE_PARSE_SPECIAL) != 0 {
+                return Err(CapiError::arg(
+                    "flags",
+                    format!("{flags:#x} has unknown bits; use TT_TOKENIZE_* flags"),
+                ));
+            }
+            Ok(e.tokenizer()?.encode(
+                text,
+                flags & TT_TOKENIZE_ADD_SPECIAL != 0,
+                flags & TT_TOKENIZE_PARSE_SPECIAL != 0,
+            )?)
+        })
+    }
 }
 
 /// The text of `n` token ids (`skip_special`: control tokens leave no
@@ -432,16 +460,13 @@ pub unsafe extern "C" fn tt_chat_tokenize(
     ids: *mut *mut u32,
     n_ids: *mut usize,
 ) -> TtStatus {
-    guard(|| {
-        // SAFETY: checked by the helpers.
-        let (ids, n_ids) = unsafe { (arg_out(ids, "ids")?, arg_out(n_ids, "n_ids")?) };
-        (*ids, *n_ids) = (std::ptr::null_mut(), 0);
-        // SAFETY: as documented.
-        let (e, msgs) = unsafe { (&model_arg(model)?.engine, messages(msgs, n)?) };
-        let text = e.chat_template()?.render(&msgs, true)?;
-        give(e.encode_chat(&text)?, ids, n_ids);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe {
+        guard_model_ids(model, ids, n_ids, |e| {
+            let text = e.chat_template()?.render(&messages(msgs, n)?, true)?;
+            Ok(e.encode_chat(&text)?)
+        })
+    }
 }
 
 /// The logits of every position of `ids` run from an empty context, as
