@@ -292,11 +292,15 @@ const char *tt_version(void);
 
 // Frees a string the library returned (NULL is ignored).
 //
+// Thread safety: any thread, once per string.
+//
 // # Safety
 // `s` was returned by this library as an owned string and is not freed yet.
 void tt_string_free(char *s);
 
 // Frees a token array the library returned (NULL is ignored).
+//
+// Thread safety: any thread, once per array.
 //
 // # Safety
 // `ids` and `n` are exactly what the library returned, not freed yet.
@@ -304,11 +308,15 @@ void tt_tokens_free(uint32_t *ids, size_t n);
 
 // Frees a float array the library returned (NULL is ignored).
 //
+// Thread safety: any thread, once per array.
+//
 // # Safety
 // `data` and `n` are exactly what the library returned, not freed yet.
 void tt_floats_free(float *data, size_t n);
 
 // Fills `opts` with the defaults (path NULL: set it).
+//
+// Thread safety: any thread.
 //
 // # Safety
 // `opts` is NULL or points to writable memory for a `TtModelOptions`.
@@ -472,19 +480,25 @@ TtStatus tt_session_new(const struct TtModel *model, struct TtSession **out);
 // Frees a session (NULL is ignored); a generation still open on it keeps
 // its cache until it is freed.
 //
+// Thread safety: any thread, once no other call on this session runs.
+//
 // # Safety
 // `session` came from `tt_session_new`, is not freed yet, and no other
 // call on it is running.
 void tt_session_free(struct TtSession *session);
 
-// Positions held in the session's cache (0 when `session` is NULL or busy).
+// Positions held in the session's cache, into `*len`.
+//
+// Thread safety: one thread at a time per session (`TT_ERR_BUSY`).
 //
 // # Safety
-// `session` is NULL or live.
-size_t tt_session_len(const struct TtSession *session);
+// `session` is live; `len` writable.
+TtStatus tt_session_len(const struct TtSession *session, size_t *len);
 
 // Keeps the first `len` positions of the cache (0 empties it): a chat
 // rewinding a turn.
+//
+// Thread safety: one thread at a time per session (`TT_ERR_BUSY`).
 //
 // # Safety
 // `session` is live.
@@ -534,6 +548,8 @@ TtStatus tt_sampler_new(const struct TtSamplerParams *params, struct TtSampler *
 
 // Frees a sampler (NULL is ignored).
 //
+// Thread safety: any thread, once no other call on this sampler runs.
+//
 // # Safety
 // `sampler` came from `tt_sampler_new` and is not freed yet.
 void tt_sampler_free(struct TtSampler *sampler);
@@ -556,6 +572,8 @@ TtStatus tt_sampler_sample(struct TtSampler *sampler,
 // Fills `opts` with `tiletune run`'s defaults: temperature 0.8, top-k 40,
 // top-p 0.95, min-p 0.05, no repetition penalty, seed 0, 64 tokens, no
 // stop strings.
+//
+// Thread safety: any thread.
 //
 // # Safety
 // `opts` is writable.
@@ -590,6 +608,8 @@ TtStatus tt_generation_next(struct TtGeneration *generation, struct TtStep *step
 
 // Frees a generation (NULL is ignored). The session keeps what ran: the
 // prompt and every sampled token but the last.
+//
+// Thread safety: any thread, once no other call on this generation runs.
 //
 // # Safety
 // `generation` came from `tt_generation_start` and is not freed yet.
@@ -633,6 +653,8 @@ TtStatus tt_table_open(const char *path, bool create, struct TtTable **out);
 
 // Frees a table handle (NULL is ignored); the file stays.
 //
+// Thread safety: any thread, once no other call on this table runs.
+//
 // # Safety
 // `table` came from `tt_table_open` and is not freed yet.
 void tt_table_free(struct TtTable *table);
@@ -649,6 +671,8 @@ TtStatus tt_table_export_json(const struct TtTable *table, char **out);
 
 // Fills `opts` with `tiletune tune`'s defaults (model NULL: set it).
 //
+// Thread safety: any thread.
+//
 // # Safety
 // `opts` is writable.
 TtStatus tt_tune_options_default(struct TtTuneOptions *opts);
@@ -663,6 +687,8 @@ TtStatus tt_tune_options_default(struct TtTuneOptions *opts);
 TtStatus tt_campaign_new(const struct TtTuneOptions *opts, struct TtCampaign **out);
 
 // Frees a campaign (NULL is ignored).
+//
+// Thread safety: any thread, once no other call on this campaign runs.
 //
 // # Safety
 // `campaign` came from `tt_campaign_new` and is not freed yet.

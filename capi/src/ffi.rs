@@ -289,6 +289,8 @@ pub fn give_string(s: String) -> *mut c_char {
 
 /// Frees a string the library returned (NULL is ignored).
 ///
+/// Thread safety: any thread, once per string.
+///
 /// # Safety
 /// `s` was returned by this library as an owned string and is not freed yet.
 #[unsafe(no_mangle)]
@@ -308,6 +310,8 @@ pub unsafe extern "C" fn tt_string_free(s: *mut c_char) {
 
 /// Frees a token array the library returned (NULL is ignored).
 ///
+/// Thread safety: any thread, once per array.
+///
 /// # Safety
 /// `ids` and `n` are exactly what the library returned, not freed yet.
 #[unsafe(no_mangle)]
@@ -317,6 +321,8 @@ pub unsafe extern "C" fn tt_tokens_free(ids: *mut u32, n: usize) {
 }
 
 /// Frees a float array the library returned (NULL is ignored).
+///
+/// Thread safety: any thread, once per array.
 ///
 /// # Safety
 /// `data` and `n` are exactly what the library returned, not freed yet.

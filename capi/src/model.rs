@@ -77,6 +77,8 @@ pub struct TtModelOptions {
 
 /// Fills `opts` with the defaults (path NULL: set it).
 ///
+/// Thread safety: any thread.
+///
 /// # Safety
 /// `opts` is NULL or points to writable memory for a `TtModelOptions`.
 #[unsafe(no_mangle)]

@@ -80,6 +80,8 @@ pub unsafe extern "C" fn tt_session_new(
 /// Frees a session (NULL is ignored); a generation still open on it keeps
 /// its cache until it is freed.
 ///
+/// Thread safety: any thread, once no other call on this session runs.
+///
 /// # Safety
 /// `session` came from `tt_session_new`, is not freed yet, and no other
 /// call on it is running.
@@ -91,23 +93,26 @@ pub unsafe extern "C" fn tt_session_free(session: *mut TtSession) {
     }
 }
 
-/// Positions held in the session's cache (0 when `session` is NULL or busy).
+/// Positions held in the session's cache, into `*len`.
+///
+/// Thread safety: one thread at a time per session (`TT_ERR_BUSY`).
 ///
 /// # Safety
-/// `session` is NULL or live.
+/// `session` is live; `len` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn tt_session_len(session: *const TtSession) -> usize {
-    let mut n = 0;
-    // SAFETY: forwarded.
+pub unsafe extern "C" fn tt_session_len(session: *const TtSession, len: *mut usize) -> TtStatus {
     guard(|| {
-        n = unsafe { session_arg(session) }?.lock()?.len();
+        // SAFETY: as documented.
+        let (s, len) = unsafe { (session_arg(session)?, arg_out(len, "len")?) };
+        *len = s.lock()?.len();
         Ok(())
-    });
-    n
+    })
 }
 
 /// Keeps the first `len` positions of the cache (0 empties it): a chat
 /// rewinding a turn.
+///
+/// Thread safety: one thread at a time per session (`TT_ERR_BUSY`).
 ///
 /// # Safety
 /// `session` is live.
@@ -264,6 +269,8 @@ pub unsafe extern "C" fn tt_sampler_new(
 
 /// Frees a sampler (NULL is ignored).
 ///
+/// Thread safety: any thread, once no other call on this sampler runs.
+///
 /// # Safety
 /// `sampler` came from `tt_sampler_new` and is not freed yet.
 #[unsafe(no_mangle)]
@@ -349,6 +356,8 @@ pub struct TtGenerateOptions {
 /// Fills `opts` with `tiletune run`'s defaults: temperature 0.8, top-k 40,
 /// top-p 0.95, min-p 0.05, no repetition penalty, seed 0, 64 tokens, no
 /// stop strings.
+///
+/// Thread safety: any thread.
 ///
 /// # Safety
 /// `opts` is writable.
@@ -520,6 +529,8 @@ pub unsafe extern "C" fn tt_generation_next(
 
 /// Frees a generation (NULL is ignored). The session keeps what ran: the
 /// prompt and every sampled token but the last.
+///
+/// Thread safety: any thread, once no other call on this generation runs.
 ///
 /// # Safety
 /// `generation` came from `tt_generation_start` and is not freed yet.

@@ -58,6 +58,8 @@ pub unsafe extern "C" fn tt_table_open(
 
 /// Frees a table handle (NULL is ignored); the file stays.
 ///
+/// Thread safety: any thread, once no other call on this table runs.
+///
 /// # Safety
 /// `table` came from `tt_table_open` and is not freed yet.
 #[unsafe(no_mangle)]
@@ -125,6 +127,8 @@ pub struct TtTuneOptions {
 }
 
 /// Fills `opts` with `tiletune tune`'s defaults (model NULL: set it).
+///
+/// Thread safety: any thread.
 ///
 /// # Safety
 /// `opts` is writable.
@@ -228,6 +232,8 @@ pub unsafe extern "C" fn tt_campaign_new(
 }
 
 /// Frees a campaign (NULL is ignored).
+///
+/// Thread safety: any thread, once no other call on this campaign runs.
 ///
 /// # Safety
 /// `campaign` came from `tt_campaign_new` and is not freed yet.

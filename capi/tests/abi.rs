@@ -164,7 +164,7 @@ fn text_tokens_chat_logits_and_perplexity() {
         let mut s = null_mut();
         assert_eq!(tt_session_new(m, &mut s), TT_OK);
         assert_eq!(tt_session_eval(s, prompt.as_ptr(), 4), TT_OK);
-        assert_eq!(tt_session_len(s), 4);
+        assert_eq!(session_len(s), 4);
         let (mut lp, mut ln) = (null(), 0usize);
         assert_eq!(tt_session_logits(s, &mut lp, &mut ln), TT_OK);
         let last = std::slice::from_raw_parts(lp, ln);
@@ -184,7 +184,7 @@ fn text_tokens_chat_logits_and_perplexity() {
         assert_eq!(tok, argmax(last));
         tt_sampler_free(sampler);
         assert_eq!(tt_session_truncate(s, 2), TT_OK);
-        assert_eq!(tt_session_len(s), 2);
+        assert_eq!(session_len(s), 2);
         tt_session_free(s);
 
         let text = CString::new("abc ab a b c ".repeat(30)).unwrap();
@@ -269,7 +269,7 @@ fn streamed_pulled_and_stopped_generations_agree() {
         );
         assert_eq!((r.stop, r.n_tokens), (TT_STOP_MAX_TOKENS, 12));
         // The session kept the prompt and all but the last token.
-        assert_eq!(tt_session_len(s), prompt.len() + 11);
+        assert_eq!(session_len(s), prompt.len() + 11);
 
         // The callback stops it after 3 tokens; the session used from
         // inside its own callback is busy, not deadlocked.

@@ -230,7 +230,9 @@ class Session:
         self._h = ffi.gc(out[0], lib.tt_session_free)
 
     def __len__(self) -> int:
-        return lib.tt_session_len(self._h)
+        n = ffi.new("size_t *")
+        _check(lib.tt_session_len(self._h, n))
+        return n[0]
 
     def eval(self, token_ids: Sequence[int]) -> np.ndarray:
         """Runs ``token_ids``; returns the last position's logits (a copy:

@@ -184,3 +184,16 @@ pub fn pull(m: *const TtModel, prompt: &[u32], o: &TtGenerateOptions) -> (Vec<u3
         (ids, String::from_utf8(text).unwrap(), stop)
     }
 }
+
+/// Positions held in a session's cache.
+pub fn session_len(s: *const TtSession) -> usize {
+    let mut n = usize::MAX;
+    // SAFETY: a live session and a local.
+    assert_eq!(
+        unsafe { tt_session_len(s, &mut n) },
+        TT_OK,
+        "{}",
+        last_error()
+    );
+    n
+}
