@@ -44,6 +44,7 @@
 mod body;
 mod cache;
 pub mod scalar;
+mod segments;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -54,6 +55,7 @@ mod neon;
 
 pub use cache::{PAGE_SIZES, PagedKvCache, SeqId, default_page_size};
 pub use scalar::dense_reference;
+pub use segments::{SEG_PAGE, SegScratch, SegShape, segment_attention, segments_reference};
 
 use crate::eltwise::{best_isa, resolve_isa};
 use crate::error::check_len;
