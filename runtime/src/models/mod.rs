@@ -10,7 +10,8 @@ pub mod dequant;
 mod fast;
 
 pub use decoder::{Attention, DecoderLayer, KvCache, Mlp, Model, RopeLayout, RotaryEmbedding};
-pub use fast::{FastModel, KernelCall, RunState, generate as generate_fast};
+pub use fast::{Extra, FastModel, KernelCall, RunState, generate as generate_fast, generate_extra};
+pub(crate) use fast::{LinScratch, Linear};
 
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;
