@@ -18,7 +18,7 @@ use crate::quantize::FileType;
 use crate::tokenizer::Tokenizer;
 use crate::vision::image::Rgb;
 use crate::vision::prompt::{ImageTokens, expand_pads, mrope_positions};
-use crate::vision::{VisionModel, has_vision};
+use crate::vision::{Encoded, VisionModel, has_vision};
 use crate::{LoadError, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -202,12 +202,37 @@ pub struct ImagePrompt {
     pub encode_time: Duration,
     /// Image tokens produced (pads).
     pub image_tokens: usize,
+    /// The language model's width (values per embedded row).
+    pub width: usize,
 }
 
 impl ImagePrompt {
-    /// The embeddings as [`Extra::embeds`] borrows them.
+    /// The embeddings as [`crate::models::Extra::embeds`] borrows them.
     pub fn embed_refs(&self) -> Vec<(usize, &[f32])> {
-        self.embeds.iter().map(|(r, e)| (*r, &e[..])).collect()
+        self.embed_refs_from(0)
+    }
+
+    /// The largest `k <= keep` that does not cut an image's rows: a cached
+    /// prefix is reused only up to the start of an image it would split.
+    pub fn cut(&self, keep: usize) -> usize {
+        self.embeds
+            .iter()
+            .find(|(r, e)| *r < keep && keep < r + e.len().max(1) / self.width().max(1))
+            .map_or(keep, |(r, _)| *r)
+    }
+
+    /// The embeddings of the images at or after row `from`, their rows
+    /// counted from `from` (the rows a pass that starts there runs).
+    pub fn embed_refs_from(&self, from: usize) -> Vec<(usize, &[f32])> {
+        self.embeds
+            .iter()
+            .filter(|(r, _)| *r >= from)
+            .map(|(r, e)| (*r - from, &e[..]))
+            .collect()
+    }
+
+    fn width(&self) -> usize {
+        self.width
     }
 }
 
@@ -235,19 +260,35 @@ impl Engine {
     /// processor writes them), positions starting at `start` (a chat's
     /// [`crate::models::RunState::rope_pos`]).
     pub fn image_prompt(&self, ids: &[u32], images: &[Rgb], start: u32) -> Result<ImagePrompt> {
-        let vision = self.vision.as_ref().ok_or_else(|| {
+        let t0 = Instant::now();
+        let encoded = images
+            .iter()
+            .map(|img| self.encode_image(img))
+            .collect::<Result<Vec<_>>>()?;
+        let mut p = self.lay_out(ids, &encoded, start)?;
+        p.encode_time = t0.elapsed();
+        Ok(p)
+    }
+
+    /// The vision tower, or an error saying how to get one.
+    pub fn vision(&self) -> Result<&VisionModel> {
+        self.vision.as_ref().ok_or_else(|| {
             LoadError::Config(
                 "this model has no vision tower; pass llama.cpp's mmproj file with --mmproj, or a Qwen2.5-VL folder".into(),
             )
-        })?;
+        })
+    }
+
+    /// One picture through the vision tower (preprocessing included).
+    pub fn encode_image(&self, img: &Rgb) -> Result<Encoded> {
+        self.vision()?.encode_image(img)
+    }
+
+    /// Lays encoded pictures into `ids` as [`Engine::image_prompt`] does.
+    pub fn lay_out(&self, ids: &[u32], encoded: &[Encoded], start: u32) -> Result<ImagePrompt> {
+        let merge = self.vision()?.config().pre.merge;
         let pad = self.image_tokens()?.image_pad;
-        let t0 = Instant::now();
-        let merge = vision.config().pre.merge;
-        let mut encoded = Vec::with_capacity(images.len());
-        for img in images {
-            encoded.push(vision.encode_image(img)?);
-        }
-        let encode_time = t0.elapsed();
+        let encode_time = Duration::ZERO;
         let width = self.cfg.hidden;
         let counts: Vec<usize> = encoded.iter().map(|e| e.tokens(width)).collect();
         let ids = expand_pads(ids, pad, &counts)?;
@@ -263,7 +304,7 @@ impl Engine {
                 i += 1;
             }
             let n = e.tokens(width);
-            embeds.push((i, e.embeddings));
+            embeds.push((i, e.embeddings.clone()));
             i += n;
         }
         Ok(ImagePrompt {
@@ -272,6 +313,7 @@ impl Engine {
             positions,
             encode_time,
             image_tokens: counts.iter().sum(),
+            width,
         })
     }
 }

@@ -3,10 +3,12 @@
 
 pub mod accept;
 pub mod bench;
+mod bench_image;
 pub mod bench_model;
 pub mod bench_roofline;
 pub mod cache;
 pub mod chat;
+mod chat_input;
 pub mod compare;
 pub mod convert;
 pub mod model_args;

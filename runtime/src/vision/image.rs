@@ -58,9 +58,8 @@ pub fn read_rgb(path: &Path) -> Result<Rgb> {
         path: path.to_path_buf(),
         source,
     })?;
-    decode_rgb(&bytes).map_err(|e| {
-        LoadError::Config(format!("{}: {e}; pass a PNG or JPEG image", path.display()))
-    })
+    decode_rgb(&bytes)
+        .map_err(|e| LoadError::Image(format!("{}: {e}; pass a PNG or JPEG image", path.display())))
 }
 
 /// Decodes PNG or JPEG bytes as RGB.
@@ -89,13 +88,13 @@ pub fn smart_resize(
     max_pixels: usize,
 ) -> Result<(usize, usize)> {
     if height == 0 || width == 0 {
-        return Err(LoadError::Config(format!(
+        return Err(LoadError::Image(format!(
             "the image is {width}x{height}; pass a non-empty image"
         )));
     }
     let (h, w, f) = (height as f64, width as f64, factor as f64);
     if h.max(w) / h.min(w) > 200.0 {
-        return Err(LoadError::Config(format!(
+        return Err(LoadError::Image(format!(
             "the image is {width}x{height}: its aspect ratio is over 200; crop it first"
         )));
     }

@@ -225,6 +225,35 @@ pub struct Encoded {
     pub grid: [usize; 3],
     /// `tokens × out_hidden` embeddings, in the image's row-major merged order.
     pub embeddings: Vec<f32>,
+    /// Where the time went.
+    pub profile: EncodeProfile,
+}
+
+/// The tower's wall time split by kind of work: the GEMMs (patch
+/// embedding, every block's projections and MLP, the merger), attention
+/// (the segment kernel) and the rest (norms, RoPE, SwiGLU, GELU, residual
+/// adds, the window reorder). Two clock reads per kernel call, a few
+/// hundred per image: nothing next to the work they time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EncodeProfile {
+    pub gemm: std::time::Duration,
+    pub attention: std::time::Duration,
+    pub total: std::time::Duration,
+}
+
+impl EncodeProfile {
+    /// `total - gemm - attention`.
+    pub fn rest(&self) -> std::time::Duration {
+        self.total.saturating_sub(self.gemm + self.attention)
+    }
+}
+
+/// Runs `f`, adding its wall time to `acc`.
+fn timed<T>(acc: &mut std::time::Duration, f: impl FnOnce() -> T) -> T {
+    let t0 = std::time::Instant::now();
+    let r = f();
+    *acc += t0.elapsed();
+    r
 }
 
 impl Encoded {
@@ -335,6 +364,8 @@ impl VisionModel {
     }
 
     fn encode_in_pool(&self, px: &Pixels) -> Result<Encoded> {
+        let t0 = std::time::Instant::now();
+        let mut prof = EncodeProfile::default();
         let cfg = &self.cfg;
         let [t, gh, gw] = px.grid;
         let m = cfg.pre.merge;
@@ -357,7 +388,9 @@ impl VisionModel {
         let mut cx = LinScratch::default();
         // Patch embedding, then rows in window order (groups of `unit`).
         let mut emb = vec![0.0; n * e];
-        self.patch.forward(&px.data, n, &mut emb, &mut cx)?;
+        timed(&mut prof.gemm, || {
+            self.patch.forward(&px.data, n, &mut emb, &mut cx)
+        })?;
         let mut x = vec![0.0; n * e];
         for (j, &src) in win.order.iter().enumerate() {
             x[j * unit * e..(j + 1) * unit * e]
@@ -411,9 +444,11 @@ impl VisionModel {
             Norm::rms(&b.ln1, cfg.eps)
                 .forward(&x, &mut h, n)
                 .map_err(kerr)?;
-            b.q.forward(&h, n, &mut q, &mut cx)?;
-            b.k.forward(&h, n, &mut k, &mut cx)?;
-            b.v.forward(&h, n, &mut v, &mut cx)?;
+            timed(&mut prof.gemm, || -> Result<()> {
+                b.q.forward(&h, n, &mut q, &mut cx)?;
+                b.k.forward(&h, n, &mut k, &mut cx)?;
+                b.v.forward(&h, n, &mut v, &mut cx)
+            })?;
             rope::rope_rows(&mut q, rs, &angles, rope::RopeLayout::RotateHalf).map_err(kerr)?;
             rope::rope_rows(&mut k, rs, &angles, rope::RopeLayout::RotateHalf).map_err(kerr)?;
             let bounds: &[usize] = if cfg.full_attn.contains(&l) {
@@ -421,19 +456,23 @@ impl VisionModel {
             } else {
                 &win.bounds
             };
-            segment_attention(
-                &q, &k, &v, &mut att, shape, bounds, scale, isa, &ap, &mut seg,
-            )
+            timed(&mut prof.attention, || {
+                segment_attention(
+                    &q, &k, &v, &mut att, shape, bounds, scale, isa, &ap, &mut seg,
+                )
+            })
             .map_err(kerr)?;
-            b.o.forward(&att, n, &mut o, &mut cx)?;
+            timed(&mut prof.gemm, || b.o.forward(&att, n, &mut o, &mut cx))?;
             eltwise::add_from(&mut x, &o).map_err(kerr)?;
             Norm::rms(&b.ln2, cfg.eps)
                 .forward(&x, &mut h, n)
                 .map_err(kerr)?;
-            b.gate.forward(&h, n, &mut g, &mut cx)?;
-            b.up.forward(&h, n, &mut u, &mut cx)?;
+            timed(&mut prof.gemm, || -> Result<()> {
+                b.gate.forward(&h, n, &mut g, &mut cx)?;
+                b.up.forward(&h, n, &mut u, &mut cx)
+            })?;
             eltwise::swiglu(&mut g, &u).map_err(kerr)?;
-            b.down.forward(&g, n, &mut o, &mut cx)?;
+            timed(&mut prof.gemm, || b.down.forward(&g, n, &mut o, &mut cx))?;
             eltwise::add_from(&mut x, &o).map_err(kerr)?;
         }
         Norm::rms(&self.post_ln, cfg.eps)
@@ -441,18 +480,20 @@ impl VisionModel {
             .map_err(kerr)?;
         let nm = n / unit;
         let mut y = vec![0.0; nm * self.mm0.n()];
-        self.mm0.forward(&h, nm, &mut y, &mut cx)?;
+        timed(&mut prof.gemm, || self.mm0.forward(&h, nm, &mut y, &mut cx))?;
         eltwise::apply(EltOp::GeluErf, &mut y);
         let w = cfg.out_hidden;
         let mut z = vec![0.0; nm * w];
-        self.mm2.forward(&y, nm, &mut z, &mut cx)?;
+        timed(&mut prof.gemm, || self.mm2.forward(&y, nm, &mut z, &mut cx))?;
         let mut out = vec![0.0; nm * w];
         for (j, &src) in win.order.iter().enumerate() {
             out[src * w..(src + 1) * w].copy_from_slice(&z[j * w..(j + 1) * w]);
         }
+        prof.total = t0.elapsed();
         Ok(Encoded {
             grid: px.grid,
             embeddings: out,
+            profile: prof,
         })
     }
 }

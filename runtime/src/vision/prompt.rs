@@ -5,6 +5,7 @@
 //! plus their (frame, row, column) in merged patches, and the text after it
 //! resumes at the running position plus the image's larger side.
 
+use super::Encoded;
 use crate::{LoadError, Result};
 
 /// The special tokens of a Qwen2-VL vocabulary that images use.
@@ -33,13 +34,13 @@ pub fn expand_pads(ids: &[u32], pad: u32, counts: &[usize]) -> Result<Vec<u32>> 
         }
         let run = ids[i..].iter().take_while(|&&t| t == pad).count();
         let Some(&want) = counts.get(k) else {
-            return Err(LoadError::Config(format!(
+            return Err(LoadError::Image(format!(
                 "the prompt has more image placeholders than the {} image(s) given; pass one --image per placeholder",
                 counts.len()
             )));
         };
         if run != 1 && run != want {
-            return Err(LoadError::Config(format!(
+            return Err(LoadError::Image(format!(
                 "image {} needs {want} pad tokens, the prompt has a run of {run}; give one placeholder per image, or ids with exactly the processor's pads",
                 k + 1
             )));
@@ -49,7 +50,7 @@ pub fn expand_pads(ids: &[u32], pad: u32, counts: &[usize]) -> Result<Vec<u32>> 
         k += 1;
     }
     if k != counts.len() {
-        return Err(LoadError::Config(format!(
+        return Err(LoadError::Image(format!(
             "{} image(s) given but the prompt has {k} image placeholder(s); put `{IMAGE_PLACEHOLDER}` in the prompt for each image",
             counts.len()
         )));
@@ -78,13 +79,13 @@ pub fn mrope_positions(
             continue;
         }
         let Some(&[t, h, w]) = grids.get(k) else {
-            return Err(LoadError::Config(
+            return Err(LoadError::Image(
                 "more runs of image pads than images".into(),
             ));
         };
         let run = ids[i..].iter().take_while(|&&x| x == pad).count();
         if run != t * h * w {
-            return Err(LoadError::Config(format!(
+            return Err(LoadError::Image(format!(
                 "image {} is {t}×{h}×{w} merged patches but the prompt holds {run} pads for it",
                 k + 1
             )));
@@ -101,6 +102,79 @@ pub fn mrope_positions(
         k += 1;
     }
     Ok((pos, cur))
+}
+
+/// The pictures of a chat, in the order of their placeholders in its
+/// messages: those attached with `/image` wait for the next user message,
+/// whose text then opens with one placeholder each. Each is encoded once;
+/// every turn lays the whole conversation's images out again
+/// ([`crate::engine::Engine::lay_out`]).
+#[derive(Debug, Clone, Default)]
+pub struct ConversationImages {
+    sent: Vec<Encoded>,
+    pending: Vec<Encoded>,
+}
+
+/// Placeholders in `text`.
+fn placeholders(text: &str) -> usize {
+    text.matches("<|image_pad|>").count()
+}
+
+impl ConversationImages {
+    /// Attaches an encoded picture to the next message.
+    pub fn attach(&mut self, e: Encoded) {
+        self.pending.push(e);
+    }
+
+    /// Pictures waiting for the next message.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The next user message's text with a placeholder per pending picture
+    /// before it; the pictures become part of the conversation.
+    pub fn message(&mut self, text: &str) -> String {
+        let t = IMAGE_PLACEHOLDER.repeat(self.pending.len()) + text;
+        self.sent.append(&mut self.pending);
+        t
+    }
+
+    /// Takes the last message's pictures back (it was not sent).
+    pub fn unsend(&mut self, text: &str) {
+        let n = placeholders(text).min(self.sent.len());
+        let back = self.sent.split_off(self.sent.len() - n);
+        self.pending = back;
+    }
+
+    /// Every sent picture, in placeholder order.
+    pub fn sent(&self) -> &[Encoded] {
+        &self.sent
+    }
+
+    /// Tokens that the pictures of `messages` (a tail of the conversation)
+    /// add beyond their one placeholder pad each.
+    pub fn extra_tokens(&self, messages: &[crate::chat::Message], width: usize) -> usize {
+        let k: usize = messages.iter().map(|m| placeholders(&m.content)).sum();
+        let k = k.min(self.sent.len());
+        self.sent[self.sent.len() - k..]
+            .iter()
+            .map(|e| e.tokens(width).saturating_sub(1))
+            .sum()
+    }
+
+    /// Keeps the pictures of `messages`, the conversation after older
+    /// turns were dropped.
+    pub fn keep_for(&mut self, messages: &[crate::chat::Message]) {
+        let k: usize = messages.iter().map(|m| placeholders(&m.content)).sum();
+        let drop = self.sent.len().saturating_sub(k);
+        self.sent.drain(..drop);
+    }
+
+    /// Forgets every picture.
+    pub fn clear(&mut self) {
+        self.sent.clear();
+        self.pending.clear();
+    }
 }
 
 #[cfg(test)]
