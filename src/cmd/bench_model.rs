@@ -128,8 +128,11 @@ fn check(a: &Args) -> anyhow::Result<()> {
         .iter()
         .chain(&a.tests.n_gen)
         .all(|&n| n == 0)
+        && a.image.is_empty()
     {
-        anyhow::bail!("nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128");
+        anyhow::bail!(
+            "nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128 (or --image FILE)"
+        );
     }
     if !a.model.exists() {
         anyhow::bail!(
