@@ -56,7 +56,12 @@ fn tiletune(s: &Scratch, args: &[&str], stdin: Option<&str>) -> Output {
         .stderr(Stdio::piped());
     let mut child = c.spawn().expect("the tiletune binary runs");
     if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
     }
     drop(child.stdin.take());
     child.wait_with_output().unwrap()
@@ -92,7 +97,12 @@ fn case(name: &str) -> Case {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+        })
         .collect();
     Case {
         ids: ids("input_ids"),
@@ -167,7 +177,12 @@ fn run_image_from_the_folder_matches_transformers() {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+        })
         .collect();
     assert_eq!(got.len(), c.logits.len());
     let scale = c.logits.iter().fold(0.0f32, |m, x| m.max(x.abs()));
@@ -175,7 +190,10 @@ fn run_image_from_the_folder_matches_transformers() {
         .iter()
         .zip(&c.logits)
         .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(err <= 1e-4 * scale, "prompt logits differ by {err} (scale {scale})");
+    assert!(
+        err <= 1e-4 * scale,
+        "prompt logits differ by {err} (scale {scale})"
+    );
     // The same prompt as text, through the folder's chat template.
     let out = ok(&tiletune(
         &s,
@@ -330,8 +348,22 @@ fn chat_bench_and_plan_see_the_tower() {
     // bench model --image: one record, 30 tokens for the 168x140 picture.
     let out = text_of(
         &[
-            "bench", "model", "--model", dir, "--image",
-            img.to_str().unwrap(), "-p", "0", "-n", "0", "-r", "1", "-t", "1", "-o", "jsonl",
+            "bench",
+            "model",
+            "--model",
+            dir,
+            "--image",
+            img.to_str().unwrap(),
+            "-p",
+            "0",
+            "-n",
+            "0",
+            "-r",
+            "1",
+            "-t",
+            "1",
+            "-o",
+            "jsonl",
         ],
         None,
     );
@@ -349,7 +381,15 @@ fn chat_bench_and_plan_see_the_tower() {
     // Not a picture.
     let o = tiletune(
         &s,
-        &["run", "--model", dir, "--image", fixture().join("README.md").to_str().unwrap(), "-p", "x"],
+        &[
+            "run",
+            "--model",
+            dir,
+            "--image",
+            fixture().join("README.md").to_str().unwrap(),
+            "-p",
+            "x",
+        ],
         None,
     );
     let err = String::from_utf8_lossy(&o.stderr);

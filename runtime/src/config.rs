@@ -130,19 +130,10 @@ pub struct RawConfig {
 
 /// The values of an integer array, when every one is a non-negative integer.
 pub(crate) fn int_array(a: &crate::gguf::Array) -> Option<Vec<u64>> {
-    use crate::gguf::Array;
-    let s: Vec<i128> = match a {
-        Array::U8(v) => v.iter().map(|&x| x.into()).collect(),
-        Array::I8(v) => v.iter().map(|&x| x.into()).collect(),
-        Array::U16(v) => v.iter().map(|&x| x.into()).collect(),
-        Array::I16(v) => v.iter().map(|&x| x.into()).collect(),
-        Array::U32(v) => v.iter().map(|&x| x.into()).collect(),
-        Array::I32(v) => v.iter().map(|&x| x.into()).collect(),
-        Array::U64(v) => v.iter().map(|&x| x.into()).collect(),
-        Array::I64(v) => v.iter().map(|&x| x.into()).collect(),
-        _ => return None,
-    };
-    s.into_iter().map(|x| u64::try_from(x).ok()).collect()
+    a.to_i64_vec()?
+        .into_iter()
+        .map(|x| u64::try_from(x).ok())
+        .collect()
 }
 
 /// The GGUF tensor of per-pair RoPE frequency divisors (llama.cpp's name).

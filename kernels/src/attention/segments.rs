@@ -15,7 +15,7 @@
 //! are that kernel's. [`segments_reference`] is the independent f64
 //! oracle.
 
-use super::{AttnParams, AttnScratch, Ctx, PageElem, grown, par_units};
+use super::{AttnParams, AttnScratch, Ctx, PageElem, check_heads, grown, par_units};
 use crate::eltwise::resolve_isa;
 use crate::error::check_len;
 use crate::tune::Tunable;
@@ -56,26 +56,12 @@ impl SegScratch {
     }
 }
 
-/// Checks `bounds` (`0 = b0 ≤ b1 ≤ … ≤ bn = rows`) and the buffer lengths.
-fn check(
-    shape: &SegShape,
-    bounds: &[usize],
-    lens: [(&'static str, usize, usize); 4],
-) -> Result<()> {
+/// Checks `bounds` (`0 = b0 ≤ b1 ≤ … ≤ bn = rows`) and the lengths of
+/// `q`, `out`, `k`, `v`.
+fn check(shape: &SegShape, bounds: &[usize], lens: [usize; 4]) -> Result<()> {
     let bad = |reason: String| Err(KernelError::InvalidShape { op: OP, reason });
     let s = shape;
-    if s.n_q_heads == 0 || s.n_kv_heads == 0 || s.head_dim == 0 {
-        return bad(format!(
-            "n_q_heads = {}, n_kv_heads = {}, head_dim = {}: all must be at least 1",
-            s.n_q_heads, s.n_kv_heads, s.head_dim
-        ));
-    }
-    if !s.n_q_heads.is_multiple_of(s.n_kv_heads) {
-        return bad(format!(
-            "n_q_heads = {} is not a multiple of n_kv_heads = {}; GQA needs whole groups",
-            s.n_q_heads, s.n_kv_heads
-        ));
-    }
+    check_heads(OP, s.n_q_heads, s.n_kv_heads, s.head_dim)?;
     if bounds.first() != Some(&0) || bounds.last() != Some(&s.rows) {
         return bad(format!(
             "segment bounds must start at 0 and end at rows = {}, got {:?}..{:?}",
@@ -90,7 +76,13 @@ fn check(
             w[0], w[1]
         ));
     }
-    for (name, got, per_row) in lens {
+    let (nq, nkv) = (s.n_q_heads, s.n_kv_heads);
+    for (name, got, per_row) in [
+        ("q", lens[0], nq),
+        ("out", lens[1], nq),
+        ("k", lens[2], nkv),
+        ("v", lens[3], nkv),
+    ] {
         let want = s
             .rows
             .checked_mul(per_row)
@@ -124,16 +116,7 @@ pub fn segment_attention(
     scratch: &mut SegScratch,
 ) -> Result<()> {
     let (nq, nkv) = (shape.n_q_heads, shape.n_kv_heads);
-    check(
-        &shape,
-        bounds,
-        [
-            ("q", q.len(), nq),
-            ("out", out.len(), nq),
-            ("k", k.len(), nkv),
-            ("v", v.len(), nkv),
-        ],
-    )?;
+    check(&shape, bounds, [q.len(), out.len(), k.len(), v.len()])?;
     let isa = resolve_isa(OP, isa)?;
     params.validate()?;
     let (rows, hd) = (shape.rows, shape.head_dim);
@@ -231,16 +214,7 @@ pub fn segments_reference(
     scale: f32,
 ) -> Result<()> {
     let (nq, nkv, hd) = (shape.n_q_heads, shape.n_kv_heads, shape.head_dim);
-    check(
-        &shape,
-        bounds,
-        [
-            ("q", q.len(), nq),
-            ("out", out.len(), nq),
-            ("k", k.len(), nkv),
-            ("v", v.len(), nkv),
-        ],
-    )?;
+    check(&shape, bounds, [q.len(), out.len(), k.len(), v.len()])?;
     let group = nq / nkv;
     for w in bounds.windows(2) {
         let (s0, s1) = (w[0], w[1]);

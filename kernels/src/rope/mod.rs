@@ -303,16 +303,7 @@ pub fn rope_with(
             ),
         });
     }
-    let expected = rows
-        .checked_mul(n_heads)
-        .and_then(|u| u.checked_mul(head_dim))
-        .ok_or(KernelError::InvalidShape {
-            op: OP,
-            reason: format!(
-                "rows × n_heads × head_dim = {rows} × {n_heads} × {head_dim} overflows"
-            ),
-        })?;
-    check_len(OP, "x", x.len(), expected)?;
+    check_x(OP, x.len(), shape)?;
     let out_of_range = match positions {
         Positions::Offset(o) => (rows > 0 && o.checked_add(rows).is_none_or(|e| e > cache.max_pos))
             .then(|| o.saturating_add(rows - 1)),
@@ -467,16 +458,7 @@ pub fn rope_rows_with(
             ),
         });
     }
-    let expected = rows
-        .checked_mul(n_heads)
-        .and_then(|u| u.checked_mul(head_dim))
-        .ok_or(KernelError::InvalidShape {
-            op: OP,
-            reason: format!(
-                "rows × n_heads × head_dim = {rows} × {n_heads} × {head_dim} overflows"
-            ),
-        })?;
-    check_len(OP, "x", x.len(), expected)?;
+    check_x(OP, x.len(), shape)?;
     let isa = resolve_isa(OP, isa)?;
     params.validate()?;
     for_row_blocks(x, head_dim, params.threads, |first, block| {
@@ -486,6 +468,25 @@ pub fn rope_rows_with(
         }
     });
     Ok(())
+}
+
+/// Checks that `x` holds `rows × n_heads × head_dim` values.
+fn check_x(op: &'static str, len: usize, shape: RopeShape) -> Result<()> {
+    let RopeShape {
+        rows,
+        n_heads,
+        head_dim,
+    } = shape;
+    let expected = rows
+        .checked_mul(n_heads)
+        .and_then(|u| u.checked_mul(head_dim))
+        .ok_or(KernelError::InvalidShape {
+            op,
+            reason: format!(
+                "rows × n_heads × head_dim = {rows} × {n_heads} × {head_dim} overflows"
+            ),
+        })?;
+    check_len(op, "x", len, expected)
 }
 
 /// Rotates one head's first `2·cos.len()` features with variant `isa`, for

@@ -978,35 +978,21 @@ impl FastModel {
                     .forward_inplace(k, n * nkv)
                     .map_err(kerr)?;
             }
+            let sq = RopeShape {
+                rows: n,
+                n_heads: nh,
+                head_dim: hd,
+            };
+            let sk = RopeShape { n_heads: nkv, ..sq };
             match &self.rope {
                 Rope::Kernel(cache, lay) => {
                     let pos = Positions::Offset(start);
-                    let sq = RopeShape {
-                        rows: n,
-                        n_heads: nh,
-                        head_dim: hd,
-                    };
                     rope::rope(q, sq, pos, cache, *lay).map_err(kerr)?;
-                    let sk = RopeShape {
-                        rows: n,
-                        n_heads: nkv,
-                        head_dim: hd,
-                    };
                     rope::rope(k, sk, pos, cache, *lay).map_err(kerr)?;
                 }
                 Rope::Multimodal { .. } => {
                     let lay = rope::RopeLayout::RotateHalf;
-                    let sq = RopeShape {
-                        rows: n,
-                        n_heads: nh,
-                        head_dim: hd,
-                    };
                     rope::rope_rows(q, sq, &st.angles, lay).map_err(kerr)?;
-                    let sk = RopeShape {
-                        rows: n,
-                        n_heads: nkv,
-                        head_dim: hd,
-                    };
                     rope::rope_rows(k, sk, &st.angles, lay).map_err(kerr)?;
                 }
             }

@@ -58,6 +58,9 @@ pub struct ImageComparison {
     pub notes: Vec<String>,
 }
 
+/// One engine run's result: engine, picture index, threads, encode ms, tokens.
+type Sample = (&'static str, usize, usize, f64, Option<usize>);
+
 /// The encode time llama.cpp's multimodal tools log, in ms (the last such
 /// line: the warm-up logs none).
 pub fn parse_mtmd_encode_ms(log: &str) -> Option<f64> {
@@ -132,18 +135,8 @@ impl ImageCompare {
         let llama = locate(&self.llama_mtmd_cli, "llama-mtmd-cli", "--llama-mtmd-cli")
             .map_err(|e| notes.push(format!("llama.cpp skipped: {e}")))
             .ok();
-        // (engine, image, threads) → samples, tokens.
-        let mut cells: Vec<(&str, usize, usize, Vec<f64>, Option<usize>)> = Vec::new();
-        let mut cell = |e: &'static str, i: usize, t: usize| -> usize {
-            match cells.iter().position(|c| c.0 == e && c.1 == i && c.2 == t) {
-                Some(p) => p,
-                None => {
-                    cells.push((e, i, t, Vec::new(), None));
-                    cells.len() - 1
-                }
-            }
-        };
-        let mut results: Vec<(usize, f64, Option<usize>)> = Vec::new();
+        // One sample per engine run: (engine, image index, threads, ms, tokens).
+        let mut results: Vec<Sample> = Vec::new();
         for _ in 0..self.rounds {
             for (i, image) in self.images.iter().enumerate() {
                 for &t in &self.threads {
@@ -152,7 +145,7 @@ impl ImageCompare {
                     match cmd.run() {
                         Ok(o) => match own_encode(&o.stdout) {
                             Some((ms, tokens)) => {
-                                results.push((cell("tiletune", i, t), ms, Some(tokens)))
+                                results.push(("tiletune", i, t, ms, Some(tokens)))
                             }
                             None => notes.push(format!(
                                 "tiletune printed no image_encode record for {}",
@@ -167,7 +160,9 @@ impl ImageCompare {
                         match cmd.run() {
                             Ok(o) => match parse_mtmd_encode_ms(&o.stderr) {
                                 Some(ms) => results.push((
-                                    cell("llama.cpp", i, t),
+                                    "llama.cpp",
+                                    i,
+                                    t,
                                     ms,
                                     parse_mtmd_tokens(&o.stderr),
                                 )),
@@ -182,26 +177,33 @@ impl ImageCompare {
                 }
             }
         }
-        for (c, ms, tokens) in results {
-            cells[c].3.push(ms);
-            cells[c].4 = cells[c].4.or(tokens);
+        let mut rows: Vec<ImageRow> = Vec::new();
+        for &(engine, i, t, _, _) in &results {
+            let image = file_name(&self.images[i]);
+            if rows
+                .iter()
+                .any(|r| r.engine == engine && r.image == image && r.threads == t)
+            {
+                continue;
+            }
+            let mine = || {
+                results
+                    .iter()
+                    .filter(|r| r.0 == engine && r.1 == i && r.2 == t)
+            };
+            let samples_ms: Vec<f64> = mine().map(|r| r.3).collect();
+            let (mean_ms, std_ms) = mean_std(&samples_ms);
+            rows.push(ImageRow {
+                engine: engine.to_string(),
+                image,
+                threads: t,
+                tokens: mine().find_map(|r| r.4),
+                samples_ms,
+                mean_ms,
+                std_ms,
+                ratio: None,
+            });
         }
-        let mut rows: Vec<ImageRow> = cells
-            .iter()
-            .map(|(e, i, t, s, tok)| {
-                let (mean_ms, std_ms) = mean_std(s);
-                ImageRow {
-                    engine: e.to_string(),
-                    image: file_name(&self.images[*i]),
-                    threads: *t,
-                    tokens: *tok,
-                    samples_ms: s.clone(),
-                    mean_ms,
-                    std_ms,
-                    ratio: None,
-                }
-            })
-            .collect();
         let own: Vec<(String, usize, f64)> = rows
             .iter()
             .filter(|r| r.engine == "tiletune")
