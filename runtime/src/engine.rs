@@ -363,7 +363,7 @@ fn plan_with(
     let (soc, caps) = this_soc();
     let mut problems = crate::problems::kernel_problems(g)?;
     if let Some(t) = tower {
-        problems.extend(crate::problems::vision_problems(t)?);
+        problems.extend(crate::vision::tower_problems(t)?);
     }
     let plan = ExecutionPlan::build(&problems, &soc, &caps, &opts.plan_options(caps.cores));
     let mut notes = Vec::new();

@@ -42,7 +42,7 @@ pub fn linear_weights(g: &GgufFile) -> Result<Vec<LinearWeight>> {
         }
         // A vision tower's tensors (a converted Qwen2.5-VL folder holds
         // them beside the language model's) are planned by
-        // `vision_problems`.
+        // `vision::tower_problems`.
         if is_vision_tensor(&t.name) {
             continue;
         }
@@ -107,56 +107,6 @@ pub fn problems_for(
 /// True for a vision tower's tensor (llama.cpp's `mmproj` names).
 pub fn is_vision_tensor(name: &str) -> bool {
     name.starts_with("v.") || name.starts_with("mm.")
-}
-
-/// The GEMM problems of a vision tower held in `g` (an mmproj file or a
-/// converted folder's image): each block's and the merger's weight at the
-/// rows it runs for a 448×448 image ([`crate::vision::VISION_ROWS`]
-/// patches, a quarter of them after the merge), and the patch embedding,
-/// which the runtime assembles as f32. Empty when `g` has no tower.
-pub fn vision_problems(g: &GgufFile) -> Result<Vec<Problem>> {
-    use crate::vision::{VISION_ROWS, VisionConfig, has_vision};
-    if !has_vision(g) {
-        return Ok(Vec::new());
-    }
-    let cfg = VisionConfig::from_gguf(g)?;
-    let unit = cfg.pre.merge * cfg.pre.merge;
-    let key = |e: tiletune_tables::TableError| LoadError::BadTensor {
-        path: g.path().to_path_buf(),
-        tensor: String::new(),
-        what: e.to_string(),
-    };
-    let mut out: Vec<Problem> = Vec::new();
-    let mut push = |p: Problem| {
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    };
-    push(
-        Problem::new(
-            "gemm",
-            GgmlType::F32.key(),
-            [
-                ("m", VISION_ROWS),
-                ("n", cfg.hidden),
-                ("k", cfg.patch_len()),
-            ],
-        )
-        .map_err(key)?,
-    );
-    for t in g.tensors() {
-        if !(t.name.starts_with("v.blk.") || t.name.starts_with("mm.")) || t.dims.len() != 2 {
-            continue;
-        }
-        let m = if t.name.starts_with("mm.") {
-            VISION_ROWS / unit
-        } else {
-            VISION_ROWS
-        };
-        let (n, k) = (t.dims[1] as usize, t.dims[0] as usize);
-        push(Problem::new("gemm", t.ggml_type.key(), [("m", m), ("n", n), ("k", k)]).map_err(key)?);
-    }
-    Ok(out)
 }
 
 /// The prefill bucket a prompt of `m` rows is planned with.

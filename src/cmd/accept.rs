@@ -79,7 +79,7 @@ pub struct OpenModel {
     pub gguf: GgufFile,
     pub cfg: ModelConfig,
     /// Its kernel problems (`problems::kernel_problems`, and its vision
-    /// tower's, `problems::vision_problems`).
+    /// tower's, `vision::tower_problems`).
     pub problems: Vec<Problem>,
 }
 
@@ -93,8 +93,10 @@ impl OpenModel {
         tiletune_runtime::models::check_tensors(&cfg, &gguf)?;
         let mut problems = problems::kernel_problems(&gguf)?;
         match mmproj {
-            Some(m) => problems.extend(problems::vision_problems(&GgufFile::open(m)?)?),
-            None => problems.extend(problems::vision_problems(&gguf)?),
+            Some(m) => problems.extend(tiletune_runtime::vision::tower_problems(&GgufFile::open(
+                m,
+            )?)?),
+            None => problems.extend(tiletune_runtime::vision::tower_problems(&gguf)?),
         }
         Ok(OpenModel {
             path: path.to_path_buf(),

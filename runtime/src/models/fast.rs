@@ -100,7 +100,7 @@ impl Linear {
 
     /// Loads tensor `name` as an `(n, k)` matrix. With `rows = Some(m)`
     /// every call runs the plan's GEMM for `m` rows (a vision tower's
-    /// layers: one problem per weight, [`crate::problems::vision_problems`]),
+    /// layers: one problem per weight, [`crate::vision::tower_problems`]),
     /// else the decode GEMV and the prefill buckets' GEMMs.
     pub(crate) fn load_named(
         g: &GgufFile,

@@ -16,7 +16,7 @@
 //! their window, then the merger (RMSNorm, 2×2 patches concatenated, Linear →
 //! GELU → Linear to the language model's width) and the windows' order
 //! undone. Every matrix product is the execution plan's GEMM for the
-//! weight's problem ([`crate::problems::vision_problems`]); norms, SwiGLU,
+//! weight's problem ([`tower_problems`]); norms, SwiGLU,
 //! GELU, RoPE and the residual adds are the kernel crate's in-place ops, and
 //! attention is its segment kernel
 //! ([`tiletune_kernels::attention::segment_attention`]).
@@ -24,6 +24,7 @@
 pub mod image;
 pub mod prompt;
 
+use crate::gguf::GgmlType;
 use crate::gguf::GgufFile;
 use crate::models::{LinScratch, Linear};
 use crate::plan::ExecutionPlan;
@@ -34,6 +35,7 @@ use tiletune_kernels::eltwise::{self, EltOp};
 use tiletune_kernels::norm::Norm;
 use tiletune_kernels::rope::{self, RopeShape, RowAngles};
 use tiletune_kernels::{Isa, KernelError};
+use tiletune_tables::Problem;
 
 /// The rows every vision GEMM of the blocks and patch embedding is planned
 /// for: a 448×448 image's 1024 patches. The merger's run at a quarter.
@@ -46,6 +48,57 @@ fn kerr(e: KernelError) -> LoadError {
     LoadError::Config(format!(
         "vision kernel call failed: {e}; the tower's weights do not fit its config, report this as a bug"
     ))
+}
+
+/// The GEMM problems of a vision tower held in `g` (an mmproj file or a
+/// converted folder's image): each block's and the merger's weight at the
+/// rows it runs for a 448×448 image ([`VISION_ROWS`]
+/// patches, a quarter of them after the merge), and the patch embedding,
+/// which the runtime assembles as f32. Empty when `g` has no tower. They
+/// join the language model's problems ([`crate::problems::kernel_problems`])
+/// in the load-time plan and in `tune --model`.
+pub fn tower_problems(g: &GgufFile) -> Result<Vec<Problem>> {
+    if !has_vision(g) {
+        return Ok(Vec::new());
+    }
+    let cfg = VisionConfig::from_gguf(g)?;
+    let unit = cfg.pre.merge * cfg.pre.merge;
+    let key = |e: tiletune_tables::TableError| LoadError::BadTensor {
+        path: g.path().to_path_buf(),
+        tensor: String::new(),
+        what: e.to_string(),
+    };
+    let mut out: Vec<Problem> = Vec::new();
+    let mut push = |p: Problem| {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    };
+    push(
+        Problem::new(
+            "gemm",
+            GgmlType::F32.key(),
+            [
+                ("m", VISION_ROWS),
+                ("n", cfg.hidden),
+                ("k", cfg.patch_len()),
+            ],
+        )
+        .map_err(key)?,
+    );
+    for t in g.tensors() {
+        if !(t.name.starts_with("v.blk.") || t.name.starts_with("mm.")) || t.dims.len() != 2 {
+            continue;
+        }
+        let m = if t.name.starts_with("mm.") {
+            VISION_ROWS / unit
+        } else {
+            VISION_ROWS
+        };
+        let (n, k) = (t.dims[1] as usize, t.dims[0] as usize);
+        push(Problem::new("gemm", t.ggml_type.key(), [("m", m), ("n", n), ("k", k)]).map_err(key)?);
+    }
+    Ok(out)
 }
 
 /// The vision tower's hyper-parameters.
