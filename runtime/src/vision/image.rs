@@ -296,6 +296,48 @@ mod tests {
         assert!(smart_resize(0, 3, 28, 3136, 1003520).is_err());
     }
 
+    /// PNG (RGB, RGBA, grey) decodes exactly, JPEG within its loss; other
+    /// formats and garbage are refused.
+    #[test]
+    fn png_and_jpeg_decode_to_rgb() {
+        use image::{ImageFormat, RgbImage};
+        let (w, h) = (23u32, 17u32);
+        let img = RgbImage::from_fn(w, h, |x, y| {
+            image::Rgb([(x * 11) as u8, (y * 15) as u8, 128])
+        });
+        let encode = |d: image::DynamicImage, f: ImageFormat| {
+            let mut buf = std::io::Cursor::new(Vec::new());
+            d.write_to(&mut buf, f).unwrap();
+            buf.into_inner()
+        };
+        let rgb = image::DynamicImage::ImageRgb8(img.clone());
+        let got = decode_rgb(&encode(rgb.clone(), ImageFormat::Png)).unwrap();
+        assert_eq!((got.width, got.height), (23, 17));
+        assert_eq!(got.data, img.as_raw().clone());
+        let rgba = image::DynamicImage::ImageRgba8(rgb.to_rgba8());
+        assert_eq!(
+            decode_rgb(&encode(rgba, ImageFormat::Png)).unwrap().data,
+            got.data
+        );
+        let grey = decode_rgb(&encode(
+            image::DynamicImage::ImageLuma8(rgb.to_luma8()),
+            ImageFormat::Png,
+        ))
+        .unwrap();
+        assert!(grey.data.chunks(3).all(|p| p[0] == p[1] && p[1] == p[2]));
+        let jpeg = decode_rgb(&encode(rgb, ImageFormat::Jpeg)).unwrap();
+        let mean: f64 = jpeg
+            .data
+            .iter()
+            .zip(&got.data)
+            .map(|(a, b)| (*a as f64 - *b as f64).abs())
+            .sum::<f64>()
+            / got.data.len() as f64;
+        assert!(mean < 8.0, "jpeg differs by {mean} on average");
+        assert!(decode_rgb(b"GIF89a....").is_err());
+        assert!(decode_rgb(b"not an image").is_err());
+    }
+
     #[test]
     fn same_size_is_a_copy_and_flat_stays_flat() {
         let img = Rgb {
