@@ -79,17 +79,26 @@ pub struct OpenModel {
     pub path: PathBuf,
     pub gguf: GgufFile,
     pub cfg: ModelConfig,
-    /// Its kernel problems (`problems::kernel_problems`).
+    /// Its kernel problems (`problems::kernel_problems`, and its vision
+    /// tower's, `vision::tower_problems`).
     pub problems: Vec<Problem>,
 }
 
 impl OpenModel {
-    /// Opens the GGUF file, checks its meaning and tensors, lists its problems.
-    pub fn open(path: &Path) -> Result<Self> {
+    /// Opens the GGUF file, checks its meaning and tensors, lists its
+    /// problems with those of its vision tower (in `mmproj`, or in the
+    /// file itself), as the runtime's plan lists them.
+    pub fn open(path: &Path, mmproj: Option<&Path>) -> Result<Self> {
         let gguf = GgufFile::open(path)?;
         let cfg = ModelConfig::from_gguf(&gguf)?;
         tiletune_runtime::models::check_tensors(&cfg, &gguf)?;
-        let problems = problems::kernel_problems(&gguf)?;
+        let mut problems = problems::kernel_problems(&gguf)?;
+        match mmproj {
+            Some(m) => problems.extend(tiletune_runtime::vision::tower_problems(&GgufFile::open(
+                m,
+            )?)?),
+            None => problems.extend(tiletune_runtime::vision::tower_problems(&gguf)?),
+        }
         Ok(OpenModel {
             path: path.to_path_buf(),
             gguf,

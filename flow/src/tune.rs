@@ -57,6 +57,9 @@ pub struct TuneOptions {
     pub workload: Workload,
     /// With a model: alternated rounds of the model-level check (3 or more).
     pub rounds: usize,
+    /// With a model: llama.cpp's `mmproj` GGUF of a vision model, whose
+    /// tower's GEMMs are tuned too (a GGUF that holds its tower needs none).
+    pub mmproj: Option<PathBuf>,
 }
 
 impl TuneOptions {
@@ -72,6 +75,7 @@ impl TuneOptions {
             seed: 0x7ee1,
             workload: Workload::default(),
             rounds: 3,
+            mmproj: None,
         }
     }
 }
@@ -163,7 +167,7 @@ impl Progress for Forward<'_> {
 /// Runs the campaign `o` describes, telling `on_event` what it does.
 pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<TuneReport> {
     let model = match &o.target {
-        Target::Model(path) => Some(OpenModel::open(path)?),
+        Target::Model(path) => Some(OpenModel::open(path, o.mmproj.as_deref())?),
         _ => None,
     };
     let problems: Vec<Problem> = match (&o.target, &model) {

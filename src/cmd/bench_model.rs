@@ -3,8 +3,8 @@
 //! `llama-bench`, which `tiletune_bench::peers::llama_bench` owns; this module
 //! loads the model per thread count, runs that schedule on it and prints.
 
-use super::Global;
 use super::model_args::{ModelArgs, load, parse_kv_type};
+use super::{Global, bench_image};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,6 +86,15 @@ pub struct Args {
     /// KV cache page type (llama-bench's -ctk/-ctv): f32, f16 or q8_0.
     #[arg(long, value_parser = parse_kv_type, default_value = "f16")]
     pub kv_type: KvDtype,
+    /// llama.cpp's `mmproj` GGUF of a vision model (see `tiletune run --help`).
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
+    /// Also time the vision tower on this PNG or JPEG (repeatable): encode
+    /// time per image and thread count (ms ± std over -r runs after a
+    /// warm-up), the tokens it becomes, and the GEMM / attention / rest
+    /// shares of the time.
+    #[arg(long, value_name = "FILE")]
+    pub image: Vec<PathBuf>,
 }
 
 fn parse_qmode(s: &str) -> Result<QMode, String> {
@@ -118,8 +127,11 @@ fn check(a: &Args) -> anyhow::Result<()> {
         .iter()
         .chain(&a.tests.n_gen)
         .all(|&n| n == 0)
+        && a.image.is_empty()
     {
-        anyhow::bail!("nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128");
+        anyhow::bail!(
+            "nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128 (or --image FILE)"
+        );
     }
     if !a.model.exists() {
         anyhow::bail!(
@@ -160,6 +172,8 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
             .progress_chars("=> "),
     );
     let mut rng = GlibcRand::new(1);
+    let images = bench_image::read_all(&a.image)?;
+    let mut image_rows = Vec::new();
     let mut out = std::io::stdout().lock();
     let result = (|| -> anyhow::Result<()> {
         for &t in &threads {
@@ -170,6 +184,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 qmode: a.qmode,
                 quant: a.quant,
                 kv_type: a.kv_type,
+                mmproj: a.mmproj.clone(),
             };
             bar.set_message(format!("loading with {t} threads"));
             let l = load(&margs, ctx)?;
@@ -232,11 +247,22 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 let rec = TestRecord::new(&run_info, t, counts, test, test_time, samples_ns);
                 bar.suspend(|| printer.print(&mut out, &rec))?;
             }
+            for (path, img) in &images {
+                bar.set_message(format!("t={t} encoding {}", path.display()));
+                image_rows.push(bench_image::time_image(
+                    &l,
+                    path,
+                    img,
+                    a.reps,
+                    !a.no_warmup,
+                )?);
+            }
         }
         Ok(())
     })();
     bar.finish_and_clear();
     printer.finish(&mut out)?;
+    bench_image::print(&mut out, format, &image_rows)?;
     result?;
     Ok(ExitCode::SUCCESS)
 }

@@ -2,10 +2,12 @@
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
 pub mod bench;
+mod bench_image;
 pub mod bench_model;
 pub mod bench_roofline;
 pub mod cache;
 pub mod chat;
+mod chat_input;
 pub mod compare;
 pub mod convert;
 pub mod model_args;

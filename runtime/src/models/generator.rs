@@ -7,7 +7,7 @@
 //! package step it themselves, so a caller pulls tokens instead of being
 //! called back.
 
-use super::fast::{FastModel, NEVER, RunState};
+use super::fast::{Extra, FastModel, NEVER, RunState};
 use crate::error::{LoadError, Result};
 use crate::generate::Generation;
 use crate::sampling::{Sampler, StopCriteria, StopReason};
@@ -103,6 +103,21 @@ impl Generator {
         model: &FastModel,
         tok: Option<&Tokenizer>,
         st: &mut RunState,
+        on_logits: impl FnMut(&[f32]),
+    ) -> Result<Option<TokenStep>> {
+        self.next_token_extra(model, tok, st, Extra::default(), on_logits)
+    }
+
+    /// [`Generator::next_token`] with a multimodal prompt: `extra` (the
+    /// prompt's image rows and M-RoPE positions,
+    /// [`FastModel::forward_extra`]) is read only by the step that runs the
+    /// prompt.
+    pub fn next_token_extra(
+        &mut self,
+        model: &FastModel,
+        tok: Option<&Tokenizer>,
+        st: &mut RunState,
+        extra: Extra<'_>,
         mut on_logits: impl FnMut(&[f32]),
     ) -> Result<Option<TokenStep>> {
         let t0 = Instant::now();
@@ -114,7 +129,7 @@ impl Generator {
             }
             Phase::Prompt(prompt) => {
                 let flag = self.stop.interrupt_flag().unwrap_or(&NEVER);
-                let ran = model.forward_unless(&prompt, st, false, flag);
+                let ran = model.forward_extra(&prompt, extra, st, false, flag);
                 self.prefill_time = t0.elapsed();
                 match ran {
                     Ok(Some(first)) => self.last = first.to_vec(),
@@ -207,11 +222,43 @@ pub fn generate(
     prompt: &[u32],
     sampler: &mut Sampler,
     stop: &mut StopCriteria,
+    on_text: impl FnMut(&str),
+    on_logits: impl FnMut(&[f32]),
+) -> Result<Generation> {
+    generate_extra(
+        model,
+        tok,
+        st,
+        prompt,
+        Extra::default(),
+        sampler,
+        stop,
+        on_text,
+        on_logits,
+    )
+}
+
+/// [`generate`] with a multimodal prompt: `extra` gives the prompt's image
+/// rows and M-RoPE positions ([`FastModel::forward_extra`]).
+#[allow(clippy::too_many_arguments)]
+pub fn generate_extra(
+    model: &FastModel,
+    tok: Option<&Tokenizer>,
+    st: &mut RunState,
+    prompt: &[u32],
+    extra: Extra<'_>,
+    sampler: &mut Sampler,
+    stop: &mut StopCriteria,
     mut on_text: impl FnMut(&str),
     mut on_logits: impl FnMut(&[f32]),
 ) -> Result<Generation> {
     let mut g = Generator::new(prompt, sampler.clone(), stop.clone())?;
-    while let Some(step) = g.next_token(model, tok, st, &mut on_logits)? {
+    let mut extra = Some(extra);
+    loop {
+        let e = extra.take().unwrap_or_default();
+        let Some(step) = g.next_token_extra(model, tok, st, e, &mut on_logits)? else {
+            break;
+        };
         if !step.text.is_empty() {
             on_text(&step.text);
         }

@@ -11,8 +11,9 @@ mod fast;
 mod generator;
 
 pub use decoder::{Attention, DecoderLayer, KvCache, Mlp, Model, RopeLayout, RotaryEmbedding};
-pub use fast::{FastModel, KernelCall, RunState};
-pub use generator::{Generator, TokenStep, generate as generate_fast};
+pub use fast::{Extra, FastModel, KernelCall, RunState};
+pub(crate) use fast::{LinScratch, Linear};
+pub use generator::{Generator, TokenStep, generate as generate_fast, generate_extra};
 
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;

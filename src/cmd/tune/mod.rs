@@ -38,6 +38,11 @@ pub struct Args {
     /// are listed and skipped.
     #[arg(long, short = 'm', value_name = "GGUF", conflicts_with_all = ["op", "shape"])]
     pub model: Option<PathBuf>,
+    /// With --model: llama.cpp's `mmproj` GGUF of a vision model, whose
+    /// tower's GEMMs are tuned too (a GGUF that holds its tower, as
+    /// `tiletune convert` writes a Qwen2.5-VL folder, needs none).
+    #[arg(long, value_name = "FILE", requires = "model")]
+    pub mmproj: Option<PathBuf>,
     #[arg(long, default_value = "f32", value_delimiter = ',', help = dtypes_help("Weight dtypes the suite is tuned for, comma-separated"))]
     pub dtypes: Vec<String>,
     /// One problem: the op (gemv or gemm) ...
@@ -126,6 +131,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         workload: args.workload.clone(),
         rounds: args.rounds as usize,
+        mmproj: args.mmproj.clone(),
         ..TuneOptions::new(target, db.clone())
     };
     // Made when measuring starts, so its clock times the measuring.
