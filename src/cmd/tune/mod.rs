@@ -45,12 +45,13 @@ pub struct Args {
     pub model: Option<PathBuf>,
     #[arg(long, default_value = "f32", value_delimiter = ',', help = dtypes_help("Weight dtypes the suite is tuned for, comma-separated"))]
     pub dtypes: Vec<String>,
-    /// One problem: the op (gemv or gemm) ...
+    /// One problem: the op (gemv, gemm or i8gemm) ...
     #[arg(long, requires_all = ["dtype", "shape"])]
     pub op: Option<String>,
-    #[arg(long, help = dtypes_help("... its weight dtype"))]
+    #[arg(long, help = dtypes_help("... its weight dtype (i8gemm: i8 or i8_zp)"))]
     pub dtype: Option<String>,
-    /// ... and its shape: NxK for gemv, MxNxK for gemm (e.g. 4864x896).
+    /// ... and its shape: NxK for gemv, MxNxK for gemm and i8gemm (e.g.
+    /// 4864x896).
     #[arg(long)]
     pub shape: Option<String>,
     /// Search strategy: adaptive (short screen, descent from the best few,
@@ -116,7 +117,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
             let dts: Vec<&str> = args.dtypes.iter().map(String::as_str).collect();
             suite::suite(name, &dts)?
         }
-        (None, Some(op)) => vec![suite::parse_problem(
+        (None, Some(op)) => vec![families::parse_tune_problem(
             op,
             args.dtype.as_deref().unwrap_or_default(),
             args.shape.as_deref().unwrap_or_default(),
