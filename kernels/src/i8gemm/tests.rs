@@ -379,14 +379,7 @@ fn sme_tiles_match_scalar_at_every_edge() {
             .isa(Isa::Sme)
             .params(I8GemmParams { mr, nr, pf: 0 });
         let err = g.run(&a, &w, None, &mut [0.0; 6]).unwrap_err();
-        assert_eq!(
-            err,
-            KernelError::IsaUnavailable {
-                op: OP,
-                isa: Isa::Sme
-            }
-        );
-        assert!(err.to_string().contains("`sme` is not available"), "{err}");
+        crate::testing::assert_isa_unavailable(&err, OP, Isa::Sme);
         assert!(!isas().contains(&Isa::Sme));
         return;
     };
