@@ -5,19 +5,18 @@
 
 use super::Global;
 use super::model_args::{ModelArgs, load, parse_kv_type};
-use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tiletune_bench::peers::llama_bench::{
     Format, GlibcRand, ModelInfo, PlanCounts, Printer, RunInfo, Session, Step, TensorInfo,
-    TestModel, TestPlan, TestRecord, TokenSource, rfc3339_now,
+    TestPlan, TestRecord, TokenSource, rfc3339_now,
 };
+use tiletune_flow::bench::BenchModel;
 use tiletune_kernels::Isa;
 use tiletune_kernels::attention::KvDtype;
 use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
-use tiletune_runtime::models::{FastModel, RunState};
 
 /// llama-bench's `-p` and `-n` lists, shared by `bench model` and
 /// `compare` so both read the same tests from the same flags.
@@ -131,29 +130,6 @@ fn check(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The runtime as llama-bench's tests see it.
-pub(crate) struct Bench<'m>(pub(crate) &'m FastModel);
-
-impl TestModel for Bench<'_> {
-    type State = RunState;
-    type Error = anyhow::Error;
-    fn reset(&self, st: &mut RunState) {
-        st.reset();
-    }
-    fn prompt_batch(&self, tokens: &[u32], st: &mut RunState) -> anyhow::Result<()> {
-        self.0
-            .forward(tokens, st, false)
-            .context("prompt batch failed")?;
-        Ok(())
-    }
-    fn gen_step(&self, token: u32, st: &mut RunState) -> anyhow::Result<()> {
-        self.0
-            .forward(&[token], st, false)
-            .context("generation step failed")?;
-        Ok(())
-    }
-}
-
 pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
     a.model = super::pull::model_path(&a.model)?;
     check(&a)?;
@@ -237,7 +213,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 bos,
                 n_batch: a.n_batch,
             };
-            let model = Bench(&l.model);
+            let model = BenchModel(&l.model);
             let mut session = Session::new(&model, l.model.new_state(), src);
             for &test in &tests {
                 let name = test.name();

@@ -147,7 +147,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         sigint.begin_reply();
         let res = generate_fast(
             &l.model,
-            tok,
+            Some(tok),
             &mut st,
             &full[keep..],
             &mut sampler,

@@ -1,7 +1,6 @@
 //! One module per subcommand. Each exposes `Args` (clap) and
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
-pub mod accept;
 pub mod bench;
 pub mod bench_model;
 pub mod bench_roofline;
@@ -66,27 +65,4 @@ pub fn warn_oversubscribed(threads: usize) {
             "warning: {threads} threads on the {cpus} CPU(s) this process may run on: workers will share CPUs and run slower; use -t {cpus} or fewer"
         );
     }
-}
-
-/// Opens (creating if needed) the selector table a command writes to, and
-/// registers this SoC in it so its rows have a parent.
-pub fn open_for_writing(
-    path: &std::path::Path,
-    soc: &tiletune_soc::SocInfo,
-) -> anyhow::Result<tiletune_tables::SelectorDb> {
-    use tiletune_tables::{OpenOptions, SelectorDb, SocRecord, now_unix};
-    let mut db = SelectorDb::open_with(
-        path,
-        OpenOptions {
-            create: true,
-            ..OpenOptions::default()
-        },
-    )?;
-    db.register_soc(&SocRecord {
-        fingerprint: soc.fingerprint.clone(),
-        name: soc.name.clone(),
-        probe: serde_json::to_value(soc)?,
-        first_seen: now_unix(),
-    })?;
-    Ok(db)
 }

@@ -3,7 +3,8 @@
 //! and stream the generated text, then print load time, prefill and decode
 //! speed and peak memory. `--token-ids` + `--dump-logits` bypass the
 //! tokenizer and write logits as JSON for checking against other
-//! implementations; with the global `--json` the prompt ids, generated ids,
+//! implementations (a model folder without `tokenizer.json` generates ids
+//! from `--token-ids` too); with the global `--json` the prompt ids, generated ids,
 //! text and the two largest logits of every sampling step are printed as one
 //! JSON object instead of streamed text (exact ids for comparing greedy
 //! output with llama.cpp, and the margins that show a near tie).
@@ -104,7 +105,11 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut st = l.model.new_state();
     let mut sampler = args.s.sampler()?;
-    let mut stop = StopCriteria::new(l.tokenizer()?.eog_ids(), Vec::new(), args.n);
+    // A folder without tokenizer.json still generates ids from --token-ids:
+    // no text, and the end-of-generation ids its config names.
+    let tok = l.tokenizer().ok();
+    let eog = tok.map_or_else(|| l.cfg.eos_ids.clone(), |t| t.eog_ids());
+    let mut stop = StopCriteria::new(eog, Vec::new(), args.n);
     let mut out = std::io::stdout().lock();
     if !g.json && args.token_ids.is_none() && !args.chat_template {
         write!(out, "{}", prompt_text.map_or("", |p| p.as_str()))?;
@@ -112,7 +117,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
     let mut top2 = Vec::new();
     let res = generate_fast(
         &l.model,
-        l.tokenizer()?,
+        tok,
         &mut st,
         &prompt,
         &mut sampler,

@@ -437,6 +437,8 @@ pub struct RunState {
     g: Vec<f32>,
     u: Vec<f32>,
     logits: Vec<f32>,
+    /// How much of `logits` the last pass wrote (`rows × vocab`).
+    logits_len: usize,
     lin: LinScratch,
     attn: AttnScratch,
 }
@@ -484,6 +486,21 @@ impl RunState {
             .unwrap_or_default()
     }
 
+    /// Takes the logits the last forward pass returned (its `rows ×
+    /// vocab`), so a caller that keeps them (an array handed to another
+    /// language) needs no copy; the next pass allocates its buffer anew.
+    pub fn take_logits(&mut self) -> Vec<f32> {
+        let mut v = std::mem::take(&mut self.logits);
+        v.truncate(std::mem::take(&mut self.logits_len));
+        v
+    }
+
+    /// The logits the last forward pass returned, until the state is
+    /// truncated or they are taken (empty then).
+    pub fn last_logits(&self) -> &[f32] {
+        &self.logits[..self.logits_len]
+    }
+
     /// Forgets every cached position (the buffers are kept).
     pub fn reset(&mut self) {
         self.truncate(0);
@@ -493,6 +510,8 @@ impl RunState {
     /// pages past them go back to the cache's pool.
     pub fn truncate(&mut self, len: usize) {
         self.pos = self.pos.min(len);
+        // They were the logits of a position that may be gone now.
+        self.logits_len = 0;
         self.sync_cache();
     }
 
@@ -507,7 +526,7 @@ impl RunState {
 }
 
 /// A stop flag nobody raises, for passes that cannot be stopped.
-static NEVER: AtomicBool = AtomicBool::new(false);
+pub(super) static NEVER: AtomicBool = AtomicBool::new(false);
 
 /// The decoder on the tuned kernels.
 #[derive(Clone, Debug)]
@@ -697,6 +716,7 @@ impl FastModel {
             g: Vec::new(),
             u: Vec::new(),
             logits: Vec::new(),
+            logits_len: 0,
             lin: LinScratch::default(),
             attn: AttnScratch::new(),
         }
@@ -888,76 +908,7 @@ impl FastModel {
         resize(&mut st.logits, rows * vocab);
         let head = self.output.as_ref().unwrap_or(&self.embed);
         head.forward(h, rows, &mut st.logits, &mut st.lin)?;
+        st.logits_len = rows * vocab;
         Ok(Some(&st.logits[..rows * vocab]))
     }
-}
-
-/// [`crate::generate::generate`] on the fast model: runs `prompt` after
-/// whatever `st` holds (a chat keeps its history), then samples until `stop`
-/// says so, streaming text through `on_text`. The last sampled token is not
-/// run through the model, so `st` then holds prompt + all but that token;
-/// `on_logits` sees the logits of every sampling step.
-#[allow(clippy::too_many_arguments)]
-pub fn generate(
-    model: &FastModel,
-    tok: &crate::tokenizer::Tokenizer,
-    st: &mut RunState,
-    prompt: &[u32],
-    sampler: &mut crate::sampling::Sampler,
-    stop: &mut crate::sampling::StopCriteria,
-    mut on_text: impl FnMut(&str),
-    mut on_logits: impl FnMut(&[f32]),
-) -> Result<crate::generate::Generation> {
-    use crate::sampling::StopReason;
-    use std::time::Instant;
-    let t0 = Instant::now();
-    let flag = stop.interrupt_flag().unwrap_or(&NEVER);
-    let Some(first) = model.forward_unless(prompt, st, false, flag)? else {
-        return Ok(crate::generate::Generation {
-            tokens: Vec::new(),
-            text: String::new(),
-            stop: StopReason::Interrupted,
-            prefill_time: t0.elapsed(),
-            decode_time: Default::default(),
-        });
-    };
-    let mut last = first.to_vec();
-    let prefill_time = t0.elapsed();
-    let mut history = prompt.to_vec();
-    let mut tokens = Vec::new();
-    let mut text = String::new();
-    let mut dec = crate::tokenizer::StreamDecoder::new();
-    let t1 = Instant::now();
-    let reason = loop {
-        on_logits(&last);
-        let id = sampler.sample(&last, &history)?;
-        tokens.push(id);
-        history.push(id);
-        let piece = tok.decode_stream(&mut dec, id, true);
-        let step = stop.push(id, &piece);
-        if !step.text.is_empty() {
-            on_text(&step.text);
-            text.push_str(&step.text);
-        }
-        if let Some(r) = step.stop {
-            break r;
-        }
-        if st.len() >= st.capacity() {
-            break StopReason::ContextFull;
-        }
-        let l = model.forward(&[id], st, false)?;
-        last.copy_from_slice(l);
-    };
-    let rest = dec.flush() + &stop.finish();
-    if !rest.is_empty() && reason != StopReason::StopString {
-        on_text(&rest);
-        text.push_str(&rest);
-    }
-    Ok(crate::generate::Generation {
-        tokens,
-        text,
-        stop: reason,
-        prefill_time,
-        decode_time: t1.elapsed(),
-    })
 }

@@ -8,9 +8,11 @@
 mod decoder;
 pub mod dequant;
 mod fast;
+mod generator;
 
 pub use decoder::{Attention, DecoderLayer, KvCache, Mlp, Model, RopeLayout, RotaryEmbedding};
-pub use fast::{FastModel, KernelCall, RunState, generate as generate_fast};
+pub use fast::{FastModel, KernelCall, RunState};
+pub use generator::{Generator, TokenStep, generate as generate_fast};
 
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;
