@@ -61,6 +61,15 @@ pub fn is_shape_at_any_svl(mr: usize, nr: usize) -> bool {
         .any(|&v| tile_shapes(v).contains(&(mr, nr)))
 }
 
+/// The kernel of `kernels` (one per [`tile_shapes`] entry, in its order)
+/// for the shape `(mr, nr)` at this CPU's streaming vector length.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn kernel_for<F: Copy>(kernels: [F; 3], mr: usize, nr: usize) -> Option<F> {
+    let v = words()?;
+    let i = tile_shapes(v).iter().position(|&s| s == (mr, nr))?;
+    Some(kernels[i])
+}
+
 /// Whether the CPU has SME and the OS lets this process use it.
 pub fn detected() -> bool {
     vector_bytes().is_some()

@@ -28,10 +28,5 @@ pub(super) fn packed_shapes() -> &'static [(usize, usize)] {
 
 /// The packed kernel `(mr, nr)` at this CPU's streaming vector length.
 pub(super) fn packed(mr: usize, nr: usize) -> Option<PackedFn> {
-    let v = crate::sme::words()?;
-    let kernels: [PackedFn; 3] = [k2x2, k1x4, k4x1];
-    crate::sme::tile_shapes(v)
-        .iter()
-        .position(|&s| s == (mr, nr))
-        .map(|i| kernels[i])
+    crate::sme::kernel_for::<PackedFn>([k2x2, k1x4, k4x1], mr, nr)
 }

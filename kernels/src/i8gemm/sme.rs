@@ -37,12 +37,7 @@ type TileFn = unsafe fn(usize, *const i32, *const i32, *mut i32, usize, usize, u
 
 /// The tile `(mr, nr)` at this CPU's streaming vector length.
 fn tile(mr: usize, nr: usize) -> Option<TileFn> {
-    let v = crate::sme::words()?;
-    let tiles: [TileFn; 3] = [k2x2, k1x4, k4x1];
-    crate::sme::tile_shapes(v)
-        .iter()
-        .position(|&s| s == (mr, nr))
-        .map(|i| tiles[i])
+    crate::sme::kernel_for::<TileFn>([k2x2, k1x4, k4x1], mr, nr)
 }
 
 thread_local! {
