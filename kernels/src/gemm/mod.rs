@@ -372,9 +372,13 @@ impl Tunable for GemmParams {
     /// Range check, and that `(mr, nr)` is a kernel of some implemented variant.
     fn validate(&self) -> Result<()> {
         self.validate_ranges(OP)?;
-        let known = GEMM_ISAS
-            .iter()
-            .any(|&isa| has_kernel(isa, (self.mr, self.nr), self.pack));
+        // SME's shapes count at every vector length: a choice stored on
+        // another SME device parses, and `validate_for` names this CPU's.
+        let sme_anywhere = self.pack && crate::sme::is_shape_at_any_svl(self.mr, self.nr);
+        let known = sme_anywhere
+            || GEMM_ISAS
+                .iter()
+                .any(|&isa| has_kernel(isa, (self.mr, self.nr), self.pack));
         if known {
             Ok(())
         } else {

@@ -265,10 +265,22 @@ fn sme_kernels_match_reference_at_every_edge() {
     assert!(err.to_string().contains("set `pack` to true"), "{err}");
     let other = crate::sme::SVL_WORDS.into_iter().find(|&w| w != v).unwrap();
     let (mr, nr) = crate::sme::tile_shapes(other)[0];
-    let err = small_blocks(mr, nr, true)
-        .validate_for(OP, Isa::Sme)
-        .unwrap_err();
+    let other = small_blocks(mr, nr, true);
+    let err = other.validate_for(OP, Isa::Sme).unwrap_err();
     assert!(err.to_string().contains("streaming vector length"), "{err}");
+    // It parses (another device's choice); running it here is refused.
+    assert!(other.validate().is_ok());
+    let cfg = GemmConfig {
+        isa: Some(Isa::Sme),
+        params: other,
+        threads: 1,
+    };
+    let (a, w, mut c) = (vec![0.0; 8], vec![0.0; 12], vec![0.0; 6]);
+    let err = gemm_f32(&a, &w, None, &mut c, GemmShape::new(2, 3, 4), false, &cfg);
+    assert!(
+        matches!(err, Err(KernelError::InvalidParams { .. })),
+        "{err:?}"
+    );
     // Never the untuned pick.
     assert_ne!(resolve_isa(OP, None).unwrap(), Isa::Sme);
 }
