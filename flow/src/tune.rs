@@ -177,7 +177,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
             suite::suite(name, &dts)?
         }
         (Target::Problem { op, dtype, shape }, None) => {
-            vec![suite::parse_problem(op, dtype, shape)?]
+            vec![families::parse_tune_problem(op, dtype, shape)?]
         }
         (Target::Model(_), None) => unreachable!("a model target was opened above"),
     };

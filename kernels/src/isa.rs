@@ -14,7 +14,10 @@ use std::sync::OnceLock;
 ///
 /// The levels are cumulative within an architecture: `Avx512Vnni` implies
 /// `Avx512` implies `Avx2` (with FMA and F16C); `NeonI8mm` implies
-/// `NeonDotprod` implies `Neon`.
+/// `NeonDotprod` implies `Neon`. `Sme` stands beside the NEON levels: it
+/// implies `Neon` only (its kernels pack with NEON outside streaming mode),
+/// and it is never what [`Isa::best`] or [`Isa::best_of`] pick (see
+/// [`Isa::runs_untuned`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Isa {
@@ -34,12 +37,16 @@ pub enum Isa {
     NeonDotprod,
     /// aarch64 NEON + dotprod + int8 matrix multiply (`smmla`).
     NeonI8mm,
+    /// aarch64 Scalable Matrix Extension (Armv9 FEAT_SME): outer products
+    /// (`fmopa`, `smopa`) into the ZA tiles, run in streaming mode at the
+    /// CPU's streaming vector length ([`crate::sme`]).
+    Sme,
 }
 
 impl Isa {
     /// Every variant tiletune knows, in order of increasing capability per
     /// architecture.
-    pub const ALL: [Isa; 8] = [
+    pub const ALL: [Isa; 9] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::AvxVnni,
@@ -48,6 +55,7 @@ impl Isa {
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::NeonI8mm,
+        Isa::Sme,
     ];
 
     /// The stable name used in selector-table keys and on the command line.
@@ -61,6 +69,7 @@ impl Isa {
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon_dotprod",
             Isa::NeonI8mm => "neon_i8mm",
+            Isa::Sme => "sme",
         }
     }
 
@@ -74,7 +83,9 @@ impl Isa {
             Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni => {
                 cfg!(target_arch = "x86_64")
             }
-            Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => cfg!(target_arch = "aarch64"),
+            Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm | Isa::Sme => {
+                cfg!(target_arch = "aarch64")
+            }
         }
     }
 
@@ -88,20 +99,33 @@ impl Isa {
         detected()
     }
 
-    /// The most capable level the running CPU supports.
-    pub fn best() -> Isa {
-        *detected().last().expect("scalar is always detected")
+    /// Whether this level may run where nothing was tuned, that is, be
+    /// picked by [`Isa::best`] and [`Isa::best_of`]. Every level but `Sme`
+    /// may. An SME kernel enters and leaves streaming mode on every call,
+    /// wastes rows and columns of its large tiles on small shapes, and on
+    /// the first SME cores (Apple M4) one SME unit serves a whole cluster,
+    /// so whether it beats NEON depends on the chip, the shape and the
+    /// thread count, and nothing has measured it yet: it runs where it is
+    /// forced or where the tuner timed it faster.
+    pub fn runs_untuned(self) -> bool {
+        self != Isa::Sme
     }
 
-    /// The most capable level among `candidates` that the CPU supports
-    /// (scalar if none of them is); families use it to pick the variant
-    /// they actually implement.
+    /// The most capable level the running CPU supports that may run
+    /// untuned ([`Isa::runs_untuned`]).
+    pub fn best() -> Isa {
+        Isa::best_of(&Isa::ALL)
+    }
+
+    /// The most capable level among `candidates` that the CPU supports and
+    /// that may run untuned (scalar if none is); families use it to pick
+    /// the variant they run by default.
     pub fn best_of(candidates: &[Isa]) -> Isa {
         detected()
             .iter()
             .rev()
             .copied()
-            .find(|i| candidates.contains(i))
+            .find(|&i| i.runs_untuned() && candidates.contains(&i))
             .unwrap_or(Isa::Scalar)
     }
 }
@@ -115,7 +139,7 @@ impl fmt::Display for Isa {
 /// Error returned when parsing an unknown ISA name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown ISA `{0}`; expected one of scalar, avx2, avx_vnni, avx512, avx512_vnni, neon, neon_dotprod, neon_i8mm"
+    "unknown ISA `{0}`; expected one of scalar, avx2, avx_vnni, avx512, avx512_vnni, neon, neon_dotprod, neon_i8mm, sme"
 )]
 pub struct ParseIsaError(pub String);
 
@@ -169,6 +193,9 @@ fn detect() -> Vec<Isa> {
             v.push(Isa::NeonI8mm);
         }
     }
+    if crate::sme::detected() {
+        v.push(Isa::Sme);
+    }
     v
 }
 
@@ -199,6 +226,9 @@ mod tests {
         if d.contains(&Isa::NeonI8mm) {
             assert!(d.contains(&Isa::NeonDotprod));
         }
+        if d.contains(&Isa::Sme) {
+            assert!(d.contains(&Isa::Neon));
+        }
         #[cfg(target_arch = "aarch64")]
         assert!(d.contains(&Isa::Neon));
     }
@@ -207,5 +237,22 @@ mod tests {
     fn best_of_falls_back_to_scalar() {
         assert_eq!(Isa::best_of(&[]), Isa::Scalar);
         assert!(Isa::best_of(&[Isa::Avx2, Isa::Neon]).is_available());
+    }
+
+    /// SME runs where forced or tuned, never by default, even on a CPU
+    /// that has it (qemu's `max`).
+    #[test]
+    fn sme_is_never_the_untuned_pick() {
+        assert_eq!(Isa::best_of(&[Isa::Sme]), Isa::Scalar);
+        assert_ne!(Isa::best(), Isa::Sme);
+        assert!(
+            Isa::ALL
+                .iter()
+                .all(|&i| i.runs_untuned() == (i != Isa::Sme))
+        );
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(Isa::Sme.is_available(), crate::sme::detected());
+        #[cfg(not(target_arch = "aarch64"))]
+        assert!(!Isa::Sme.is_available());
     }
 }

@@ -30,6 +30,7 @@ mod qsimd;
 pub mod quant;
 pub mod rope;
 mod simd;
+pub mod sme;
 pub mod softmax;
 #[doc(hidden)]
 pub mod testing;

@@ -22,9 +22,10 @@ pub(crate) const BYTE_DISTANCES: [usize; 4] = [0, 4096, 8192, 16384];
 const DEFAULT_BYTES: usize = 8192;
 
 /// Whether `isa`'s variants read a prefetch distance: every SIMD one, x86
-/// and NEON (the scalar references do not prefetch).
+/// and NEON (the scalar references do not prefetch, nor do the SME tiles,
+/// which stream panels packed just before them).
 pub(crate) fn reads(isa: Isa) -> bool {
-    isa != Isa::Scalar
+    !matches!(isa, Isa::Scalar | Isa::Sme)
 }
 
 /// Whether a default distance was measured for `isa` (the x86 ones).

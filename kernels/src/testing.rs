@@ -123,3 +123,11 @@ pub fn assert_prefetch_contract(
     );
     assert_eq!(default_pf, if x86 { 8192 } else { 0 }, "{best}: default pf");
 }
+
+/// `err` is the refusal of a variant forced on a CPU without it (`op`,
+/// `isa`), and its text says so.
+pub fn assert_isa_unavailable(err: &crate::KernelError, op: &'static str, isa: crate::Isa) {
+    assert_eq!(*err, crate::KernelError::IsaUnavailable { op, isa });
+    let want = format!("`{isa}` is not available on this CPU");
+    assert!(err.to_string().contains(&want), "{err}");
+}

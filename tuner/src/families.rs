@@ -108,6 +108,16 @@ pub fn bandwidth_bound(op: &str) -> bool {
     op_spec(op).is_none_or(|s| s.bandwidth_bound)
 }
 
+/// Parses `--op OP --dtype DT --shape AxB[xC]` of `tiletune tune` into a
+/// problem of an op the tuner searches, naming the dims in the op's order.
+pub fn parse_tune_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, TunerError> {
+    let spec = op_spec(op)
+        .filter(|s| s.tune.is_some())
+        .ok_or_else(|| unknown_op(op, true))?;
+    let dims = crate::suite::parse_dims(op, spec.dims, shape)?;
+    Ok(Problem::new(op, dtype, dims)?)
+}
+
 /// Parses `AxB[xC]` into a problem for a [`bench_dims`] op; zero sizes are
 /// refused.
 pub fn parse_bench_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, TunerError> {
@@ -391,6 +401,86 @@ mod tests {
     }
 
     #[test]
+    fn tune_shapes_too_large_to_allocate_are_refused() {
+        for shape in ["18446744073709551615x2", "99999999x99999999", "65536x65537"] {
+            let e = parse_tune_problem("gemv", "f32", shape).unwrap_err();
+            assert!(matches!(e, TunerError::TooLarge { .. }), "{shape}: {e}");
+        }
+        let e = parse_tune_problem("gemm", "f32", "100000x100000x100000").unwrap_err();
+        assert!(e.to_string().contains("too large for gemm"), "{e}");
+        // The largest real shapes still parse: a 7B LM head, its prefill.
+        assert!(parse_tune_problem("gemv", "q8_0", "152064x3584").is_ok());
+        assert!(parse_tune_problem("gemm", "q8_0", "256x152064x3584").is_ok());
+    }
+
+    #[test]
+    fn tune_problems_name_dims_in_order() {
+        let p = parse_tune_problem("gemv", "q4_0", "4864x896").unwrap();
+        assert_eq!(p.dim("n"), Some(4864));
+        assert_eq!(p.dim("k"), Some(896));
+        assert_eq!(p.to_string(), "gemv/q4_0/n=4864,k=896");
+        let g = parse_tune_problem("gemm", "f32", "16x896x896").unwrap();
+        assert_eq!(g.dim("m"), Some(16));
+        let i = parse_tune_problem("i8gemm", "i8", "64x32x96").unwrap();
+        assert_eq!(
+            (i.dim("m"), i.dim("n"), i.dim("k")),
+            (Some(64), Some(32), Some(96))
+        );
+    }
+
+    #[test]
+    fn tune_problems_reject_bad_input() {
+        // An op `bench` pins but the tuner does not search is no tune op.
+        for op in ["conv", "softmax"] {
+            let e = parse_tune_problem(op, "f32", "1x2").unwrap_err();
+            assert!(matches!(e, TunerError::UnknownOp { .. }), "{e}");
+            assert!(e.to_string().contains("gemv, gemm, i8gemm"), "{e}");
+        }
+        for bad in ["4864", "4864x", "ax896", "0x896", "1x2x3"] {
+            assert!(parse_tune_problem("gemv", "f32", bad).is_err(), "{bad}");
+        }
+    }
+
+    /// SME runs only where tuned: on a CPU with it (qemu `max`) the tuned
+    /// f32/f16 GEMM and int8 GEMM offer every SME kernel shape at every
+    /// thread count, each validates against the reference, and the default
+    /// candidate stays the variant that runs untuned; elsewhere no SME
+    /// candidate is offered.
+    #[test]
+    fn sme_candidates_are_offered_where_the_cpu_has_sme() {
+        let here = tiletune_kernels::sme::shapes();
+        for spec in [
+            Problem::new("gemm", "f32", [("m", 20), ("n", 33), ("k", 40)]).unwrap(),
+            Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
+            Problem::new("i8gemm", "i8", [("m", 1), ("n", 40), ("k", 70)]).unwrap(),
+            Problem::new("i8gemm", "i8_zp", [("m", 19), ("n", 9), ("k", 33)]).unwrap(),
+        ] {
+            let mut p = instantiate(&spec, &machine()).unwrap();
+            let sme: Vec<usize> = (0..p.candidates().len())
+                .filter(|&i| p.candidates()[i].variant() == Isa::Sme.name())
+                .collect();
+            assert_eq!(!sme.is_empty(), Isa::Sme.is_available(), "{spec}");
+            let default = &p.candidates()[p.default_index()];
+            assert_ne!(default.variant(), Isa::Sme.name(), "{spec}");
+            let mut offered = Vec::new();
+            for i in sme {
+                let c = p.candidates()[i].clone();
+                let shape = (c.params()["mr"].as_u64(), c.params()["nr"].as_u64());
+                let shape = (shape.0.unwrap() as usize, shape.1.unwrap() as usize);
+                if !offered.contains(&(shape, c.threads())) {
+                    offered.push((shape, c.threads()));
+                }
+                let err = p
+                    .validate(i)
+                    .unwrap_or_else(|e| panic!("{spec} {c:?}: {e}"));
+                assert!(err <= p.tolerance(), "{spec} {c:?}: error {err}");
+            }
+            let threads = machine().max_threads;
+            assert_eq!(offered.len(), here.len() * threads, "{spec}: {offered:?}");
+        }
+    }
+
+    #[test]
     fn quantized_decode_searches_the_gemm_where_it_exists_else_both_activation_modes() {
         for dtype in [
             "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "mxfp4",
@@ -461,7 +551,10 @@ mod tests {
             &machine(),
         );
         let msg = e.err().unwrap().to_string();
-        assert_eq!(msg, "unknown op `conv`; the ops here are gemv, gemm");
+        assert_eq!(
+            msg,
+            "unknown op `conv`; the ops here are gemv, gemm, i8gemm"
+        );
         let e = parse_bench_problem("conv", "f32", "4x4").err().unwrap();
         assert!(e.to_string().contains("attention"), "{e}");
     }

@@ -7,6 +7,8 @@
 
 use crate::families::supported_dtypes;
 use tiletune_kernels::choice::{KernelChoice, Op, WeightKind};
+use tiletune_kernels::i8gemm::{self, I8GemmParams};
+use tiletune_kernels::{Isa, Tunable};
 use tiletune_tables::{Candidate, Problem, SocExport};
 
 /// One row left out, and why.
@@ -60,8 +62,13 @@ fn check(abi: u32, ours: u32, p: &Problem, c: &Candidate, budget: usize) -> Resu
             "kernel ABI {abi} is newer than this build's {ours}; import it with a newer tiletune"
         ));
     }
-    let op = Op::from_name(p.op())
-        .ok_or_else(|| format!("unknown op `{}`; tables hold gemv and gemm winners", p.op()))?;
+    let op = Op::from_name(p.op());
+    if op.is_none() && p.op() != "i8gemm" {
+        return Err(format!(
+            "unknown op `{}`; tables hold gemv, gemm and i8gemm winners",
+            p.op()
+        ));
+    }
     let dtypes = supported_dtypes(p.op());
     if !dtypes.contains(&p.dtype()) {
         return Err(format!(
@@ -76,6 +83,9 @@ fn check(abi: u32, ours: u32, p: &Problem, c: &Candidate, budget: usize) -> Resu
     if abi < ours {
         return Ok(());
     }
+    let Some(op) = op else {
+        return check_i8gemm(c, budget);
+    };
     KernelChoice::check_stored(
         op,
         WeightKind::of_dtype(p.dtype()),
@@ -88,6 +98,26 @@ fn check(abi: u32, ours: u32, p: &Problem, c: &Candidate, budget: usize) -> Resu
     .map_err(|e| e.to_string())
 }
 
+/// The int8 GEMM's winner (not a weight's kernel, so no
+/// [`KernelChoice`]): a variant of the family, a tile of some variant, the
+/// threads within the budget.
+fn check_i8gemm(c: &Candidate, budget: usize) -> Result<(), String> {
+    let isa: Isa = c.variant().parse().map_err(|e| format!("{e}"))?;
+    if !i8gemm::variants().contains(&isa) {
+        return Err(format!("i8gemm has no {isa} variant"));
+    }
+    let params: I8GemmParams =
+        serde_json::from_value(c.params().clone()).map_err(|e| e.to_string())?;
+    params.validate().map_err(|e| e.to_string())?;
+    if c.threads() > budget {
+        return Err(format!(
+            "{} threads outside the budget of {budget}",
+            c.threads()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,7 +126,7 @@ mod tests {
     use tiletune_tables::{Selection, SocRecord};
 
     fn sel(op: &str, dtype: &str, variant: &str, params: serde_json::Value, abi: u32) -> Selection {
-        let dims: Vec<(&str, usize)> = if op == "gemm" {
+        let dims: Vec<(&str, usize)> = if op == "gemm" || op == "i8gemm" {
             vec![("m", 16), ("n", 64), ("k", 64)]
         } else {
             vec![("n", 64), ("k", 64)]
@@ -178,6 +208,52 @@ mod tests {
             "{:?}",
             refused[5]
         );
+    }
+
+    /// Int8 GEMM winners: an SME tile from any device (its vector length
+    /// is the device's), never a variant or tile the family lacks.
+    #[test]
+    fn i8gemm_rows_are_checked_as_the_family_reads_them() {
+        let sme = json!({"mr": 32, "nr": 32, "pf": 0});
+        let ok = sel("i8gemm", "i8", "sme", sme, KERNEL_ABI);
+        let neon = sel(
+            "i8gemm",
+            "i8_zp",
+            "neon_i8mm",
+            json!({"mr": 2, "nr": 4}),
+            KERNEL_ABI,
+        );
+        let mut export = export(vec![
+            ok.clone(),
+            neon.clone(),
+            sel(
+                "i8gemm",
+                "i8",
+                "avx2",
+                json!({"mr": 3, "nr": 4}),
+                KERNEL_ABI,
+            ),
+            sel(
+                "i8gemm",
+                "i8",
+                "sme",
+                json!({"mr": 24, "nr": 24}),
+                KERNEL_ABI,
+            ),
+            sel(
+                "i8gemm",
+                "f32",
+                "neon",
+                json!({"mr": 2, "nr": 4}),
+                KERNEL_ABI,
+            ),
+        ]);
+        let refused = screen_export(&mut export, KERNEL_ABI);
+        let reasons: Vec<&str> = refused.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(export.selections, vec![ok, neon], "{reasons:#?}");
+        assert!(reasons[0].contains("tile 3x4"), "{}", reasons[0]);
+        assert!(reasons[1].contains("tile 24x24"), "{}", reasons[1]);
+        assert!(reasons[2].contains("unknown dtype `f32`"), "{}", reasons[2]);
     }
 
     /// A table from a device of the other architecture imports whole.

@@ -1,5 +1,7 @@
 //! Where tuning problems come from: built-in suites of common small-LLM
-//! shapes, or a single problem given on the command line.
+//! shapes (a single problem given on the command line is parsed by
+//! [`crate::families::parse_tune_problem`], from its op's description), and
+//! the one shape parser of `tune` and `bench` ([`parse_dims`]).
 //!
 //! A problem is `(op, dtype, dims)`, e.g. `(gemv, q4_0, n=4864,k=896)`. Dims
 //! are named so that shapes of different ops never get confused and so the
@@ -11,17 +13,6 @@ use tiletune_tables::Problem;
 /// A problem whose names are literals known to be valid keys.
 fn problem(op: &str, dtype: &str, dims: &[(&str, usize)]) -> Result<Problem, TunerError> {
     Ok(Problem::new(op, dtype, dims.iter().copied())?)
-}
-
-/// Parses `--op OP --dtype DT --shape AxB[xC]` into a problem, naming the
-/// dims in the op's canonical order.
-pub fn parse_problem(op: &str, dtype: &str, shape: &str) -> Result<Problem, TunerError> {
-    let names = dim_names(op).ok_or_else(|| TunerError::UnknownOp {
-        op: op.to_string(),
-        known: "gemv and gemm".into(),
-    })?;
-    let dims = parse_dims(op, names, shape)?;
-    problem(op, dtype, &dims)
 }
 
 /// Splits `AxB[xC]` (also `,`-separated) into positive sizes named by
@@ -66,15 +57,6 @@ pub fn parse_dims<'n>(
 /// The most elements one operand of a problem may hold: 2^31, 8 GiB as
 /// f32, a third of this class of machine's memory.
 pub const MAX_OPERAND_ELEMENTS: usize = 1 << 31;
-
-/// The canonical dimension names of each tunable op, in `--shape` order.
-pub fn dim_names(op: &str) -> Option<&'static [&'static str]> {
-    Some(match op {
-        "gemv" => &["n", "k"],
-        "gemm" => &["m", "n", "k"],
-        _ => return None,
-    })
-}
 
 /// Linear-layer shapes `(n, k)` of small LLMs the suites cover, with where
 /// they come from. Each model contributes q, k/v, o, gate/up and down.
@@ -137,40 +119,6 @@ pub fn suite(name: &str, dtypes: &[&str]) -> Result<Vec<Problem>, TunerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shapes_too_large_to_allocate_are_refused() {
-        for shape in ["18446744073709551615x2", "99999999x99999999", "65536x65537"] {
-            let e = parse_problem("gemv", "f32", shape).unwrap_err();
-            assert!(matches!(e, TunerError::TooLarge { .. }), "{shape}: {e}");
-        }
-        let e = parse_problem("gemm", "f32", "100000x100000x100000").unwrap_err();
-        assert!(e.to_string().contains("too large for gemm"), "{e}");
-        // The largest real shapes still parse: a 7B LM head, its prefill.
-        assert!(parse_problem("gemv", "q8_0", "152064x3584").is_ok());
-        assert!(parse_problem("gemm", "q8_0", "256x152064x3584").is_ok());
-    }
-
-    #[test]
-    fn parse_names_dims_in_order() {
-        let p = parse_problem("gemv", "q4_0", "4864x896").unwrap();
-        assert_eq!(p.dim("n"), Some(4864));
-        assert_eq!(p.dim("k"), Some(896));
-        assert_eq!(p.to_string(), "gemv/q4_0/n=4864,k=896");
-        let g = parse_problem("gemm", "f32", "16x896x896").unwrap();
-        assert_eq!(g.dim("m"), Some(16));
-    }
-
-    #[test]
-    fn parse_rejects_bad_input() {
-        assert!(matches!(
-            parse_problem("conv", "f32", "1x2"),
-            Err(TunerError::UnknownOp { .. })
-        ));
-        for bad in ["4864", "4864x", "ax896", "0x896", "1x2x3"] {
-            assert!(parse_problem("gemv", "f32", bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn suites_cover_models_and_reject_unknown() {

@@ -24,7 +24,9 @@
 //!
 //! Micro-kernels are stamped out by a macro per ISA, one per `mr × nr`; the
 //! table of shapes is [`microkernels`] (packed) and [`direct_kernels`]
-//! (direct), which is what the tuner enumerates. The scalar variant is the
+//! (direct), which is what the tuner enumerates. The SME variant has packed
+//! kernels only, `fmopa` outer products into ZA whose shapes follow the
+//! CPU's streaming vector length (`sme.rs`): its table is made at run time. The scalar variant is the
 //! reference (f64 accumulation, see `scalar.rs`) and ignores the tile
 //! parameters.
 //!
@@ -41,6 +43,8 @@ mod body;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 pub(crate) mod scalar;
+#[cfg(target_arch = "aarch64")]
+mod sme;
 #[cfg(test)]
 mod tests;
 
@@ -54,7 +58,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 /// The ISA variants this family implements (scalar is the reference).
-pub const GEMM_ISAS: &[Isa] = &[Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
+pub const GEMM_ISAS: &[Isa] = &[Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sme];
 
 /// Problem size: `C[m,n] = A[m,k] · W[n,k]ᵀ`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -129,7 +133,8 @@ const OP: &str = "gemm";
 const OP_F16: &str = "gemm_f16w_f32";
 
 /// Packed micro-kernel shapes `(mr, nr)` available for `isa` (empty for
-/// variants this family does not implement and for scalar).
+/// variants this family does not implement and for scalar). The SME shapes
+/// are this CPU's ([`crate::sme::shapes`]), empty on a CPU without SME.
 pub fn microkernels(isa: Isa) -> &'static [(usize, usize)] {
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -138,8 +143,26 @@ pub fn microkernels(isa: Isa) -> &'static [(usize, usize)] {
         Isa::Avx512 => avx512::PACKED,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => neon::PACKED,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Sme => sme::packed_shapes(),
         _ => &[],
     }
+}
+
+/// Whether `(mr, nr)` is a kernel shape of `isa` as far as this build and
+/// CPU can tell: in [`microkernels`] / [`direct_kernels`], or, for SME on a
+/// CPU without it (a stored choice from another device), a packed shape at
+/// any streaming vector length.
+fn has_kernel(isa: Isa, (mr, nr): (usize, usize), pack: bool) -> bool {
+    if isa == Isa::Sme && !isa.is_available() {
+        return pack && crate::sme::is_shape_at_any_svl(mr, nr);
+    }
+    let table = if pack {
+        microkernels(isa)
+    } else {
+        direct_kernels(isa)
+    };
+    table.contains(&(mr, nr))
 }
 
 /// Direct (unpacked) kernel shapes `(mr, nr)` available for `isa`.
@@ -281,29 +304,39 @@ impl GemmParams {
         if isa == Isa::Scalar {
             return Ok(());
         }
-        let table = if self.pack {
-            microkernels(isa)
-        } else {
-            direct_kernels(isa)
-        };
-        if table.contains(&(self.mr, self.nr)) {
+        if has_kernel(isa, (self.mr, self.nr), self.pack) {
             Ok(())
         } else {
-            Err(KernelError::InvalidParams {
-                op,
-                reason: format!(
-                    "no {} {}x{} micro-kernel for `{isa}`; pick one of {table:?} (see gemm::microkernels / gemm::direct_kernels)",
-                    if self.pack { "packed" } else { "direct" },
-                    self.mr,
-                    self.nr
+            let (kind, table) = if self.pack {
+                ("packed", microkernels(isa))
+            } else {
+                ("direct", direct_kernels(isa))
+            };
+            let (mr, nr) = (self.mr, self.nr);
+            let reason = match (table.is_empty(), crate::sme::vector_bytes()) {
+                _ if isa == Isa::Sme && !isa.is_available() => format!(
+                    "no {kind} {mr}x{nr} micro-kernel for `{isa}` at any streaming vector length; pick one of sme::tile_shapes(v) for v in {:?}",
+                    crate::sme::SVL_WORDS
                 ),
-            })
+                (true, _) => format!(
+                    "`{isa}` has no {kind} micro-kernels; set `pack` to {}",
+                    !self.pack
+                ),
+                (false, Some(svl)) if isa == Isa::Sme => format!(
+                    "no {kind} {mr}x{nr} micro-kernel for `{isa}` at this CPU's streaming vector length ({} bits); pick one of {table:?}",
+                    8 * svl
+                ),
+                (false, _) => format!(
+                    "no {kind} {mr}x{nr} micro-kernel for `{isa}`; pick one of {table:?} (see gemm::microkernels / gemm::direct_kernels)"
+                ),
+            };
+            Err(KernelError::InvalidParams { op, reason })
         }
     }
 
     fn validate_ranges(&self, op: &'static str) -> Result<()> {
         let bad = |reason: String| Err(KernelError::InvalidParams { op, reason });
-        if self.mr == 0 || self.nr == 0 || self.mr > 64 || self.nr > 256 {
+        if self.mr == 0 || self.nr == 0 || self.mr > 256 || self.nr > 256 {
             return bad(format!(
                 "micro-kernel {}x{} out of range; use a shape from gemm::microkernels",
                 self.mr, self.nr
@@ -339,14 +372,13 @@ impl Tunable for GemmParams {
     /// Range check, and that `(mr, nr)` is a kernel of some implemented variant.
     fn validate(&self) -> Result<()> {
         self.validate_ranges(OP)?;
-        let known = GEMM_ISAS.iter().any(|&isa| {
-            let table = if self.pack {
-                microkernels(isa)
-            } else {
-                direct_kernels(isa)
-            };
-            table.contains(&(self.mr, self.nr))
-        });
+        // SME's shapes count at every vector length: a choice stored on
+        // another SME device parses, and `validate_for` names this CPU's.
+        let sme_anywhere = self.pack && crate::sme::is_shape_at_any_svl(self.mr, self.nr);
+        let known = sme_anywhere
+            || GEMM_ISAS
+                .iter()
+                .any(|&isa| has_kernel(isa, (self.mr, self.nr), self.pack));
         if known {
             Ok(())
         } else {
@@ -458,7 +490,7 @@ impl WElem for f32 {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => Some((8, avx2::pack8_f32 as PackRowsFn<f32>)),
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => Some((4, neon::pack4_f32 as PackRowsFn<f32>)),
+            Isa::Neon | Isa::Sme => Some((4, neon::pack4_f32 as PackRowsFn<f32>)),
             _ => None,
         }
     }
@@ -476,7 +508,7 @@ impl WElem for f16 {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => unsafe { avx2::f16_to_f32(src, dst) },
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => unsafe { neon::f16_to_f32(src, dst) },
+            Isa::Neon | Isa::Sme => unsafe { neon::f16_to_f32(src, dst) },
             _ => {
                 for (d, s) in dst.iter_mut().zip(src) {
                     *d = s.to_f32();
@@ -502,7 +534,7 @@ impl WElem for f16 {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => Some((8, avx2::pack8_f16 as PackRowsFn<f16>)),
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => Some((4, neon::pack4_f16 as PackRowsFn<f16>)),
+            Isa::Neon | Isa::Sme => Some((4, neon::pack4_f16 as PackRowsFn<f16>)),
             _ => None,
         }
     }
@@ -546,6 +578,8 @@ fn packed_kernel(isa: Isa, mr: usize, nr: usize) -> Option<PackedFn> {
         Isa::Avx512 => avx512::packed(mr, nr),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => neon::packed(mr, nr),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Sme => sme::packed(mr, nr),
         _ => None,
     }
 }

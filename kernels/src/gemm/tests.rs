@@ -211,6 +211,80 @@ fn larger_case_all_thread_counts() {
     }
 }
 
+/// The SME variant where the CPU has it (qemu `max`, at whatever
+/// streaming vector length it was started with): every kernel on the edges
+/// of one ZA tile (`v ± 1`) and of the whole block (`mr ± 1`, `nr ± 1`),
+/// several k slices accumulating into C, bias, f16 weights, 1–3 threads.
+/// Elsewhere forcing SME is refused with an error that says so.
+#[test]
+fn sme_kernels_match_reference_at_every_edge() {
+    let Some(v) = crate::sme::words() else {
+        let shape = GemmShape::new(2, 3, 4);
+        let (mr, nr) = crate::sme::tile_shapes(8)[0];
+        let cfg = GemmConfig {
+            isa: Some(Isa::Sme),
+            params: small_blocks(mr, nr, true),
+            threads: 1,
+        };
+        let (a, w, mut c) = (vec![0.0; 8], vec![0.0; 12], vec![0.0; 6]);
+        let err = gemm_f32(&a, &w, None, &mut c, shape, false, &cfg).unwrap_err();
+        crate::testing::assert_isa_unavailable(&err, OP, Isa::Sme);
+        assert!(!simd_isas().contains(&Isa::Sme));
+        // A choice stored on an SME device still reads back as valid here.
+        assert!(cfg.params.validate().is_ok());
+        return;
+    };
+    assert!(simd_isas().contains(&Isa::Sme));
+    assert_eq!(microkernels(Isa::Sme), crate::sme::tile_shapes(v));
+    assert!(direct_kernels(Isa::Sme).is_empty());
+    let ks = [1, 2, 7, 37, 100];
+    let mut seed = 6000u64;
+    for &(mr, nr) in microkernels(Isa::Sme) {
+        for m in [1, v - 1, v + 1, mr - 1, mr + 1, 2 * mr + 3] {
+            for n in [1, v - 1, nr - 1, nr + 1, 2 * nr + 5] {
+                seed += 1;
+                let k = ks[seed as usize % ks.len()];
+                let p = if seed.is_multiple_of(2) {
+                    small_blocks(mr, nr, true)
+                } else {
+                    default_blocks((m, n, k), mr, nr, true)
+                };
+                let (bias, acc, f16w) =
+                    (seed.is_multiple_of(3), seed % 5 < 2, seed.is_multiple_of(7));
+                let threads = 1 + seed as usize % 3;
+                check(Isa::Sme, p, (m, n, k), bias, acc, threads, f16w, seed);
+            }
+        }
+    }
+    let (mr, nr) = microkernels(Isa::Sme)[0];
+    let direct = GemmParams {
+        pack: false,
+        ..small_blocks(mr, nr, true)
+    };
+    let err = direct.validate_for(OP, Isa::Sme).unwrap_err();
+    assert!(err.to_string().contains("set `pack` to true"), "{err}");
+    let other = crate::sme::SVL_WORDS.into_iter().find(|&w| w != v).unwrap();
+    let (mr, nr) = crate::sme::tile_shapes(other)[0];
+    let other = small_blocks(mr, nr, true);
+    let err = other.validate_for(OP, Isa::Sme).unwrap_err();
+    assert!(err.to_string().contains("streaming vector length"), "{err}");
+    // It parses (another device's choice); running it here is refused.
+    assert!(other.validate().is_ok());
+    let cfg = GemmConfig {
+        isa: Some(Isa::Sme),
+        params: other,
+        threads: 1,
+    };
+    let (a, w, mut c) = (vec![0.0; 8], vec![0.0; 12], vec![0.0; 6]);
+    let err = gemm_f32(&a, &w, None, &mut c, GemmShape::new(2, 3, 4), false, &cfg);
+    assert!(
+        matches!(err, Err(KernelError::InvalidParams { .. })),
+        "{err:?}"
+    );
+    // Never the untuned pick.
+    assert_ne!(resolve_isa(OP, None).unwrap(), Isa::Sme);
+}
+
 #[test]
 fn default_config_runs_best_variant() {
     let shape = GemmShape::new(9, 20, 30);
@@ -254,8 +328,10 @@ fn tunable_candidates_are_valid_and_contain_default() {
                     p.validate_for("test", isa).unwrap();
                 }
                 if isa != Isa::Scalar {
+                    // At least one per kernel shape, a few per shape at most.
+                    let shapes = microkernels(isa).len() + direct_kernels(isa).len();
                     assert!(
-                        (10..=80).contains(&c.len()),
+                        (shapes..=80).contains(&c.len()),
                         "{isa}: {} candidates",
                         c.len()
                     );

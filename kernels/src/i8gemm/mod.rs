@@ -14,7 +14,11 @@
 //! one shared function, so every variant's f32 output equals the scalar
 //! reference bit for bit. [`I8Gemm::run_i32`] exposes the raw accumulators.
 //! GEMV (m = 1) runs the `mr = 1` tiles — a dedicated one-activation-row
-//! kernel per ISA, where the i8mm variant falls back to `sdot`.
+//! kernel per ISA, where the i8mm variant falls back to `sdot`. The SME
+//! variant (`sme.rs`) is shaped otherwise: `smopa` outer products on
+//! operands packed in 4-byte groups, its tiles `2v × 2v`, `v × 4v` or
+//! `4v × v` at the CPU's streaming vector length ([`tiles`]); it never
+//! runs untuned ([`Isa::runs_untuned`]).
 //!
 //! Loop order: weight rows are split over `threads` workers; each worker
 //! walks its weight rows `nr` at a time and, for each such weight tile
@@ -145,6 +149,8 @@ mod i8mm;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 pub mod scalar;
+#[cfg(target_arch = "aarch64")]
+mod sme;
 
 use crate::error::check_len;
 use crate::pool::{check_threads, pool, split_range};
@@ -296,15 +302,30 @@ pub fn variants() -> &'static [Isa] {
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::NeonI8mm,
+        Isa::Sme,
     ]
+}
+
+/// The tile shapes `(mr, nr)` variant `isa` runs: every `mr` of
+/// [`MR_VALUES`] with every `nr` of [`NR_VALUES`], or for SME this CPU's
+/// [`crate::sme::shapes`] (none without SME).
+pub fn tiles(isa: Isa) -> Vec<(usize, usize)> {
+    if isa == Isa::Sme {
+        return crate::sme::shapes().to_vec();
+    }
+    MR_VALUES
+        .iter()
+        .flat_map(|&mr| NR_VALUES.iter().map(move |&nr| (mr, nr)))
+        .collect()
 }
 
 /// Micro-tile shape of the I8 GEMM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct I8GemmParams {
-    /// Activation rows per tile: 1 or 2.
+    /// Activation rows per tile: 1 or 2 (SME: see [`tiles`]).
     pub mr: usize,
-    /// Weight rows (output channels) per tile: 1, 2 or 4.
+    /// Weight rows (output channels) per tile: 1, 2 or 4 (SME: see
+    /// [`tiles`]).
     pub nr: usize,
     /// How many bytes ahead in each weight row the x86 and NEON tiles
     /// prefetch (0: none), one of [`PREFETCHES`]. A GEMV streams its
@@ -312,7 +333,8 @@ pub struct I8GemmParams {
     /// few lines in flight for the `nr` row streams: on x86 at 1×14336×4096,
     /// one thread, `nr` 1 went from ~10 to ~40 GB/s with 8 KiB. The best
     /// distance depends on `nr`, `k` and the memory system (on ARM it is
-    /// unmeasured), so it is tuned. Scalar ignores it. Tables from before
+    /// unmeasured), so it is tuned. Scalar ignores it; the SME tiles, which
+    /// read panels packed just before them, take only 0. Tables from before
     /// it existed read as 0, what those kernels did.
     #[serde(default)]
     pub pf: usize,
@@ -344,7 +366,49 @@ impl Tunable for I8GemmParams {
     /// follows best, prefetched 8 KiB ahead on x86 (NEON starts at no
     /// prefetch: no distance was measured on ARM; the tuner times them).
     fn default_for(shape: &I8GemmShape, cpu: &CpuCaps) -> Self {
-        let pf = prefetch::default_bytes(Isa::best_of(variants()));
+        Self::default_for_isa(shape, cpu, Isa::best_of(variants()))
+    }
+
+    /// [`I8GemmParams::candidates_for_isa`] of the best variant.
+    fn candidates(shape: &I8GemmShape, cpu: &CpuCaps) -> Vec<Self> {
+        Self::candidates_for_isa(shape, cpu, Isa::best_of(variants()))
+    }
+
+    /// A tile of some variant (the NEON and x86 ones, or SME's at any
+    /// streaming vector length) and a prefetch distance of
+    /// [`PREFETCHES`]; [`I8GemmParams::validate_for`] checks a variant.
+    fn validate(&self) -> Result<()> {
+        prefetch::check_bytes(OP, self.pf)?;
+        let simd = MR_VALUES.contains(&self.mr) && NR_VALUES.contains(&self.nr);
+        if simd || crate::sme::is_shape_at_any_svl(self.mr, self.nr) {
+            Ok(())
+        } else {
+            Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!(
+                    "tile {}x{} not supported; mr must be 1 or 2 and nr 1, 2 or 4 (SME: i8gemm::tiles(Isa::Sme))",
+                    self.mr, self.nr
+                ),
+            })
+        }
+    }
+}
+
+impl I8GemmParams {
+    /// The analytic default for variant `isa` (see
+    /// [`Tunable::default_for`] for the NEON and x86 tiles). SME: the tile
+    /// that computes the fewest discarded accumulators for `m × n` (the
+    /// first in [`tiles`] order on a tie), no prefetch.
+    pub fn default_for_isa(shape: &I8GemmShape, cpu: &CpuCaps, isa: Isa) -> Self {
+        if isa == Isa::Sme {
+            let waste = |&(mr, nr): &(usize, usize)| {
+                shape.m.max(1).next_multiple_of(mr) * shape.n.max(1).next_multiple_of(nr)
+            };
+            let tiles = tiles(isa);
+            let (mr, nr) = tiles.iter().copied().min_by_key(waste).unwrap_or((1, 1));
+            return I8GemmParams { mr, nr, pf: 0 };
+        }
+        let pf = prefetch::default_bytes(isa);
         if shape.m <= 1 {
             return I8GemmParams { mr: 1, nr: 1, pf };
         }
@@ -358,37 +422,60 @@ impl Tunable for I8GemmParams {
         I8GemmParams { mr: 2, nr, pf }
     }
 
-    /// Every tile that uses its rows (no `mr` 2 for a GEMV) × the prefetch
-    /// distances, where the best variant reads them.
-    fn candidates(shape: &I8GemmShape, cpu: &CpuCaps) -> Vec<Self> {
-        let pfs = prefetch::byte_candidates(Isa::best_of(variants()));
+    /// Every tile of `isa` that uses its rows (no `mr` 2 for a GEMV; every
+    /// SME tile, which pads rows anyway) × the prefetch distances where
+    /// `isa` reads them, and the default.
+    pub fn candidates_for_isa(shape: &I8GemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
+        let pfs = prefetch::byte_candidates(isa);
         let mut v = Vec::new();
-        for mr in MR_VALUES.into_iter().filter(|&r| r <= shape.m.max(1)) {
-            for nr in NR_VALUES {
-                for &pf in pfs {
-                    v.push(I8GemmParams { mr, nr, pf });
-                }
+        for (mr, nr) in tiles(isa) {
+            if isa != Isa::Sme && mr > shape.m.max(1) {
+                continue;
+            }
+            for &pf in pfs {
+                v.push(I8GemmParams { mr, nr, pf });
             }
         }
-        let d = Self::default_for(shape, cpu);
+        let d = Self::default_for_isa(shape, cpu, isa);
         if !v.contains(&d) {
             v.push(d);
         }
         v
     }
 
-    fn validate(&self) -> Result<()> {
-        prefetch::check_bytes(OP, self.pf)?;
-        if MR_VALUES.contains(&self.mr) && NR_VALUES.contains(&self.nr) {
-            Ok(())
-        } else {
-            Err(KernelError::InvalidParams {
-                op: OP,
-                reason: format!(
-                    "tile {}x{} not supported; mr must be 1 or 2 and nr 1, 2 or 4",
-                    self.mr, self.nr
-                ),
-            })
+    /// Checks the tile against variant `isa`: one of [`tiles`]`(isa)`
+    /// (for SME on a CPU without it, a stored choice from another device,
+    /// a tile at any streaming vector length), and no prefetch for SME.
+    pub fn validate_for(&self, isa: Isa) -> Result<()> {
+        self.validate()?;
+        let (mr, nr) = (self.mr, self.nr);
+        let bad = |reason: String| Err(KernelError::InvalidParams { op: OP, reason });
+        if isa != Isa::Sme {
+            return if tiles(isa).contains(&(mr, nr)) {
+                Ok(())
+            } else {
+                bad(format!(
+                    "tile {mr}x{nr} is an SME tile; `{isa}` runs mr 1 or 2 and nr 1, 2 or 4"
+                ))
+            };
+        }
+        if self.pf != 0 {
+            return bad(format!(
+                "the sme tiles do not prefetch; use pf 0, not {}",
+                self.pf
+            ));
+        }
+        match crate::sme::vector_bytes() {
+            None if crate::sme::is_shape_at_any_svl(mr, nr) => Ok(()),
+            None => bad(format!(
+                "tile {mr}x{nr} is no SME tile at any streaming vector length"
+            )),
+            Some(_) if tiles(isa).contains(&(mr, nr)) => Ok(()),
+            Some(svl) => bad(format!(
+                "no sme tile {mr}x{nr} at this CPU's streaming vector length ({} bits); pick one of {:?}",
+                8 * svl,
+                tiles(isa)
+            )),
         }
     }
 }
@@ -469,7 +556,7 @@ impl I8Gemm {
                 isa: self.isa,
             });
         }
-        self.params.validate()?;
+        self.params.validate_for(self.isa)?;
         check_threads(OP, self.threads)?;
         check_k(w.k)?;
         if a.k != w.k {
@@ -566,6 +653,13 @@ impl I8Gemm {
 
     /// Splits weight rows over the workers and runs the tiles; `store(i, j, acc)`.
     fn drive(&self, a: &QActivations, w: &QWeights, store: &(dyn Fn(usize, usize, i32) + Sync)) {
+        #[cfg(target_arch = "aarch64")]
+        if self.isa == Isa::Sme {
+            // SAFETY: `check` verified that the CPU has SME and that the
+            // tile is one of its shapes.
+            unsafe { sme::drive(a, w, self.params, self.threads, store) };
+            return;
+        }
         let (m, n, k) = (a.m, w.n, w.k);
         let tile = self.tile_fn();
         let p = self.params;

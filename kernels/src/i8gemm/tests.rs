@@ -14,6 +14,16 @@ fn isas() -> Vec<Isa> {
         .collect()
 }
 
+/// Variant `isa` with the default tile, or SME's first (its tiles are
+/// others).
+fn runner(isa: Isa) -> I8Gemm {
+    let g = I8Gemm::new().isa(isa);
+    match tiles(isa).first() {
+        Some(&(mr, nr)) if isa == Isa::Sme => g.params(I8GemmParams { mr, nr, pf: 0 }),
+        _ => g,
+    }
+}
+
 fn random_qw(rng: &mut Rng, n: usize, k: usize) -> QWeights {
     quantize_weights(&rng.vec_f32(n * k), n, k).unwrap()
 }
@@ -51,14 +61,6 @@ fn scalar_matches_definition() {
 #[test]
 fn every_variant_matches_scalar_edge_sweep() {
     let mut rng = Rng::new(2);
-    let tiles: Vec<I8GemmParams> = MR_VALUES
-        .iter()
-        .flat_map(|&mr| {
-            NR_VALUES
-                .iter()
-                .map(move |&nr| I8GemmParams { mr, nr, pf: 0 })
-        })
-        .collect();
     for m in [1, 2, 3, 5] {
         for n in [1, 3, 8, 17] {
             for k in [1, 4, 7, 16, 33, 100] {
@@ -80,7 +82,8 @@ fn every_variant_matches_scalar_edge_sweep() {
                         "scalar vs f64 reference",
                     );
                     for isa in isas() {
-                        for (ti, &p) in tiles.iter().enumerate() {
+                        for (ti, (mr, nr)) in tiles(isa).into_iter().enumerate() {
+                            let p = I8GemmParams { mr, nr, pf: 0 };
                             // Threads 2 and 3 on a subset of tiles keep the sweep short.
                             let threads: &[usize] = if ti % 2 == 0 { &[1, 2, 3] } else { &[1] };
                             for &t in threads {
@@ -120,18 +123,16 @@ fn unrolled_tiles_and_every_prefetch_distance_match_scalar() {
             let w = random_qw(&mut rng, n, k);
             let want = scalar_acc(&a, &w);
             for isa in isas() {
-                for mr in MR_VALUES {
-                    for nr in NR_VALUES {
-                        for pf in PREFETCHES {
-                            let p = I8GemmParams { mr, nr, pf };
-                            let mut acc = vec![0; m * n];
-                            I8Gemm::new()
-                                .isa(isa)
-                                .params(p)
-                                .run_i32(&a, &w, &mut acc)
-                                .unwrap();
-                            assert_eq!(acc, want, "{isa} {p:?} m{m} k{k}");
-                        }
+                for (mr, nr) in tiles(isa) {
+                    for &pf in prefetch::byte_candidates(isa) {
+                        let p = I8GemmParams { mr, nr, pf };
+                        let mut acc = vec![0; m * n];
+                        I8Gemm::new()
+                            .isa(isa)
+                            .params(p)
+                            .run_i32(&a, &w, &mut acc)
+                            .unwrap();
+                        assert_eq!(acc, want, "{isa} {p:?} m{m} k{k}");
                     }
                 }
             }
@@ -163,11 +164,11 @@ fn extreme_values_do_not_saturate() {
     let want = scalar_acc(&a, &w);
     for isa in isas() {
         let mut acc = vec![0; m * n];
-        I8Gemm::new().isa(isa).run_i32(&a, &w, &mut acc).unwrap();
+        runner(isa).run_i32(&a, &w, &mut acc).unwrap();
         assert_eq!(acc, want, "{isa}");
         // zp = −128 and a_q = −128: the real activations are all zero.
         let mut c = vec![f32::NAN; m * n];
-        I8Gemm::new().isa(isa).run(&a, &w, None, &mut c).unwrap();
+        runner(isa).run(&a, &w, None, &mut c).unwrap();
         assert!(c.iter().all(|&v| v == 0.0), "{isa}: {c:?}");
     }
 }
@@ -182,11 +183,7 @@ fn larger_case_threads() {
     for isa in isas() {
         for t in [1, 2, 3] {
             let mut acc = vec![0; m * n];
-            I8Gemm::new()
-                .isa(isa)
-                .threads(t)
-                .run_i32(&a, &w, &mut acc)
-                .unwrap();
+            runner(isa).threads(t).run_i32(&a, &w, &mut acc).unwrap();
             assert_eq!(acc, want, "{isa} t{t}");
         }
     }
@@ -236,10 +233,7 @@ fn zero_sized_shapes() {
         let bias = vec![0.5; n];
         for isa in isas() {
             let mut c = vec![f32::NAN; m * n];
-            I8Gemm::new()
-                .isa(isa)
-                .run(&a, &w, Some(&bias), &mut c)
-                .unwrap();
+            runner(isa).run(&a, &w, Some(&bias), &mut c).unwrap();
             assert!(c.iter().all(|&v| v == 0.5), "{isa} {m} {n} {k}");
         }
     }
@@ -367,5 +361,115 @@ fn by_lines_steps_once_and_requests_each_line_once() {
     ] {
         check::<16>(k);
         check::<8>(k);
+    }
+}
+
+/// The SME tiles where the CPU has SME (qemu `max`, at whatever streaming
+/// vector length it was started with): every tile against the scalar
+/// accumulators, bit for bit, on the edges of one ZA tile (`v ± 1`) and
+/// of the whole block (`mr ± 1`, `nr ± 1`), k not a multiple of 4, with
+/// 1–3 threads, and one larger case. Elsewhere forcing SME is refused.
+#[test]
+fn sme_tiles_match_scalar_at_every_edge() {
+    let mut rng = Rng::new(7);
+    let Some(v) = crate::sme::words() else {
+        let (a, w) = (random_qa(&mut rng, 2, 8, false), random_qw(&mut rng, 3, 8));
+        let (mr, nr) = crate::sme::tile_shapes(8)[0];
+        let g = I8Gemm::new()
+            .isa(Isa::Sme)
+            .params(I8GemmParams { mr, nr, pf: 0 });
+        let err = g.run(&a, &w, None, &mut [0.0; 6]).unwrap_err();
+        crate::testing::assert_isa_unavailable(&err, OP, Isa::Sme);
+        assert!(!isas().contains(&Isa::Sme));
+        return;
+    };
+    assert!(isas().contains(&Isa::Sme));
+    assert_eq!(tiles(Isa::Sme), crate::sme::tile_shapes(v));
+    let ks = [1, 3, 4, 5, 63, 130, 257];
+    let mut case = 0;
+    for (mr, nr) in tiles(Isa::Sme) {
+        let p = I8GemmParams { mr, nr, pf: 0 };
+        for m in [1, v - 1, v + 1, mr - 1, mr + 1, 2 * mr + 3] {
+            for n in [1, v - 1, nr - 1, nr + 1, 2 * nr + 5] {
+                case += 1;
+                let (k, asym, t) = (ks[case % ks.len()], case.is_multiple_of(2), 1 + case % 3);
+                let a = random_qa(&mut rng, m, k, asym);
+                let w = random_qw(&mut rng, n, k);
+                let bias = rng.vec_f32(n);
+                let g = I8Gemm::new().isa(Isa::Sme).params(p).threads(t);
+                let what = format!("sme {mr}x{nr} t{t} m{m} n{n} k{k} asym {asym}");
+                let mut acc = vec![0; m * n];
+                g.run_i32(&a, &w, &mut acc).unwrap();
+                assert_eq!(acc, scalar_acc(&a, &w), "{what}");
+                let (mut got, mut want) = (vec![f32::NAN; m * n], vec![0.0; m * n]);
+                g.run(&a, &w, Some(&bias), &mut got).unwrap();
+                I8Gemm::new()
+                    .isa(Isa::Scalar)
+                    .run(&a, &w, Some(&bias), &mut want)
+                    .unwrap();
+                assert_eq!(got, want, "{what}");
+            }
+        }
+    }
+    let (m, n, k) = (2 * v + 7, 4 * v + 9, 1001);
+    let (a, w) = (random_qa(&mut rng, m, k, true), random_qw(&mut rng, n, k));
+    let want = scalar_acc(&a, &w);
+    for (mr, nr) in tiles(Isa::Sme) {
+        let mut acc = vec![0; m * n];
+        let p = I8GemmParams { mr, nr, pf: 0 };
+        let g = I8Gemm::new().isa(Isa::Sme).params(p).threads(3);
+        g.run_i32(&a, &w, &mut acc).unwrap();
+        assert_eq!(acc, want, "sme {mr}x{nr} large");
+    }
+}
+
+/// What the SME variant is offered with and refuses: its tiles at this
+/// CPU's vector length only, no prefetch, the other variants' tiles
+/// refused, and SME tiles refused for them.
+#[test]
+fn sme_params_contract() {
+    let cpu = CpuCaps::default();
+    let shape = I8GemmShape {
+        m: 9,
+        n: 4096,
+        k: 4096,
+    };
+    let d = I8GemmParams::default_for_isa(&shape, &cpu, Isa::Sme);
+    let c = I8GemmParams::candidates_for_isa(&shape, &cpu, Isa::Sme);
+    assert!(c.contains(&d) && c.iter().all(|p| p.pf == 0));
+    assert_eq!(c.len(), tiles(Isa::Sme).len().max(1));
+    for v in crate::sme::SVL_WORDS {
+        let (mr, nr) = crate::sme::tile_shapes(v)[0];
+        let p = I8GemmParams { mr, nr, pf: 0 };
+        // A stored SME tile reads back on any machine.
+        assert!(p.validate().is_ok(), "{p:?}");
+        assert!(p.validate_for(Isa::Neon).is_err());
+        let here = tiles(Isa::Sme).contains(&(mr, nr));
+        match crate::sme::vector_bytes() {
+            Some(_) => assert_eq!(p.validate_for(Isa::Sme).is_ok(), here, "{p:?}"),
+            None => assert!(p.validate_for(Isa::Sme).is_ok(), "{p:?}"),
+        }
+        let err = I8GemmParams { pf: 4096, ..p }
+            .validate_for(Isa::Sme)
+            .unwrap_err();
+        assert!(err.to_string().contains("do not prefetch"), "{err}");
+    }
+    if let Some(svl) = crate::sme::vector_bytes() {
+        let v = svl / 4;
+        // m = 1: the tile one vector tall wastes least.
+        let gemv = I8GemmShape {
+            m: 1,
+            n: 4096,
+            k: 64,
+        };
+        let d = I8GemmParams::default_for_isa(&gemv, &cpu, Isa::Sme);
+        assert_eq!((d.mr, d.nr), (v, 4 * v));
+        let other = crate::sme::SVL_WORDS.into_iter().find(|&w| w != v).unwrap();
+        let (mr, nr) = crate::sme::tile_shapes(other)[0];
+        let err = I8GemmParams { mr, nr, pf: 0 }
+            .validate_for(Isa::Sme)
+            .unwrap_err();
+        assert!(err.to_string().contains("streaming vector length"), "{err}");
+        assert!(I8GemmParams::default().validate_for(Isa::Sme).is_err());
     }
 }

@@ -45,12 +45,13 @@ pub struct Args {
     pub mmproj: Option<PathBuf>,
     #[arg(long, default_value = "f32", value_delimiter = ',', help = dtypes_help("Weight dtypes the suite is tuned for, comma-separated"))]
     pub dtypes: Vec<String>,
-    /// One problem: the op (gemv or gemm) ...
+    /// One problem: the op (gemv, gemm or i8gemm) ...
     #[arg(long, requires_all = ["dtype", "shape"])]
     pub op: Option<String>,
-    #[arg(long, help = dtypes_help("... its weight dtype"))]
+    #[arg(long, help = dtypes_help("... its weight dtype (i8gemm: i8 or i8_zp)"))]
     pub dtype: Option<String>,
-    /// ... and its shape: NxK for gemv, MxNxK for gemm (e.g. 4864x896).
+    /// ... and its shape: NxK for gemv, MxNxK for gemm and i8gemm (e.g.
+    /// 4864x896).
     #[arg(long)]
     pub shape: Option<String>,
     /// Search strategy: adaptive (short screen, descent from the best few,

@@ -44,6 +44,19 @@ pub fn worker_tids(threads: usize) -> Vec<i32> {
     tiletune_kernels::pool::pool(threads).broadcast(|_| tiletune_pmu::counters::current_tid())
 }
 
+/// The variants a family's tuned problem searches, among those it
+/// `implemented`: the one that runs untuned (the best this CPU has), then
+/// every other the CPU runs that never runs untuned
+/// ([`Isa::runs_untuned`]: SME), which only a tuning can choose.
+pub(super) fn tuned_isas(implemented: &[Isa]) -> Vec<Isa> {
+    let best = Isa::best_of(implemented);
+    let tuned_only = implemented
+        .iter()
+        .copied()
+        .filter(|i| !i.runs_untuned() && i.is_available());
+    std::iter::once(best).chain(tuned_only).collect()
+}
+
 /// Thread counts to search: 1..=max.
 pub(super) fn thread_counts(max: usize) -> Vec<usize> {
     (1..=max.max(1)).collect()

@@ -2,12 +2,14 @@
 //! GEMM is the W·A8 one on repacked weights (`qgemm.rs`).
 //!
 //! Tuned: the family's parameter candidates × thread counts on the best
-//! ISA, the analytic default first; GEMM reuses its weights across rows, so
-//! it is timed warm. Pinned: one configuration, the micro-kernel's default
+//! ISA and on every ISA that runs only where tuned (SME, `tuned_isas`), the
+//! analytic default first; GEMM reuses its weights across rows, so it is
+//! timed warm. Pinned: one configuration, the micro-kernel's default
 //! params for the ISA forced.
 
 use super::common::{
     Copies, WeightElem, candidate_of, cold_copies, reference_gemv, thread_counts, tune_dim,
+    tuned_isas,
 };
 use super::qgemm::QGemmTune;
 use super::quant;
@@ -15,13 +17,13 @@ use super::spec::{Machine, OpName, OpSpec, PinRequest};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
 use half::f16;
+use tiletune_kernels::Isa;
 use tiletune_kernels::choice::KernelChoice;
 use tiletune_kernels::gemm::{self, GemmConfig, GemmParams, GemmShape};
 use tiletune_kernels::gemv::GemvShape;
 use tiletune_kernels::qgemm::{self, QGemm, QGemmParams, QGemmShape};
 use tiletune_kernels::quant::QuantFormat;
 use tiletune_kernels::testing::{Rng, max_rel_err};
-use tiletune_kernels::{Isa, Tunable};
 use tiletune_tables::{Candidate, Problem};
 
 pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
@@ -158,15 +160,17 @@ impl<W: WeightElem> GemmProblem<W> {
         let mut default_cfg = GemmConfig::new(&shape, &m.caps, m.max_threads.max(1));
         default_cfg.isa = Some(gemm::resolve_isa("gemm", None).unwrap_or(Isa::Scalar));
         let mut cfgs = vec![default_cfg];
-        for params in GemmParams::candidates(&shape, &m.caps) {
-            for threads in thread_counts(m.max_threads) {
-                let c = GemmConfig {
-                    isa: default_cfg.isa,
-                    params,
-                    threads,
-                };
-                if !cfgs.contains(&c) {
-                    cfgs.push(c);
+        for isa in tuned_isas(gemm::GEMM_ISAS) {
+            for params in GemmParams::candidates_for_isa(&shape, &m.caps, isa) {
+                for threads in thread_counts(m.max_threads) {
+                    let c = GemmConfig {
+                        isa: Some(isa),
+                        params,
+                        threads,
+                    };
+                    if !cfgs.contains(&c) {
+                        cfgs.push(c);
+                    }
                 }
             }
         }
