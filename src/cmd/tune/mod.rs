@@ -163,7 +163,13 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
 
     let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
     let mut skipped: Vec<(Problem, String)> = Vec::new();
-    let places = placement::placements(&soc, max_threads);
+    let (places, left_out) = placement::runnable(
+        placement::placements(&soc, max_threads),
+        &tiletune_kernels::pool::allowed_cpus(),
+    );
+    for note in &left_out {
+        eprintln!("note: placement {note}");
+    }
     for p in &problems {
         match families::instantiate(p, &machine) {
             Ok(i) => instances.push(placement::with_placements(i, &places)?),
