@@ -61,13 +61,16 @@ impl Job {
                 Some((f, _)) if f.starts_with("--") => (f, i),
                 _ => (a.as_str(), i + 1),
             };
-            if let Some((_, slot)) = FILE_FLAGS.iter().find(|(f, _)| *f == flag)
-                && let Some(v) = self.value(i, value_at)
+            let Some((_, slot)) = FILE_FLAGS.iter().find(|(f, _)| *f == flag) else {
+                i += 1;
+                continue;
+            };
+            if let Some(v) = self.value(i, value_at)
                 && Path::new(&v).exists()
             {
                 out.push((value_at, Upload::of(Path::new(&v), *slot)?));
             }
-            i += if value_at == i { 1 } else { 2 };
+            i = value_at + 1;
         }
         Ok(out)
     }
@@ -512,6 +515,8 @@ mod tests {
         let m = model.to_str().unwrap();
         let b = format!("--llama-bench={}", bench.display());
         let j = job(&["compare", "--model", m, &b, "--prompt", "m.gguf", "-t", "2"]);
+        let odd = job(&["tune", "--quick", "-m", m]);
+        assert_eq!(odd.uploads().unwrap()[0].0, 3);
         let ups = j.uploads().unwrap();
         assert_eq!(ups.len(), 2);
         assert_eq!((ups[0].0, ups[0].1.slot), (2, Slot::Files));

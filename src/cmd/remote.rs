@@ -96,7 +96,8 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         err: &mut err,
     };
     let mut ok = true;
-    for (device, result) in tiletune_remote::run_each(&devices, &job, &opts, &mut sinks) {
+    // Each error names its device.
+    for (_, result) in tiletune_remote::run_each(&devices, &job, &opts, &mut sinks) {
         match result {
             Ok(o) => {
                 ok &= o.status == 0;
@@ -104,7 +105,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
             }
             Err(e) => {
                 ok = false;
-                eprintln!("error: {device}: {e}");
+                eprintln!("error: {e}");
             }
         }
     }
@@ -116,12 +117,16 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The devices the flags name. With `--adb`, clap hands a bare serial to
-/// the command list (the serial is optional), so it is taken back here.
+/// the command list (the serial is optional), so it is taken back here: a
+/// first word that names no tiletune subcommand is the serial.
 fn transports(args: &mut Args) -> anyhow::Result<Vec<Box<dyn Transport>>> {
+    use clap::CommandFactory;
     if let Some(serial) = args.adb.take() {
         let serial = match serial.as_str() {
             "" => match args.command.first() {
-                Some(w) if !ON_DEVICE.contains(&w.as_str()) => Some(args.command.remove(0)),
+                Some(w) if crate::Cli::command().find_subcommand(w).is_none() => {
+                    Some(args.command.remove(0))
+                }
                 _ => None,
             },
             s => Some(s.to_string()),
