@@ -447,7 +447,7 @@ fn every_device_and_an_ssh_board_get_their_own_rows() {
         own_fingerprint(&bin, &b, "cortex-a53").0,
         own_fingerprint(&bin, &board, "max").0,
     ];
-    assert!(stderr.contains(&format!("adb:PHONE1: ")), "{stderr}");
+    assert!(stderr.contains("adb:PHONE1: "), "{stderr}");
     assert!(
         stderr.contains(&format!("fingerprint {}", fps[0])),
         "{stderr}"
@@ -456,7 +456,7 @@ fn every_device_and_an_ssh_board_get_their_own_rows() {
         stderr.contains(&format!("fingerprint {}", fps[1])),
         "{stderr}"
     );
-    assert!(ssh.contains(&format!("ssh:pi@board:2222: ")), "{ssh}");
+    assert!(ssh.contains("ssh:pi@board:2222: "), "{ssh}");
     assert!(ssh.contains(&format!("fingerprint {}", fps[2])), "{ssh}");
     // Over ssh the work directory is under the login's home.
     assert!(board.join("root/home/.cache/tiletune-remote/bin").is_dir());

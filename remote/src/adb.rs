@@ -36,17 +36,20 @@ impl Adb {
     }
 }
 
-/// The serials `adb devices` lists as ready (state `device`); devices that
-/// are `unauthorized` or `offline` are returned apart, so the caller can say
-/// why they were left out.
-pub fn devices() -> Result<(Vec<String>, Vec<(String, String)>)> {
+/// What `adb devices` lists: the serials that are ready (state `device`),
+/// and apart from them those that are not (`unauthorized`, `offline`) with
+/// their state, so the caller can say why they were left out.
+pub type Listing = (Vec<String>, Vec<(String, String)>);
+
+/// Runs `adb devices` (see [`Listing`]).
+pub fn devices() -> Result<Listing> {
     let mut c = Command::new(program());
     c.arg("devices");
     let out = check("adb", "adb devices", c)?;
     Ok(parse_devices(&String::from_utf8_lossy(&out)))
 }
 
-fn parse_devices(text: &str) -> (Vec<String>, Vec<(String, String)>) {
+fn parse_devices(text: &str) -> Listing {
     let mut ready = Vec::new();
     let mut other = Vec::new();
     for line in text
