@@ -364,6 +364,46 @@ fn remote_tune_over_adb_fills_the_host_table_and_survives_a_drop() {
     let (here, _) = ok(&host.tiletune(&["plan", "--model", model.to_str().unwrap(), "-t", "2"]));
     assert!(!here.contains("plan for soc"), "{here}");
 
+    // The phone's rows travel as a read-only asset named by its
+    // fingerprint, found with no table named.
+    let assets = host.dir.path().join("assets");
+    std::fs::create_dir_all(&assets).unwrap();
+    let export = host.dir.path().join("phone.json");
+    ok(&host.tiletune(&[
+        "table",
+        "export",
+        "--soc",
+        &fp,
+        "--out",
+        export.to_str().unwrap(),
+    ]));
+    let asset = assets.join(format!("{fp}.db"));
+    ok(&host.tiletune(&[
+        "table",
+        "import",
+        "--db",
+        asset.to_str().unwrap(),
+        export.to_str().unwrap(),
+    ]));
+    let out = Command::new(env!("CARGO_BIN_EXE_tiletune"))
+        .args([
+            "plan",
+            "--soc",
+            &fp,
+            "--model",
+            model.to_str().unwrap(),
+            "-t",
+            "2",
+        ])
+        .env_remove("TILETUNE_DB")
+        .env("XDG_DATA_HOME", host.dir.path().join("empty-xdg"))
+        .env("TILETUNE_TABLE_DIR", &assets)
+        .output()
+        .unwrap();
+    let (from_asset, _) = ok(&out);
+    assert!(from_asset.contains(asset.to_str().unwrap()), "{from_asset}");
+    assert!(from_asset.contains("tuned"), "{from_asset}");
+
     // The build is not pushed again, and no row is added twice.
     let (_, again) = ok(&host.tiletune(&["remote", "--adb", "R58M42", "probe"]));
     assert!(again.contains("0 pushed, 1 already there"), "{again}");

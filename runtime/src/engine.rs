@@ -234,7 +234,7 @@ pub fn plan_for_soc(
 /// the SoC `soc` names.
 fn table_soc(db: Option<&Path>, soc: &str) -> Result<tiletune_soc::SocInfo> {
     use tiletune_tables::{OpenOptions, SelectorDb};
-    let path = db.map_or_else(tiletune_tables::default_db_path, Path::to_path_buf);
+    let path = db.map_or_else(|| tiletune_tables::table_for_soc(soc), Path::to_path_buf);
     let err = |detail: String| LoadError::NoSuchSoc {
         path: path.clone(),
         detail,
