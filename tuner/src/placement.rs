@@ -136,13 +136,14 @@ pub fn placements(soc: &SocInfo, max_threads: usize) -> Vec<ThreadPlacement> {
 /// offline CPUs: a phone hot-unplugs cores, a container gets a few) and is
 /// dropped when fewer remain than it has workers, since two workers pinned
 /// to one CPU time a configuration the runtime never runs. Returns the kept
-/// placements and one note per dropped cluster set, for the user.
+/// placements and, for the user, one note per CPU set that lost some.
 pub fn runnable(
     places: Vec<ThreadPlacement>,
     allowed: &[usize],
 ) -> (Vec<ThreadPlacement>, Vec<String>) {
     let mut kept = Vec::with_capacity(places.len());
-    let mut notes: Vec<String> = Vec::new();
+    // (the CPU set, how many of them are usable, the placements left out)
+    let mut dropped: Vec<(Vec<usize>, usize, Vec<String>)> = Vec::new();
     for mut p in places {
         if !p.pinned() {
             kept.push(p);
@@ -159,15 +160,22 @@ pub fn runnable(
             kept.push(p);
             continue;
         }
-        let note = format!(
-            "{} left out: cpus {} of its cluster(s), {} of them usable (offline, or outside \
-             this process's affinity mask); bring them online to tune there",
-            p.name(),
-            tiletune_soc::sysfs::format_cpu_list(&p.cpus),
-            on.len()
-        );
-        notes.push(note);
+        match dropped.iter_mut().find(|(cpus, _, _)| *cpus == p.cpus) {
+            Some((_, _, names)) => names.push(p.name()),
+            None => dropped.push((p.cpus.clone(), on.len(), vec![p.name()])),
+        }
     }
+    let notes = dropped
+        .into_iter()
+        .map(|(cpus, usable, names)| {
+            format!(
+                "{} left out: cpus {}, {usable} of them usable (offline, or outside this \
+                 process's affinity mask); bring them online to tune there",
+                names.join(", "),
+                tiletune_soc::sysfs::format_cpu_list(&cpus),
+            )
+        })
+        .collect();
     (kept, notes)
 }
 
@@ -345,9 +353,13 @@ mod tests {
             ["t1@cluster0", "t2@cluster0", "t5", "t6", "t7", "t8"]
         );
         assert_eq!(kept[1].cpus, vec![0, 1]);
-        assert_eq!(notes.len(), 8, "{notes:?}");
+        assert_eq!(notes.len(), 5, "{notes:?}");
         assert!(
-            notes[0].starts_with("t3@cluster0 left out: cpus 0-2"),
+            notes[0].starts_with("t3@cluster0 left out: cpus 0-2, 2 of them usable"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].starts_with("t1@cluster1, t2@cluster1 left out: cpus 3-4, 0 of"),
             "{notes:?}"
         );
         let (all, none) = runnable(placements(&soc, 8), &[0, 1, 2, 3, 4, 5, 6, 7]);

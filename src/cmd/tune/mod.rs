@@ -168,7 +168,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         &tiletune_kernels::pool::allowed_cpus(),
     );
     for note in &left_out {
-        eprintln!("note: placement {note}");
+        eprintln!("note: placements {note}");
     }
     for p in &problems {
         match families::instantiate(p, &machine) {
