@@ -538,3 +538,46 @@ fn a_full_device_and_bad_input_are_clear_errors() {
         assert!(e.contains(says), "{args:?}: {e}");
     }
 }
+
+/// `remote run` streams what the device prints byte for byte (the exit
+/// marker cut, the generated text's missing final newline kept), and the
+/// model pushed once is found by content the second time.
+#[test]
+fn remote_run_streams_the_device_output_unchanged() {
+    let Some(bin) = device_bin() else { return };
+    let host = Host::new(&bin);
+    let phone = device(&host.adb_home(), "RUN1", &PHONE);
+    let model = tiny_gguf::tiny_model(host.dir.path());
+    let run = [
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "abc ab",
+        "-n",
+        "5",
+        "--temp",
+        "0",
+    ];
+    let mut args = vec!["remote", "--adb", "RUN1"];
+    args.extend(run);
+    let (remote, stderr) = ok(&host.tiletune(&args));
+    assert!(stderr.contains("2 pushed, 0 already there"), "{stderr}");
+    assert!(
+        stderr.contains("tok/s"),
+        "the device's stderr streams: {stderr}"
+    );
+    let direct = Command::new("qemu-aarch64")
+        .arg(&bin)
+        .args(run)
+        .env("QEMU_CPU", PHONE.qemu_cpu)
+        .env("TILETUNE_SOC_ROOT", phone.join("root"))
+        .env("TILETUNE_DB", host.dir.path().join("none.db"))
+        .output()
+        .unwrap();
+    let (direct, _) = ok(&direct);
+    assert!(!direct.trim().is_empty());
+    assert_eq!(remote, direct, "the generated text, byte for byte");
+    let (_, again) = ok(&host.tiletune(&args));
+    assert!(again.contains("0 pushed, 2 already there"), "{again}");
+}
