@@ -75,31 +75,10 @@ fn expected(name: &str) -> Expected {
 fn run_fixture(name: &str, extra: &[&str], n: usize) -> (f32, Vec<u32>) {
     let s = Scratch::new(&format!("{name}{}", extra.join("")));
     let exp = expected(name);
-    let ids: Vec<String> = exp.tokens.iter().map(u32::to_string).collect();
-    let ids = ids.join(",");
     let dump = s.0.join("logits.json");
-    let n = n.to_string();
-    let model = fixture(name);
-    let mut args = vec![
-        "run",
-        "--model",
-        model.to_str().unwrap(),
-        "--token-ids",
-        &ids,
-        "-n",
-        &n,
-        "--temp",
-        "0",
-        "--dump-logits",
-        dump.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let out = tiletune(&s.0, &args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut flags = vec!["--dump-logits", dump.to_str().unwrap()];
+    flags.extend_from_slice(extra);
+    greedy_run(&s, name, &[], n, &flags);
     // The converted image lands in the cache, once, with its record.
     let cached = cache_files(&s.0);
     assert_eq!(cached.len(), 2, "{cached:?}");
@@ -117,6 +96,33 @@ fn run_fixture(name: &str, extra: &[&str], n: usize) -> (f32, Vec<u32>) {
         .map(|s| s["token"].as_u64().unwrap() as u32)
         .collect();
     (err, generated)
+}
+
+/// `tiletune [global] run` of the folder `name` on its prompt ids, `n`
+/// greedy tokens, with `flags`; it must succeed.
+fn greedy_run(s: &Scratch, name: &str, global: &[&str], n: usize, flags: &[&str]) -> Output {
+    let ids: Vec<String> = expected(name).tokens.iter().map(u32::to_string).collect();
+    let (ids, n, model) = (ids.join(","), n.to_string(), fixture(name));
+    let mut args = global.to_vec();
+    args.extend([
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--token-ids",
+        &ids,
+        "-n",
+        &n,
+        "--temp",
+        "0",
+    ]);
+    args.extend_from_slice(flags);
+    let out = tiletune(&s.0, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// The names of the files in the conversion cache under `cache`, sorted.
@@ -568,4 +574,22 @@ fn the_conversion_cache_is_listed_and_cleaned() {
     );
     assert!(list(&s).is_empty());
     assert!(cache_files(&s.0).is_empty());
+}
+
+/// A folder without tokenizer.json still generates from `--token-ids`:
+/// `--json` prints the ids (no text), transformers' greedy ones.
+#[test]
+fn token_ids_generate_without_a_tokenizer() {
+    if under_qemu() {
+        eprintln!("skipped under qemu: spawns the tiletune binary");
+        return;
+    }
+    let s = Scratch::new("json-ids");
+    let exp = expected("tied");
+    let out = greedy_run(&s, "tied", &["--json"], exp.greedy.len(), &[]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<u32> = serde_json::from_value(v["generated_ids"].clone()).unwrap();
+    assert_eq!(got, exp.greedy);
+    assert_eq!(v["text"], "");
+    assert_eq!(v["stop"], "MaxTokens");
 }

@@ -48,3 +48,29 @@ pub trait Tunable: Copy + Debug + PartialEq + Serialize + DeserializeOwned + Sen
     /// Checks the documented valid range; the entry points call it once.
     fn validate(&self) -> crate::Result<()>;
 }
+
+/// The `isa`, `params` and `threads` builder methods of a family's run
+/// configuration (a struct with those three fields), written once; each is
+/// checked when the configuration runs, not when it is set.
+macro_rules! config_setters {
+    ($params:ty) => {
+        /// Forces a variant (checked when run).
+        pub fn isa(mut self, isa: $crate::Isa) -> Self {
+            self.isa = isa;
+            self
+        }
+
+        /// Sets the tile parameters (checked when run).
+        pub fn params(mut self, params: $params) -> Self {
+            self.params = params;
+            self
+        }
+
+        /// Sets the worker threads (checked when run).
+        pub fn threads(mut self, threads: usize) -> Self {
+            self.threads = threads;
+            self
+        }
+    };
+}
+pub(crate) use config_setters;

@@ -140,6 +140,8 @@ pub enum Input<'a> {
     /// Text to send to the model as the user's turn.
     Say(&'a str),
     Command(Command),
+    /// `/image FILE`: a picture for the next message (vision models).
+    Image(&'a str),
     /// Not sent anywhere: the message says what was wrong.
     Invalid(String),
 }
@@ -148,6 +150,7 @@ pub enum Input<'a> {
 pub const CHAT_HELP: &str = "\
 /help          list these commands
 /reset         forget the conversation (the --system message stays)
+/image FILE    attach a PNG or JPEG picture to the next message (vision models)
 /quit, /exit   leave (so does Ctrl-D at the prompt)
 //text         send the line \"/text\" to the model (a leading / is a command)
 Ctrl-C         stop the reply being written; at the prompt, twice in a row leaves";
@@ -167,6 +170,12 @@ pub fn parse_input(line: &str) -> Input<'_> {
         return Input::Say(t);
     };
     let (word, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    if word == "image" {
+        return match args.trim() {
+            "" => Input::Invalid("/image takes a file: /image photo.png".into()),
+            path => Input::Image(path),
+        };
+    }
     let cmd = match word {
         "help" | "?" => Command::Help,
         "reset" => Command::Reset,
@@ -398,7 +407,9 @@ mod tests {
         assert!(e.contains("/reset takes no arguments"), "{e}");
         assert!(matches!(parse_input("/"), Input::Invalid(_)));
         // Every command parse_input knows is listed in the help.
-        for c in ["/help", "/reset", "/quit", "/exit", "//"] {
+        assert_eq!(parse_input("/image  a b.png "), Input::Image("a b.png"));
+        assert!(matches!(parse_input("/image"), Input::Invalid(_)));
+        for c in ["/help", "/reset", "/quit", "/exit", "//", "/image"] {
             assert!(CHAT_HELP.contains(c), "{c}");
         }
     }

@@ -17,6 +17,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: RMSNorm on each head of q and k before RoPE, explicit head_dim.
     Qwen3,
+    /// The language model of Qwen2-VL / Qwen2.5-VL: Qwen2 with multimodal
+    /// RoPE ([`ModelConfig::mrope_sections`]).
+    Qwen2Vl,
 }
 
 impl Arch {
@@ -26,6 +29,11 @@ impl Arch {
             "llama" | "llamaforcausallm" => Ok(Arch::Llama),
             "qwen2" | "qwen2forcausallm" => Ok(Arch::Qwen2),
             "qwen3" | "qwen3forcausallm" => Ok(Arch::Qwen3),
+            "qwen2vl"
+            | "qwen2_vl"
+            | "qwen2_5_vl"
+            | "qwen2_5_vl_text"
+            | "qwen2_5_vlforconditionalgeneration" => Ok(Arch::Qwen2Vl),
             _ => Err(LoadError::UnsupportedArch(name.to_string())),
         }
     }
@@ -36,6 +44,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen2Vl => "qwen2vl",
         }
     }
 }
@@ -87,6 +96,11 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     pub bos_id: Option<u32>,
     pub eos_ids: Vec<u32>,
+    /// Multimodal RoPE: how many RoPE pairs follow the temporal, height and
+    /// width positions (`rope_scaling.mrope_section`, llama.cpp's
+    /// `rope.dimension_sections`), in that order; they add up to
+    /// `head_dim / 2`. `None` for plain RoPE.
+    pub mrope_sections: Option<[usize; 3]>,
 }
 
 /// Fields as a source states them; `None` means "not stated".
@@ -111,6 +125,15 @@ pub struct RawConfig {
     pub qk_norm: Option<bool>,
     pub bos_id: Option<u32>,
     pub eos_ids: Vec<u32>,
+    pub mrope_sections: Option<Vec<u64>>,
+}
+
+/// The values of an integer array, when every one is a non-negative integer.
+pub(crate) fn int_array(a: &crate::gguf::Array) -> Option<Vec<u64>> {
+    a.to_i64_vec()?
+        .into_iter()
+        .map(|x| u64::try_from(x).ok())
+        .collect()
 }
 
 /// The GGUF tensor of per-pair RoPE frequency divisors (llama.cpp's name).
@@ -240,6 +263,27 @@ impl RawConfig {
             }
             (None, _) => None,
         };
+        let mrope_sections = match (self.mrope_sections, arch) {
+            (None, Arch::Qwen2Vl) => {
+                return Err(LoadError::Config(
+                    "a Qwen2-VL language model states its M-RoPE sections (mrope_section); the config lacks them".into(),
+                ));
+            }
+            (None, _) => None,
+            (Some(s), _) => {
+                // llama.cpp writes four sections, the last 0 for Qwen2-VL.
+                let (three, rest) = s.split_at(s.len().min(3));
+                if three.len() != 3
+                    || rest.iter().any(|&r| r != 0)
+                    || three.iter().sum::<u64>() != half as u64
+                {
+                    return Err(LoadError::Config(format!(
+                        "M-RoPE sections {s:?} must be three counts (t, h, w) adding up to head_dim / 2 = {half}"
+                    )));
+                }
+                Some([three[0] as usize, three[1] as usize, three[2] as usize])
+            }
+        };
         Ok(ModelConfig {
             arch,
             vocab: need(self.vocab, "vocab size")?,
@@ -255,10 +299,13 @@ impl RawConfig {
             rms_eps,
             max_pos: need(self.max_pos.or(Some(4096)), "max positions")?,
             tied_embeddings: self.tied_embeddings.unwrap_or(false),
-            qkv_bias: self.qkv_bias.unwrap_or(arch == Arch::Qwen2),
+            qkv_bias: self
+                .qkv_bias
+                .unwrap_or(matches!(arch, Arch::Qwen2 | Arch::Qwen2Vl)),
             qk_norm: self.qk_norm.unwrap_or(arch == Arch::Qwen3),
             bos_id: self.bos_id,
             eos_ids: self.eos_ids,
+            mrope_sections,
         })
     }
 }
@@ -343,6 +390,15 @@ impl ModelConfig {
             eos_ids.extend(id(key)?);
         }
         eos_ids.dedup();
+        let sections_key = format!("{a}.rope.dimension_sections");
+        let mrope_sections = match g.get(&sections_key) {
+            None => None,
+            Some(_) => Some(int_array(g.get_array(&sections_key)?).ok_or_else(|| {
+                LoadError::Config(format!(
+                    "{sections_key} must be an array of non-negative integers"
+                ))
+            })?),
+        };
         RawConfig {
             arch: Some(arch),
             vocab,
@@ -362,14 +418,27 @@ impl ModelConfig {
             qk_norm: Some(g.tensor_info("blk.0.attn_q_norm.weight").is_some()),
             bos_id: id("tokenizer.ggml.bos_token_id")?,
             eos_ids,
+            mrope_sections,
         }
         .finish()
     }
 
     /// From the text of a Hugging Face `config.json`.
     pub fn from_hf_json(text: &str) -> Result<Self> {
-        let v: Value = serde_json::from_str(text)
+        let mut v: Value = serde_json::from_str(text)
             .map_err(|e| LoadError::Config(format!("config.json: {e}")))?;
+        // A multimodal checkpoint (Qwen2.5-VL) nests the language model's
+        // fields under `text_config` (transformers 5) or keeps them at the
+        // top (older files); the nested ones win, the top level fills in.
+        if let Some(Value::Object(t)) = v.get("text_config").cloned()
+            && let Value::Object(top) = &mut v
+        {
+            for (k, x) in t {
+                if k != "model_type" {
+                    top.insert(k, x);
+                }
+            }
+        }
         let arch_name = v
             .get("model_type")
             .and_then(Value::as_str)
@@ -421,7 +490,9 @@ impl ModelConfig {
                     .and_then(Value::as_u64)
                     .unwrap_or(0) as usize;
                 match ty {
-                    "default" => None,
+                    // M-RoPE's sections are read below; its frequencies are
+                    // the default ones.
+                    "default" | "mrope" => None,
                     "linear" => Some(RopeScaling::Linear {
                         factor: sf("factor", 1.0),
                     }),
@@ -461,12 +532,18 @@ impl ModelConfig {
             tied_embeddings: b("tie_word_embeddings"),
             // Llama and Qwen3 state `attention_bias`; Qwen2 always has it.
             qkv_bias: match arch {
-                Arch::Qwen2 => Some(true),
+                Arch::Qwen2 | Arch::Qwen2Vl => Some(true),
                 _ => b("attention_bias"),
             },
             qk_norm: Some(arch == Arch::Qwen3),
             bos_id: ids("bos_token_id").first().copied(),
             eos_ids: ids("eos_token_id"),
+            mrope_sections: v
+                .get("rope_scaling")
+                .filter(|s| !s.is_null())
+                .or(rope_params)
+                .and_then(|s| s.get("mrope_section")?.as_array())
+                .map(|a| a.iter().filter_map(Value::as_u64).collect()),
         }
         .finish()
     }

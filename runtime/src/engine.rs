@@ -16,6 +16,9 @@ use crate::models::{FastModel, check_tensors};
 use crate::plan::{ExecutionPlan, PlanOptions, TableState, this_soc};
 use crate::quantize::FileType;
 use crate::tokenizer::Tokenizer;
+use crate::vision::image::Rgb;
+use crate::vision::prompt::{ImageTokens, expand_pads, mrope_positions};
+use crate::vision::{Encoded, VisionModel, has_vision};
 use crate::{LoadError, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -44,6 +47,9 @@ pub struct LoadOptions {
     pub ctx: usize,
     /// Where converted folders are cached (`None`: [`default_cache_dir`]).
     pub cache_dir: Option<PathBuf>,
+    /// llama.cpp's `mmproj` GGUF: the vision tower of a multimodal model
+    /// whose language model is `model` (a converted folder holds both).
+    pub mmproj: Option<PathBuf>,
 }
 
 impl LoadOptions {
@@ -59,6 +65,7 @@ impl LoadOptions {
             kv_type: KvDtype::F32,
             ctx: 4096,
             cache_dir: None,
+            mmproj: None,
         }
     }
 
@@ -80,6 +87,9 @@ pub struct Engine {
     tokenizer: Option<Tokenizer>,
     pub plan: ExecutionPlan,
     pub model: FastModel,
+    /// The vision tower, when the model has one (`--mmproj`, or a
+    /// converted Qwen2.5-VL folder).
+    pub vision: Option<VisionModel>,
     pub load_time: Duration,
     /// What the user should be told about the load, one line each.
     pub notes: Vec<String>,
@@ -101,7 +111,21 @@ impl Engine {
             Some(Tokenizer::from_gguf(&gguf)?)
         };
         let cfg = ModelConfig::from_gguf(&gguf)?;
-        let (plan, mut notes) = plan_for(opts, &gguf)?;
+        let mmproj = match &opts.mmproj {
+            Some(p) => Some(GgufFile::open(p)?),
+            None => None,
+        };
+        let tower = match &mmproj {
+            Some(m) if has_vision(m) => Some(m),
+            Some(m) => {
+                return Err(LoadError::Config(format!(
+                    "{} holds no vision tower (no clip.has_vision_encoder and v.patch_embd.weight); pass the mmproj file llama.cpp's converter wrote",
+                    m.path().display()
+                )));
+            }
+            None => has_vision(&gguf).then_some(&gguf),
+        };
+        let (plan, mut notes) = plan_with(opts, &gguf, tower)?;
         // Pin this thread and the kernel pools the way the plan's
         // placements were tuned (a no-op unless the table holds pinned
         // winners).
@@ -112,12 +136,33 @@ impl Engine {
             ));
         }
         let model = FastModel::new(&cfg, &gguf, &plan, opts.ctx)?.with_kv_dtype(opts.kv_type)?;
+        let vision = match tower {
+            Some(t) => {
+                let v = VisionModel::new(t, &plan)?;
+                if v.config().out_hidden != cfg.hidden || cfg.mrope_sections.is_none() {
+                    return Err(LoadError::Config(format!(
+                        "the vision tower projects to width {}, the language model ({}, width {}) {}; pass the mmproj file made with this model",
+                        v.config().out_hidden,
+                        cfg.arch.gguf_name(),
+                        cfg.hidden,
+                        if cfg.mrope_sections.is_none() {
+                            "has no M-RoPE"
+                        } else {
+                            "differs"
+                        }
+                    )));
+                }
+                Some(v)
+            }
+            None => None,
+        };
         Ok(Engine {
             gguf,
             cfg,
             tokenizer,
             plan,
             model,
+            vision,
             load_time: t0.elapsed(),
             notes,
         })
@@ -141,6 +186,135 @@ impl Engine {
     /// added only if the model wants it and the template did not write it.
     pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>> {
         encode_chat(self.tokenizer()?, text)
+    }
+}
+
+/// A prompt with its images encoded, ready for the language model.
+#[derive(Debug, Clone)]
+pub struct ImagePrompt {
+    /// The ids, each image's pad expanded to one per merged patch.
+    pub ids: Vec<u32>,
+    /// Each image's first row in `ids` and its embeddings.
+    pub embeds: Vec<(usize, Vec<f32>)>,
+    /// M-RoPE positions `(t, h, w)` of every id.
+    pub positions: Vec<[u32; 3]>,
+    /// The vision tower's time for all images (preprocessing included).
+    pub encode_time: Duration,
+    /// Image tokens produced (pads).
+    pub image_tokens: usize,
+    /// The language model's width (values per embedded row).
+    pub width: usize,
+}
+
+impl ImagePrompt {
+    /// The embeddings as [`crate::models::Extra::embeds`] borrows them.
+    pub fn embed_refs(&self) -> Vec<(usize, &[f32])> {
+        self.embed_refs_from(0)
+    }
+
+    /// The largest `k <= keep` that does not cut an image's rows: a cached
+    /// prefix is reused only up to the start of an image it would split.
+    pub fn cut(&self, keep: usize) -> usize {
+        self.embeds
+            .iter()
+            .find(|(r, e)| *r < keep && keep < r + e.len().max(1) / self.width().max(1))
+            .map_or(keep, |(r, _)| *r)
+    }
+
+    /// The embeddings of the images at or after row `from`, their rows
+    /// counted from `from` (the rows a pass that starts there runs).
+    pub fn embed_refs_from(&self, from: usize) -> Vec<(usize, &[f32])> {
+        self.embeds
+            .iter()
+            .filter(|(r, _)| *r >= from)
+            .map(|(r, e)| (*r - from, &e[..]))
+            .collect()
+    }
+
+    fn width(&self) -> usize {
+        self.width
+    }
+}
+
+impl Engine {
+    /// The ids of `<|vision_start|>`, `<|image_pad|>` and `<|vision_end|>`
+    /// in this model's vocabulary.
+    pub fn image_tokens(&self) -> Result<ImageTokens> {
+        let tok = self.tokenizer()?;
+        let id = |s: &str| {
+            tok.token_id(s).ok_or_else(|| {
+                LoadError::Tokenizer(format!(
+                    "the vocabulary has no `{s}`; images need a Qwen2-VL vocabulary"
+                ))
+            })
+        };
+        Ok(ImageTokens {
+            vision_start: id("<|vision_start|>")?,
+            image_pad: id("<|image_pad|>")?,
+            vision_end: id("<|vision_end|>")?,
+        })
+    }
+
+    /// Encodes `images` with the vision tower and lays them into `ids`
+    /// (one `<|image_pad|>` per image, or runs already expanded as the
+    /// processor writes them), positions starting at `start` (a chat's
+    /// [`crate::models::RunState::rope_pos`]).
+    pub fn image_prompt(&self, ids: &[u32], images: &[Rgb], start: u32) -> Result<ImagePrompt> {
+        let t0 = Instant::now();
+        let encoded = images
+            .iter()
+            .map(|img| self.encode_image(img))
+            .collect::<Result<Vec<_>>>()?;
+        let mut p = self.lay_out(ids, &encoded, start)?;
+        p.encode_time = t0.elapsed();
+        Ok(p)
+    }
+
+    /// The vision tower, or an error saying how to get one.
+    pub fn vision(&self) -> Result<&VisionModel> {
+        self.vision.as_ref().ok_or_else(|| {
+            LoadError::Config(
+                "this model has no vision tower; pass llama.cpp's mmproj file with --mmproj, or a Qwen2.5-VL folder".into(),
+            )
+        })
+    }
+
+    /// One picture through the vision tower (preprocessing included).
+    pub fn encode_image(&self, img: &Rgb) -> Result<Encoded> {
+        self.vision()?.encode_image(img)
+    }
+
+    /// Lays encoded pictures into `ids` as [`Engine::image_prompt`] does.
+    pub fn lay_out(&self, ids: &[u32], encoded: &[Encoded], start: u32) -> Result<ImagePrompt> {
+        let merge = self.vision()?.config().pre.merge;
+        let pad = self.image_tokens()?.image_pad;
+        let encode_time = Duration::ZERO;
+        let width = self.cfg.hidden;
+        let counts: Vec<usize> = encoded.iter().map(|e| e.tokens(width)).collect();
+        let ids = expand_pads(ids, pad, &counts)?;
+        let grids: Vec<[usize; 3]> = encoded
+            .iter()
+            .map(|e| [e.grid[0], e.grid[1] / merge, e.grid[2] / merge])
+            .collect();
+        let (positions, _) = mrope_positions(&ids, pad, &grids, start)?;
+        let mut embeds = Vec::with_capacity(encoded.len());
+        let mut i = 0;
+        for e in encoded {
+            while ids[i] != pad {
+                i += 1;
+            }
+            let n = e.tokens(width);
+            embeds.push((i, e.embeddings.clone()));
+            i += n;
+        }
+        Ok(ImagePrompt {
+            ids,
+            embeds,
+            positions,
+            encode_time,
+            image_tokens: counts.iter().sum(),
+            width,
+        })
     }
 }
 
@@ -169,10 +343,28 @@ pub fn open_gguf(opts: &LoadOptions) -> Result<GgufFile> {
 /// load would be a lie, so the model's meaning (dims, heads, layers) and
 /// its tensors are checked first.
 pub fn plan_for(opts: &LoadOptions, g: &GgufFile) -> Result<(ExecutionPlan, Vec<String>)> {
+    let mmproj = match &opts.mmproj {
+        Some(p) => Some(GgufFile::open(p)?),
+        None => None,
+    };
+    let tower = mmproj.as_ref().or(has_vision(g).then_some(g));
+    plan_with(opts, g, tower)
+}
+
+/// [`plan_for`] with the vision tower's file already open (`None`: no
+/// tower): its GEMMs join the language model's problems.
+fn plan_with(
+    opts: &LoadOptions,
+    g: &GgufFile,
+    tower: Option<&GgufFile>,
+) -> Result<(ExecutionPlan, Vec<String>)> {
     let cfg = ModelConfig::from_gguf(g)?;
     check_tensors(&cfg, g)?;
     let (soc, caps) = this_soc();
-    let problems = crate::problems::kernel_problems(g)?;
+    let mut problems = crate::problems::kernel_problems(g)?;
+    if let Some(t) = tower {
+        problems.extend(crate::vision::tower_problems(t)?);
+    }
     let plan = ExecutionPlan::build(&problems, &soc, &caps, &opts.plan_options(caps.cores));
     let notes = table_notes(&plan, opts);
     Ok((plan, notes))

@@ -106,6 +106,10 @@ pub enum LoadError {
     #[error("model config: {0}")]
     Config(String),
 
+    /// A picture that cannot be read or does not fit the vision tower.
+    #[error("image: {0}")]
+    Image(String),
+
     #[error("architecture `{0}` is not supported; supported: llama, qwen2, qwen3")]
     UnsupportedArch(String),
 

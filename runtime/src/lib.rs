@@ -37,6 +37,7 @@ pub mod quantize;
 pub mod safetensors;
 pub mod sampling;
 pub mod tokenizer;
+pub mod vision;
 
 pub use error::{LoadError, Result};
 pub use gguf::{GgmlType, GgufFile, TensorInfo};

@@ -5,6 +5,7 @@
 //! predictions of the second half of each chunk are scored.
 
 use crate::models::{FastModel, RunState};
+use crate::tokenizer::Tokenizer;
 use crate::{LoadError, Result};
 
 /// What [`perplexity`] measured.
@@ -25,6 +26,14 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
     let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
     -(logits[target as usize] as f64 - max - sum.ln())
+}
+
+/// A text as [`perplexity`] scores it: its tokens (with BOS first if the
+/// model adds one, special tokens read as text) and the BOS that starts
+/// each chunk (`None` when the model adds none).
+pub fn tokens_of(tok: &Tokenizer, text: &str) -> Result<(Vec<u32>, Option<u32>)> {
+    let tokens = tok.encode(text, true, false)?;
+    Ok((tokens, tok.adds_bos().then(|| tok.bos()).flatten()))
 }
 
 /// How many chunks of `ctx` tokens `n_tokens` make, at most `max_chunks`;

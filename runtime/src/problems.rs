@@ -40,6 +40,12 @@ pub fn linear_weights(g: &GgufFile) -> Result<Vec<LinearWeight>> {
         if t.name == "token_embd.weight" && has_output {
             continue;
         }
+        // A vision tower's tensors (a converted Qwen2.5-VL folder holds
+        // them beside the language model's) are planned by
+        // `vision::tower_problems`.
+        if is_vision_tensor(&t.name) {
+            continue;
+        }
         // GGUF lists dims innermost first: ne0 = k (contiguous), ne1 = n.
         let to_usize = |d: u64| {
             usize::try_from(d).map_err(|_| LoadError::BadTensor {
@@ -96,6 +102,11 @@ pub fn problems_for(
         }
     }
     Ok(out)
+}
+
+/// True for a vision tower's tensor (llama.cpp's `mmproj` names).
+pub fn is_vision_tensor(name: &str) -> bool {
+    name.starts_with("v.") || name.starts_with("mm.")
 }
 
 /// The prefill bucket a prompt of `m` rows is planned with.

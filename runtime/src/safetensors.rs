@@ -423,11 +423,16 @@ impl HfModelDir {
                 }
             }
         }
-        let chat_template = read_json("tokenizer_config.json")?.and_then(|v| {
+        let mut chat_template = read_json("tokenizer_config.json")?.and_then(|v| {
             v.get("chat_template")
                 .and_then(Value::as_str)
                 .map(String::from)
         });
+        // transformers 5 saves the template as a file of its own.
+        let jinja = dir.join("chat_template.jinja");
+        if chat_template.is_none() && jinja.is_file() {
+            chat_template = Some(crate::input::read_text(&jinja, crate::input::JSON_LIMIT)?);
+        }
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.exists() {
             Some(Tokenizer::from_json_file(&tok_path)?)

@@ -271,3 +271,126 @@ fn smollm2_greedy_matches_reference() {
     }
     assert_eq!(got, want);
 }
+
+/// A [`Generator`] stepped by hand gives what [`generate_fast`] gives and
+/// what a hand-written greedy loop over `forward` gives, bit for bit; its
+/// stop conditions (token budget, end-of-generation id, full context) end
+/// it on the token that met them, and `take_logits` hands over exactly the
+/// logits the pass returned.
+#[test]
+fn a_generator_steps_as_generate_runs() {
+    use tiletune_runtime::models::{Generator, generate_fast};
+    use tiletune_runtime::sampling::{Sampler, SamplerConfig, StopCriteria, StopReason};
+    let cfg = config(Arch::Qwen3, 24, 40, 8);
+    let g = gguf(&cfg, Store::F32, 11);
+    let fast = FastModel::new(&cfg, &g, &plan_for(&g, None), 16).unwrap();
+    let greedy = || Sampler::new(SamplerConfig::greedy()).unwrap();
+    let argmax = |l: &[f32]| {
+        l.iter()
+            .enumerate()
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |b, (i, &x)| if x > b.1 { (i, x) } else { b },
+            )
+            .0 as u32
+    };
+
+    // By hand: the prompt, then one token at a time.
+    let mut st = fast.new_state();
+    let mut want = vec![argmax(fast.forward(&TOKENS[..4], &mut st, false).unwrap())];
+    let mut want_logits = Vec::new();
+    for _ in 0..4 {
+        let l = fast
+            .forward(&[*want.last().unwrap()], &mut st, false)
+            .unwrap();
+        want_logits.push(l.to_vec());
+        want.push(argmax(l));
+    }
+
+    let mut st = fast.new_state();
+    let mut steps =
+        Generator::new(&TOKENS[..4], greedy(), StopCriteria::new(vec![], vec![], 5)).unwrap();
+    let mut got = Vec::new();
+    let mut seen = Vec::new();
+    while let Some(step) = steps
+        .next_token(&fast, None, &mut st, |l| seen.push(l.to_vec()))
+        .unwrap()
+    {
+        assert!(step.text.is_empty(), "no tokenizer, no text");
+        got.push(step.token.unwrap());
+        assert_eq!(step.stop.is_some(), got.len() == 5, "{step:?}");
+    }
+    assert_eq!(got, want);
+    assert_eq!(seen[1..], want_logits[..]);
+    assert_eq!(steps.stopped(), Some(StopReason::MaxTokens));
+    // The last sampled token is not run: the state holds all but it.
+    assert_eq!(st.len(), 4 + 4);
+    assert!(
+        steps
+            .next_token(&fast, None, &mut st, |_| {})
+            .unwrap()
+            .is_none()
+    );
+
+    let mut st = fast.new_state();
+    let res = generate_fast(
+        &fast,
+        None,
+        &mut st,
+        &TOKENS[..4],
+        &mut greedy(),
+        &mut StopCriteria::new(vec![], vec![], 5),
+        |_| {},
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(res.tokens, want);
+    assert_eq!(res.stop, StopReason::MaxTokens);
+
+    // An end-of-generation id stops on (and keeps) the first token that is it.
+    let k = (1..want.len())
+        .find(|&i| !want[..i].contains(&want[i]))
+        .expect("greedy tokens that are not all one id");
+    let mut st = fast.new_state();
+    let mut steps = Generator::new(
+        &TOKENS[..4],
+        greedy(),
+        StopCriteria::new(vec![want[k]], vec![], 99),
+    )
+    .unwrap();
+    while steps
+        .next_token(&fast, None, &mut st, |_| {})
+        .unwrap()
+        .is_some()
+    {}
+    assert_eq!(steps.tokens(), &want[..=k]);
+    assert_eq!(steps.stopped(), Some(StopReason::Eog));
+
+    // A full context stops it: 16 positions, a 14-token prompt, then the
+    // first sampled token (position 15) and the second (16, not run).
+    let mut st = fast.new_state();
+    let mut steps =
+        Generator::new(&[1; 14], greedy(), StopCriteria::new(vec![], vec![], 99)).unwrap();
+    while steps
+        .next_token(&fast, None, &mut st, |_| {})
+        .unwrap()
+        .is_some()
+    {}
+    assert_eq!(steps.stopped(), Some(StopReason::ContextFull));
+    assert_eq!(steps.tokens().len(), 3);
+    assert_eq!(st.len(), 16);
+    assert!(Generator::new(&[], greedy(), StopCriteria::new(vec![], vec![], 1)).is_err());
+
+    // take_logits hands over the pass's rows × vocab, and the next pass
+    // still runs.
+    let mut st = fast.new_state();
+    let want = fast.forward(&TOKENS, &mut st, true).unwrap().to_vec();
+    assert_eq!(st.take_logits(), want);
+    let mut again = fast.new_state();
+    let last = fast
+        .forward(&TOKENS[..2], &mut again, false)
+        .unwrap()
+        .to_vec();
+    assert_eq!(again.take_logits(), last);
+    assert_eq!(last.len(), cfg.vocab);
+}

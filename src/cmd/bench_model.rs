@@ -3,21 +3,20 @@
 //! `llama-bench`, which `tiletune_bench::peers::llama_bench` owns; this module
 //! loads the model per thread count, runs that schedule on it and prints.
 
-use super::Global;
 use super::model_args::{ModelArgs, load, parse_kv_type};
-use anyhow::Context;
+use super::{Global, bench_image};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tiletune_bench::peers::llama_bench::{
     Format, GlibcRand, ModelInfo, PlanCounts, Printer, RunInfo, Session, Step, TensorInfo,
-    TestModel, TestPlan, TestRecord, TokenSource, rfc3339_now,
+    TestPlan, TestRecord, TokenSource, rfc3339_now,
 };
+use tiletune_flow::bench::BenchModel;
 use tiletune_kernels::Isa;
 use tiletune_kernels::attention::KvDtype;
 use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
-use tiletune_runtime::models::{FastModel, RunState};
 
 /// llama-bench's `-p` and `-n` lists, shared by `bench model` and
 /// `compare` so both read the same tests from the same flags.
@@ -87,6 +86,15 @@ pub struct Args {
     /// KV cache page type (llama-bench's -ctk/-ctv): f32, f16 or q8_0.
     #[arg(long, value_parser = parse_kv_type, default_value = "f16")]
     pub kv_type: KvDtype,
+    /// llama.cpp's `mmproj` GGUF of a vision model (see `tiletune run --help`).
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
+    /// Also time the vision tower on this PNG or JPEG (repeatable): encode
+    /// time per image and thread count (ms ± std over -r runs after a
+    /// warm-up), the tokens it becomes, and the GEMM / attention / rest
+    /// shares of the time.
+    #[arg(long, value_name = "FILE")]
+    pub image: Vec<PathBuf>,
 }
 
 fn parse_qmode(s: &str) -> Result<QMode, String> {
@@ -119,8 +127,11 @@ fn check(a: &Args) -> anyhow::Result<()> {
         .iter()
         .chain(&a.tests.n_gen)
         .all(|&n| n == 0)
+        && a.image.is_empty()
     {
-        anyhow::bail!("nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128");
+        anyhow::bail!(
+            "nothing to run: every -p and -n is 0; pass e.g. -p 512 -n 128 (or --image FILE)"
+        );
     }
     if !a.model.exists() {
         anyhow::bail!(
@@ -129,29 +140,6 @@ fn check(a: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The runtime as llama-bench's tests see it.
-pub(crate) struct Bench<'m>(pub(crate) &'m FastModel);
-
-impl TestModel for Bench<'_> {
-    type State = RunState;
-    type Error = anyhow::Error;
-    fn reset(&self, st: &mut RunState) {
-        st.reset();
-    }
-    fn prompt_batch(&self, tokens: &[u32], st: &mut RunState) -> anyhow::Result<()> {
-        self.0
-            .forward(tokens, st, false)
-            .context("prompt batch failed")?;
-        Ok(())
-    }
-    fn gen_step(&self, token: u32, st: &mut RunState) -> anyhow::Result<()> {
-        self.0
-            .forward(&[token], st, false)
-            .context("generation step failed")?;
-        Ok(())
-    }
 }
 
 pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
@@ -184,6 +172,8 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
             .progress_chars("=> "),
     );
     let mut rng = GlibcRand::new(1);
+    let images = bench_image::read_all(&a.image)?;
+    let mut image_rows = Vec::new();
     let mut out = std::io::stdout().lock();
     let result = (|| -> anyhow::Result<()> {
         for &t in &threads {
@@ -194,6 +184,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 qmode: a.qmode,
                 quant: a.quant,
                 kv_type: a.kv_type,
+                mmproj: a.mmproj.clone(),
             };
             bar.set_message(format!("loading with {t} threads"));
             let l = load(&margs, ctx)?;
@@ -237,7 +228,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 bos,
                 n_batch: a.n_batch,
             };
-            let model = Bench(&l.model);
+            let model = BenchModel(&l.model);
             let mut session = Session::new(&model, l.model.new_state(), src);
             for &test in &tests {
                 let name = test.name();
@@ -256,11 +247,22 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 let rec = TestRecord::new(&run_info, t, counts, test, test_time, samples_ns);
                 bar.suspend(|| printer.print(&mut out, &rec))?;
             }
+            for (path, img) in &images {
+                bar.set_message(format!("t={t} encoding {}", path.display()));
+                image_rows.push(bench_image::time_image(
+                    &l,
+                    path,
+                    img,
+                    a.reps,
+                    !a.no_warmup,
+                )?);
+            }
         }
         Ok(())
     })();
     bar.finish_and_clear();
     printer.finish(&mut out)?;
+    bench_image::print(&mut out, format, &image_rows)?;
     result?;
     Ok(ExitCode::SUCCESS)
 }

@@ -160,7 +160,7 @@ fn store_ceilings(
     c: &Ceilings,
 ) -> anyhow::Result<()> {
     use tiletune_tables::{Ceiling, now_unix};
-    let mut db = super::open_for_writing(path, soc)?;
+    let mut db = tiletune_flow::open_for_writing(path, soc)?;
     for r in c.rows() {
         db.put_ceiling(&Ceiling {
             soc: soc.fingerprint.clone(),

@@ -9,16 +9,18 @@
 //! `tiletune_runtime::chat` (`parse_input`, `fit_context`).
 
 use super::Global;
+use super::chat_input::{Lines, Read};
 use super::model_args::{ModelArgs, SampleArgs, load, warn_ctx_clamped};
-use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tiletune_runtime::chat::{CHAT_HELP, Command, Fit, Input, Message, fit_context, parse_input};
 use tiletune_runtime::engine::encode_chat;
-use tiletune_runtime::models::generate_fast;
+use tiletune_runtime::models::{Extra, generate_extra};
 use tiletune_runtime::sampling::{StopCriteria, StopReason};
+use tiletune_runtime::vision::image::read_rgb;
+use tiletune_runtime::vision::prompt::ConversationImages;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -62,8 +64,10 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         .map(|s| Message::new("system", s))
         .collect();
     let mut messages = start.clone();
-    // The tokens whose keys and values `st` holds, in order.
+    // The tokens whose keys and values `st` holds, in order (image pads
+    // expanded).
     let mut cached: Vec<u32> = Vec::new();
+    let mut images = ConversationImages::default();
     let mut input = Lines::open();
     eprintln!(
         "chat with {} (/help for commands, Ctrl-C stops a reply)",
@@ -89,8 +93,22 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
                 continue;
             }
             Input::Command(Command::Quit) => break,
+            Input::Image(path) => {
+                match read_rgb(path.as_ref()).and_then(|img| l.encode_image(&img)) {
+                    Ok(e) => {
+                        images.attach(e);
+                        eprintln!(
+                            "({} image(s) attached to the next message)",
+                            images.pending()
+                        );
+                    }
+                    Err(e) => eprintln!("error: {e}"),
+                }
+                continue;
+            }
             Input::Command(Command::Reset) => {
                 messages = start.clone();
+                images.clear();
                 cached.clear();
                 st.reset();
                 eprintln!("(conversation cleared)");
@@ -98,8 +116,9 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
             }
             Input::Say(text) => text,
         };
-        messages.push(Message::new("user", text));
-        let count = |m: &[Message]| encode(m).map(|t| t.len());
+        messages.push(Message::new("user", &images.message(text)));
+        let width = l.cfg.hidden;
+        let count = |m: &[Message]| encode(m).map(|t| t.len() + images.extra_tokens(m, width));
         // Room kept for the reply: -n, or with -n -1 a quarter of the
         // context (a longer reply runs on until the context is full).
         let reserve = match args.n {
@@ -108,7 +127,9 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         };
         match fit_context(&messages, st.capacity(), reserve, count)? {
             Fit::TooLong { tokens } => {
-                messages.pop();
+                if let Some(m) = messages.pop() {
+                    images.unsend(&m.content);
+                }
                 eprintln!(
                     "(not sent: this message makes a {tokens}-token prompt and the context holds {}; shorten it or raise --ctx)",
                     st.capacity()
@@ -127,29 +148,45 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
                     };
                     eprintln!("(context full: dropped {which})");
                     messages = kept;
+                    images.keep_for(&messages);
                 }
             }
         }
         let full = encode(&messages)?;
-        // Reuse the cached prefix (after a shift, the system prompt's); at
-        // least one token must run to get logits.
+        let mm = match images.sent().is_empty() {
+            true => None,
+            false => Some(l.lay_out(&full, images.sent(), 0)?),
+        };
+        let full = mm.as_ref().map_or(full, |p| p.ids.clone());
+        // Reuse the cached prefix (after a shift, the system prompt's) up to
+        // an image it would cut; at least one token must run to get logits.
         let keep = cached
             .iter()
             .zip(&full)
             .take_while(|(a, b)| a == b)
             .count()
             .min(full.len().saturating_sub(1));
+        let keep = mm.as_ref().map_or(keep, |p| p.cut(keep));
+        let refs = mm
+            .as_ref()
+            .map(|p| p.embed_refs_from(keep))
+            .unwrap_or_default();
+        let extra = Extra {
+            embeds: &refs,
+            positions: mm.as_ref().map(|p| &p.positions[keep..]),
+        };
         st.truncate(keep);
         cached.truncate(keep);
         let mut stop = StopCriteria::new(tok.eog_ids(), Vec::new(), args.n)
             .with_interrupt(sigint.stop.clone());
         let mut out = std::io::stdout().lock();
         sigint.begin_reply();
-        let res = generate_fast(
+        let res = generate_extra(
             &l.model,
-            tok,
+            Some(tok),
             &mut st,
             &full[keep..],
+            extra,
             &mut sampler,
             &mut stop,
             |t| {
@@ -164,7 +201,9 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
             // Ctrl-C during the prefill: `st` holds what it held before, and
             // the conversation goes back to that too.
             drop(out);
-            messages.pop();
+            if let Some(m) = messages.pop() {
+                images.unsend(&m.content);
+            }
             eprintln!("(stopped before the reply began; the message was not sent)");
             continue;
         }
@@ -233,146 +272,4 @@ impl Sigint {
     fn end_reply(&self) {
         self.replying.store(false, Ordering::SeqCst);
     }
-}
-
-/// One read from the user.
-enum Read {
-    Line(String),
-    /// Ctrl-C at the prompt.
-    Interrupted,
-    Eof,
-}
-
-/// Where lines come from: an editor on a terminal, plain lines otherwise.
-enum Lines {
-    Editor {
-        ed: Box<rustyline::DefaultEditor>,
-        history: Option<PathBuf>,
-        /// Ctrl-C was the last key at the prompt: another one leaves.
-        interrupted: bool,
-    },
-    /// `prompt`: stdin is a terminal but stdout is not (a reply logged to a
-    /// file), so the prompt goes to stderr and the log holds only replies.
-    Plain {
-        lines: std::io::Lines<std::io::StdinLock<'static>>,
-        prompt: bool,
-    },
-}
-
-impl Lines {
-    fn open() -> Self {
-        let plain = |prompt| Lines::Plain {
-            lines: std::io::stdin().lock().lines(),
-            prompt,
-        };
-        // rustyline prints its prompt on stdout, which must hold only replies
-        // when it is not the terminal.
-        match (
-            std::io::stdin().is_terminal(),
-            std::io::stdout().is_terminal(),
-        ) {
-            (false, _) => return plain(false),
-            (true, false) => return plain(true),
-            (true, true) => {}
-        }
-        let cfg = rustyline::Config::builder()
-            .auto_add_history(true)
-            .history_ignore_dups(true)
-            .and_then(|b| Ok(b.history_ignore_space(true).max_history_size(1000)?.build()));
-        let ed = match cfg.and_then(rustyline::DefaultEditor::with_config) {
-            Ok(ed) => ed,
-            Err(e) => {
-                eprintln!("warning: no line editing ({e}); reading plain lines");
-                return plain(true);
-            }
-        };
-        let mut ed = Box::new(ed);
-        let history = history_path();
-        match &history {
-            None => eprintln!("warning: no home or XDG data directory; chat history is not saved"),
-            Some(p) => match ed.load_history(p) {
-                Err(rustyline::error::ReadlineError::Io(e))
-                    if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => eprintln!(
-                    "warning: cannot read chat history {} ({e}); starting without it",
-                    p.display()
-                ),
-                Ok(()) => {}
-            },
-        }
-        Lines::Editor {
-            ed,
-            history,
-            interrupted: false,
-        }
-    }
-
-    fn read(&mut self) -> anyhow::Result<Read> {
-        use rustyline::error::ReadlineError;
-        match self {
-            Lines::Plain { lines, prompt } => {
-                if *prompt {
-                    eprint!("> ");
-                }
-                match lines.next() {
-                    None => Ok(Read::Eof),
-                    Some(line) => Ok(Read::Line(line?)),
-                }
-            }
-            Lines::Editor {
-                ed, interrupted, ..
-            } => match ed.readline("> ") {
-                Ok(line) => {
-                    *interrupted = false;
-                    self.save_history();
-                    Ok(Read::Line(line))
-                }
-                Err(ReadlineError::Interrupted) if *interrupted => Ok(Read::Eof),
-                Err(ReadlineError::Interrupted) => {
-                    *interrupted = true;
-                    eprintln!("(Ctrl-C again, Ctrl-D or /quit to leave)");
-                    Ok(Read::Interrupted)
-                }
-                Err(ReadlineError::Eof) => Ok(Read::Eof),
-                Err(e) => Err(anyhow::anyhow!("cannot read the terminal: {e}")),
-            },
-        }
-    }
-
-    /// Appends the new lines to the history file. After each line, so that a
-    /// Ctrl-C during a prefill (which exits) loses nothing; one failure warns
-    /// and turns saving off.
-    fn save_history(&mut self) {
-        let Lines::Editor { ed, history, .. } = self else {
-            return;
-        };
-        let Some(p) = history.as_ref() else { return };
-        let dir_ok = p
-            .parent()
-            .is_none_or(|d| d.as_os_str().is_empty() || std::fs::create_dir_all(d).is_ok());
-        let res = match dir_ok {
-            true => ed.append_history(p).map_err(|e| e.to_string()),
-            false => Err("cannot create its directory".to_string()),
-        };
-        if let Err(e) = res {
-            eprintln!(
-                "warning: cannot save chat history to {} ({e}); history is kept for this session only",
-                p.display()
-            );
-            *history = None;
-        }
-    }
-}
-
-/// `chat_history` in tiletune's data directory, the one the default selector
-/// table lives in (`$XDG_DATA_HOME/tiletune`, else `~/.local/share/tiletune`);
-/// `$TILETUNE_DB` moves only the table. None without a home directory.
-fn history_path() -> Option<PathBuf> {
-    use tiletune_tables::path::{DB_ENV, default_db_path_from};
-    let db = default_db_path_from(|k| match k == DB_ENV {
-        true => None,
-        false => std::env::var_os(k),
-    });
-    let dir = db.parent().filter(|d| !d.as_os_str().is_empty())?;
-    Some(dir.join("chat_history"))
 }

@@ -12,7 +12,7 @@ use tiletune_runtime::quantize::{FileType, QuantizeOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The Hugging Face model folder (Llama, Qwen2, Qwen3).
+    /// The Hugging Face model folder (Llama, Qwen2, Qwen3, Qwen2.5-VL).
     pub model: PathBuf,
     /// The GGUF file to write (it appears only when complete).
     #[arg(short = 'o', long = "outfile")]

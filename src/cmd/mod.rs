@@ -1,12 +1,13 @@
 //! One module per subcommand. Each exposes `Args` (clap) and
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`.
 
-pub mod accept;
 pub mod bench;
+mod bench_image;
 pub mod bench_model;
 pub mod bench_roofline;
 pub mod cache;
 pub mod chat;
+mod chat_input;
 pub mod compare;
 pub mod convert;
 pub mod model_args;
@@ -67,27 +68,4 @@ pub fn warn_oversubscribed(threads: usize) {
             "warning: {threads} threads on the {cpus} CPU(s) this process may run on: workers will share CPUs and run slower; use -t {cpus} or fewer"
         );
     }
-}
-
-/// Opens (creating if needed) the selector table a command writes to, and
-/// registers this SoC in it so its rows have a parent.
-pub fn open_for_writing(
-    path: &std::path::Path,
-    soc: &tiletune_soc::SocInfo,
-) -> anyhow::Result<tiletune_tables::SelectorDb> {
-    use tiletune_tables::{OpenOptions, SelectorDb, SocRecord, now_unix};
-    let mut db = SelectorDb::open_with(
-        path,
-        OpenOptions {
-            create: true,
-            ..OpenOptions::default()
-        },
-    )?;
-    db.register_soc(&SocRecord {
-        fingerprint: soc.fingerprint.clone(),
-        name: soc.name.clone(),
-        probe: serde_json::to_value(soc)?,
-        first_seen: now_unix(),
-    })?;
-    Ok(db)
 }

@@ -44,6 +44,11 @@ pub struct ModelArgs {
     /// memory and traffic (llama.cpp's default type); q8_0 quarters it.
     #[arg(long, value_parser = parse_kv_type, default_value = "f32")]
     pub kv_type: KvDtype,
+    /// The vision tower of a multimodal model in llama.cpp's two-file
+    /// form: the `mmproj` GGUF its converter wrote beside the language
+    /// model (a converted Qwen2.5-VL folder needs none).
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
 }
 
 impl ModelArgs {
@@ -56,6 +61,7 @@ impl ModelArgs {
             qmode: self.qmode,
             kv_type: self.kv_type,
             ctx,
+            mmproj: self.mmproj.clone(),
             ..LoadOptions::new(&self.model)
         }
     }

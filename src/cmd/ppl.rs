@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
-use tiletune_runtime::perplexity::{chunk_count, perplexity};
+use tiletune_runtime::perplexity::{chunk_count, perplexity, tokens_of};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -48,8 +48,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
     if g.verbose {
         eprintln!("{}", l.plan.summary());
     }
-    let tok = l.tokenizer()?;
-    let tokens = tok.encode(&text, true, false)?;
+    let (tokens, bos) = tokens_of(l.tokenizer()?, &text)?;
     let n_ctx = args.ctx.min(l.model.max_ctx());
     let n_chunk = chunk_count(tokens.len(), n_ctx, args.chunks).map_err(|_| {
         anyhow::anyhow!(
@@ -61,7 +60,6 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         "{} tokens, {n_chunk} chunks of {n_ctx}, scoring the second half of each",
         tokens.len()
     );
-    let bos = tok.adds_bos().then(|| tok.bos()).flatten();
     let mut st = l.model.new_state();
     let mut out = std::io::stdout().lock();
     let t0 = Instant::now();

@@ -3,10 +3,16 @@
 //! and stream the generated text, then print load time, prefill and decode
 //! speed and peak memory. `--token-ids` + `--dump-logits` bypass the
 //! tokenizer and write logits as JSON for checking against other
-//! implementations; with the global `--json` the prompt ids, generated ids,
+//! implementations (a model folder without `tokenizer.json` generates ids
+//! from `--token-ids` too); with the global `--json` the prompt ids, generated ids,
 //! text and the two largest logits of every sampling step are printed as one
 //! JSON object instead of streamed text (exact ids for comparing greedy
 //! output with llama.cpp, and the margins that show a near tie).
+//! `--image FILE` (repeatable) runs a Qwen2.5-VL prompt: one
+//! `<|image_pad|>` per image in the ids or text (the placeholders go before
+//! the text when it has none), expanded to one pad per merged patch, or
+//! `--token-ids` with the pads already expanded as transformers' processor
+//! writes them.
 
 use super::Global;
 use super::model_args::{ModelArgs, SampleArgs, load, warn_ctx_clamped};
@@ -15,10 +21,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tiletune_runtime::chat::Message;
-use tiletune_runtime::engine::{Engine, peak_rss_kib};
-use tiletune_runtime::models::generate_fast;
+use tiletune_runtime::engine::{Engine, ImagePrompt, peak_rss_kib};
+use tiletune_runtime::models::{Extra, generate_extra};
 use tiletune_runtime::plan::ExecutionPlan;
 use tiletune_runtime::sampling::StopCriteria;
+use tiletune_runtime::vision::image::{Rgb, read_rgb};
+use tiletune_runtime::vision::prompt::IMAGE_PLACEHOLDER;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -55,6 +63,10 @@ pub struct Args {
     /// step) to this JSON file.
     #[arg(long, value_name = "FILE")]
     pub dump_logits: Option<PathBuf>,
+    /// A PNG or JPEG picture for a vision model (repeatable, in prompt
+    /// order).
+    #[arg(long, value_name = "FILE")]
+    pub image: Vec<PathBuf>,
 }
 
 pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
@@ -82,7 +94,14 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
-    let prompt_text = args.prompt.as_ref().or(file_prompt.as_ref());
+    let mut prompt_text = args.prompt.clone().or(file_prompt);
+    if !args.image.is_empty()
+        && let Some(p) = &mut prompt_text
+        && !p.contains("<|image_pad|>")
+    {
+        *p = IMAGE_PLACEHOLDER.repeat(args.image.len()) + p;
+    }
+    let prompt_text = prompt_text.as_ref();
     let prompt: Vec<u32> = match (&args.token_ids, prompt_text) {
         (Some(ids), _) => ids
             .split(',')
@@ -99,22 +118,46 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
     if prompt.is_empty() {
         anyhow::bail!("the prompt encodes to no tokens; pass a non-empty prompt");
     }
+    let images = read_images(&args.image)?;
+    let mm = match images.is_empty() {
+        true => None,
+        false => Some(l.image_prompt(&prompt, &images, 0)?),
+    };
+    let refs = mm.as_ref().map(ImagePrompt::embed_refs).unwrap_or_default();
+    let extra = Extra {
+        embeds: &refs,
+        positions: mm.as_ref().map(|p| &p.positions[..]),
+    };
+    let prompt = mm.as_ref().map_or(prompt.clone(), |p| p.ids.clone());
+    if let Some(p) = &mm {
+        eprintln!(
+            "encoded {} image(s) into {} tokens in {:.1} ms",
+            images.len(),
+            p.image_tokens,
+            p.encode_time.as_secs_f64() * 1e3
+        );
+    }
     if let Some(path) = &args.dump_logits {
-        return dump_logits(&l, &prompt, &args, path);
+        return dump_logits(&l, &prompt, extra, &args, path);
     }
     let mut st = l.model.new_state();
     let mut sampler = args.s.sampler()?;
-    let mut stop = StopCriteria::new(l.tokenizer()?.eog_ids(), Vec::new(), args.n);
+    // A folder without tokenizer.json still generates ids from --token-ids:
+    // no text, and the end-of-generation ids its config names.
+    let tok = l.tokenizer().ok();
+    let eog = tok.map_or_else(|| l.cfg.eos_ids.clone(), |t| t.eog_ids());
+    let mut stop = StopCriteria::new(eog, Vec::new(), args.n);
     let mut out = std::io::stdout().lock();
-    if !g.json && args.token_ids.is_none() && !args.chat_template {
+    if !g.json && args.token_ids.is_none() && !args.chat_template && mm.is_none() {
         write!(out, "{}", prompt_text.map_or("", |p| p.as_str()))?;
     }
     let mut top2 = Vec::new();
-    let res = generate_fast(
+    let res = generate_extra(
         &l.model,
-        l.tokenizer()?,
+        tok,
         &mut st,
         &prompt,
+        extra,
         &mut sampler,
         &mut stop,
         |t| {
@@ -185,10 +228,29 @@ fn top_two(logits: &[f32]) -> [(u32, f32); 2] {
     best
 }
 
-fn dump_logits(l: &Engine, prompt: &[u32], args: &Args, path: &Path) -> anyhow::Result<ExitCode> {
+/// The `--image` files, decoded.
+fn read_images(paths: &[PathBuf]) -> anyhow::Result<Vec<Rgb>> {
+    Ok(paths
+        .iter()
+        .map(|p| read_rgb(p))
+        .collect::<Result<_, _>>()?)
+}
+
+fn dump_logits(
+    l: &Engine,
+    prompt: &[u32],
+    extra: Extra<'_>,
+    args: &Args,
+    path: &Path,
+) -> anyhow::Result<ExitCode> {
     let vocab = l.cfg.vocab;
     let mut st = l.model.new_state();
-    let all = l.model.forward(prompt, &mut st, true)?.to_vec();
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let all = l
+        .model
+        .forward_extra(prompt, extra, &mut st, true, &never)?
+        .context("the prompt's forward pass was stopped")?
+        .to_vec();
     let prompt_logits: Vec<&[f32]> = all.chunks_exact(vocab).collect();
     let mut last = all[all.len() - vocab..].to_vec();
     let mut sampler = args.s.sampler()?;

@@ -10,7 +10,7 @@
 //!   campaign resumes without losing or repeating work), and writes winners.
 //!
 //! The tuner never parses models and never opens SQLite itself: the store it
-//! writes to is a trait the binary implements over `tiletune-tables`.
+//! writes to is a trait `adapters` implements over `tiletune-tables`, which `tiletune-flow` drives.
 
 pub mod acceptance;
 pub mod adapters;

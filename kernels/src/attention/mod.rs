@@ -44,6 +44,7 @@
 mod body;
 mod cache;
 pub mod scalar;
+mod segments;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -54,6 +55,7 @@ mod neon;
 
 pub use cache::{PAGE_SIZES, PagedKvCache, SeqId, default_page_size};
 pub use scalar::dense_reference;
+pub use segments::{SEG_PAGE, SegScratch, SegShape, segment_attention, segments_reference};
 
 use crate::eltwise::{best_isa, resolve_isa};
 use crate::error::check_len;
@@ -792,6 +794,23 @@ fn check(
     Ok(kv_len)
 }
 
+/// Head counts and size every attention kernel needs: at least one of
+/// each, whole GQA groups.
+pub(crate) fn check_heads(op: &'static str, nq: usize, nkv: usize, hd: usize) -> Result<()> {
+    let bad = |reason: String| Err(KernelError::InvalidShape { op, reason });
+    if nq == 0 || nkv == 0 || hd == 0 {
+        return bad(format!(
+            "n_q_heads = {nq}, n_kv_heads = {nkv}, head_dim = {hd}: all must be at least 1"
+        ));
+    }
+    if !nq.is_multiple_of(nkv) {
+        return bad(format!(
+            "n_q_heads = {nq} is not a multiple of n_kv_heads = {nkv}; GQA needs whole groups"
+        ));
+    }
+    Ok(())
+}
+
 /// The shape rules shared by the paged kernel and [`dense_reference`].
 pub(crate) fn check_shape(
     s: &AttnShape,
@@ -801,18 +820,7 @@ pub(crate) fn check_shape(
     probs_len: Option<usize>,
 ) -> Result<()> {
     let bad = |reason: String| Err(KernelError::InvalidShape { op: OP, reason });
-    if s.n_q_heads == 0 || s.n_kv_heads == 0 || s.head_dim == 0 {
-        return bad(format!(
-            "n_q_heads = {}, n_kv_heads = {}, head_dim = {}: all must be at least 1",
-            s.n_q_heads, s.n_kv_heads, s.head_dim
-        ));
-    }
-    if !s.n_q_heads.is_multiple_of(s.n_kv_heads) {
-        return bad(format!(
-            "n_q_heads = {} is not a multiple of n_kv_heads = {}; GQA needs whole groups",
-            s.n_q_heads, s.n_kv_heads
-        ));
-    }
+    check_heads(OP, s.n_q_heads, s.n_kv_heads, s.head_dim)?;
     if pos0.checked_add(s.q_rows).is_none_or(|e| e > s.kv_len) {
         return bad(format!(
             "pos0 + q_rows = {pos0} + {} exceeds kv_len = {}; append the query tokens' keys and values first",

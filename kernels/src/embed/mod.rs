@@ -411,21 +411,7 @@ impl LmHead {
         }
     }
 
-    /// Forces a variant (checked when run).
-    pub fn isa(mut self, isa: Isa) -> Self {
-        self.isa = isa;
-        self
-    }
-
-    pub fn params(mut self, params: LmHeadParams) -> Self {
-        self.params = params;
-        self
-    }
-
-    pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = threads;
-        self
-    }
+    crate::tune::config_setters!(LmHeadParams);
 
     /// `logits[v] = Σ_d W[v, d] · x[d]` with `x.len() = dim`, `logits.len() = vocab`.
     pub fn run(&self, emb: &PackedEmbedding, x: &[f32], logits: &mut [f32]) -> Result<()> {

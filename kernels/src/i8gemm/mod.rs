@@ -454,21 +454,7 @@ impl I8Gemm {
         }
     }
 
-    /// Forces a variant (checked when run).
-    pub fn isa(mut self, isa: Isa) -> Self {
-        self.isa = isa;
-        self
-    }
-
-    pub fn params(mut self, params: I8GemmParams) -> Self {
-        self.params = params;
-        self
-    }
-
-    pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = threads;
-        self
-    }
+    crate::tune::config_setters!(I8GemmParams);
 
     fn check(&self, a: &QActivations, w: &QWeights) -> Result<()> {
         if !variants().contains(&self.isa) {

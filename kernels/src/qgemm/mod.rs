@@ -545,21 +545,7 @@ impl QGemm {
         }
     }
 
-    /// Forces a variant (checked when run).
-    pub fn isa(mut self, isa: Isa) -> Self {
-        self.isa = isa;
-        self
-    }
-
-    pub fn params(mut self, params: QGemmParams) -> Self {
-        self.params = params;
-        self
-    }
-
-    pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = threads;
-        self
-    }
+    crate::tune::config_setters!(QGemmParams);
 
     /// Checks format, variant, CPU, parameters and threads.
     pub fn check_config(&self) -> Result<()> {

@@ -455,21 +455,7 @@ impl QGemv {
         }
     }
 
-    /// Forces a variant (checked when run).
-    pub fn isa(mut self, isa: Isa) -> Self {
-        self.isa = isa;
-        self
-    }
-
-    pub fn params(mut self, params: QGemvParams) -> Self {
-        self.params = params;
-        self
-    }
-
-    pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = threads;
-        self
-    }
+    crate::tune::config_setters!(QGemvParams);
 
     fn check_config(&self) -> Result<()> {
         if !variants(self.format, self.mode).contains(&self.isa) {

@@ -303,16 +303,7 @@ pub fn rope_with(
             ),
         });
     }
-    let expected = rows
-        .checked_mul(n_heads)
-        .and_then(|u| u.checked_mul(head_dim))
-        .ok_or(KernelError::InvalidShape {
-            op: OP,
-            reason: format!(
-                "rows × n_heads × head_dim = {rows} × {n_heads} × {head_dim} overflows"
-            ),
-        })?;
-    check_len(OP, "x", x.len(), expected)?;
+    check_x(OP, x.len(), shape)?;
     let out_of_range = match positions {
         Positions::Offset(o) => (rows > 0 && o.checked_add(rows).is_none_or(|e| e > cache.max_pos))
             .then(|| o.saturating_add(rows - 1)),
@@ -340,6 +331,162 @@ pub fn rope_with(
         }
     });
     Ok(())
+}
+
+/// Per-row rotation tables, for RoPE variants whose angle depends on more
+/// than one position per row: multimodal RoPE (M-RoPE, Qwen2-VL's language
+/// model: pair `i` follows the temporal, height or width position by its
+/// section) and a vision transformer's 2-D RoPE (the first pairs follow the
+/// patch's row, the others its column). Row `r`'s pair `i` turns by
+/// `pos(r, section[i]) · freqs[i]`, formed in f64 and rounded to f32 once,
+/// as [`RopeCache`]'s tables are.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RowAngles {
+    half: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RowAngles {
+    /// An empty table; [`Self::fill`] sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fills the tables of `rows` rows: `freqs` is each pair's angular
+    /// frequency (`rotary_dim / 2` finite values), `section[i]` the
+    /// position component pair `i` follows, `pos(row, component)` that
+    /// component's position. Reuses the buffers.
+    pub fn fill(
+        &mut self,
+        rows: usize,
+        freqs: &[f64],
+        section: &[u8],
+        pos: impl Fn(usize, u8) -> f64,
+    ) -> Result<()> {
+        const OP: &str = "rope_row_angles";
+        if freqs.is_empty() || section.len() != freqs.len() {
+            return Err(KernelError::InvalidShape {
+                op: OP,
+                reason: format!(
+                    "{} frequencies and {} section indexes: give one of each per rotated pair (at least one)",
+                    freqs.len(),
+                    section.len()
+                ),
+            });
+        }
+        if let Some(f) = freqs.iter().find(|f| !f.is_finite()) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("frequency {f} is not finite"),
+            });
+        }
+        let half = freqs.len();
+        self.half = half;
+        self.cos.clear();
+        self.sin.clear();
+        for r in 0..rows {
+            for (&f, &s) in freqs.iter().zip(section) {
+                let (si, co) = (pos(r, s) * f).sin_cos();
+                self.cos.push(co as f32);
+                self.sin.push(si as f32);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows the tables hold.
+    pub fn rows(&self) -> usize {
+        self.cos.len().checked_div(self.half).unwrap_or(0)
+    }
+
+    /// `2 ·` pairs per row.
+    pub fn rotary_dim(&self) -> usize {
+        2 * self.half
+    }
+
+    /// `(cos, sin)` of row `r`.
+    pub fn at(&self, r: usize) -> (&[f32], &[f32]) {
+        let h = self.half;
+        (&self.cos[r * h..(r + 1) * h], &self.sin[r * h..(r + 1) * h])
+    }
+}
+
+/// RoPE in place on `x` (`[rows, n_heads, head_dim]`) with per-row tables
+/// (every head of row `r` turns by `angles.at(r)`), best variant and default
+/// parameters.
+pub fn rope_rows(
+    x: &mut [f32],
+    shape: RopeShape,
+    angles: &RowAngles,
+    layout: RopeLayout,
+) -> Result<()> {
+    let p = RopeParams::default_for(&shape, &crate::eltwise::host_caps());
+    rope_rows_with(x, shape, angles, layout, best_isa(), &p)
+}
+
+/// [`rope_rows`] with a forced variant and parameters.
+pub fn rope_rows_with(
+    x: &mut [f32],
+    shape: RopeShape,
+    angles: &RowAngles,
+    layout: RopeLayout,
+    isa: Isa,
+    params: &RopeParams,
+) -> Result<()> {
+    const OP: &str = "rope_rows";
+    let RopeShape {
+        rows,
+        n_heads,
+        head_dim,
+    } = shape;
+    let r = angles.rotary_dim();
+    if r > head_dim || (rows > 0 && r == 0) {
+        return Err(KernelError::InvalidShape {
+            op: OP,
+            reason: format!(
+                "the tables rotate {r} features of a {head_dim}-wide head; build them with 1..=head_dim/2 pairs"
+            ),
+        });
+    }
+    if angles.rows() != rows {
+        return Err(KernelError::InvalidShape {
+            op: OP,
+            reason: format!(
+                "the tables hold {} rows, x has {rows}; fill them for every row",
+                angles.rows()
+            ),
+        });
+    }
+    check_x(OP, x.len(), shape)?;
+    let isa = resolve_isa(OP, isa)?;
+    params.validate()?;
+    for_row_blocks(x, head_dim, params.threads, |first, block| {
+        for (u, h) in block.chunks_exact_mut(head_dim).enumerate() {
+            let (cos, sin) = angles.at((first + u) / n_heads);
+            rotate(isa, &mut h[..r], cos, sin, layout);
+        }
+    });
+    Ok(())
+}
+
+/// Checks that `x` holds `rows × n_heads × head_dim` values.
+fn check_x(op: &'static str, len: usize, shape: RopeShape) -> Result<()> {
+    let RopeShape {
+        rows,
+        n_heads,
+        head_dim,
+    } = shape;
+    let expected = rows
+        .checked_mul(n_heads)
+        .and_then(|u| u.checked_mul(head_dim))
+        .ok_or(KernelError::InvalidShape {
+            op,
+            reason: format!(
+                "rows × n_heads × head_dim = {rows} × {n_heads} × {head_dim} overflows"
+            ),
+        })?;
+    check_len(op, "x", len, expected)
 }
 
 /// Rotates one head's first `2·cos.len()` features with variant `isa`, for
@@ -442,6 +589,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Per-row tables: with one section and `pos = offset + row` they are
+    /// a [`RopeCache`]'s rows, so every variant gives `rope_with`'s result;
+    /// with two sections each pair follows its own component.
+    #[test]
+    fn row_tables_match_the_cache_and_follow_sections() {
+        let (hd, theta) = (16usize, 10_000.0f64);
+        let cache = RopeCache::new(theta, hd, 64).unwrap();
+        let freqs: Vec<f64> = (0..hd / 2)
+            .map(|i| theta.powf(-((2 * i) as f64) / hd as f64))
+            .collect();
+        let shape = RopeShape {
+            rows: 5,
+            n_heads: 3,
+            head_dim: hd,
+        };
+        let x = Rng::new(77).vec_f32(5 * 3 * hd);
+        let mut angles = RowAngles::new();
+        angles
+            .fill(5, &freqs, &[0; 8], |r, _| (r + 9) as f64)
+            .unwrap();
+        for isa in available_isas() {
+            for p in params() {
+                for layout in [RopeLayout::RotateHalf, RopeLayout::Interleaved] {
+                    let mut want = x.clone();
+                    rope_with(
+                        &mut want,
+                        shape,
+                        Positions::Offset(9),
+                        &cache,
+                        layout,
+                        isa,
+                        &p,
+                    )
+                    .unwrap();
+                    let mut got = x.clone();
+                    rope_rows_with(&mut got, shape, &angles, layout, isa, &p).unwrap();
+                    assert_close(&got, &want, 1e-6, 1e-6, &format!("{isa} {p:?}"));
+                }
+            }
+        }
+        let section = [0, 0, 0, 1, 1, 1, 1, 1];
+        angles
+            .fill(5, &freqs, &section, |r, s| {
+                if s == 0 {
+                    r as f64
+                } else {
+                    2.0 * r as f64 + 1.0
+                }
+            })
+            .unwrap();
+        for r in 0..5 {
+            let (c, s) = angles.at(r);
+            for i in 0..8 {
+                let p = if i < 3 {
+                    r as f64
+                } else {
+                    2.0 * r as f64 + 1.0
+                };
+                let a = p * freqs[i];
+                assert_eq!((c[i], s[i]), (a.cos() as f32, a.sin() as f32));
+            }
+        }
+        let mut y = x.clone();
+        let bad = RopeShape { rows: 4, ..shape };
+        assert!(rope_rows(&mut y[..4 * 3 * hd], bad, &angles, RopeLayout::RotateHalf).is_err());
+        assert!(angles.fill(2, &freqs, &[0; 3], |_, _| 0.0).is_err());
     }
 
     /// The reference against a hand-written HF-style formula: for

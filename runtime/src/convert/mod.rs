@@ -20,10 +20,11 @@ use crate::tokenizer::{BpeParts, Tokenizer};
 use std::path::Path;
 
 mod cache;
+mod vision;
 pub use cache::{CacheEntry, CacheState, Cleaned, cached_gguf, clean, default_cache_dir, list};
 
 /// Bumped whenever the image layout changes, so stale cache files are not reused.
-const CONVERTER_VERSION: u32 = 3;
+const CONVERTER_VERSION: u32 = 4;
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -132,6 +133,11 @@ pub fn hf_to_gguf_with(dir: &Path, keys: TokenizerKeys) -> Result<Vec<u8>> {
         // divisors go into the `rope_freqs.weight` tensor (written below).
         Some(RopeScaling::Llama3 { .. }) => {}
     }
+    if let Some(s) = cfg.mrope_sections {
+        // llama.cpp's four sections; the fourth is unused by Qwen2-VL.
+        let s: Vec<i32> = vec![s[0] as i32, s[1] as i32, s[2] as i32, 0];
+        w.kv(&format!("{a}.rope.dimension_sections"), s);
+    }
     let tok = tokenizer_parts(dir, keys)?;
     if let Some(p) = &tok {
         p.write_gguf(&mut w, p.pre.gguf_name().unwrap_or("default"));
@@ -233,6 +239,9 @@ pub fn hf_to_gguf_with(dir: &Path, keys: TokenizerKeys) -> Result<Vec<u8>> {
             StDtype::F16 => w.tensor(&name, &dims, GgmlType::F16, f16_bytes(&v))?,
             _ => w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?,
         };
+    }
+    if cfg.arch == Arch::Qwen2Vl {
+        vision::write(dir, &hf, &mut w)?;
     }
     Ok(w.to_bytes())
 }

@@ -73,11 +73,11 @@ enum WData {
 /// One linear layer with its kernels: decode (m = 1) and one per prefill
 /// bucket.
 #[derive(Clone, Debug)]
-struct Linear {
+pub(crate) struct Linear {
     w: WData,
     n: usize,
     k: usize,
-    bias: Option<Vec<f32>>,
+    pub(crate) bias: Option<Vec<f32>>,
     /// The weight's element type.
     dtype: GgmlType,
     decode: KernelChoice,
@@ -95,7 +95,23 @@ impl Linear {
         k: usize,
         matmul: bool,
     ) -> Result<Self> {
-        let name = w.gguf_name();
+        Self::load_named(g, plan, &w.gguf_name(), n, k, matmul, None)
+    }
+
+    /// Loads tensor `name` as an `(n, k)` matrix. With `rows = Some(m)`
+    /// every call runs the plan's GEMM for `m` rows (a vision tower's
+    /// layers: one problem per weight, [`crate::vision::tower_problems`]),
+    /// else the decode GEMV and the prefill buckets' GEMMs.
+    pub(crate) fn load_named(
+        g: &GgufFile,
+        plan: &ExecutionPlan,
+        name: &str,
+        n: usize,
+        k: usize,
+        matmul: bool,
+        rows: Option<usize>,
+    ) -> Result<Self> {
+        let name = name.to_string();
         let (info, data) = g.tensor_data(&name)?;
         let bad = |what: String| LoadError::BadTensor {
             path: g.path().to_path_buf(),
@@ -109,8 +125,16 @@ impl Linear {
             )));
         }
         let dtype = info.ggml_type;
-        let decode = plan.kernel(Op::Gemv, dtype, 1, n, k);
-        let prefill = PREFILL_BUCKETS.map(|m| plan.kernel(Op::Gemm, dtype, m, n, k));
+        let (decode, prefill) = match rows {
+            Some(m) => {
+                let c = plan.kernel(Op::Gemm, dtype, m, n, k);
+                (c, [c; PREFILL_BUCKETS.len()])
+            }
+            None => (
+                plan.kernel(Op::Gemv, dtype, 1, n, k),
+                PREFILL_BUCKETS.map(|m| plan.kernel(Op::Gemm, dtype, m, n, k)),
+            ),
+        };
         let wd = match WeightKind::of(dtype) {
             WeightKind::F32 => WData::F32(
                 data.chunks_exact(4)
@@ -175,6 +199,34 @@ impl Linear {
         })
     }
 
+    /// An f32 `(n, k)` matrix built in memory (a vision tower's patch
+    /// embedding, assembled from its two temporal slices), run by the plan's
+    /// f32 GEMM for `rows` rows.
+    pub(crate) fn dense_f32(
+        w: Vec<f32>,
+        n: usize,
+        k: usize,
+        plan: &ExecutionPlan,
+        rows: usize,
+    ) -> Self {
+        debug_assert_eq!(w.len(), n * k);
+        let c = plan.kernel(Op::Gemm, GgmlType::F32, rows, n, k);
+        Linear {
+            w: WData::F32(w),
+            n,
+            k,
+            bias: None,
+            dtype: GgmlType::F32,
+            decode: c,
+            prefill: [c; PREFILL_BUCKETS.len()],
+        }
+    }
+
+    /// Output features.
+    pub(crate) fn n(&self) -> usize {
+        self.n
+    }
+
     /// Row `r` of the weight as f32 (the embedding lookup).
     fn row(&self, r: usize, out: &mut [f32]) -> Result<()> {
         let k = self.k;
@@ -217,7 +269,13 @@ impl Linear {
     }
 
     /// `y (m, n) = x (m, k) · Wᵀ (+ bias)`; `cx` holds the W·A8 scratch.
-    fn forward(&self, x: &[f32], m: usize, y: &mut [f32], cx: &mut LinScratch) -> Result<()> {
+    pub(crate) fn forward(
+        &self,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        cx: &mut LinScratch,
+    ) -> Result<()> {
         self.forward_shared(x, m, y, cx, &mut false)
     }
 
@@ -342,7 +400,7 @@ impl KernelCall {
 /// A linear layer's per-call scratch: the quantized activations of W·A8,
 /// and the call record when one is being kept.
 #[derive(Clone, Debug, Default)]
-struct LinScratch {
+pub(crate) struct LinScratch {
     xq: Vec<u8>,
     calls: Option<Vec<KernelCall>>,
 }
@@ -417,6 +475,23 @@ struct Layer {
 #[derive(Clone, Debug)]
 enum Rope {
     Kernel(RopeCache, rope::RopeLayout),
+    /// Multimodal RoPE (Qwen2-VL): pair `i` turns at `freqs[i]` by the
+    /// position component `section[i]` (0 temporal, 1 height, 2 width) of
+    /// its row; rotate-half pairing. Text rows have all three equal.
+    Multimodal {
+        freqs: Vec<f64>,
+        section: Vec<u8>,
+    },
+}
+
+/// What one forward pass runs beyond token ids: rows whose input embedding
+/// is given (an image's merged patches, `(first row, rows × hidden)`), and
+/// the rows' M-RoPE positions `(t, h, w)` (`None`: text positions that
+/// continue the state's).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extra<'a> {
+    pub embeds: &'a [(usize, &'a [f32])],
+    pub positions: Option<&'a [[u32; 3]]>,
 }
 
 /// The KV cache and scratch buffers of one sequence.
@@ -437,11 +512,27 @@ pub struct RunState {
     g: Vec<f32>,
     u: Vec<f32>,
     logits: Vec<f32>,
+    /// How much of `logits` the last pass wrote (`rows × vocab`).
+    logits_len: usize,
     lin: LinScratch,
     attn: AttnScratch,
+    /// For each cached position, the RoPE position the next token after
+    /// it takes (M-RoPE: an image's tokens advance it by its larger side,
+    /// not by their count); empty means "equal to the cache position".
+    rope_next: Vec<u32>,
+    angles: rope::RowAngles,
 }
 
 impl RunState {
+    /// The RoPE position of the next token (the cache length unless an
+    /// image's M-RoPE positions moved it).
+    pub fn rope_pos(&self) -> u32 {
+        match self.pos.checked_sub(1).and_then(|i| self.rope_next.get(i)) {
+            Some(&p) => p,
+            None => self.pos as u32,
+        }
+    }
+
     /// Positions held in the cache.
     pub fn len(&self) -> usize {
         self.pos
@@ -484,6 +575,21 @@ impl RunState {
             .unwrap_or_default()
     }
 
+    /// Takes the logits the last forward pass returned (its `rows ×
+    /// vocab`), so a caller that keeps them (an array handed to another
+    /// language) needs no copy; the next pass allocates its buffer anew.
+    pub fn take_logits(&mut self) -> Vec<f32> {
+        let mut v = std::mem::take(&mut self.logits);
+        v.truncate(std::mem::take(&mut self.logits_len));
+        v
+    }
+
+    /// The logits the last forward pass returned, until the state is
+    /// truncated or they are taken (empty then).
+    pub fn last_logits(&self) -> &[f32] {
+        &self.logits[..self.logits_len]
+    }
+
     /// Forgets every cached position (the buffers are kept).
     pub fn reset(&mut self) {
         self.truncate(0);
@@ -493,6 +599,9 @@ impl RunState {
     /// pages past them go back to the cache's pool.
     pub fn truncate(&mut self, len: usize) {
         self.pos = self.pos.min(len);
+        // They were the logits of a position that may be gone now.
+        self.logits_len = 0;
+        self.rope_next.truncate(self.pos);
         self.sync_cache();
     }
 
@@ -507,7 +616,7 @@ impl RunState {
 }
 
 /// A stop flag nobody raises, for passes that cannot be stopped.
-static NEVER: AtomicBool = AtomicBool::new(false);
+pub(super) static NEVER: AtomicBool = AtomicBool::new(false);
 
 /// The decoder on the tuned kernels.
 #[derive(Clone, Debug)]
@@ -603,7 +712,22 @@ impl FastModel {
                 RopeLayout::Halves => rope::RopeLayout::RotateHalf,
                 RopeLayout::Interleaved => rope::RopeLayout::Interleaved,
             };
-            Rope::Kernel(cache, l)
+            match cfg.mrope_sections {
+                None => Rope::Kernel(cache, l),
+                Some(sec) => {
+                    let divs = cfg.rope_freq_divisors()?;
+                    let freqs = (0..hd / 2)
+                        .map(|i| {
+                            let f = theta.powf(-((2 * i) as f64) / hd as f64);
+                            divs.as_ref().map_or(f, |d| f / d[i] as f64)
+                        })
+                        .collect();
+                    let section = (0..hd / 2)
+                        .map(|i| u8::from(i >= sec[0]) + u8::from(i >= sec[0] + sec[1]))
+                        .collect();
+                    Rope::Multimodal { freqs, section }
+                }
+            }
         };
         Ok(FastModel {
             cfg: cfg.clone(),
@@ -697,8 +821,11 @@ impl FastModel {
             g: Vec::new(),
             u: Vec::new(),
             logits: Vec::new(),
+            logits_len: 0,
             lin: LinScratch::default(),
             attn: AttnScratch::new(),
+            rope_next: Vec::new(),
+            angles: rope::RowAngles::new(),
         }
     }
 
@@ -726,6 +853,20 @@ impl FastModel {
         all: bool,
         stop: &AtomicBool,
     ) -> Result<Option<&'s [f32]>> {
+        self.forward_extra(tokens, Extra::default(), st, all, stop)
+    }
+
+    /// [`FastModel::forward_unless`] with some rows' embeddings given and
+    /// M-RoPE positions (a multimodal prompt); the ids of embedded rows are
+    /// not looked up but must still be in the vocabulary.
+    pub fn forward_extra<'s>(
+        &self,
+        tokens: &[u32],
+        extra: Extra<'_>,
+        st: &'s mut RunState,
+        all: bool,
+        stop: &AtomicBool,
+    ) -> Result<Option<&'s [f32]>> {
         // The pass runs on a worker of the plan's pool: each kernel's
         // parallel section then starts from inside the pool (its tasks go to
         // workers that are still spinning from the previous kernel) instead
@@ -736,13 +877,14 @@ impl FastModel {
         // how long the pool sat idle before it.
         let threads = self.attn_caps.cores;
         tiletune_kernels::pool::install_awake(threads, || {
-            self.forward_in_pool(tokens, st, all, stop)
+            self.forward_in_pool(tokens, extra, st, all, stop)
         })
     }
 
     fn forward_in_pool<'s>(
         &self,
         tokens: &[u32],
+        extra: Extra<'_>,
         st: &'s mut RunState,
         all: bool,
         stop: &AtomicBool,
@@ -779,6 +921,38 @@ impl FastModel {
         resize(&mut st.u, n * f);
         for (i, &t) in tokens.iter().enumerate() {
             self.embed.row(t as usize, &mut st.x[i * d..(i + 1) * d])?;
+        }
+        for &(first, e) in extra.embeds {
+            let rows = e.len() / d;
+            if !e.len().is_multiple_of(d) || first + rows > n {
+                return Err(LoadError::Config(format!(
+                    "embeddings of {} values at row {first} do not fit {n} rows of width {d}; the vision tower's output width must be the language model's",
+                    e.len()
+                )));
+            }
+            st.x[first * d..(first + rows) * d].copy_from_slice(e);
+        }
+        let rope_start = st.rope_pos();
+        if let Some(p) = extra.positions
+            && p.len() != n
+        {
+            return Err(LoadError::Config(format!(
+                "{} M-RoPE positions for {n} tokens; give one per token",
+                p.len()
+            )));
+        }
+        if let Rope::Multimodal { freqs, section } = &self.rope {
+            let pos = |r: usize, s: u8| -> f64 {
+                match extra.positions {
+                    Some(p) => p[r][s as usize] as f64,
+                    None => (rope_start as usize + r) as f64,
+                }
+            };
+            st.angles.fill(n, freqs, section, pos).map_err(kerr)?;
+        } else if extra.positions.is_some() {
+            return Err(LoadError::Config(
+                "M-RoPE positions were given to a model without M-RoPE; images need a Qwen2-VL language model".into(),
+            ));
         }
         st.sync_cache();
         let attn_isa = Isa::best_of(&attention::ISAS);
@@ -824,21 +998,22 @@ impl FastModel {
                     .forward_inplace(k, n * nkv)
                     .map_err(kerr)?;
             }
+            let sq = RopeShape {
+                rows: n,
+                n_heads: nh,
+                head_dim: hd,
+            };
+            let sk = RopeShape { n_heads: nkv, ..sq };
             match &self.rope {
                 Rope::Kernel(cache, lay) => {
                     let pos = Positions::Offset(start);
-                    let sq = RopeShape {
-                        rows: n,
-                        n_heads: nh,
-                        head_dim: hd,
-                    };
                     rope::rope(q, sq, pos, cache, *lay).map_err(kerr)?;
-                    let sk = RopeShape {
-                        rows: n,
-                        n_heads: nkv,
-                        head_dim: hd,
-                    };
                     rope::rope(k, sk, pos, cache, *lay).map_err(kerr)?;
+                }
+                Rope::Multimodal { .. } => {
+                    let lay = rope::RopeLayout::RotateHalf;
+                    rope::rope_rows(q, sq, &st.angles, lay).map_err(kerr)?;
+                    rope::rope_rows(k, sk, &st.angles, lay).map_err(kerr)?;
                 }
             }
             st.kv
@@ -878,6 +1053,23 @@ impl FastModel {
                 .forward(&st.g[..n * f], n, &mut st.o, &mut st.lin)?;
             eltwise::add_from(&mut st.x[..n * d], &st.o[..n * d]).map_err(kerr)?;
         }
+        if extra.positions.is_some() || !st.rope_next.is_empty() {
+            // Positions diverge from the cache's once an image is in it.
+            st.rope_next.resize(start, 0);
+            for r in 0..start {
+                if st.rope_next[r] == 0 {
+                    st.rope_next[r] = r as u32 + 1;
+                }
+            }
+            let mut next = rope_start;
+            for r in 0..n {
+                next = match extra.positions {
+                    Some(p) => next.max(p[r].iter().copied().max().unwrap_or(0) + 1),
+                    None => next + 1,
+                };
+                st.rope_next.push(next);
+            }
+        }
         st.pos = start + n;
         let rows = if all { n } else { 1 };
         let xs = &st.x[(n - rows) * d..n * d];
@@ -888,76 +1080,7 @@ impl FastModel {
         resize(&mut st.logits, rows * vocab);
         let head = self.output.as_ref().unwrap_or(&self.embed);
         head.forward(h, rows, &mut st.logits, &mut st.lin)?;
+        st.logits_len = rows * vocab;
         Ok(Some(&st.logits[..rows * vocab]))
     }
-}
-
-/// [`crate::generate::generate`] on the fast model: runs `prompt` after
-/// whatever `st` holds (a chat keeps its history), then samples until `stop`
-/// says so, streaming text through `on_text`. The last sampled token is not
-/// run through the model, so `st` then holds prompt + all but that token;
-/// `on_logits` sees the logits of every sampling step.
-#[allow(clippy::too_many_arguments)]
-pub fn generate(
-    model: &FastModel,
-    tok: &crate::tokenizer::Tokenizer,
-    st: &mut RunState,
-    prompt: &[u32],
-    sampler: &mut crate::sampling::Sampler,
-    stop: &mut crate::sampling::StopCriteria,
-    mut on_text: impl FnMut(&str),
-    mut on_logits: impl FnMut(&[f32]),
-) -> Result<crate::generate::Generation> {
-    use crate::sampling::StopReason;
-    use std::time::Instant;
-    let t0 = Instant::now();
-    let flag = stop.interrupt_flag().unwrap_or(&NEVER);
-    let Some(first) = model.forward_unless(prompt, st, false, flag)? else {
-        return Ok(crate::generate::Generation {
-            tokens: Vec::new(),
-            text: String::new(),
-            stop: StopReason::Interrupted,
-            prefill_time: t0.elapsed(),
-            decode_time: Default::default(),
-        });
-    };
-    let mut last = first.to_vec();
-    let prefill_time = t0.elapsed();
-    let mut history = prompt.to_vec();
-    let mut tokens = Vec::new();
-    let mut text = String::new();
-    let mut dec = crate::tokenizer::StreamDecoder::new();
-    let t1 = Instant::now();
-    let reason = loop {
-        on_logits(&last);
-        let id = sampler.sample(&last, &history)?;
-        tokens.push(id);
-        history.push(id);
-        let piece = tok.decode_stream(&mut dec, id, true);
-        let step = stop.push(id, &piece);
-        if !step.text.is_empty() {
-            on_text(&step.text);
-            text.push_str(&step.text);
-        }
-        if let Some(r) = step.stop {
-            break r;
-        }
-        if st.len() >= st.capacity() {
-            break StopReason::ContextFull;
-        }
-        let l = model.forward(&[id], st, false)?;
-        last.copy_from_slice(l);
-    };
-    let rest = dec.flush() + &stop.finish();
-    if !rest.is_empty() && reason != StopReason::StopString {
-        on_text(&rest);
-        text.push_str(&rest);
-    }
-    Ok(crate::generate::Generation {
-        tokens,
-        text,
-        stop: reason,
-        prefill_time,
-        decode_time: t1.elapsed(),
-    })
 }

@@ -8,9 +8,12 @@
 mod decoder;
 pub mod dequant;
 mod fast;
+mod generator;
 
 pub use decoder::{Attention, DecoderLayer, KvCache, Mlp, Model, RopeLayout, RotaryEmbedding};
-pub use fast::{FastModel, KernelCall, RunState, generate as generate_fast};
+pub use fast::{Extra, FastModel, KernelCall, RunState};
+pub(crate) use fast::{LinScratch, Linear};
+pub use generator::{Generator, TokenStep, generate as generate_fast, generate_extra};
 
 use crate::error::{LoadError, Result};
 use crate::gguf::GgufFile;

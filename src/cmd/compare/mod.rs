@@ -4,8 +4,10 @@
 //! tokens/s side by side; `compare kernels` runs llama.cpp's
 //! `test-backend-ops perf -o MUL_MAT` and tiletune's GEMV/GEMM at the same
 //! types and shapes; `compare ppl` scores a text with tiletune (W4A32 and
-//! W4A8) and with `llama-perplexity` (one file each: `model.rs`,
-//! `kernels.rs`, `ppl.rs`; `output.rs` writes and stores what they share).
+//! W4A8) and with `llama-perplexity`; `compare image` times a vision
+//! model's image encode against `llama-mtmd-cli` (one file each: `model.rs`,
+//! `kernels.rs`, `ppl.rs`, `image.rs`; `output.rs` writes and stores what
+//! they share).
 //! Running, collecting and printing live in `tiletune_bench::peers::compare`;
 //! these modules read the flags and store the results as peer results in
 //! the selector table.
@@ -14,6 +16,7 @@ use super::Global;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod image;
 mod kernels;
 mod model;
 mod output;
@@ -30,7 +33,8 @@ Examples:
   tiletune compare -m m.gguf --llama-bench llama.cpp/build/bin/llama-bench -p 512 -n 128 -t 1,2 -r 3 --out cmp.json
   tiletune compare -m m.gguf --mnn-bench MNN/build/llm_bench --mnn-config m-mnn/config.json -t 4
   tiletune compare kernels --llama-test-backend-ops llama.cpp/build/bin/test-backend-ops --types q4_0,q8_0
-  tiletune compare ppl -m m.gguf -f wiki.test.raw --llama-perplexity llama.cpp/build/bin/llama-perplexity"
+  tiletune compare ppl -m m.gguf -f wiki.test.raw --llama-perplexity llama.cpp/build/bin/llama-perplexity
+  tiletune compare image -m vl.gguf --mmproj mmproj.gguf --image a.png --llama-mtmd-cli llama.cpp/build/bin/llama-mtmd-cli -t 1,2"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -48,6 +52,9 @@ pub enum CompareCommand {
     /// Perplexity of a text: tiletune W4A32 (`--qmode a32`) and W4A8
     /// (`--qmode a8`) next to `llama-perplexity`.
     Ppl(ppl::Args),
+    /// A vision model's image encode time next to llama.cpp's
+    /// `llama-mtmd-cli`, on the same language GGUF + mmproj and pictures.
+    Image(image::Args),
 }
 
 /// `tiletune compare --model M`: model throughput, tiletune vs peers.
@@ -93,6 +100,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         Some(CompareCommand::Kernels(k)) => kernels::run(g, k),
         Some(CompareCommand::Ppl(p)) => ppl::run(g, p),
+        Some(CompareCommand::Image(i)) => image::run(g, i),
         None => model::run(g, args.model),
     }
 }

@@ -49,7 +49,7 @@ pub(super) fn store(
     soc: &tiletune_soc::SocInfo,
 ) -> String {
     let path = db.clone().unwrap_or_else(tiletune_tables::default_db_path);
-    let stored = crate::cmd::open_for_writing(&path, soc).and_then(|mut t| {
+    let stored = tiletune_flow::open_for_writing(&path, soc).and_then(|mut t| {
         let mut n = 0;
         for r in rows {
             n += t.put_peer_result(r)? as usize;

@@ -1,6 +1,7 @@
 //! `tiletune tune`: sweep kernel candidates on this SoC and store the winners
-//! in the selector table. Wiring only: problems come from `tiletune-tuner`,
-//! timing from `tiletune-bench`, storage from `tiletune-tables`. The thread
+//! in the selector table. Wiring only: the campaign, and for a model its
+//! joint layout choice and model-level check, run in `tiletune_flow::tune`;
+//! this module parses the flags and prints its events. The thread
 //! dimension of every candidate is a placement of this SoC
 //! (`tiletune_tuner::placement`): unpinned counts on one cluster, plus
 //! per-cluster pinned placements on big.LITTLE.
@@ -8,22 +9,16 @@
 mod print;
 
 use super::Global;
-use anyhow::{Context, bail};
-use print::{Bar, print_joint, print_summary};
+use anyhow::bail;
+use print::{Bar, print_joint, print_summary, print_verdict};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-use tiletune_bench::Environment;
-use tiletune_kernels::KERNEL_ABI;
-use tiletune_runtime::plan::{ExecutionPlan, PlanOptions};
-use tiletune_tables::{Campaign, Problem, now_unix};
-use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
+use std::time::Duration;
+use tiletune_flow::{Target, TuneEvent, TuneOptions};
+use tiletune_tuner::Strategy;
 use tiletune_tuner::budget::parse_budget;
-use tiletune_tuner::campaign::{CampaignConfig, run_campaign};
-use tiletune_tuner::families::{self, Machine};
-use tiletune_tuner::joint::{self, Workload};
-use tiletune_tuner::placement;
-use tiletune_tuner::{Candidate, KernelProblem, Strategy, suite};
+use tiletune_tuner::campaign::Progress;
+use tiletune_tuner::joint::Workload;
 
 /// A dtype flag's help, listing the weight dtypes the tuner searches.
 fn dtypes_help(what: &str) -> String {
@@ -43,6 +38,11 @@ pub struct Args {
     /// are listed and skipped.
     #[arg(long, short = 'm', value_name = "GGUF", conflicts_with_all = ["op", "shape"])]
     pub model: Option<PathBuf>,
+    /// With --model: llama.cpp's `mmproj` GGUF of a vision model, whose
+    /// tower's GEMMs are tuned too (a GGUF that holds its tower, as
+    /// `tiletune convert` writes a Qwen2.5-VL folder, needs none).
+    #[arg(long, value_name = "FILE", requires = "model")]
+    pub mmproj: Option<PathBuf>,
     #[arg(long, default_value = "f32", value_delimiter = ',', help = dtypes_help("Weight dtypes the suite is tuned for, comma-separated"))]
     pub dtypes: Vec<String>,
     /// One problem: the op (gemv or gemm) ...
@@ -105,199 +105,132 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
     if let Some(m) = &args.model {
         args.model = Some(super::pull::model_path(m)?);
     }
-    let model = args
-        .model
-        .as_deref()
-        .map(super::accept::OpenModel::open)
-        .transpose()?;
-    let problems: Vec<Problem> = match (&args.suite, &args.op) {
-        _ if model.is_some() => model.as_ref().expect("checked").problems.clone(),
-        (Some(name), _) => {
-            let dts: Vec<&str> = args.dtypes.iter().map(String::as_str).collect();
-            suite::suite(name, &dts)?
-        }
-        (None, Some(op)) => vec![suite::parse_problem(
-            op,
-            args.dtype.as_deref().unwrap_or_default(),
-            args.shape.as_deref().unwrap_or_default(),
-        )?],
-        (None, None) => {
+    let target = match (&args.model, &args.suite, &args.op) {
+        (Some(m), _, _) => Target::Model(m.clone()),
+        (None, Some(name), _) => Target::Suite {
+            name: name.clone(),
+            dtypes: args.dtypes.clone(),
+        },
+        (None, None, Some(op)) => Target::Problem {
+            op: op.clone(),
+            dtype: args.dtype.clone().unwrap_or_default(),
+            shape: args.shape.clone().unwrap_or_default(),
+        },
+        (None, None, None) => {
             bail!("say what to tune: --suite llm-decode, or --op gemv --dtype f32 --shape 4864x896")
         }
     };
-
-    let soc = tiletune_soc::probe().context("probing this SoC")?;
-    let caps = soc.cpu_caps();
-    let max_threads = args.threads.unwrap_or(caps.cores).max(1);
-    super::warn_oversubscribed(max_threads);
-    let machine = Machine {
-        caps,
-        max_threads,
-        seed: args.seed,
-        memory: tiletune_soc::mem_available(),
-    };
-
-    let db_path = args
+    let db = args
         .db
         .clone()
         .unwrap_or_else(tiletune_tables::default_db_path);
-    let mut db = super::open_for_writing(&db_path, &soc)?;
-    // Continue an interrupted campaign of the same kind: its measurements are
-    // found again by key, so nothing is measured twice. One another tuner is
-    // running is its own; this one then starts a campaign of its own.
-    let mut fresh = Campaign::new(
-        &soc.fingerprint,
-        env!("CARGO_PKG_VERSION"),
-        KERNEL_ABI,
-        args.strategy.name(),
-    );
-    fresh.budget_s = args.budget.map(|b| b.as_secs_f64());
-    fresh.commit = option_env!("TILETUNE_GIT_COMMIT").map(str::to_string);
-    let (campaign, _claim, resumed) = db.resume_or_start_campaign(fresh)?;
-    if resumed {
-        eprintln!(
+    let opts = TuneOptions {
+        strategy: args.strategy,
+        budget: args.budget,
+        threads: args.threads,
+        seed: args.seed,
+        workload: args.workload.clone(),
+        rounds: args.rounds as usize,
+        mmproj: args.mmproj.clone(),
+        ..TuneOptions::new(target, db.clone())
+    };
+    // Made when measuring starts, so its clock times the measuring.
+    let mut bar: Option<Bar> = None;
+    let report = tiletune_flow::tune(&opts, &mut |e| match e {
+        TuneEvent::Threads(t) => super::warn_oversubscribed(t),
+        TuneEvent::Resumed { campaign } => eprintln!(
             "resuming campaign {} (started {})",
             campaign.id, campaign.started_at
-        );
-    }
-
-    let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
-    let mut skipped: Vec<(Problem, String)> = Vec::new();
-    let (places, left_out) = placement::runnable(
-        placement::placements(&soc, max_threads),
-        &tiletune_kernels::pool::allowed_cpus(),
-    );
-    for note in &left_out {
-        eprintln!("note: placements {note}");
-    }
-    for p in &problems {
-        match families::instantiate(p, &machine) {
-            Ok(i) => instances.push(placement::with_placements(i, &places)?),
-            // A model may hold weights no family tunes yet: say so, go on.
-            Err(e @ tiletune_tuner::TunerError::UnsupportedDtype { .. })
-                if args.model.is_some() =>
-            {
-                skipped.push((p.clone(), e.to_string()))
+        ),
+        TuneEvent::Skipped(skipped) => {
+            eprintln!(
+                "skipping {} problem(s) with no tunable kernel yet:",
+                skipped.len()
+            );
+            for (p, why) in skipped {
+                eprintln!("  {p}: {why}");
             }
-            Err(e) => return Err(e.into()),
         }
-    }
-    if !skipped.is_empty() {
-        eprintln!(
-            "skipping {} problem(s) with no tunable kernel yet:",
-            skipped.len()
-        );
-        for (p, why) in &skipped {
-            eprintln!("  {p}: {why}");
+        TuneEvent::PlacementsLeftOut(notes) => {
+            for note in notes {
+                eprintln!("note: placements {note}");
+            }
         }
-    }
-    if instances.is_empty() {
-        bail!(
-            "nothing to tune: none of the {} problem(s) has a tunable kernel yet",
-            problems.len()
-        );
-    }
-
-    // Busy CPUs or a power-saving governor make every timing noisy; say so
-    // before the run (not after it: the tuner's own threads load the
-    // machine) and keep it with the campaign.
-    let env = Environment::capture(&soc.fingerprint, env!("CARGO_PKG_VERSION"), None);
-    let drift = env.warnings();
-    for w in &drift {
-        eprintln!("warning: {w}; the picks may be noise (tune again when the machine is quiet)");
-    }
-    let started = Instant::now();
-    let mut progress = Bar::new(
-        g.json,
-        instances.iter().map(|p| p.candidates().len() as u64).sum(),
-    );
-    let reports = {
-        let mut store = DbStore {
-            db: &mut db,
-            soc: soc.fingerprint.clone(),
-            kernel_abi: KERNEL_ABI,
-            campaign: campaign.id.clone(),
-        };
-        let cfg = CampaignConfig {
-            strategy: args.strategy,
-            budget: args.budget,
-        };
-        run_campaign(
-            &mut instances,
-            &cfg,
-            &mut HarnessMeasure::for_tuning(),
-            &mut store,
-            &mut progress,
-        )
-    };
-    progress.bar.finish_and_clear();
-    let out_of_budget = reports.iter().any(|r| r.stopped_by_budget);
-    if !out_of_budget {
-        db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!(drift))?;
-    }
-
-    if g.json && args.model.is_none() {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
-    } else if !g.json {
-        print_summary(
-            &reports,
-            &soc.name,
-            &db_path,
-            started.elapsed(),
+        TuneEvent::Noisy(drift) => {
+            for w in drift {
+                eprintln!(
+                    "warning: {w}; the picks may be noise (tune again when the machine is quiet)"
+                );
+            }
+        }
+        TuneEvent::CampaignStarted { candidates } => bar = Some(Bar::new(g.json, candidates)),
+        TuneEvent::ProblemStarted {
+            index,
+            total,
+            problem,
+            candidates,
+        } => {
+            if let Some(b) = &mut bar {
+                b.problem_started(index, total, problem, candidates)
+            }
+        }
+        TuneEvent::Evaluated { candidate, best_s } => {
+            if let Some(b) = &mut bar {
+                b.evaluated(candidate, best_s)
+            }
+        }
+        TuneEvent::ProblemDone(r) => {
+            if let Some(b) = &mut bar {
+                b.problem_done(r)
+            }
+        }
+        TuneEvent::CampaignDone {
+            reports,
+            soc_name,
+            elapsed,
             out_of_budget,
-        );
-    }
-    let Some(model) = &model else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    // A weight's layout is one decision: store the joint choice.
-    let defaults: Vec<(Problem, Candidate)> = instances
-        .iter()
-        .map(|i| (i.spec().clone(), i.candidates()[i.default_index()].clone()))
-        .collect();
-    let weights = joint::store_joint(
-        &mut db,
-        &soc.fingerprint,
-        KERNEL_ABI,
-        max_threads,
-        &defaults,
-        &args.workload,
-        tiletune_runtime::problems::prefill_bucket,
-        Some(&campaign.id),
-    )?;
-    if !g.json {
-        print_joint(&weights, &args.workload);
-    }
-    // The model decides: time the tuned plan against the default plan.
-    let mut verdicts = super::accept::check_model(
-        model,
-        &db_path,
-        &soc,
-        max_threads,
-        &args.workload,
-        args.rounds as usize,
-        g.json,
-    )?;
-    for v in &mut verdicts {
-        v.campaign = Some(campaign.id.clone());
-        db.put_verdict(v)?;
-    }
-    if !g.json {
-        // What the runtime makes of the verdicts, as `plan` and `run` will.
-        let opts = PlanOptions {
-            db: Some(db_path.clone()),
-            threads: max_threads,
-            qmode: None,
-        };
-        let plan = ExecutionPlan::build(&model.problems, &soc.fingerprint, &soc.cpu_caps(), &opts);
-        for v in &plan.verdicts {
-            println!("verdict {v}");
+        } => {
+            if let Some(b) = &bar {
+                b.bar.finish_and_clear();
+            }
+            if !g.json {
+                print_summary(reports, soc_name, &db, elapsed, out_of_budget);
+            }
         }
-    }
-    if g.json {
-        // One document: the campaign's reports and the verdicts.
-        let out = serde_json::json!({ "problems": reports, "verdicts": verdicts });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        TuneEvent::JointStored { weights, workload } if !g.json => print_joint(weights, workload),
+        TuneEvent::CheckStarted { rounds, threads } if !g.json => println!(
+            "model-level check: tuned plan against default plan, {rounds} alternated rounds, {threads} thread(s), f16 KV cache"
+        ),
+        TuneEvent::Verdict {
+            verdict,
+            tests,
+            beside_other_phase,
+        } if !g.json => print_verdict(
+            verdict,
+            tests,
+            if beside_other_phase {
+                " (beside the other phase's choices)"
+            } else {
+                ""
+            },
+        ),
+        TuneEvent::JointStored { .. }
+        | TuneEvent::CheckStarted { .. }
+        | TuneEvent::Verdict { .. } => {}
+    })?;
+    match (&report.model, g.json) {
+        (None, true) => println!("{}", serde_json::to_string_pretty(&report.problems)?),
+        (None, false) => {}
+        (Some(m), false) => {
+            for v in &m.plan_verdicts {
+                println!("verdict {v}");
+            }
+        }
+        (Some(m), true) => {
+            // One document: the campaign's reports and the verdicts.
+            let out = serde_json::json!({ "problems": report.problems, "verdicts": m.verdicts });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,12 +1,13 @@
-//! What `tune` prints: the progress bar, the per-problem summary and the
-//! joint layout choice.
+//! What `tune` prints: the progress bar, the per-problem summary, the
+//! joint layout choice and the model-level check's verdicts.
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use std::path::Path;
 use std::time::Duration;
+use tiletune_tables::Verdict;
 use tiletune_tuner::campaign::{ProblemReport, Progress};
-use tiletune_tuner::joint::{self, Workload};
+use tiletune_tuner::joint::{self, Test, Workload};
 use tiletune_tuner::{Candidate, Problem};
 
 /// What the joint layout choice changed, one line per weight it moved.
@@ -156,4 +157,23 @@ impl Progress for Bar {
             }
         }
     }
+}
+
+/// One line per verdict: both plans' speeds and whether the other won.
+pub(super) fn print_verdict(v: &Verdict, tests: &[Test], what: &str) {
+    let tokens: usize = tests.iter().map(|t| t.tokens()).sum();
+    let tps = |s: &[f64]| tokens as f64 / tiletune_bench::stats::median(s);
+    println!(
+        "  {:<7} {:<12} default {:>8.1} tok/s, tuned{what} {:>8.1} tok/s ({:.2}x, medians) → {}",
+        v.phase.name(),
+        v.test,
+        tps(&v.default_s),
+        tps(&v.tuned_s),
+        v.ratio,
+        if v.won {
+            "won"
+        } else {
+            "no win beyond the noise"
+        }
+    );
 }

@@ -11,11 +11,15 @@
 //!   tiletune's kernels at the same types and shapes.
 //! - [`ppl`] — [`PplCompare`]: perplexity of a text, tiletune W4A32 and W4A8
 //!   next to `llama-perplexity`.
+//! - [`image`] — [`ImageCompare`]: a vision model's image encode time next to
+//!   `llama-mtmd-cli`.
 
+pub mod image;
 pub mod kernels;
 pub mod model;
 pub mod ppl;
 
+pub use image::{ImageCompare, ImageComparison, ImageRow};
 pub use kernels::{KernelComparison, KernelRow, TiletuneKernel};
 pub use model::{ModelCompare, ModelComparison, ModelRun};
 pub use ppl::{PplCompare, PplComparison, PplRow};

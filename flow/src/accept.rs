@@ -7,8 +7,9 @@
 //! the tuned choices it timed, so the runtime applies a phase's tuned
 //! choices only where they won.
 
-use super::bench_model::Bench;
-use anyhow::Context;
+use crate::bench::BenchModel;
+use crate::event::TuneEvent;
+use crate::{FlowError, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tiletune_bench::peers::llama_bench::{GlibcRand, TokenSource, test_gen, test_prompt};
@@ -54,7 +55,7 @@ fn time_tests(
     rng: &mut GlibcRand,
     vocab: u32,
     bos: Option<u32>,
-) -> anyhow::Result<f64> {
+) -> Result<f64> {
     // A prompt runs as one batch.
     let source = |n_batch: usize| TokenSource {
         n_vocab: vocab,
@@ -65,8 +66,8 @@ fn time_tests(
     let t0 = Instant::now();
     for t in tests {
         match *t {
-            Test::Prefill(n) => test_prompt(&Bench(model), st, rng, n, source(n))?,
-            Test::Decode(n) => test_gen(&Bench(model), st, rng, n, source(1))?,
+            Test::Prefill(n) => test_prompt(&BenchModel(model), st, rng, n, source(n))?,
+            Test::Decode(n) => test_gen(&BenchModel(model), st, rng, n, source(1))?,
         }
         st.reset();
     }
@@ -78,17 +79,26 @@ pub struct OpenModel {
     pub path: PathBuf,
     pub gguf: GgufFile,
     pub cfg: ModelConfig,
-    /// Its kernel problems (`problems::kernel_problems`).
+    /// Its kernel problems (`problems::kernel_problems`, and its vision
+    /// tower's, `vision::tower_problems`).
     pub problems: Vec<Problem>,
 }
 
 impl OpenModel {
-    /// Opens the GGUF file, checks its meaning and tensors, lists its problems.
-    pub fn open(path: &Path) -> anyhow::Result<Self> {
+    /// Opens the GGUF file, checks its meaning and tensors, lists its
+    /// problems with those of its vision tower (in `mmproj`, or in the
+    /// file itself), as the runtime's plan lists them.
+    pub fn open(path: &Path, mmproj: Option<&Path>) -> Result<Self> {
         let gguf = GgufFile::open(path)?;
         let cfg = ModelConfig::from_gguf(&gguf)?;
         tiletune_runtime::models::check_tensors(&cfg, &gguf)?;
-        let problems = problems::kernel_problems(&gguf)?;
+        let mut problems = problems::kernel_problems(&gguf)?;
+        match mmproj {
+            Some(m) => problems.extend(tiletune_runtime::vision::tower_problems(&GgufFile::open(
+                m,
+            )?)?),
+            None => problems.extend(tiletune_runtime::vision::tower_problems(&gguf)?),
+        }
         Ok(OpenModel {
             path: path.to_path_buf(),
             gguf,
@@ -98,21 +108,30 @@ impl OpenModel {
     }
 }
 
+/// What the check is run with besides the model.
+pub struct CheckOptions<'a> {
+    /// The selector table holding the tuned choices.
+    pub db: &'a Path,
+    pub soc: &'a SocInfo,
+    pub threads: usize,
+    pub workload: &'a Workload,
+    /// Alternated rounds per phase.
+    pub rounds: usize,
+}
+
 /// Times the tuned plan against the default plan on `model` and returns a
-/// verdict per phase (not yet stored).
+/// verdict per phase (not yet stored); `on_event` hears when the check
+/// starts and each verdict as it is decided.
 pub fn check_model(
     model: &OpenModel,
-    db: &Path,
-    soc: &SocInfo,
-    threads: usize,
-    workload: &Workload,
-    rounds: usize,
-    quiet: bool,
-) -> anyhow::Result<Vec<Verdict>> {
+    o: &CheckOptions<'_>,
+    on_event: &mut dyn FnMut(TuneEvent<'_>),
+) -> Result<Vec<Verdict>> {
     let (g, cfg, problems, model_path) = (&model.gguf, &model.cfg, &model.problems, &model.path);
+    let (soc, threads) = (o.soc, o.threads);
     let caps = soc.cpu_caps();
     let opts = PlanOptions {
-        db: Some(db.to_path_buf()),
+        db: Some(o.db.to_path_buf()),
         threads,
         qmode: None,
     };
@@ -120,7 +139,7 @@ pub fn check_model(
     let default = ExecutionPlan::build_default(problems, &soc.fingerprint, &caps, &opts);
     let tests: Vec<(Phase, Vec<Test>)> = Phase::ALL
         .into_iter()
-        .map(|p| (p, phase_tests(workload, p)))
+        .map(|p| (p, phase_tests(o.workload, p)))
         .collect();
     let ctx = tests
         .iter()
@@ -129,7 +148,7 @@ pub fn check_model(
         .max()
         .unwrap_or(1)
         + 1;
-    let load = |plan: &ExecutionPlan| -> anyhow::Result<FastModel> {
+    let load = |plan: &ExecutionPlan| -> Result<FastModel> {
         Ok(FastModel::new(cfg, g, plan, ctx)?.with_kv_dtype(KvDtype::F16)?)
     };
     let models = [load(&default)?, load(&tuned)?];
@@ -145,15 +164,14 @@ pub fn check_model(
         || model_path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    if !quiet {
-        println!(
-            "model-level check: tuned plan against default plan, {rounds} alternated rounds, {threads} thread(s), f16 KV cache"
-        );
-    }
+    on_event(TuneEvent::CheckStarted {
+        rounds: o.rounds,
+        threads,
+    });
     let check = Check {
         vocab: cfg.vocab.max(1) as u32,
         bos: cfg.bos_id,
-        rounds,
+        rounds: o.rounds,
     };
     let verdict = |phase: Phase, label: String, d: Vec<f64>, t: Vec<f64>, plan: &ExecutionPlan| {
         let v = acceptance::decide(&d, &t);
@@ -178,9 +196,11 @@ pub fn check_model(
     for (phase, tests) in &tests {
         let (label, d, t) = check.time(&models, &mut states, tests)?;
         let v = verdict(*phase, label, d, t, &tuned);
-        if !quiet {
-            print_verdict(&v, tests, "");
-        }
+        on_event(TuneEvent::Verdict {
+            verdict: &v,
+            tests,
+            beside_other_phase: false,
+        });
         out.push(v);
     }
     // A quantized weight holds one layout, so a phase that lost runs its
@@ -199,9 +219,11 @@ pub fn check_model(
         for (phase, tests) in tests.iter().filter(|(p, _)| untimed.contains(p)) {
             let (label, d, t) = check.time(&models, &mut states, tests)?;
             let v = verdict(*phase, label, d, t, &mixed);
-            if !quiet {
-                print_verdict(&v, tests, " (beside the other phase's choices)");
-            }
+            on_event(TuneEvent::Verdict {
+                verdict: &v,
+                tests,
+                beside_other_phase: true,
+            });
             if let Some(old) = out.iter_mut().find(|o| o.phase == *phase) {
                 *old = v;
             }
@@ -226,16 +248,23 @@ impl Check {
         models: &[FastModel; 2],
         states: &mut [RunState; 2],
         tests: &[Test],
-    ) -> anyhow::Result<(String, Vec<f64>, Vec<f64>)> {
+    ) -> Result<(String, Vec<f64>, Vec<f64>)> {
         let label: Vec<String> = tests.iter().map(Test::to_string).collect();
         let label = label.join(",");
+        let failed = |what: &'static str, label: &str| {
+            let tests = label.to_string();
+            move |e: FlowError| FlowError::Check {
+                what,
+                tests,
+                source: Box::new(e),
+            }
+        };
         let mut rng = GlibcRand::new(1);
         let (vocab, bos) = (self.vocab, self.bos);
         // One warm-up run of each plan: first-touch page faults and pool
         // start-up are not what is compared.
         for (m, st) in models.iter().zip(states.iter_mut()) {
-            time_tests(m, st, tests, &mut rng, vocab, bos)
-                .with_context(|| format!("warming up {label}"))?;
+            time_tests(m, st, tests, &mut rng, vocab, bos).map_err(failed("warming up", &label))?;
         }
         let (mut d, mut t) = (Vec::new(), Vec::new());
         for r in 0..self.rounds {
@@ -243,29 +272,10 @@ impl Check {
             let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
                 let s = time_tests(&models[i], &mut states[i], tests, &mut rng, vocab, bos)
-                    .with_context(|| format!("timing {label}"))?;
+                    .map_err(failed("timing", &label))?;
                 if i == 0 { d.push(s) } else { t.push(s) }
             }
         }
         Ok((label, d, t))
     }
-}
-
-/// One line per verdict: both plans' speeds and whether the other won.
-fn print_verdict(v: &Verdict, tests: &[Test], what: &str) {
-    let tokens: usize = tests.iter().map(|t| t.tokens()).sum();
-    let tps = |s: &[f64]| tokens as f64 / tiletune_bench::stats::median(s);
-    println!(
-        "  {:<7} {:<12} default {:>8.1} tok/s, tuned{what} {:>8.1} tok/s ({:.2}x, medians) → {}",
-        v.phase.name(),
-        v.test,
-        tps(&v.default_s),
-        tps(&v.tuned_s),
-        v.ratio,
-        if v.won {
-            "won"
-        } else {
-            "no win beyond the noise"
-        }
-    );
 }
