@@ -53,6 +53,9 @@ pub enum Command {
     Compare(cmd::compare::Args),
     /// Write an HTML report with plots (and a Markdown summary) of the selector table.
     Report(cmd::report::Args),
+    /// Run probe, bench, tune, run, compare or plan on a phone (adb) or a
+    /// board (ssh) and merge its rows into this machine's table.
+    Remote(cmd::remote::Args),
 }
 
 fn main() -> ExitCode {
@@ -92,5 +95,6 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Quantize(args) => cmd::quantize::run(&global, args),
         Command::Compare(args) => cmd::compare::run(&global, args),
         Command::Report(args) => cmd::report::run(&global, args),
+        Command::Remote(args) => cmd::remote::run(&global, args),
     }
 }

@@ -315,6 +315,12 @@ fn progress(
             format!("skipping {} problem(s) with no tunable kernel yet", s.len()),
         ),
         TuneEvent::Noisy(w) => p(TT_PROGRESS_NOTE, 0, 0, w.join("; ")),
+        TuneEvent::PlacementsLeftOut(n) => p(
+            TT_PROGRESS_NOTE,
+            0,
+            0,
+            format!("placements {}", n.join("; ")),
+        ),
         TuneEvent::CampaignStarted { candidates } => {
             *total = *candidates;
             p(TT_PROGRESS_STARTED, 0, *candidates, String::new())

@@ -23,6 +23,9 @@ pub enum TuneEvent<'a> {
     /// Problems of a model that no family tunes yet, with why; they run
     /// their defaults.
     Skipped(&'a [(Problem, String)]),
+    /// Pinned placements left out because their CPUs are offline or outside
+    /// the process's affinity mask, one note per CPU set.
+    PlacementsLeftOut(&'a [String]),
     /// Why timings may be noisy now (busy CPUs, a power-saving governor).
     Noisy(&'a [String]),
     /// Measuring starts: how many candidates the problems have in all.

@@ -214,7 +214,13 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
 
     let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
     let mut skipped: Vec<(Problem, String)> = Vec::new();
-    let places = placement::placements(&soc, max_threads);
+    let (places, left_out) = placement::runnable(
+        placement::placements(&soc, max_threads),
+        &tiletune_kernels::pool::allowed_cpus(),
+    );
+    if !left_out.is_empty() {
+        on_event(TuneEvent::PlacementsLeftOut(&left_out));
+    }
     for p in &problems {
         match families::instantiate(p, &machine) {
             Ok(i) => instances.push(placement::with_placements(i, &places)?),

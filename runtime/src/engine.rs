@@ -366,9 +366,14 @@ fn plan_with(
         problems.extend(crate::vision::tower_problems(t)?);
     }
     let plan = ExecutionPlan::build(&problems, &soc, &caps, &opts.plan_options(caps.cores));
+    let notes = table_notes(&plan, opts);
+    Ok((plan, notes))
+}
+
+/// An unusable table, or one asked for by path that is not there, is one
+/// note: the model still runs, on the default plan.
+fn table_notes(plan: &ExecutionPlan, opts: &LoadOptions) -> Vec<String> {
     let mut notes = Vec::new();
-    // An unusable table, or one asked for by path that is not there, is
-    // one note: the model still runs, on the default plan.
     match plan.table {
         TableState::Unusable => notes.push(format!(
             "selector table {}: {}; running the default plan",
@@ -381,7 +386,89 @@ fn plan_with(
         )),
         _ => {}
     }
-    Ok((plan, notes))
+    notes
+}
+
+/// The plan a device builds for `g` from the table at `opts.db`: `soc` is
+/// its fingerprint (or a prefix that names one SoC of the table), and its
+/// cache model, core count and CPUs come from the probe record stored with
+/// it (`tiletune remote` stores the device's own), so a winner pinned to
+/// CPUs the device lacks is rejected as the device would. Returns the plan,
+/// the fingerprint and the SoC's name, with the notes of [`plan_for`].
+pub fn plan_for_soc(
+    opts: &LoadOptions,
+    g: &GgufFile,
+    soc: &str,
+) -> Result<(ExecutionPlan, tiletune_soc::SocInfo, Vec<String>)> {
+    let cfg = ModelConfig::from_gguf(g)?;
+    check_tensors(&cfg, g)?;
+    let info = table_soc(opts.db.as_deref(), soc)?;
+    let caps = info.cpu_caps();
+    let cpus: Vec<usize> = info
+        .cores
+        .iter()
+        .filter(|c| c.online)
+        .map(|c| c.cpu)
+        .collect();
+    let problems = crate::problems::kernel_problems(g)?;
+    let plan = ExecutionPlan::build_on(
+        &problems,
+        &info.fingerprint,
+        &caps,
+        &opts.plan_options(caps.cores),
+        &cpus,
+    );
+    let notes = table_notes(&plan, opts);
+    Ok((plan, info, notes))
+}
+
+/// The probe record the table at `db` (default: the user's) stores for
+/// the SoC `soc` names.
+fn table_soc(db: Option<&Path>, soc: &str) -> Result<tiletune_soc::SocInfo> {
+    use tiletune_tables::{OpenOptions, SelectorDb};
+    let path = db.map_or_else(|| tiletune_tables::table_for_soc(soc), Path::to_path_buf);
+    let err = |detail: String| LoadError::NoSuchSoc {
+        path: path.clone(),
+        detail,
+    };
+    let table =
+        SelectorDb::open_with(&path, OpenOptions::read_only()).map_err(|e| err(format!("{e}")))?;
+    let socs = table.socs().map_err(|e| err(e.to_string()))?;
+    let matching: Vec<_> = socs
+        .iter()
+        .filter(|s| s.fingerprint == soc || s.fingerprint.starts_with(soc))
+        .collect();
+    let record = match matching.as_slice() {
+        [one] => *one,
+        [] => {
+            let known: Vec<String> = socs
+                .iter()
+                .map(|s| format!("{} ({})", s.fingerprint, s.name))
+                .collect();
+            return Err(err(format!(
+                "no soc {soc:?} in it; it holds {}: pass one of those fingerprints, or run \
+                 `tiletune remote ... probe` on the device first",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        many => {
+            return Err(err(format!(
+                "{soc:?} names {} socs; give more of the fingerprint",
+                many.len()
+            )));
+        }
+    };
+    serde_json::from_value(record.probe.clone()).map_err(|e| {
+        err(format!(
+            "the probe record of soc {} cannot be read ({e}); probe the device again with \
+             `tiletune remote ... probe`",
+            record.fingerprint
+        ))
+    })
 }
 
 /// Peak resident memory of this process (VmHWM) in KiB, where `/proc`

@@ -18,6 +18,10 @@ pub enum LoadError {
     #[error("{path} is {kind}, not a regular file; pass a file (copy a stream to a file first)")]
     NotRegular { path: PathBuf, kind: &'static str },
 
+    /// `plan --soc FP` names a SoC the table cannot describe.
+    #[error("selector table {path}: {detail}")]
+    NoSuchSoc { path: PathBuf, detail: String },
+
     #[error(
         "{path} is {size} bytes, more than the {limit} bytes tiletune reads from a text file; pass a smaller file"
     )]

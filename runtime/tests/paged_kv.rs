@@ -223,8 +223,12 @@ fn truncate_and_reset_rewind_the_cache() {
         let mut whole_st = m.new_state();
         m.forward(&a[..9], &mut whole_st, false).unwrap();
         let want_rest = m.forward(&rest, &mut whole_st, true).unwrap().to_vec();
+        // The rewound positions' K/V were computed in a longer prefill than
+        // `whole_st`'s, another GEMM tiling, so they differ in the last bits;
+        // musl's libm (the static device build) rounds differently from
+        // glibc's and lands at 1.03e-6 here, glibc's below 1e-6.
         let e = rel_err(&got, &want_rest);
-        assert!(e <= 1e-6, "{dtype:?} truncate mid-prompt: {e}");
+        assert!(e <= 2e-6, "{dtype:?} truncate mid-prompt: {e}");
         // Reset, then the same as a fresh state; the whole context fits again.
         st.reset();
         assert!(st.is_empty());

@@ -12,6 +12,12 @@
 //!
 //! Nothing here panics on missing files: what cannot be read is left empty
 //! and explained in [`SocInfo::notes`].
+//!
+//! [`live_root`] is where the running machine's files are: `/`, or the
+//! directory named by `TILETUNE_SOC_ROOT`. That variable is an offline and
+//! test hook: a fake device (a binary run under qemu-user with a dump as its
+//! `/proc` and `/sys`) describes the dump's SoC while features still come
+//! from run-time detection. Nothing sets it on a real device.
 
 mod cpuinfo;
 mod error;
@@ -20,6 +26,7 @@ mod fingerprint;
 pub mod midr;
 mod report;
 pub mod sysfs;
+pub mod thermal;
 
 pub use cpuinfo::{Cpuinfo, CpuinfoLayout, ProcEntry};
 pub use error::{Result, SocError};
@@ -27,6 +34,19 @@ pub use features::FeatureSource;
 pub use midr::Midr;
 pub use report::human_bytes;
 pub use sysfs::{Cache, CacheKind};
+pub use thermal::ThermalZone;
+
+/// The environment variable that moves [`live_root`] (see the crate docs).
+pub const ROOT_ENV: &str = "TILETUNE_SOC_ROOT";
+
+/// The root of the running machine's `proc/` and `sys/` trees: `/`, or
+/// `$TILETUNE_SOC_ROOT` when it is set and not empty.
+pub fn live_root() -> std::path::PathBuf {
+    match std::env::var_os(ROOT_ENV) {
+        Some(dir) if !dir.is_empty() => dir.into(),
+        _ => "/".into(),
+    }
+}
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -111,11 +131,18 @@ pub fn mem_available() -> Option<u64> {
     sysfs::mem_available_bytes(Path::new("/"))
 }
 
-/// Probes the running machine: [`probe_root`] of `/` plus run-time feature
+/// Probes the running machine: [`probe_root`] of [`live_root`] plus run-time feature
 /// detection of this process (and, on aarch64 when `/proc/cpuinfo` is not an
 /// arm one — qemu-user on an x86 host — the core type from `MIDR_EL1`).
 pub fn probe() -> Result<SocInfo> {
-    let mut info = probe_root(Path::new("/"))?;
+    let root = live_root();
+    let mut info = probe_root(&root)?;
+    if root != Path::new("/") {
+        info.notes.push(format!(
+            "proc/ and sys/ read under {} (${ROOT_ENV}), not /",
+            root.display()
+        ));
+    }
     let running = std::env::consts::ARCH;
     if info.arch != running {
         info.notes.push(format!(

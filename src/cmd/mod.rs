@@ -16,6 +16,7 @@ pub mod ppl;
 pub mod probe;
 pub mod pull;
 pub mod quantize;
+pub mod remote;
 pub mod report;
 pub mod run;
 pub mod table;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tiletune_pmu::availability::{PmuAvailability, hardware_counters};
 use tiletune_soc::SocInfo;
+use tiletune_soc::thermal::{self, ThermalZone};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,6 +25,8 @@ struct Report {
     soc: SocInfo,
     /// `null` with `--root`: an offline dump says nothing about counters.
     pmu: Option<PmuAvailability>,
+    /// The thermal zones now (empty for a dump without `sys/class/thermal`).
+    thermal: Vec<ThermalZone>,
 }
 
 pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
@@ -31,10 +34,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         Some(dir) => Report {
             soc: tiletune_soc::probe_root(dir)?,
             pmu: None,
+            thermal: thermal::read_zones(dir),
         },
         None => Report {
             soc: tiletune_soc::probe()?,
             pmu: Some(hardware_counters()),
+            thermal: thermal::read_zones(&tiletune_soc::live_root()),
         },
     };
     let mut out = std::io::stdout().lock();
@@ -53,6 +58,16 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 Some(e) => writeln!(out, "pmu          {state} (errno {e}): {}", p.reason)?,
                 None => writeln!(out, "pmu          {state}: {}", p.reason)?,
             }
+        }
+        if let Some(hot) = thermal::hottest(&report.thermal) {
+            writeln!(
+                out,
+                "thermal      hottest {:.1} °C ({} {}) of {} zone(s)",
+                hot.celsius,
+                hot.zone,
+                hot.kind,
+                report.thermal.len()
+            )?;
         }
         if g.verbose {
             writeln!(

@@ -84,7 +84,9 @@ pub use exchange::{
 };
 pub use key::{Candidate, Placement, Problem, canonical_json};
 pub use lookup::Lookup;
-pub use path::{DB_ENV, default_db_path, default_db_path_from};
+pub use path::{
+    DB_ENV, TABLE_DIR_ENV, default_db_path, default_db_path_from, table_for_soc, table_for_soc_from,
+};
 pub use records::{
     Campaign, Ceiling, Measurement, MeasurementStats, PeerResult, Selection, SocRecord, UtcTime,
     Work, now_unix,

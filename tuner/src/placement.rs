@@ -131,6 +131,54 @@ pub fn placements(soc: &SocInfo, max_threads: usize) -> Vec<ThreadPlacement> {
     out
 }
 
+/// Keeps the placements this process can pin: a pinned placement keeps only
+/// the CPUs in `allowed` (the process's affinity mask, which leaves out
+/// offline CPUs: a phone hot-unplugs cores, a container gets a few) and is
+/// dropped when fewer remain than it has workers, since two workers pinned
+/// to one CPU time a configuration the runtime never runs. Returns the kept
+/// placements and, for the user, one note per CPU set that lost some.
+pub fn runnable(
+    places: Vec<ThreadPlacement>,
+    allowed: &[usize],
+) -> (Vec<ThreadPlacement>, Vec<String>) {
+    let mut kept = Vec::with_capacity(places.len());
+    // (the CPU set, how many of them are usable, the placements left out)
+    let mut dropped: Vec<(Vec<usize>, usize, Vec<String>)> = Vec::new();
+    for mut p in places {
+        if !p.pinned() {
+            kept.push(p);
+            continue;
+        }
+        let on: Vec<usize> = p
+            .cpus
+            .iter()
+            .copied()
+            .filter(|c| allowed.contains(c))
+            .collect();
+        if on.len() >= p.threads {
+            p.cpus = on;
+            kept.push(p);
+            continue;
+        }
+        match dropped.iter_mut().find(|(cpus, _, _)| *cpus == p.cpus) {
+            Some((_, _, names)) => names.push(p.name()),
+            None => dropped.push((p.cpus.clone(), on.len(), vec![p.name()])),
+        }
+    }
+    let notes = dropped
+        .into_iter()
+        .map(|(cpus, usable, names)| {
+            format!(
+                "{} left out: cpus {}, {usable} of them usable (offline, or outside this \
+                 process's affinity mask); bring them online to tune there",
+                names.join(", "),
+                tiletune_soc::sysfs::format_cpu_list(&cpus),
+            )
+        })
+        .collect();
+    (kept, notes)
+}
+
 /// Parses a placement name (`t4@cluster2`, `t3@cluster1+2`, `t8`) against
 /// `soc`'s clusters.
 pub fn parse_placement(s: &str, soc: &SocInfo) -> Result<ThreadPlacement, TunerError> {
@@ -290,6 +338,33 @@ mod tests {
 
     fn names(soc: &SocInfo, max: usize) -> Vec<String> {
         placements(soc, max).iter().map(|p| p.name()).collect()
+    }
+
+    /// A phone with its big cores offline (or a fake device on a 2-CPU
+    /// host): placements on CPUs the process cannot use are left out with a
+    /// note, a partly usable cluster keeps the counts its usable CPUs hold.
+    #[test]
+    fn placements_on_unusable_cpus_are_left_out() {
+        let soc = fixture("arm-sm8550");
+        let (kept, notes) = runnable(placements(&soc, 8), &[0, 1]);
+        let names: Vec<String> = kept.iter().map(|p| p.name()).collect();
+        assert_eq!(
+            names,
+            ["t1@cluster0", "t2@cluster0", "t5", "t6", "t7", "t8"]
+        );
+        assert_eq!(kept[1].cpus, vec![0, 1]);
+        assert_eq!(notes.len(), 5, "{notes:?}");
+        assert!(
+            notes[0].starts_with("t3@cluster0 left out: cpus 0-2, 2 of them usable"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].starts_with("t1@cluster1, t2@cluster1 left out: cpus 3-4, 0 of"),
+            "{notes:?}"
+        );
+        let (all, none) = runnable(placements(&soc, 8), &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(all, placements(&soc, 8));
+        assert!(none.is_empty());
     }
 
     /// Snapdragon 8 Gen 2: 3× A510 (cluster 0), 2× A715 (1), 2× A710 (2) —

@@ -295,7 +295,7 @@ impl ExecutionPlan {
         let db_path = opts
             .db
             .clone()
-            .unwrap_or_else(tiletune_tables::default_db_path);
+            .unwrap_or_else(|| tiletune_tables::table_for_soc(soc));
         let model = model_key(problems);
         let t0 = Instant::now();
         let (lookups, db_status, stored, table) = if build == Build::Default {

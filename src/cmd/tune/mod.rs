@@ -152,6 +152,11 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
                 eprintln!("  {p}: {why}");
             }
         }
+        TuneEvent::PlacementsLeftOut(notes) => {
+            for note in notes {
+                eprintln!("note: placements {note}");
+            }
+        }
         TuneEvent::Noisy(drift) => {
             for w in drift {
                 eprintln!(
@@ -175,7 +180,11 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
                 b.evaluated(candidate, best_s)
             }
         }
-        TuneEvent::ProblemDone(_) => {}
+        TuneEvent::ProblemDone(r) => {
+            if let Some(b) = &mut bar {
+                b.problem_done(r)
+            }
+        }
         TuneEvent::CampaignDone {
             reports,
             soc_name,

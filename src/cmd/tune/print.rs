@@ -98,10 +98,13 @@ pub(super) fn print_summary(
     }
 }
 
-/// Progress bar over all candidates of all problems.
+/// Progress bar over all candidates of all problems. When stderr is not a
+/// terminal (a log file, `tiletune remote` streaming a device's run back)
+/// the bar cannot draw, so each problem's start and end is a line instead.
 pub(super) struct Bar {
     pub(super) bar: ProgressBar,
     problem: String,
+    lines: bool,
 }
 
 impl Bar {
@@ -121,14 +124,18 @@ impl Bar {
         Bar {
             bar,
             problem: String::new(),
+            lines: !hidden && !std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }
     }
 }
 
 impl Progress for Bar {
-    fn problem_started(&mut self, i: usize, total: usize, p: &Problem, _candidates: usize) {
+    fn problem_started(&mut self, i: usize, total: usize, p: &Problem, candidates: usize) {
         self.problem = format!("[{}/{}] {p}", i + 1, total);
         self.bar.set_message(self.problem.clone());
+        if self.lines {
+            eprintln!("{}: {candidates} candidate(s)", self.problem);
+        }
     }
     fn evaluated(&mut self, _c: &Candidate, best_s: Option<f64>) {
         self.bar.inc(1);
@@ -138,8 +145,17 @@ impl Progress for Bar {
         }
     }
     fn problem_done(&mut self, r: &ProblemReport) {
-        // A search that skips candidates still finishes its problem's share.
-        let _ = r;
+        if self.lines {
+            match &r.selection {
+                Some(s) => eprintln!(
+                    "{}: done, {} evaluation(s), best {:.1}µs",
+                    self.problem,
+                    r.evaluations,
+                    s.median_s * 1e6
+                ),
+                None => eprintln!("{}: done, {} evaluation(s)", self.problem, r.evaluations),
+            }
+        }
     }
 }
 
