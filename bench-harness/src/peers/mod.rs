@@ -37,8 +37,8 @@ pub use mnn::{MnnRate, MnnReport, load_failure as mnn_load_failure, parse_mnn_be
 pub use perplexity::{PerplexityEstimate, PplScore, parse_perplexity};
 pub use run::{PeerCommand, PeerOutput, binary_fingerprint, find_on_path, stderr_tail};
 pub use side_by_side::{
-    ComparisonRow, Engine, EngineFailure, LlamaBenchEngine, MnnBenchEngine, Rounds, alternate,
-    mean_std, side_by_side,
+    BenchTests, ComparisonRow, Engine, EngineFailure, LlamaBenchEngine, MnnBenchEngine, Rounds,
+    alternate, mean_std, side_by_side,
 };
 
 /// Tokens/s of one engine on one test at one thread count, from one run.

@@ -36,29 +36,49 @@ impl LlamaBenchEngine {
         }
     }
 
-    /// The llama-bench arguments of one round: `-m M -p P,.. -n N,.. -t T,..
-    /// -r 1 -o json` (llama-bench runs each prompt size and each generation
-    /// length as its own test).
-    pub fn round_args(
-        model: &str,
-        n_prompt: &[usize],
-        n_gen: &[usize],
-        threads: &[usize],
-    ) -> Vec<String> {
-        vec![
+    /// The llama-bench arguments of one round: `-m M -p P,.. -n N,.. -d
+    /// D,.. -t T,.. [-ctk C -ctv C] -r 1 -o json` (llama-bench runs each
+    /// prompt size and each generation length as its own test, at each
+    /// depth). `cache_type` is llama-bench's `-ctk`/`-ctv` name (`f16`,
+    /// `q8_0`); `None` leaves each engine's default.
+    pub fn round_args(model: &str, tests: &BenchTests, threads: &[usize]) -> Vec<String> {
+        let mut args = vec![
             "-m".into(),
             model.into(),
             "-p".into(),
-            join(n_prompt),
+            join(&tests.n_prompt),
             "-n".into(),
-            join(n_gen),
-            "-t".into(),
-            join(threads),
-            "-r".into(),
-            "1".into(),
-            "-o".into(),
-            "json".into(),
-        ]
+            join(&tests.n_gen),
+        ];
+        if tests.n_depth.iter().any(|&d| d > 0) {
+            args.extend(["-d".into(), join(&tests.n_depth)]);
+        }
+        args.extend(["-t".into(), join(threads)]);
+        if let Some(c) = &tests.cache_type {
+            args.extend(["-ctk".into(), c.clone(), "-ctv".into(), c.clone()]);
+        }
+        args.extend(["-r".into(), "1".into(), "-o".into(), "json".into()]);
+        args
+    }
+}
+
+/// The tests of a model comparison, as llama-bench's flags name them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BenchTests {
+    pub n_prompt: Vec<usize>,
+    pub n_gen: Vec<usize>,
+    /// Context depths (`-d`): each test runs after this many tokens are in
+    /// the KV cache.
+    pub n_depth: Vec<usize>,
+    /// KV cache element type (`-ctk`/`-ctv`), e.g. `q8_0`.
+    pub cache_type: Option<String>,
+}
+
+impl BenchTests {
+    /// Whether anything beyond prompt and generation lengths at depth 0 with
+    /// default caches is asked (MNN's `llm_bench` has no flag for either).
+    pub fn needs_depth_or_cache_type(&self) -> bool {
+        self.cache_type.is_some() || self.n_depth.iter().any(|&d| d > 0)
     }
 }
 

@@ -6,6 +6,7 @@ use crate::cmd::Global;
 use anyhow::Context;
 use std::process::ExitCode;
 use std::time::Duration;
+use tiletune_bench::peers::BenchTests;
 use tiletune_bench::peers::compare::ModelCompare;
 use tiletune_tables::{PeerResult, now_unix};
 
@@ -40,8 +41,12 @@ pub(super) fn run(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
         llama_bench: a.llama_bench.clone(),
         mnn_bench: a.mnn_bench.clone(),
         mnn_config: a.mnn_config.clone(),
-        n_prompt: a.tests.n_prompt.clone(),
-        n_gen: a.tests.n_gen.clone(),
+        tests: BenchTests {
+            n_prompt: a.tests.n_prompt.clone(),
+            n_gen: a.tests.n_gen.clone(),
+            n_depth: a.n_depth.clone(),
+            cache_type: a.kv_type.map(|k| k.name().to_string()),
+        },
         threads,
         rounds: a.reps,
         timeout: Duration::from_secs(a.timeout.max(1)),

@@ -6,8 +6,8 @@
 use super::{file_name, locate};
 use crate::BenchError;
 use crate::peers::{
-    self, ComparisonRow, Engine, EngineFailure, LlamaBenchEngine, MnnBenchEngine, PeerCommand,
-    RateSample,
+    self, BenchTests, ComparisonRow, Engine, EngineFailure, LlamaBenchEngine, MnnBenchEngine,
+    PeerCommand, RateSample,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -32,8 +32,7 @@ pub struct ModelCompare {
     /// `llm_bench` by flag [default: on PATH]; runs only with `mnn_config`.
     pub mnn_bench: Option<PathBuf>,
     pub mnn_config: Option<PathBuf>,
-    pub n_prompt: Vec<usize>,
-    pub n_gen: Vec<usize>,
+    pub tests: BenchTests,
     pub threads: Vec<usize>,
     pub rounds: usize,
     /// Limit of one engine run.
@@ -48,8 +47,8 @@ pub struct ModelComparison {
     pub soc: String,
     pub soc_fingerprint: String,
     pub model: String,
-    pub n_prompt: Vec<usize>,
-    pub n_gen: Vec<usize>,
+    #[serde(flatten)]
+    pub tests: BenchTests,
     pub threads: Vec<usize>,
     pub rounds: usize,
     pub rows: Vec<ComparisonRow>,
@@ -94,26 +93,29 @@ impl ModelRun {
     }
 }
 
-/// `bench model` takes llama-bench's flags, but `--model` rather than `-m`.
+/// `bench model` takes llama-bench's flags, but `--model` rather than `-m`
+/// and one `--kv-type` for K and V rather than `-ctk`/`-ctv`.
 pub fn own_bench_args(round_args: &[String]) -> Vec<String> {
-    round_args
-        .iter()
-        .map(|a| {
-            if a == "-m" {
-                "--model".into()
-            } else {
-                a.clone()
+    let mut out = Vec::with_capacity(round_args.len());
+    let mut it = round_args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-m" => out.push("--model".into()),
+            "-ctk" => out.push("--kv-type".into()),
+            "-ctv" => {
+                it.next();
             }
-        })
-        .collect()
+            _ => out.push(a.clone()),
+        }
+    }
+    out
 }
 
 impl ModelCompare {
     /// The engines to run (tiletune first) and the notes on peers skipped.
     fn engines(&self) -> Result<(Engines, Vec<String>), BenchError> {
         let model_arg = self.model.to_string_lossy().into_owned();
-        let round_args =
-            LlamaBenchEngine::round_args(&model_arg, &self.n_prompt, &self.n_gen, &self.threads);
+        let round_args = LlamaBenchEngine::round_args(&model_arg, &self.tests, &self.threads);
         let mut skipped = Vec::new();
         let mut engines: Engines = Vec::new();
         let own = PeerCommand::new("tiletune", &self.tiletune)
@@ -134,6 +136,10 @@ impl ModelCompare {
             &self.mnn_config,
             locate(&self.mnn_bench, "llm_bench", "--mnn-bench"),
         ) {
+            (Some(_), _) if self.tests.needs_depth_or_cache_type() => skipped.push(
+                "mnn skipped: its llm_bench has no context depth (-d) or cache type (--kv-type)"
+                    .into(),
+            ),
             (None, _) => skipped.push(
                 "mnn skipped: pass --mnn-config CFG (the config.json of the same model converted for MNN)"
                     .into(),
@@ -150,8 +156,8 @@ impl ModelCompare {
                     cfg.clone(),
                     version,
                     self.threads.clone(),
-                    self.n_prompt.clone(),
-                    self.n_gen.clone(),
+                    self.tests.n_prompt.clone(),
+                    self.tests.n_gen.clone(),
                     self.report_dir.clone(),
                     Some(self.timeout),
                 )));
@@ -181,8 +187,7 @@ impl ModelCompare {
                 soc: soc.to_string(),
                 soc_fingerprint: soc_fingerprint.to_string(),
                 model: file_name(&self.model),
-                n_prompt: self.n_prompt.clone(),
-                n_gen: self.n_gen.clone(),
+                tests: self.tests.clone(),
                 threads: self.threads.clone(),
                 rounds: self.rounds,
                 rows,
@@ -245,11 +250,37 @@ mod tests {
 
     #[test]
     fn own_bench_takes_long_model_flag() {
-        let args = LlamaBenchEngine::round_args("m.gguf", &[64, 512], &[16], &[1, 2]);
+        let tests = BenchTests {
+            n_prompt: vec![64, 512],
+            n_gen: vec![16],
+            ..Default::default()
+        };
+        let args = LlamaBenchEngine::round_args("m.gguf", &tests, &[1, 2]);
         assert_eq!(
             own_bench_args(&args).join(" "),
             "--model m.gguf -p 64,512 -n 16 -t 1,2 -r 1 -o json"
         );
+    }
+
+    #[test]
+    fn depth_and_cache_type_reach_both_engines_in_their_own_flags() {
+        let tests = BenchTests {
+            n_prompt: vec![512],
+            n_gen: vec![128],
+            n_depth: vec![0, 4096],
+            cache_type: Some("q8_0".into()),
+        };
+        let args = LlamaBenchEngine::round_args("m.gguf", &tests, &[2]);
+        assert_eq!(
+            args.join(" "),
+            "-m m.gguf -p 512 -n 128 -d 0,4096 -t 2 -ctk q8_0 -ctv q8_0 -r 1 -o json"
+        );
+        assert_eq!(
+            own_bench_args(&args).join(" "),
+            "--model m.gguf -p 512 -n 128 -d 0,4096 -t 2 --kv-type q8_0 -r 1 -o json"
+        );
+        assert!(tests.needs_depth_or_cache_type());
+        assert!(!BenchTests::default().needs_depth_or_cache_type());
     }
 
     #[test]
@@ -261,8 +292,10 @@ mod tests {
             llama_bench: Some(dir.path().join("no-such-llama-bench")),
             mnn_bench: None,
             mnn_config: None,
-            n_prompt: vec![8],
-            n_gen: vec![],
+            tests: BenchTests {
+                n_prompt: vec![8],
+                ..Default::default()
+            },
             threads: vec![1],
             rounds: 2,
             timeout: Duration::from_secs(5),
