@@ -581,3 +581,79 @@ fn remote_run_streams_the_device_output_unchanged() {
     let (_, again) = ok(&host.tiletune(&args));
     assert!(again.contains("0 pushed, 2 already there"), "{again}");
 }
+
+/// `remote compare` pushes the user's ARM peer (`--llama-bench`) with the
+/// model and runs it on the device beside tiletune's own bench: the peer
+/// here is a script that answers as llama-bench does, naming the machine it
+/// ran on (`uname -m` answers for the device) in its build commit.
+///
+/// Under qemu-user a process cannot start another aarch64 program (no
+/// binfmt handler here), so the device build's own `bench model` child fails
+/// to start on the fake device; on a phone it runs. The test holds the
+/// peer's row and that the own engine was started on the device's paths.
+#[test]
+fn remote_compare_runs_the_pushed_peer_on_the_device() {
+    let Some(bin) = device_bin() else { return };
+    let host = Host::new(&bin);
+    let phone = device(&host.adb_home(), "CMP1", &PHONE);
+    let model = tiny_gguf::tiny_model(host.dir.path());
+    let peer = host.dir.path().join("llama-bench");
+    std::fs::write(
+        &peer,
+        r#"#!/bin/sh
+# Answers `-p 8 -n 0 -t 1 -r 1 -o json` as llama-bench would.
+case " $* " in *" -p 8 "*" -t 1 "*" -o json "*) ;; *) echo "unexpected: $*" >&2; exit 2;; esac
+cat <<JSON
+[{"build_commit": "on-$(uname -m)", "build_number": 1, "model_filename": "m.gguf",
+  "model_type": "llama ?B F32", "n_threads": 1, "n_prompt": 8, "n_gen": 0,
+  "avg_ts": 123.5, "stddev_ts": 0.0, "samples_ts": [123.5]}]
+JSON
+"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&peer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = host.tiletune(&[
+        "remote",
+        "--adb",
+        "compare",
+        "-m",
+        model.to_str().unwrap(),
+        "--llama-bench",
+        peer.to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "0",
+        "-t",
+        "1",
+        "-r",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("3 pushed, 0 already there"), "{stderr}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("llama.cpp"))
+        .unwrap_or_else(|| panic!("no llama.cpp row: {stdout}\n{stderr}"));
+    assert!(
+        row.contains("on-aarch64"),
+        "the peer ran on the device: {row}"
+    );
+    assert!(row.contains("123.50") && row.contains("pp8"), "{row}");
+    assert!(
+        stdout.contains("data/local/tmp/tiletune/bin/") && stdout.contains("bench model --model"),
+        "tiletune's own engine started from the pushed build: {stdout}"
+    );
+    // The peer's result reached the host table under the phone's fingerprint.
+    let (fp, _) = own_fingerprint(&bin, &phone, PHONE.qemu_cpu);
+    let peers = host_export(&host.db(), &fp)["peer_results"].clone();
+    let peers = peers.as_array().expect("peer_results");
+    assert!(
+        peers
+            .iter()
+            .any(|p| p["engine"] == "llama.cpp" && p["test"] == "pp8"),
+        "{peers:?}"
+    );
+}
