@@ -1,84 +1,22 @@
-//! What the C ABI's tests share: a tiny Llama GGUF with a tokenizer (built
-//! here, random weights, 128 positions), and safe wrappers that turn the
+//! What the C ABI's tests share: the CLI tests' tiny Llama GGUF (random
+//! weights, 128 positions), and safe wrappers that turn the
 //! ABI's out-parameters and strings into Rust values.
 
 #![allow(dead_code)] // each test file uses a subset
 
 use std::ffi::{CStr, CString, c_char};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tiletune_capi::*;
-use tiletune_runtime::gguf::write::GgufWriter;
 
 /// The tiny model's vocabulary: a..z, `Ġ`, two merges, `<s>`, `</s>`.
 pub const BOS: u32 = 29;
 pub const EOS: u32 = 30;
 
-/// Writes the tiny model to `dir/tiny.gguf`.
-pub fn tiny_model(dir: &Path) -> PathBuf {
-    let (d, f, nh, nkv, layers) = (32usize, 64usize, 4u32, 2u32, 2usize);
-    let mut tokens: Vec<String> = (b'a'..=b'z').map(|b| (b as char).to_string()).collect();
-    tokens.extend(["Ġ", "ab", "abc", "<s>", "</s>"].map(String::from));
-    let vocab = tokens.len();
-    let types: Vec<i32> = tokens
-        .iter()
-        .map(|t| if t.starts_with('<') { 3 } else { 1 })
-        .collect();
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", "llama")
-        .kv("llama.vocab_size", vocab as u32)
-        .kv("llama.embedding_length", d as u32)
-        .kv("llama.feed_forward_length", f as u32)
-        .kv("llama.block_count", layers as u32)
-        .kv("llama.attention.head_count", nh)
-        .kv("llama.attention.head_count_kv", nkv)
-        .kv("llama.rope.freq_base", 10000f32)
-        .kv("llama.attention.layer_norm_rms_epsilon", 1e-5f32)
-        .kv("llama.context_length", 128u32)
-        .kv("tokenizer.ggml.model", "gpt2")
-        .kv("tokenizer.ggml.pre", "gpt2")
-        .kv("tokenizer.ggml.tokens", tokens)
-        .kv("tokenizer.ggml.token_type", types)
-        .kv(
-            "tokenizer.ggml.merges",
-            vec!["a b".to_string(), "ab c".to_string()],
-        )
-        .kv("tokenizer.ggml.bos_token_id", BOS)
-        .kv("tokenizer.ggml.eos_token_id", EOS)
-        .kv("tokenizer.ggml.add_bos_token", true);
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut add = |w: &mut GgufWriter, name: &str, shape: &[usize], norm: bool| {
-        let vals: Vec<f32> = (0..shape.iter().product::<usize>())
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let r = ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.6;
-                if norm { 1.0 + r } else { r }
-            })
-            .collect();
-        let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
-        w.tensor_f32(name, &dims, &vals).unwrap();
-    };
-    let kvd = d / nh as usize * nkv as usize;
-    add(&mut w, "token_embd.weight", &[vocab, d], false);
-    add(&mut w, "output_norm.weight", &[d], true);
-    add(&mut w, "output.weight", &[vocab, d], false);
-    for l in 0..layers {
-        let p = |n: &str| format!("blk.{l}.{n}.weight");
-        add(&mut w, &p("attn_norm"), &[d], true);
-        add(&mut w, &p("attn_q"), &[d, d], false);
-        add(&mut w, &p("attn_k"), &[kvd, d], false);
-        add(&mut w, &p("attn_v"), &[kvd, d], false);
-        add(&mut w, &p("attn_output"), &[d, d], false);
-        add(&mut w, &p("ffn_norm"), &[d], true);
-        add(&mut w, &p("ffn_gate"), &[f, d], false);
-        add(&mut w, &p("ffn_up"), &[f, d], false);
-        add(&mut w, &p("ffn_down"), &[d, f], false);
-    }
-    let path = dir.join("tiny.gguf");
-    w.write(&path).unwrap();
-    path
-}
+/// The CLI tests' tiny model (`tests/support/tiny_gguf.rs`), so the C ABI
+/// and the CLI are tested on the same file.
+#[path = "../../../tests/support/tiny_gguf.rs"]
+mod tiny_gguf;
+pub use tiny_gguf::tiny_model;
 
 /// This thread's last error message.
 pub fn last_error() -> String {
