@@ -18,7 +18,7 @@ use tiletune_kernels::attention::KvDtype;
 use tiletune_kernels::qgemv::QMode;
 use tiletune_runtime::GgufFile;
 
-/// llama-bench's `-p` and `-n` lists, shared by `bench model` and
+/// llama-bench's `-p`, `-n` and `-d` lists, shared by `bench model` and
 /// `compare` so both read the same tests from the same flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TestLengths {
@@ -38,6 +38,16 @@ pub struct TestLengths {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+    /// Context depths, comma separated (llama-bench's -d): each test runs
+    /// after this many prompt tokens are already in the KV cache (filled
+    /// once per depth, untimed, and restored before every repetition).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -51,16 +61,6 @@ pub struct Args {
     pub quant: Option<tiletune_runtime::quantize::FileType>,
     #[command(flatten)]
     pub tests: TestLengths,
-    /// Context depths, comma separated (llama-bench's -d): each test runs
-    /// after this many prompt tokens are already in the KV cache (filled
-    /// once per depth, untimed, and restored before every repetition).
-    #[arg(
-        short = 'd',
-        long = "n-depth",
-        value_delimiter = ',',
-        default_value = "0"
-    )]
-    pub n_depth: Vec<usize>,
     /// Thread counts, comma separated [default: online cores].
     #[arg(short = 't', long = "threads", value_delimiter = ',', value_parser = super::parse_threads)]
     pub threads: Vec<usize>,
@@ -150,7 +150,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
     } else {
         a.threads.clone()
     };
-    let plan = TestPlan::new(&a.tests.n_prompt, &a.tests.n_gen, &a.n_depth);
+    let plan = TestPlan::new(&a.tests.n_prompt, &a.tests.n_gen, &a.tests.n_depth);
     let tests = plan.tests();
     let ctx = plan.ctx();
     let cpu_info = tiletune_soc::probe().map_or_else(|_| "unknown".to_string(), |s| s.model_name);

@@ -75,15 +75,6 @@ pub struct ModelCompareArgs {
     pub mnn_config: Option<PathBuf>,
     #[command(flatten)]
     pub tests: super::bench_model::TestLengths,
-    /// Context depths, comma separated (llama-bench's -d): every test runs
-    /// after this many tokens are in the KV cache, in every engine.
-    #[arg(
-        short = 'd',
-        long = "n-depth",
-        value_delimiter = ',',
-        default_value = "0"
-    )]
-    pub n_depth: Vec<usize>,
     /// KV cache type of both engines: f32, f16 or q8_0 (llama-bench's
     /// -ctk and -ctv; tiletune's --kv-type) [default: each engine's own, f16].
     #[arg(long, value_parser = super::model_args::parse_kv_type)]

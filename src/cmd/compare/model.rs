@@ -44,7 +44,7 @@ pub(super) fn run(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
         tests: BenchTests {
             n_prompt: a.tests.n_prompt.clone(),
             n_gen: a.tests.n_gen.clone(),
-            n_depth: a.n_depth.clone(),
+            n_depth: a.tests.n_depth.clone(),
             cache_type: a.kv_type.map(|k| k.name().to_string()),
         },
         threads,
