@@ -14,6 +14,7 @@
 //! Head-dim tails are masked vectors on AVX-512 (whose single-vector loops
 //! run masked throughout, one loop body) and scalar loops elsewhere.
 
+use crate::prefetch;
 use crate::quant::{BlockQ8_0, QK};
 use crate::simd::{Elem, Simd};
 use half::f16;
@@ -175,11 +176,14 @@ unsafe fn dot_block<S: Simd, T: PageRow, const H: usize, const R: usize>(
     dots
 }
 
-/// Scores of `H` heads against all `n` rows: `out[h · n + t]`.
+/// Scores of `H` heads against all `n` rows: `out[h · n + t]`. Row `t`'s
+/// turn also requests the same rows of `ahead` (the next page's keys,
+/// `ahead_bytes` long; see [`scores`]).
 ///
 /// # Safety
 /// As [`scores`], for the `H` heads at `q`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
     q: *const f32,
     hd: usize,
@@ -187,12 +191,16 @@ unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
     n: usize,
     scale: f32,
     out: *mut f32,
+    ahead: *const u8,
+    ahead_bytes: usize,
 ) {
     let st = T::stride(hd);
+    let rb = st * size_of::<T>();
     let mut t = 0;
     // SAFETY: rows t..t + 4 (or t) lie within k; out holds H rows of n.
     unsafe {
         while t + 4 <= n {
+            prefetch::lines(ahead, t * rb, ((t + 4) * rb).min(ahead_bytes));
             let d = dot_block::<S, T, H, 4>(q, hd, k.add(t * st));
             for (h, dh) in d.iter().enumerate() {
                 for (r, &x) in dh.iter().enumerate() {
@@ -209,11 +217,19 @@ unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
             t += 1;
         }
     }
+    prefetch::lines(ahead, (n & !3) * rb, ahead_bytes);
 }
 
 /// `out[j · n + t] = scale · q_j·k[t]` for the `g = q.len() / hd` query
 /// heads `q_j` and the `n = out.len() / g` key rows of `k`, heads taken
 /// `H` at a time.
+///
+/// The lines of `ahead` (the next page's keys; may be empty) are requested
+/// a few at a time as the first head block walks the rows, not all at once
+/// before it: a page is 128 lines or more, a core tracks a few dozen
+/// misses, and a burst that fills them stalls the loads of the page being
+/// computed until most of the next one has arrived, which serializes the
+/// memory and the arithmetic the prefetch was meant to overlap.
 ///
 /// # Safety
 /// The CPU supports `S`; `H <= 4`; `k` holds `n` rows of `hd` values.
@@ -222,6 +238,7 @@ pub(super) unsafe fn scores<S: Simd, T: PageRow, const H: usize>(
     q: &[f32],
     hd: usize,
     k: &[T],
+    ahead: &[T],
     scale: f32,
     out: &mut [f32],
 ) {
@@ -229,16 +246,19 @@ pub(super) unsafe fn scores<S: Simd, T: PageRow, const H: usize>(
     let n = out.len() / g;
     debug_assert_eq!(k.len(), n * T::stride(hd));
     let (qp, kp, op) = (q.as_ptr(), k.as_ptr(), out.as_mut_ptr());
+    let mut pf = size_of_val(ahead);
     let mut j = 0;
     while j < g {
         let h = (g - j).min(H);
+        let pa = ahead.as_ptr().cast::<u8>();
         // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
         unsafe {
             heads_of!(
                 h,
-                scores_heads::<S, T>(qp.add(j * hd), hd, kp, n, scale, op.add(j * n))
+                scores_heads::<S, T>(qp.add(j * hd), hd, kp, n, scale, op.add(j * n), pa, pf)
             );
         }
+        pf = 0;
         j += h;
     }
 }
@@ -308,6 +328,8 @@ pub(super) unsafe fn exp_sum<S: Simd>(s: &mut [f32], m: f32) -> f32 {
 
 /// `acc_h += Σ_t p[h · n + t] · v[t]` for the `H` heads whose accumulators
 /// are at `acc` (`hd` apart) and whose weights are at `p` (`n` apart).
+/// The first pass over the rows requests row `t` of `ahead` with row `t`
+/// (`ahead_bytes` long; see [`scores`]).
 ///
 /// # Safety
 /// As [`accum`], for those `H` heads.
@@ -318,8 +340,11 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
     p: *const f32,
     n: usize,
     v: *const T,
+    ahead: *const u8,
+    mut ahead_bytes: usize,
 ) {
     let st = T::stride(hd);
+    let rb = st * size_of::<T>();
     let mut i = 0;
     // SAFETY: lanes i..i + 4·LANES (or i + LANES) are below hd, the tail is
     // masked to hd; row t starts at t·st; head h's weights at h·n.
@@ -332,6 +357,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                 }
             }
             for t in 0..n {
+                prefetch::lines(ahead, t * rb, ((t + 1) * rb).min(ahead_bytes));
                 let r = v.add(t * st);
                 let mut x = [S::zero(); 4];
                 for (u, xu) in x.iter_mut().enumerate() {
@@ -349,6 +375,8 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                     S::store(acc.add(h * hd + i + S::LANES * u), *au);
                 }
             }
+            prefetch::lines(ahead, n * rb, ahead_bytes);
+            ahead_bytes = 0;
             i += 4 * S::LANES;
         }
         while i < hd && (S::MASKED_TAIL || i + S::LANES <= hd) {
@@ -362,6 +390,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                 };
             }
             for t in 0..n {
+                prefetch::lines(ahead, t * rb, ((t + 1) * rb).min(ahead_bytes));
                 let r = v.add(t * st);
                 let x = if S::MASKED_TAIL && w < S::LANES {
                     T::load_tail::<S>(r, i, w)
@@ -379,8 +408,11 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                     S::store(acc.add(h * hd + i), *ah);
                 }
             }
+            prefetch::lines(ahead, n * rb, ahead_bytes);
+            ahead_bytes = 0;
             i += w;
         }
+        prefetch::lines(ahead, 0, ahead_bytes);
         for h in 0..H {
             for t in 0..n {
                 let pt = *p.add(h * n + t);
@@ -394,7 +426,8 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
 
 /// `acc_j += Σ_t p[j · n + t] · v[t]` for the `g = acc.len() / hd` heads'
 /// accumulators `acc_j` over the `n = p.len() / g` value rows of `v`,
-/// heads taken `H` at a time.
+/// heads taken `H` at a time; the lines of `ahead` (the next page's
+/// values) are requested row by row as [`scores`] requests the keys'.
 ///
 /// # Safety
 /// The CPU supports `S`; `H <= 4`; `v` holds `n` rows of `hd` values.
@@ -404,21 +437,25 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, const H: usize>(
     hd: usize,
     p: &[f32],
     v: &[T],
+    ahead: &[T],
 ) {
     let g = acc.len() / hd;
     let n = p.len() / g;
     debug_assert_eq!(v.len(), n * T::stride(hd));
     let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), v.as_ptr());
+    let mut pf = size_of_val(ahead);
     let mut j = 0;
     while j < g {
         let h = (g - j).min(H);
+        let pa = ahead.as_ptr().cast::<u8>();
         // SAFETY: heads j..j + h of acc and of p exist.
         unsafe {
             heads_of!(
                 h,
-                accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp)
+                accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp, pa, pf)
             );
         }
+        pf = 0;
         j += h;
     }
 }
@@ -460,17 +497,24 @@ macro_rules! page_kernels {
         /// # Safety
         #[doc = concat!($needs, "; `k` holds `out.len() / (q.len() / hd)` head rows.")]
         #[target_feature(enable = $feature)]
-        pub unsafe fn $scores(q: &[f32], hd: usize, k: &[$t], scale: f32, out: &mut [f32]) {
+        pub unsafe fn $scores(
+            q: &[f32],
+            hd: usize,
+            k: &[$t],
+            ahead: &[$t],
+            scale: f32,
+            out: &mut [f32],
+        ) {
             // SAFETY: forwarded contract.
-            unsafe { super::body::scores::<$isa, $t, $h>(q, hd, k, scale, out) }
+            unsafe { super::body::scores::<$isa, $t, $h>(q, hd, k, ahead, scale, out) }
         }
 
         /// # Safety
         #[doc = concat!($needs, "; `v` holds `p.len() / (acc.len() / hd)` head rows.")]
         #[target_feature(enable = $feature)]
-        pub unsafe fn $accum(acc: &mut [f32], hd: usize, p: &[f32], v: &[$t]) {
+        pub unsafe fn $accum(acc: &mut [f32], hd: usize, p: &[f32], v: &[$t], ahead: &[$t]) {
             // SAFETY: forwarded contract.
-            unsafe { super::body::accum::<$isa, $t, $h>(acc, hd, p, v) }
+            unsafe { super::body::accum::<$isa, $t, $h>(acc, hd, p, v, ahead) }
         }
     };
 }

@@ -233,17 +233,21 @@ pub const ISAS: [Isa; 4] = crate::eltwise::ISAS;
 
 /// Scores of the `g = q.len() / hd` query heads of a group against `n =
 /// out.len() / g` consecutive key rows, times `scale`: `out[j · n + t]`.
+/// `ahead` (the next page's key rows, or empty) is a prefetch hint the
+/// SIMD variants request along the way.
 ///
 /// # Safety
 /// The variant's ISA is available; `k` holds exactly `n` rows of `hd`
 /// values in the page dtype.
-type ScoresFn<T> = unsafe fn(q: &[f32], hd: usize, k: &[T], scale: f32, out: &mut [f32]);
+type ScoresFn<T> =
+    unsafe fn(q: &[f32], hd: usize, k: &[T], ahead: &[T], scale: f32, out: &mut [f32]);
 /// `acc_j += Σ_t p[j · n + t] · v_t` for the `g = acc.len() / hd` heads'
-/// accumulators over `n = p.len() / g` consecutive value rows.
+/// accumulators over `n = p.len() / g` consecutive value rows; `ahead` as
+/// for [`ScoresFn`] (the next page's value rows).
 ///
 /// # Safety
 /// As [`ScoresFn`], with `hd` values per row.
-type AccumFn<T> = unsafe fn(acc: &mut [f32], hd: usize, p: &[f32], v: &[T]);
+type AccumFn<T> = unsafe fn(acc: &mut [f32], hd: usize, p: &[f32], v: &[T], ahead: &[T]);
 
 /// The largest of a page's scores.
 ///
@@ -365,11 +369,11 @@ impl<T: PageElem> Ctx<'_, T> {
     /// `ml[2j..2j + 2]`.
     ///
     /// While a page is computed, the next one's keys and values are
-    /// prefetched: a page's K rows of one head are contiguous, but the next
-    /// page's lie a whole page of the other heads away (or elsewhere, as
-    /// the page table has it), which the hardware prefetcher does not
-    /// follow; at long contexts the K/V stream comes from DRAM and decode
-    /// stalls on every page without the hint.
+    /// prefetched (the kernels take them as `ahead`): a page's K rows of
+    /// one head are contiguous, but the next page's lie a whole page of the
+    /// other heads away (or elsewhere, as the page table has it), which the
+    /// hardware prefetcher does not follow; at long contexts the K/V stream
+    /// comes from DRAM and decode stalls on every page without the hint.
     #[allow(clippy::too_many_arguments)]
     fn attend_group(
         &self,
@@ -397,22 +401,21 @@ impl<T: PageElem> Ctx<'_, T> {
                 self.rows(self.v, page, kvh, off, n),
             );
             let next = t + n;
-            let ahead = (next < t1).then(|| {
+            let (nk, nv): (&[T], &[T]) = if next < t1 {
                 let (np, no) = (next / self.ps, next % self.ps);
                 let nn = (self.ps - no).min(t1 - next);
                 (
                     self.rows(self.k, np, kvh, no, nn),
                     self.rows(self.v, np, kvh, no, nn),
                 )
-            });
+            } else {
+                (&[], &[])
+            };
             let s = &mut scratch[..self.group * n];
-            if let Some((nk, _)) = ahead {
-                prefetch_all(nk);
-            }
             // SAFETY: the ISA was resolved by the entry point; `rows`
             // returns exactly n rows, q holds group heads of hd values, s
             // group rows of n scores.
-            unsafe { (self.ops.scores)(q, hd, kr, self.scale, s) };
+            unsafe { (self.ops.scores)(q, hd, kr, nk, self.scale, s) };
             for ((sj, acc), st) in s
                 .chunks_exact_mut(n)
                 .zip(accs.chunks_exact_mut(hd))
@@ -436,11 +439,8 @@ impl<T: PageElem> Ctx<'_, T> {
                 st[0] = m;
                 st[1] = l;
             }
-            if let Some((_, nv)) = ahead {
-                prefetch_all(nv);
-            }
             // SAFETY: as above; accs holds group heads of hd values.
-            unsafe { (self.ops.accum)(accs, hd, s, vr) };
+            unsafe { (self.ops.accum)(accs, hd, s, vr, nv) };
             t = next;
         }
     }
@@ -460,6 +460,7 @@ impl<T: PageElem> Ctx<'_, T> {
                     q,
                     self.hd,
                     self.rows(self.k, page, kvh, off, n),
+                    &[],
                     self.scale,
                     s,
                 );
@@ -942,12 +943,3 @@ pub fn paged_attention_scratch(
 
 #[cfg(test)]
 mod tests;
-
-/// Requests every 64-byte line of `rows` (see [`Ctx::attend_group`]).
-#[inline]
-fn prefetch_all<T>(rows: &[T]) {
-    let p = rows.as_ptr().cast::<u8>();
-    for l in (0..size_of_val(rows)).step_by(64) {
-        crate::prefetch::line(p.wrapping_add(l));
-    }
-}

@@ -1,5 +1,7 @@
 //! Scalar row kernels (the reference the SIMD variants are held to) and
 //! [`dense_reference`], the independent f64 oracle over contiguous K/V.
+//! The group kernels take the SIMD variants' `ahead` (the next page, a
+//! prefetch hint) and ignore it: the reference does not prefetch.
 
 use super::{AttnShape, check_shape};
 use crate::Result;
@@ -116,32 +118,39 @@ fn each_head_accum(acc: &mut [f32], hd: usize, p: &[f32], mut one: impl FnMut(&m
 }
 
 /// [`scores_f32_head`] for each head of a group: `out[j · n + t]`.
-pub fn scores_f32(q: &[f32], hd: usize, k: &[f32], scale: f32, out: &mut [f32]) {
+pub fn scores_f32(q: &[f32], hd: usize, k: &[f32], _ahead: &[f32], scale: f32, out: &mut [f32]) {
     each_head_scores(q, hd, out, |q, o| scores_f32_head(q, k, scale, o));
 }
 
 /// [`accum_f32_head`] for each head of a group: `p[j · n + t]`.
-pub fn accum_f32(acc: &mut [f32], hd: usize, p: &[f32], v: &[f32]) {
+pub fn accum_f32(acc: &mut [f32], hd: usize, p: &[f32], v: &[f32], _ahead: &[f32]) {
     each_head_accum(acc, hd, p, |a, p| accum_f32_head(a, p, v));
 }
 
 /// [`scores_f16_head`] for each head of a group: `out[j · n + t]`.
-pub fn scores_f16(q: &[f32], hd: usize, k: &[f16], scale: f32, out: &mut [f32]) {
+pub fn scores_f16(q: &[f32], hd: usize, k: &[f16], _ahead: &[f16], scale: f32, out: &mut [f32]) {
     each_head_scores(q, hd, out, |q, o| scores_f16_head(q, k, scale, o));
 }
 
 /// [`accum_f16_head`] for each head of a group: `p[j · n + t]`.
-pub fn accum_f16(acc: &mut [f32], hd: usize, p: &[f32], v: &[f16]) {
+pub fn accum_f16(acc: &mut [f32], hd: usize, p: &[f32], v: &[f16], _ahead: &[f16]) {
     each_head_accum(acc, hd, p, |a, p| accum_f16_head(a, p, v));
 }
 
 /// [`scores_q8_head`] for each head of a group: `out[j · n + t]`.
-pub fn scores_q8(q: &[f32], hd: usize, k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
+pub fn scores_q8(
+    q: &[f32],
+    hd: usize,
+    k: &[BlockQ8_0],
+    _ahead: &[BlockQ8_0],
+    scale: f32,
+    out: &mut [f32],
+) {
     each_head_scores(q, hd, out, |q, o| scores_q8_head(q, k, scale, o));
 }
 
 /// [`accum_q8_head`] for each head of a group: `p[j · n + t]`.
-pub fn accum_q8(acc: &mut [f32], hd: usize, p: &[f32], v: &[BlockQ8_0]) {
+pub fn accum_q8(acc: &mut [f32], hd: usize, p: &[f32], v: &[BlockQ8_0], _ahead: &[BlockQ8_0]) {
     each_head_accum(acc, hd, p, |a, p| accum_q8_head(a, p, v));
 }
 
