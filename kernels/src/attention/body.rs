@@ -1,18 +1,22 @@
-//! The f32 and f16 page kernels, written once against [`Simd`], and the
-//! macro that stamps them out per ISA.
+//! The f32, f16 and Q8_0 page kernels, written once against [`Simd`], and
+//! the macro that stamps them out per ISA.
 //!
 //! Both kernels take the whole group of query heads that share a KV head,
 //! so each key or value vector is loaded (and, for f16, widened) once for
 //! up to `H` heads instead of once per head; `H` is the most heads whose
-//! accumulators fit the ISA's register file beside the row vectors (4 with
-//! 32 registers, 2 with AVX2's 16). Scores take four key rows at a time:
-//! their `H × 4` dot products are independent FMA chains, and each head's
-//! four are reduced by one [`Simd::reduce_add4`] tree rather than four
-//! horizontal sums, which at `head_dim` 64 cost more than the FMAs. The
-//! value axpy keeps a four-vector slice of `H` accumulators in registers
-//! across all rows of the page, so it is loaded and stored once per page.
-//! Head-dim tails are masked vectors on AVX-512 (whose single-vector loops
-//! run masked throughout, one loop body) and scalar loops elsewhere.
+//! accumulators fit the ISA's register file beside the key or value
+//! vectors (4 with 32 registers, 2 with AVX2's 16).
+//!
+//! Scores over f32 and f16 pages ([`scores_cols`]) read keys stored by
+//! columns: the lanes are keys, four vectors of them at a time, and each
+//! head's query value `d` is broadcast against key values `d`, so every
+//! lane sums its dot product in one register. Q8_0 keys are rows
+//! ([`scores`]): four key rows at a time, their `H × 4` dot products
+//! independent FMA chains, each head's four reduced by one
+//! [`Simd::reduce_add4`] tree. The value axpy keeps a four-vector slice of
+//! `H` accumulators in registers across all rows of the page, so it is
+//! loaded and stored once per page. Tails (keys, or head-dim for rows) are
+//! masked vectors on AVX-512 and scalar loops elsewhere.
 
 use crate::prefetch;
 use crate::quant::{BlockQ8_0, QK};
@@ -263,6 +267,179 @@ pub(super) unsafe fn scores<S: Simd, T: PageRow, const H: usize>(
     }
 }
 
+/// Scores of `H` heads against `n` keys of a page stored by columns
+/// (element `d` of key `t` at `k[d · ps + t]`, `k` at the first key):
+/// `out[h · n + t]`. Lanes are keys, so each lane's sum runs over `d` in
+/// one register and no horizontal sums are needed; each key vector is
+/// loaded (and widened) once for the `H` heads, whose query values are
+/// broadcast. The first key block's `d` loop requests row `d` of `ahead`
+/// (the next page, `ahead_bytes` long, rows `ps` elements apart).
+///
+/// # Safety
+/// As [`scores_cols`], for the `H` heads at `q`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
+    q: *const f32,
+    hd: usize,
+    k: *const T,
+    ps: usize,
+    n: usize,
+    scale: f32,
+    out: *mut f32,
+    ahead: *const u8,
+    ahead_bytes: usize,
+) {
+    let rb = ps * size_of::<T>();
+    let mut pf = ahead_bytes;
+    let mut t = 0;
+    // SAFETY: keys t..t + 4·LANES (or t + w) lie below n in every row d of
+    // the page; out holds H rows of n.
+    unsafe {
+        let sc = S::splat(scale);
+        while t + 4 * S::LANES <= n {
+            let mut a = [[S::zero(); 4]; H];
+            for d in 0..hd {
+                prefetch::lines(ahead, d * rb, ((d + 1) * rb).min(pf));
+                let kr = k.add(d * ps + t);
+                let mut kv = [S::zero(); 4];
+                for (u, x) in kv.iter_mut().enumerate() {
+                    *x = T::load::<S>(kr.add(u * S::LANES));
+                }
+                for (h, ah) in a.iter_mut().enumerate() {
+                    let qv = S::splat(*q.add(h * hd + d));
+                    for (au, &x) in ah.iter_mut().zip(&kv) {
+                        *au = S::fma(qv, x, *au);
+                    }
+                }
+            }
+            prefetch::lines(ahead, hd * rb, pf);
+            pf = 0;
+            for (h, ah) in a.iter().enumerate() {
+                for (u, &au) in ah.iter().enumerate() {
+                    S::store(out.add(h * n + t + u * S::LANES), S::mul(au, sc));
+                }
+            }
+            t += 4 * S::LANES;
+        }
+        while t < n && (S::MASKED_TAIL || t + S::LANES <= n) {
+            let w = (n - t).min(S::LANES);
+            let mut a = [S::zero(); H];
+            for d in 0..hd {
+                prefetch::lines(ahead, d * rb, ((d + 1) * rb).min(pf));
+                let kr = k.add(d * ps + t);
+                let x = if w < S::LANES {
+                    T::load_tail::<S>(kr, w)
+                } else {
+                    T::load::<S>(kr)
+                };
+                for (h, ah) in a.iter_mut().enumerate() {
+                    *ah = S::fma(S::splat(*q.add(h * hd + d)), x, *ah);
+                }
+            }
+            prefetch::lines(ahead, hd * rb, pf);
+            pf = 0;
+            for (h, &ah) in a.iter().enumerate() {
+                if w < S::LANES {
+                    S::store_tail(out.add(h * n + t), S::mul(ah, sc), w);
+                } else {
+                    S::store(out.add(h * n + t), S::mul(ah, sc));
+                }
+            }
+            t += w;
+        }
+        prefetch::lines(ahead, 0, pf);
+        for t in t..n {
+            for h in 0..H {
+                let mut x = 0.0f32;
+                for d in 0..hd {
+                    x += *q.add(h * hd + d) * Elem::to_f32(*k.add(d * ps + t));
+                }
+                *out.add(h * n + t) = x * scale;
+            }
+        }
+    }
+}
+
+/// [`scores`] for a page whose keys are stored by columns (f32 and f16
+/// pages; see [`super::KvDtype::k_by_columns`]): `page` is the whole page of
+/// one KV head (`hd` rows of `ps` keys), the scores are those of keys
+/// `off..off + n`, and `ahead` is the next page to request along the way.
+///
+/// # Safety
+/// The CPU supports `S`; `H <= 4`; `page` holds `hd · ps` values and
+/// `off + n <= ps`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_cols<S: Simd, T: Elem, const H: usize>(
+    q: &[f32],
+    hd: usize,
+    page: &[T],
+    ps: usize,
+    off: usize,
+    ahead: &[T],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let g = q.len() / hd;
+    let n = out.len() / g;
+    debug_assert!(page.len() == hd * ps && off + n <= ps);
+    // SAFETY: key off lies in the page (off + n <= ps).
+    let (qp, kp, op) = (
+        q.as_ptr(),
+        unsafe { page.as_ptr().add(off) },
+        out.as_mut_ptr(),
+    );
+    let mut pf = size_of_val(ahead);
+    let mut j = 0;
+    while j < g {
+        let h = (g - j).min(H);
+        let pa = ahead.as_ptr().cast::<u8>();
+        // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
+        unsafe {
+            heads_of!(
+                h,
+                scores_cols_heads::<S, T>(
+                    qp.add(j * hd),
+                    hd,
+                    kp,
+                    ps,
+                    n,
+                    scale,
+                    op.add(j * n),
+                    pa,
+                    pf
+                )
+            );
+        }
+        pf = 0;
+        j += h;
+    }
+}
+
+/// [`scores`] over keys `off..off + n` of a page stored by rows (Q8_0
+/// pages), with the page-level arguments of [`scores_cols`].
+///
+/// # Safety
+/// As [`scores`]; `page` holds `ps` rows and `off + n <= ps`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_rows<S: Simd, T: PageRow, const H: usize>(
+    q: &[f32],
+    hd: usize,
+    page: &[T],
+    _ps: usize,
+    off: usize,
+    ahead: &[T],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let st = T::stride(hd);
+    let n = out.len() / (q.len() / hd);
+    // SAFETY: forwarded contract.
+    unsafe { scores::<S, T, H>(q, hd, &page[off * st..(off + n) * st], ahead, scale, out) }
+}
+
 /// The largest of `s` (NaNs ignored, as `f32::max` does). The tail is a
 /// scalar loop on every ISA: a masked load fills with zeros, not -∞.
 ///
@@ -467,10 +644,15 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, const H: usize>(
 /// `target_feature` list, `needs` the same in words for the safety docs.
 macro_rules! page_kernels {
     (isa: $isa:ty, heads: $h:literal, feature: $feature:literal, needs: $needs:literal $(,)?) => {
-        super::body::page_kernels!(@dtype $isa, $h, $feature, $needs, f32, scores_f32, accum_f32);
-        super::body::page_kernels!(@dtype $isa, $h, $feature, $needs, half::f16, scores_f16, accum_f16);
         super::body::page_kernels!(
-            @dtype $isa, $h, $feature, $needs, crate::quant::BlockQ8_0, scores_q8, accum_q8
+            @dtype $isa, $h, $feature, $needs, f32, scores_cols, scores_f32, accum_f32
+        );
+        super::body::page_kernels!(
+            @dtype $isa, $h, $feature, $needs, half::f16, scores_cols, scores_f16, accum_f16
+        );
+        super::body::page_kernels!(
+            @dtype $isa, $h, $feature, $needs, crate::quant::BlockQ8_0, scores_rows, scores_q8,
+            accum_q8
         );
 
         /// The largest of `s`.
@@ -493,20 +675,24 @@ macro_rules! page_kernels {
             unsafe { super::body::exp_sum::<$isa>(s, m) }
         }
     };
-    (@dtype $isa:ty, $h:literal, $feature:literal, $needs:literal, $t:ty, $scores:ident, $accum:ident) => {
+    (@dtype $isa:ty, $h:literal, $feature:literal, $needs:literal, $t:ty, $body:ident, $scores:ident, $accum:ident) => {
         /// # Safety
-        #[doc = concat!($needs, "; `k` holds `out.len() / (q.len() / hd)` head rows.")]
+        #[doc = concat!($needs, "; `page` is one KV head's page of `ps` keys and \
+            `off + out.len() / (q.len() / hd) <= ps`.")]
         #[target_feature(enable = $feature)]
+        #[allow(clippy::too_many_arguments)]
         pub unsafe fn $scores(
             q: &[f32],
             hd: usize,
-            k: &[$t],
+            page: &[$t],
+            ps: usize,
+            off: usize,
             ahead: &[$t],
             scale: f32,
             out: &mut [f32],
         ) {
             // SAFETY: forwarded contract.
-            unsafe { super::body::scores::<$isa, $t, $h>(q, hd, k, ahead, scale, out) }
+            unsafe { super::body::$body::<$isa, $t, $h>(q, hd, page, ps, off, ahead, scale, out) }
         }
 
         /// # Safety

@@ -7,8 +7,10 @@
 //! `[max_pages][n_kv_heads][page_size][row]`, where `row` is one token's
 //! head vector in the page dtype: `head_dim` f32 or f16 values, or
 //! `head_dim / 32` Q8_0 blocks. So within a page the keys of one head are
-//! contiguous (`page_size` rows back to back), which is what the attention
-//! kernels stream through. Page index `p` means the same slot in every
+//! contiguous, which is what the attention kernels stream through. The
+//! f32 and f16 K pages hold that head's block by columns instead,
+//! `[head_dim][page_size]` (value `d` of every key, then `d + 1`, …;
+//! [`KvDtype::k_by_columns`] says why); V pages and Q8_0 K pages by rows. Page index `p` means the same slot in every
 //! layer's pool: a sequence owns a page for all layers at once, and its page
 //! table lists its pages in position order (token `t` lives in page
 //! `table[t / page_size]`, slot `t % page_size`). The pages a sequence gets
@@ -315,13 +317,19 @@ impl PagedKvCache {
             .as_ref()
             .expect("checked above")
             .pages;
+        let k_cols = self.dtype.k_by_columns();
         for t in 0..n {
             let pos = start + t;
             let page = pages[pos / ps] as usize;
             for h in 0..nkv {
-                let dst = layer_off + ((page * nkv + h) * ps + pos % ps) * row;
+                let base = layer_off + (page * nkv + h) * ps * row;
+                let dst = base + pos % ps * row;
                 let src = t * tok + h * hd;
-                write_row(&mut self.k, dst, &k[src..src + hd]);
+                if k_cols {
+                    write_col(&mut self.k, base + pos % ps, ps, &k[src..src + hd]);
+                } else {
+                    write_row(&mut self.k, dst, &k[src..src + hd]);
+                }
                 write_row(&mut self.v, dst, &v[src..src + hd]);
             }
         }
@@ -343,12 +351,18 @@ impl PagedKvCache {
         let layer_off = layer * self.layer_elems();
         let mut k = vec![0.0; len * nkv * hd];
         let mut v = vec![0.0; len * nkv * hd];
+        let k_cols = self.dtype.k_by_columns();
         for pos in 0..len {
             let page = pages[pos / ps] as usize;
             for h in 0..nkv {
-                let src = layer_off + ((page * nkv + h) * ps + pos % ps) * row;
+                let base = layer_off + (page * nkv + h) * ps * row;
+                let src = base + pos % ps * row;
                 let dst = (pos * nkv + h) * hd;
-                read_row(&self.k, src, &mut k[dst..dst + hd]);
+                if k_cols {
+                    read_col(&self.k, base + pos % ps, ps, &mut k[dst..dst + hd]);
+                } else {
+                    read_row(&self.k, src, &mut k[dst..dst + hd]);
+                }
                 read_row(&self.v, src, &mut v[dst..dst + hd]);
             }
         }
@@ -390,6 +404,41 @@ fn write_row(store: &mut Store, dst: usize, x: &[f32]) {
                 *b = legacy::quantize_q8_0(c.try_into().expect("chunks of QK"));
             }
         }
+    }
+}
+
+/// Stores one key by columns: value `d` at element `dst + d · ps` (f32
+/// and f16 pools; see [`KvDtype::k_by_columns`]).
+fn write_col(store: &mut Store, dst: usize, ps: usize, x: &[f32]) {
+    match store {
+        Store::F32(s) => {
+            for (d, &v) in x.iter().enumerate() {
+                s[dst + d * ps] = v;
+            }
+        }
+        Store::F16(s) => {
+            for (d, &v) in x.iter().enumerate() {
+                s[dst + d * ps] = f16::from_f32(v);
+            }
+        }
+        Store::Q8(_) => unreachable!("Q8_0 keys are stored by rows"),
+    }
+}
+
+/// Reads back one key stored by [`write_col`].
+fn read_col(store: &Store, src: usize, ps: usize, y: &mut [f32]) {
+    match store {
+        Store::F32(s) => {
+            for (d, v) in y.iter_mut().enumerate() {
+                *v = s[src + d * ps];
+            }
+        }
+        Store::F16(s) => {
+            for (d, v) in y.iter_mut().enumerate() {
+                *v = s[src + d * ps].to_f32();
+            }
+        }
+        Store::Q8(_) => unreachable!("Q8_0 keys are stored by rows"),
     }
 }
 

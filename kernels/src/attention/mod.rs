@@ -88,6 +88,18 @@ impl KvDtype {
         }
     }
 
+    /// Whether K pages hold their keys by columns (`head_dim` rows of
+    /// `page_size` values: element `d` of key `t` at `d · page_size + t`)
+    /// rather than by rows, as V pages always do. By columns, the score
+    /// kernels put keys in the vector lanes: each lane's dot product is
+    /// summed in one register and one key vector serves every head of the
+    /// group, where row-wise dot products of `head_dim` 64 spent about as
+    /// much on horizontal sums as on the multiply-adds. Q8_0 keeps rows:
+    /// its scale is per 32 values of a key.
+    pub fn k_by_columns(self) -> bool {
+        self != KvDtype::Q8_0
+    }
+
     /// Storage elements per head row of `head_dim` values.
     pub(crate) fn row_elems(self, head_dim: usize) -> usize {
         match self {
@@ -231,16 +243,24 @@ impl Tunable for AttnParams {
 /// The ISA variants this family implements.
 pub const ISAS: [Isa; 4] = crate::eltwise::ISAS;
 
-/// Scores of the `g = q.len() / hd` query heads of a group against `n =
-/// out.len() / g` consecutive key rows, times `scale`: `out[j · n + t]`.
-/// `ahead` (the next page's key rows, or empty) is a prefetch hint the
-/// SIMD variants request along the way.
+/// Scores of the `g = q.len() / hd` query heads of a group against the
+/// `n = out.len() / g` keys `off..off + n` of `page` (one KV head's page
+/// of `ps` keys, in the dtype's K layout, [`KvDtype::k_by_columns`]), times
+/// `scale`: `out[j · n + t]`. `ahead` (the next page, or empty) is a
+/// prefetch hint the SIMD variants request along the way.
 ///
 /// # Safety
-/// The variant's ISA is available; `k` holds exactly `n` rows of `hd`
-/// values in the page dtype.
-type ScoresFn<T> =
-    unsafe fn(q: &[f32], hd: usize, k: &[T], ahead: &[T], scale: f32, out: &mut [f32]);
+/// The variant's ISA is available; `page` holds one page and `off + n <= ps`.
+type ScoresFn<T> = unsafe fn(
+    q: &[f32],
+    hd: usize,
+    page: &[T],
+    ps: usize,
+    off: usize,
+    ahead: &[T],
+    scale: f32,
+    out: &mut [f32],
+);
 /// `acc_j += Σ_t p[j · n + t] · v_t` for the `g = acc.len() / hd` heads'
 /// accumulators over `n = p.len() / g` consecutive value rows; `ahead` as
 /// for [`ScoresFn`] (the next page's value rows).
@@ -350,6 +370,12 @@ impl<T: PageElem> Ctx<'_, T> {
         &pool[base..base + n * self.row]
     }
 
+    /// The whole of KV head `kvh`'s logical page `page` (`ps · row` elements).
+    #[inline]
+    fn page<'b>(&self, pool: &'b [T], page: usize, kvh: usize) -> &'b [T] {
+        self.rows(pool, page, kvh, 0, self.ps)
+    }
+
     fn q_of(&self, i: usize, h: usize) -> &[f32] {
         let o = (i * self.n_q_heads + h) * self.hd;
         &self.q[o..o + self.hd]
@@ -396,8 +422,8 @@ impl<T: PageElem> Ctx<'_, T> {
         while t < t1 {
             let (page, off) = (t / self.ps, t % self.ps);
             let n = (self.ps - off).min(t1 - t);
-            let (kr, vr) = (
-                self.rows(self.k, page, kvh, off, n),
+            let (kp, vr) = (
+                self.page(self.k, page, kvh),
                 self.rows(self.v, page, kvh, off, n),
             );
             let next = t + n;
@@ -405,17 +431,17 @@ impl<T: PageElem> Ctx<'_, T> {
                 let (np, no) = (next / self.ps, next % self.ps);
                 let nn = (self.ps - no).min(t1 - next);
                 (
-                    self.rows(self.k, np, kvh, no, nn),
+                    self.page(self.k, np, kvh),
                     self.rows(self.v, np, kvh, no, nn),
                 )
             } else {
                 (&[], &[])
             };
             let s = &mut scratch[..self.group * n];
-            // SAFETY: the ISA was resolved by the entry point; `rows`
-            // returns exactly n rows, q holds group heads of hd values, s
-            // group rows of n scores.
-            unsafe { (self.ops.scores)(q, hd, kr, nk, self.scale, s) };
+            // SAFETY: the ISA was resolved by the entry point; `page` is a
+            // whole page and off + n <= ps, q holds group heads of hd
+            // values, s group rows of n scores.
+            unsafe { (self.ops.scores)(q, hd, kp, self.ps, off, nk, self.scale, s) };
             for ((sj, acc), st) in s
                 .chunks_exact_mut(n)
                 .zip(accs.chunks_exact_mut(hd))
@@ -459,7 +485,9 @@ impl<T: PageElem> Ctx<'_, T> {
                 (self.ops.scores)(
                     q,
                     self.hd,
-                    self.rows(self.k, page, kvh, off, n),
+                    self.page(self.k, page, kvh),
+                    self.ps,
+                    off,
                     &[],
                     self.scale,
                     s,

@@ -9,21 +9,26 @@ use crate::error::check_len;
 use crate::quant::{BlockQ8_0, QK};
 use half::f16;
 
-/// `out[t] = scale · q·k_t`, f32 rows.
-fn scores_f32_head(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    debug_assert_eq!(k.len(), out.len() * hd);
-    for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
-        *s = q.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>() * scale;
-    }
-}
-
-/// `out[t] = scale · q·k_t`, f16 rows.
-fn scores_f16_head(q: &[f32], k: &[f16], scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    debug_assert_eq!(k.len(), out.len() * hd);
-    for (s, kr) in out.iter_mut().zip(k.chunks_exact(hd)) {
-        *s = q.iter().zip(kr).map(|(a, b)| a * b.to_f32()).sum::<f32>() * scale;
+/// `out[t] = scale · q·k_(off + t)` for a page of `ps` keys stored by
+/// columns (element `d` of key `t` at `page[d · ps + t]`; f32 and f16
+/// pages).
+fn scores_cols_head<T: Copy>(
+    q: &[f32],
+    page: &[T],
+    ps: usize,
+    off: usize,
+    scale: f32,
+    out: &mut [f32],
+    f: impl Fn(T) -> f32,
+) {
+    debug_assert!(page.len() == q.len() * ps && off + out.len() <= ps);
+    for (t, s) in out.iter_mut().enumerate() {
+        *s = q
+            .iter()
+            .enumerate()
+            .map(|(d, a)| a * f(page[d * ps + off + t]))
+            .sum::<f32>()
+            * scale;
     }
 }
 
@@ -117,9 +122,21 @@ fn each_head_accum(acc: &mut [f32], hd: usize, p: &[f32], mut one: impl FnMut(&m
     }
 }
 
-/// [`scores_f32_head`] for each head of a group: `out[j · n + t]`.
-pub fn scores_f32(q: &[f32], hd: usize, k: &[f32], _ahead: &[f32], scale: f32, out: &mut [f32]) {
-    each_head_scores(q, hd, out, |q, o| scores_f32_head(q, k, scale, o));
+/// [`scores_cols_head`] for each head of a group: `out[j · n + t]`.
+#[allow(clippy::too_many_arguments)]
+pub fn scores_f32(
+    q: &[f32],
+    hd: usize,
+    page: &[f32],
+    ps: usize,
+    off: usize,
+    _ahead: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    each_head_scores(q, hd, out, |q, o| {
+        scores_cols_head(q, page, ps, off, scale, o, |x| x)
+    });
 }
 
 /// [`accum_f32_head`] for each head of a group: `p[j · n + t]`.
@@ -127,9 +144,21 @@ pub fn accum_f32(acc: &mut [f32], hd: usize, p: &[f32], v: &[f32], _ahead: &[f32
     each_head_accum(acc, hd, p, |a, p| accum_f32_head(a, p, v));
 }
 
-/// [`scores_f16_head`] for each head of a group: `out[j · n + t]`.
-pub fn scores_f16(q: &[f32], hd: usize, k: &[f16], _ahead: &[f16], scale: f32, out: &mut [f32]) {
-    each_head_scores(q, hd, out, |q, o| scores_f16_head(q, k, scale, o));
+/// [`scores_cols_head`] for each head of a group: `out[j · n + t]`.
+#[allow(clippy::too_many_arguments)]
+pub fn scores_f16(
+    q: &[f32],
+    hd: usize,
+    page: &[f16],
+    ps: usize,
+    off: usize,
+    _ahead: &[f16],
+    scale: f32,
+    out: &mut [f32],
+) {
+    each_head_scores(q, hd, out, |q, o| {
+        scores_cols_head(q, page, ps, off, scale, o, f16::to_f32)
+    });
 }
 
 /// [`accum_f16_head`] for each head of a group: `p[j · n + t]`.
@@ -137,15 +166,21 @@ pub fn accum_f16(acc: &mut [f32], hd: usize, p: &[f32], v: &[f16], _ahead: &[f16
     each_head_accum(acc, hd, p, |a, p| accum_f16_head(a, p, v));
 }
 
-/// [`scores_q8_head`] for each head of a group: `out[j · n + t]`.
+/// [`scores_q8_head`] for each head of a group over keys `off..off + n`
+/// of a page stored by rows: `out[j · n + t]`.
+#[allow(clippy::too_many_arguments)]
 pub fn scores_q8(
     q: &[f32],
     hd: usize,
-    k: &[BlockQ8_0],
+    page: &[BlockQ8_0],
+    _ps: usize,
+    off: usize,
     _ahead: &[BlockQ8_0],
     scale: f32,
     out: &mut [f32],
 ) {
+    let (nb, n) = (hd / QK, out.len() / (q.len() / hd));
+    let k = &page[off * nb..(off + n) * nb];
     each_head_scores(q, hd, out, |q, o| scores_q8_head(q, k, scale, o));
 }
 

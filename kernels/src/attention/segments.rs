@@ -15,7 +15,7 @@
 //! are that kernel's. [`segments_reference`] is the independent f64
 //! oracle.
 
-use super::{AttnParams, AttnScratch, Ctx, PageElem, check_heads, grown, par_units};
+use super::{AttnParams, AttnScratch, Ctx, KvDtype, PageElem, check_heads, grown, par_units};
 use crate::eltwise::resolve_isa;
 use crate::error::check_len;
 use crate::tune::Tunable;
@@ -135,13 +135,19 @@ pub fn segment_attention(
     let page_elems = nkv * ps * hd;
     let kp = grown(kp, npages * page_elems);
     let vp = grown(vp, npages * page_elems);
-    // Token-major rows to the paged layout [page][kv head][row][hd].
+    // Token-major rows to the paged layout: [page][kv head][row][hd] for
+    // V, and for K by columns, [page][kv head][hd][row] (f32 pages'
+    // layout, `KvDtype::k_by_columns`).
+    debug_assert!(KvDtype::F32.k_by_columns());
     for t in 0..rows {
         let (page, off) = (t / ps, t % ps);
         for h in 0..nkv {
             let src = (t * nkv + h) * hd;
-            let dst = ((page * nkv + h) * ps + off) * hd;
-            kp[dst..dst + hd].copy_from_slice(&k[src..src + hd]);
+            let base = (page * nkv + h) * ps * hd;
+            for (d, &x) in k[src..src + hd].iter().enumerate() {
+                kp[base + d * ps + off] = x;
+            }
+            let dst = base + off * hd;
             vp[dst..dst + hd].copy_from_slice(&v[src..src + hd]);
         }
     }

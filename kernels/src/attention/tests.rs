@@ -327,13 +327,19 @@ fn edge_lengths_and_custom_scale() {
     }
 }
 
+/// Pages long enough for the by-columns score kernels' four-vector key
+/// blocks on every ISA (64 keys on AVX-512), whole and from an offset (the
+/// KV splits of `check`), on every dtype.
 #[test]
 fn large_page_sizes() {
     let mut rng = Rng::new(44);
-    for (ps, kv_len) in [(64, 150), (128, 130)] {
-        let f = fixture(&mut rng, KvDtype::F16, 2, 64, ps, kv_len);
-        check(&mut rng, &f, 2, 1, kv_len - 1, None, false);
-        check(&mut rng, &f, 2, 9, 100, None, false);
+    for dtype in KvDtype::ALL {
+        for (ps, kv_len) in [(64, 150), (128, 130), (128, 211)] {
+            let f = fixture(&mut rng, dtype, 2, 64, ps, kv_len);
+            check(&mut rng, &f, 2, 1, kv_len - 1, None, false);
+            check(&mut rng, &f, 7, 1, kv_len - 1, None, false);
+            check(&mut rng, &f, 2, 9, 100, None, false);
+        }
     }
 }
 
