@@ -264,7 +264,10 @@ mod tests {
             "{err}"
         );
         let mut c = config(&args(&["roofline", "--array-mib", "100000"]), &env).unwrap();
-        assert_eq!(c.memory, tiletune_soc::mem_available());
+        // The figure itself moves between two reads of /proc/meminfo (other
+        // processes, the other tests of this binary), so only its presence
+        // is compared.
+        assert_eq!(c.memory.is_some(), tiletune_soc::mem_available().is_some());
         c.memory = Some(1 << 30);
         let err = tiletune_bench::roofline::measure_ceilings(&c, |_| {}).unwrap_err();
         assert!(
