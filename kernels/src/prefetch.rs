@@ -100,9 +100,88 @@ pub(crate) fn lines(base: *const u8, from: usize, to: usize) {
     }
 }
 
+/// A buffer requested a few lines per turn of a kernel's loop, so that its
+/// requests are spread over the whole of the work that runs before it is
+/// read: a core tracks a few dozen misses, and requests issued faster than
+/// they complete hold up the loads behind them (and the arithmetic with
+/// them) until the memory catches up.
+pub(crate) struct Stream {
+    base: *const u8,
+    off: usize,
+    end: usize,
+    step: usize,
+}
+
+impl Stream {
+    /// `buf` spread over about `turns` calls of [`Stream::turn`] (more
+    /// calls request nothing more; fewer leave the rest to [`Stream::rest`]).
+    pub(crate) fn new<T>(buf: &[T], turns: usize) -> Self {
+        let end = size_of_val(buf);
+        Stream {
+            base: buf.as_ptr().cast(),
+            off: 0,
+            end,
+            step: end.div_ceil(turns.max(1)).next_multiple_of(64),
+        }
+    }
+
+    /// Requests the next step's lines; returns their byte range.
+    #[inline(always)]
+    pub(crate) fn turn(&mut self) -> std::ops::Range<usize> {
+        let from = self.off;
+        if from < self.end {
+            self.off = (from + self.step).min(self.end);
+            lines(self.base, from, self.off);
+        }
+        from..self.off
+    }
+
+    /// Requests whatever is left; returns its byte range.
+    #[inline]
+    pub(crate) fn rest(&mut self) -> std::ops::Range<usize> {
+        let from = self.off;
+        lines(self.base, from, self.end);
+        self.off = self.end;
+        from..self.end
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream's turns request consecutive, line-aligned ranges of at most
+    /// one step each, and have requested the whole buffer once the turns it
+    /// was built for are over; turns past that and `rest` request nothing,
+    /// and `rest` requests what fewer turns left.
+    #[test]
+    fn stream_spreads_the_buffer_over_its_turns() {
+        for (len, turns) in [
+            (0, 4),
+            (1, 1),
+            (100, 3),
+            (8192, 128),
+            (8192, 7),
+            (4096, 1000),
+            (136, 64),
+        ] {
+            let buf = vec![0u8; len];
+            let mut s = Stream::new(&buf, turns);
+            let mut at = 0;
+            for _ in 0..turns {
+                let r = s.turn();
+                assert_eq!(r.start, at, "len {len} turns {turns}");
+                assert!(r.len() <= len.div_ceil(turns).next_multiple_of(64));
+                assert!(r.is_empty() || r.start.is_multiple_of(64));
+                at = r.end;
+            }
+            assert_eq!(at, len, "len {len} turns {turns}");
+            assert!(s.turn().is_empty() && s.rest().is_empty());
+            let mut s = Stream::new(&buf, turns);
+            let half = s.turn().end;
+            assert_eq!(s.rest(), half..len);
+        }
+    }
 
     /// A prefetch must never fault: null, an address past any buffer, one
     /// in the kernel half and the top of the address space (under qemu the

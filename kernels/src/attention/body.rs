@@ -18,7 +18,7 @@
 //! loaded and stored once per page. Tails (keys, or head-dim for rows) are
 //! masked vectors on AVX-512 and scalar loops elsewhere.
 
-use crate::prefetch;
+use crate::prefetch::Stream;
 use crate::quant::{BlockQ8_0, QK};
 use crate::simd::{Elem, Simd};
 use half::f16;
@@ -180,14 +180,12 @@ unsafe fn dot_block<S: Simd, T: PageRow, const H: usize, const R: usize>(
     dots
 }
 
-/// Scores of `H` heads against all `n` rows: `out[h · n + t]`. Row `t`'s
-/// turn also requests the same rows of `ahead` (the next page's keys,
-/// `ahead_bytes` long; see [`scores`]).
+/// Scores of `H` heads against all `n` rows: `out[h · n + t]`. Each turn
+/// of the row loop requests the next lines of `pf`.
 ///
 /// # Safety
 /// As [`scores`], for the `H` heads at `q`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
     q: *const f32,
     hd: usize,
@@ -195,16 +193,14 @@ unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
     n: usize,
     scale: f32,
     out: *mut f32,
-    ahead: *const u8,
-    ahead_bytes: usize,
+    pf: &mut Stream,
 ) {
     let st = T::stride(hd);
-    let rb = st * size_of::<T>();
     let mut t = 0;
     // SAFETY: rows t..t + 4 (or t) lie within k; out holds H rows of n.
     unsafe {
         while t + 4 <= n {
-            prefetch::lines(ahead, t * rb, ((t + 4) * rb).min(ahead_bytes));
+            pf.turn();
             let d = dot_block::<S, T, H, 4>(q, hd, k.add(t * st));
             for (h, dh) in d.iter().enumerate() {
                 for (r, &x) in dh.iter().enumerate() {
@@ -214,6 +210,7 @@ unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
             t += 4;
         }
         while t < n {
+            pf.turn();
             let d = dot_block::<S, T, H, 1>(q, hd, k.add(t * st));
             for (h, dh) in d.iter().enumerate() {
                 *out.add(h * n + t) = dh[0] * scale;
@@ -221,19 +218,13 @@ unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
             t += 1;
         }
     }
-    prefetch::lines(ahead, (n & !3) * rb, ahead_bytes);
 }
 
 /// `out[j · n + t] = scale · q_j·k[t]` for the `g = q.len() / hd` query
 /// heads `q_j` and the `n = out.len() / g` key rows of `k`, heads taken
-/// `H` at a time.
-///
-/// The lines of `ahead` (the next page's keys; may be empty) are requested
-/// a few at a time as the first head block walks the rows, not all at once
-/// before it: a page is 128 lines or more, a core tracks a few dozen
-/// misses, and a burst that fills them stalls the loads of the page being
-/// computed until most of the next one has arrived, which serializes the
-/// memory and the arithmetic the prefetch was meant to overlap.
+/// `H` at a time. The lines of `ahead` (memory the caller reads next; may
+/// be empty) are requested a few at a time over all the head blocks' row
+/// loops ([`Stream`]).
 ///
 /// # Safety
 /// The CPU supports `S`; `H <= 4`; `k` holds `n` rows of `hd` values.
@@ -250,21 +241,20 @@ pub(super) unsafe fn scores<S: Simd, T: PageRow, const H: usize>(
     let n = out.len() / g;
     debug_assert_eq!(k.len(), n * T::stride(hd));
     let (qp, kp, op) = (q.as_ptr(), k.as_ptr(), out.as_mut_ptr());
-    let mut pf = size_of_val(ahead);
+    let mut pf = Stream::new(ahead, g.div_ceil(H) * (n / 4 + n % 4));
     let mut j = 0;
     while j < g {
         let h = (g - j).min(H);
-        let pa = ahead.as_ptr().cast::<u8>();
         // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
         unsafe {
             heads_of!(
                 h,
-                scores_heads::<S, T>(qp.add(j * hd), hd, kp, n, scale, op.add(j * n), pa, pf)
+                scores_heads::<S, T>(qp.add(j * hd), hd, kp, n, scale, op.add(j * n), &mut pf)
             );
         }
-        pf = 0;
         j += h;
     }
+    pf.rest();
 }
 
 /// Scores of `H` heads against `n` keys of a page stored by columns
@@ -272,8 +262,7 @@ pub(super) unsafe fn scores<S: Simd, T: PageRow, const H: usize>(
 /// `out[h · n + t]`. Lanes are keys, so each lane's sum runs over `d` in
 /// one register and no horizontal sums are needed; each key vector is
 /// loaded (and widened) once for the `H` heads, whose query values are
-/// broadcast. The first key block's `d` loop requests row `d` of `ahead`
-/// (the next page, `ahead_bytes` long, rows `ps` elements apart).
+/// broadcast. Each turn of the `d` loops requests the next lines of `pf`.
 ///
 /// # Safety
 /// As [`scores_cols`], for the `H` heads at `q`.
@@ -287,11 +276,8 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
     n: usize,
     scale: f32,
     out: *mut f32,
-    ahead: *const u8,
-    ahead_bytes: usize,
+    pf: &mut Stream,
 ) {
-    let rb = ps * size_of::<T>();
-    let mut pf = ahead_bytes;
     let mut t = 0;
     // SAFETY: keys t..t + 4·LANES (or t + w) lie below n in every row d of
     // the page; out holds H rows of n.
@@ -300,7 +286,7 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
         while t + 4 * S::LANES <= n {
             let mut a = [[S::zero(); 4]; H];
             for d in 0..hd {
-                prefetch::lines(ahead, d * rb, ((d + 1) * rb).min(pf));
+                pf.turn();
                 let kr = k.add(d * ps + t);
                 let mut kv = [S::zero(); 4];
                 for (u, x) in kv.iter_mut().enumerate() {
@@ -313,8 +299,6 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
                     }
                 }
             }
-            prefetch::lines(ahead, hd * rb, pf);
-            pf = 0;
             for (h, ah) in a.iter().enumerate() {
                 for (u, &au) in ah.iter().enumerate() {
                     S::store(out.add(h * n + t + u * S::LANES), S::mul(au, sc));
@@ -326,7 +310,7 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
             let w = (n - t).min(S::LANES);
             let mut a = [S::zero(); H];
             for d in 0..hd {
-                prefetch::lines(ahead, d * rb, ((d + 1) * rb).min(pf));
+                pf.turn();
                 let kr = k.add(d * ps + t);
                 let x = if w < S::LANES {
                     T::load_tail::<S>(kr, w)
@@ -337,8 +321,6 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
                     *ah = S::fma(S::splat(*q.add(h * hd + d)), x, *ah);
                 }
             }
-            prefetch::lines(ahead, hd * rb, pf);
-            pf = 0;
             for (h, &ah) in a.iter().enumerate() {
                 if w < S::LANES {
                     S::store_tail(out.add(h * n + t), S::mul(ah, sc), w);
@@ -348,7 +330,6 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
             }
             t += w;
         }
-        prefetch::lines(ahead, 0, pf);
         for t in t..n {
             for h in 0..H {
                 let mut x = 0.0f32;
@@ -364,7 +345,8 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
 /// [`scores`] for a page whose keys are stored by columns (f32 and f16
 /// pages; see [`super::KvDtype::k_by_columns`]): `page` is the whole page of
 /// one KV head (`hd` rows of `ps` keys), the scores are those of keys
-/// `off..off + n`, and `ahead` is the next page to request along the way.
+/// `off..off + n`, and `ahead` is memory to request along the way, as in
+/// [`scores`].
 ///
 /// # Safety
 /// The CPU supports `S`; `H <= 4`; `page` holds `hd · ps` values and
@@ -390,11 +372,10 @@ pub(super) unsafe fn scores_cols<S: Simd, T: Elem, const H: usize>(
         unsafe { page.as_ptr().add(off) },
         out.as_mut_ptr(),
     );
-    let mut pf = size_of_val(ahead);
+    let mut pf = Stream::new(ahead, g.div_ceil(H) * hd * n.div_ceil(4 * S::LANES));
     let mut j = 0;
     while j < g {
         let h = (g - j).min(H);
-        let pa = ahead.as_ptr().cast::<u8>();
         // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
         unsafe {
             heads_of!(
@@ -407,14 +388,13 @@ pub(super) unsafe fn scores_cols<S: Simd, T: Elem, const H: usize>(
                     n,
                     scale,
                     op.add(j * n),
-                    pa,
-                    pf
+                    &mut pf
                 )
             );
         }
-        pf = 0;
         j += h;
     }
+    pf.rest();
 }
 
 /// [`scores`] over keys `off..off + n` of a page stored by rows (Q8_0
@@ -505,8 +485,7 @@ pub(super) unsafe fn exp_sum<S: Simd>(s: &mut [f32], m: f32) -> f32 {
 
 /// `acc_h += Σ_t p[h · n + t] · v[t]` for the `H` heads whose accumulators
 /// are at `acc` (`hd` apart) and whose weights are at `p` (`n` apart).
-/// The first pass over the rows requests row `t` of `ahead` with row `t`
-/// (`ahead_bytes` long; see [`scores`]).
+/// Each turn of the row loops requests the next lines of `pf`.
 ///
 /// # Safety
 /// As [`accum`], for those `H` heads.
@@ -517,11 +496,9 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
     p: *const f32,
     n: usize,
     v: *const T,
-    ahead: *const u8,
-    mut ahead_bytes: usize,
+    pf: &mut Stream,
 ) {
     let st = T::stride(hd);
-    let rb = st * size_of::<T>();
     let mut i = 0;
     // SAFETY: lanes i..i + 4·LANES (or i + LANES) are below hd, the tail is
     // masked to hd; row t starts at t·st; head h's weights at h·n.
@@ -534,7 +511,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                 }
             }
             for t in 0..n {
-                prefetch::lines(ahead, t * rb, ((t + 1) * rb).min(ahead_bytes));
+                pf.turn();
                 let r = v.add(t * st);
                 let mut x = [S::zero(); 4];
                 for (u, xu) in x.iter_mut().enumerate() {
@@ -552,8 +529,6 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                     S::store(acc.add(h * hd + i + S::LANES * u), *au);
                 }
             }
-            prefetch::lines(ahead, n * rb, ahead_bytes);
-            ahead_bytes = 0;
             i += 4 * S::LANES;
         }
         while i < hd && (S::MASKED_TAIL || i + S::LANES <= hd) {
@@ -567,7 +542,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                 };
             }
             for t in 0..n {
-                prefetch::lines(ahead, t * rb, ((t + 1) * rb).min(ahead_bytes));
+                pf.turn();
                 let r = v.add(t * st);
                 let x = if S::MASKED_TAIL && w < S::LANES {
                     T::load_tail::<S>(r, i, w)
@@ -585,11 +560,8 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                     S::store(acc.add(h * hd + i), *ah);
                 }
             }
-            prefetch::lines(ahead, n * rb, ahead_bytes);
-            ahead_bytes = 0;
             i += w;
         }
-        prefetch::lines(ahead, 0, ahead_bytes);
         for h in 0..H {
             for t in 0..n {
                 let pt = *p.add(h * n + t);
@@ -603,8 +575,8 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
 
 /// `acc_j += Σ_t p[j · n + t] · v[t]` for the `g = acc.len() / hd` heads'
 /// accumulators `acc_j` over the `n = p.len() / g` value rows of `v`,
-/// heads taken `H` at a time; the lines of `ahead` (the next page's
-/// values) are requested row by row as [`scores`] requests the keys'.
+/// heads taken `H` at a time; the lines of `ahead` are requested over the
+/// row loops as [`scores`] requests its own.
 ///
 /// # Safety
 /// The CPU supports `S`; `H <= 4`; `v` holds `n` rows of `hd` values.
@@ -620,21 +592,20 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, const H: usize>(
     let n = p.len() / g;
     debug_assert_eq!(v.len(), n * T::stride(hd));
     let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), v.as_ptr());
-    let mut pf = size_of_val(ahead);
+    let mut pf = Stream::new(ahead, g.div_ceil(H) * hd.div_ceil(4 * S::LANES) * n);
     let mut j = 0;
     while j < g {
         let h = (g - j).min(H);
-        let pa = ahead.as_ptr().cast::<u8>();
         // SAFETY: heads j..j + h of acc and of p exist.
         unsafe {
             heads_of!(
                 h,
-                accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp, pa, pf)
+                accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp, &mut pf)
             );
         }
-        pf = 0;
         j += h;
     }
+    pf.rest();
 }
 
 /// Stamps out one ISA's page kernels (`scores_f32`, `scores_f16`,

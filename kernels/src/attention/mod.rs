@@ -246,8 +246,8 @@ pub const ISAS: [Isa; 4] = crate::eltwise::ISAS;
 /// Scores of the `g = q.len() / hd` query heads of a group against the
 /// `n = out.len() / g` keys `off..off + n` of `page` (one KV head's page
 /// of `ps` keys, in the dtype's K layout, [`KvDtype::k_by_columns`]), times
-/// `scale`: `out[j · n + t]`. `ahead` (the next page, or empty) is a
-/// prefetch hint the SIMD variants request along the way.
+/// `scale`: `out[j · n + t]`. `ahead` (memory the caller reads next, or
+/// empty) is a prefetch hint the SIMD variants request along the way.
 ///
 /// # Safety
 /// The variant's ISA is available; `page` holds one page and `off + n <= ps`.
@@ -394,12 +394,15 @@ impl<T: PageElem> Ctx<'_, T> {
     /// unnormalized `Σ e^(s - m) v` in `accs[j·hd..]` and its `(m, l)` in
     /// `ml[2j..2j + 2]`.
     ///
-    /// While a page is computed, the next one's keys and values are
-    /// prefetched (the kernels take them as `ahead`): a page's K rows of
-    /// one head are contiguous, but the next page's lie a whole page of the
-    /// other heads away (or elsewhere, as the page table has it), which the
-    /// hardware prefetcher does not follow; at long contexts the K/V stream
-    /// comes from DRAM and decode stalls on every page without the hint.
+    /// The K/V stream is prefetched (the kernels take it as `ahead`): a
+    /// page of one head is contiguous, but the next lies a whole page of
+    /// the other heads away (or elsewhere, as the page table has it), which
+    /// the hardware prefetcher does not follow, and at long contexts the
+    /// stream comes from DRAM. The scores of a page request its values, and
+    /// its value pass the next page's keys, so the requests are spread over
+    /// all of the arithmetic: issued faster than the core's few dozen miss
+    /// slots complete them, they would stall the loads behind them and
+    /// serialize memory and arithmetic.
     #[allow(clippy::too_many_arguments)]
     fn attend_group(
         &self,
@@ -427,21 +430,16 @@ impl<T: PageElem> Ctx<'_, T> {
                 self.rows(self.v, page, kvh, off, n),
             );
             let next = t + n;
-            let (nk, nv): (&[T], &[T]) = if next < t1 {
-                let (np, no) = (next / self.ps, next % self.ps);
-                let nn = (self.ps - no).min(t1 - next);
-                (
-                    self.page(self.k, np, kvh),
-                    self.rows(self.v, np, kvh, no, nn),
-                )
+            let nk: &[T] = if next < t1 {
+                self.page(self.k, next / self.ps, kvh)
             } else {
-                (&[], &[])
+                &[]
             };
             let s = &mut scratch[..self.group * n];
             // SAFETY: the ISA was resolved by the entry point; `page` is a
             // whole page and off + n <= ps, q holds group heads of hd
             // values, s group rows of n scores.
-            unsafe { (self.ops.scores)(q, hd, kp, self.ps, off, nk, self.scale, s) };
+            unsafe { (self.ops.scores)(q, hd, kp, self.ps, off, vr, self.scale, s) };
             for ((sj, acc), st) in s
                 .chunks_exact_mut(n)
                 .zip(accs.chunks_exact_mut(hd))
@@ -466,7 +464,7 @@ impl<T: PageElem> Ctx<'_, T> {
                 st[1] = l;
             }
             // SAFETY: as above; accs holds group heads of hd values.
-            unsafe { (self.ops.accum)(accs, hd, s, vr, nv) };
+            unsafe { (self.ops.accum)(accs, hd, s, vr, nk) };
             t = next;
         }
     }

@@ -1,7 +1,8 @@
 //! Scalar row kernels (the reference the SIMD variants are held to) and
 //! [`dense_reference`], the independent f64 oracle over contiguous K/V.
-//! The group kernels take the SIMD variants' `ahead` (the next page, a
-//! prefetch hint) and ignore it: the reference does not prefetch.
+//! The group kernels take the SIMD variants' `ahead` (memory the caller
+//! reads next, a prefetch hint) and ignore it: the reference does not
+//! prefetch.
 
 use super::{AttnShape, check_shape};
 use crate::Result;
