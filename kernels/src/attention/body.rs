@@ -2,31 +2,31 @@
 //! the macro that stamps them out per ISA.
 //!
 //! Both kernels take the whole group of query heads that share a KV head,
-//! so each key or value vector is loaded (and, for f16, widened) once for
-//! up to `H` heads instead of once per head; `H` is the most heads whose
-//! accumulators fit the ISA's register file beside the key or value
-//! vectors (4 with 32 registers, 2 with AVX2's 16).
+//! so each key or value vector is loaded (and, for f16 and Q8_0, widened,
+//! and for Q8_0 scaled) once for a block of heads instead of once per
+//! head: blocks of up to `H` heads four vectors wide, `H` the most whose
+//! accumulators fit the register file beside the key or value vectors (4
+//! with 32 registers, 2 with AVX2's 16), or, with 32 registers and a group
+//! of 5–8 heads, the whole group two vectors wide ([`wide`]).
 //!
-//! Scores over f32 and f16 pages ([`scores_cols`]) read keys stored by
-//! columns: the lanes are keys, four vectors of them at a time, and each
-//! head's query value `d` is broadcast against key values `d`, so every
-//! lane sums its dot product in one register. Q8_0 keys are rows
-//! ([`scores`]): four key rows at a time, their `H × 4` dot products
-//! independent FMA chains, each head's four reduced by one
-//! [`Simd::reduce_add4`] tree. The value axpy keeps a four-vector slice of
-//! `H` accumulators in registers across all rows of the page, so it is
-//! loaded and stored once per page. Tails (keys, or head-dim for rows) are
-//! masked vectors on AVX-512 and scalar loops elsewhere.
+//! Scores ([`scores_cols`]) read keys stored by columns: the lanes are
+//! keys and each head's query value `d` is broadcast against key values
+//! `d`, so every lane sums its dot product in one register ([`KeyCols`]).
+//! The value axpy keeps a slice of each head's accumulator in registers
+//! across all rows of the page, so it is loaded and stored once per page.
+//! Tails (keys, or head-dim for values) are masked vectors on AVX-512 and
+//! scalar loops elsewhere.
 
+use super::Q8Col;
 use crate::prefetch::Stream;
 use crate::quant::{BlockQ8_0, QK};
 use crate::simd::{Elem, Simd};
 use half::f16;
 
-/// A page element type as the kernels read a head row of `hd` values:
+/// A V page element type as the kernels read a head row of `hd` values:
 /// f32 and f16 store them as they are, Q8_0 as `hd / 32` blocks whose
 /// vectors are widened and scaled by the block's `d` once, before every
-/// head of the group uses them (each vector lies in one block: `LANES`
+/// head of the block uses them (each vector lies in one block: `LANES`
 /// divides 32).
 pub(super) trait PageRow: Copy {
     /// Elements per head row.
@@ -89,7 +89,7 @@ impl PageRow for BlockQ8_0 {
             let b = &*row.add(i / QK);
             S::mul(
                 S::load_i8(b.qs.as_ptr().add(i % QK)),
-                S::splat(b.d.to_f32()),
+                S::splat_f16(f16::from_le_bytes(b.d.0)),
             )
         }
     }
@@ -105,197 +105,237 @@ impl PageRow for BlockQ8_0 {
     }
 }
 
-/// `f::<h>(args)` for `h = min(left, H)` heads, `H <= 4`: the head-block
-/// widths a group of any size splits into.
+/// A K page element type as the score kernels read it: one KV head's
+/// page holds `ps` keys by columns, value `d` of key `t` at `d · ps + t`
+/// for f32 and f16, and as [`Q8Col`] lays it out for Q8_0, whose vectors
+/// are widened and multiplied by their keys' block scales once, before
+/// every head of the group uses them.
+pub(super) trait KeyCols: Copy {
+    /// Head-dim values that share a scale per key (f32 and f16: all).
+    fn block(hd: usize) -> usize;
+    /// The scales of keys `t..t + LANES` in head-dim block `b`, the `sc`
+    /// that [`KeyCols::load`] takes (f32 and f16: none).
+    ///
+    /// # Safety
+    /// As [`Simd::load`]; `page` is a whole page and the keys are in it.
+    unsafe fn scales<S: Simd>(page: *const Self, hd: usize, ps: usize, b: usize, t: usize) -> S::V;
+    /// Those of keys `t..t + n` (`n <= LANES`); only when `MASKED_TAIL`.
+    ///
+    /// # Safety
+    /// As [`Simd::load_tail`]; as [`KeyCols::scales`].
+    unsafe fn scales_tail<S: Simd>(
+        page: *const Self,
+        hd: usize,
+        ps: usize,
+        b: usize,
+        t: usize,
+        n: usize,
+    ) -> S::V;
+    /// Values `d` of keys `t..t + LANES`, `sc` their block's scales.
+    ///
+    /// # Safety
+    /// As [`KeyCols::scales`].
+    unsafe fn load<S: Simd>(page: *const Self, ps: usize, d: usize, t: usize, sc: S::V) -> S::V;
+    /// Those of keys `t..t + n`, zero after; only when `MASKED_TAIL`.
+    ///
+    /// # Safety
+    /// As [`KeyCols::scales_tail`].
+    unsafe fn load_tail<S: Simd>(
+        page: *const Self,
+        ps: usize,
+        d: usize,
+        t: usize,
+        n: usize,
+        sc: S::V,
+    ) -> S::V;
+    /// Value `d` of key `t`, for the scalar tails.
+    ///
+    /// # Safety
+    /// The page holds it.
+    unsafe fn value(page: *const Self, hd: usize, ps: usize, d: usize, t: usize) -> f32;
+}
+
+impl<T: Elem> KeyCols for T {
+    #[inline(always)]
+    fn block(hd: usize) -> usize {
+        hd
+    }
+    #[inline(always)]
+    unsafe fn scales<S: Simd>(_: *const T, _: usize, _: usize, _: usize, _: usize) -> S::V {
+        // SAFETY: no memory is touched.
+        unsafe { S::zero() }
+    }
+    #[inline(always)]
+    unsafe fn scales_tail<S: Simd>(
+        _: *const T,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> S::V {
+        // SAFETY: no memory is touched.
+        unsafe { S::zero() }
+    }
+    #[inline(always)]
+    unsafe fn load<S: Simd>(page: *const T, ps: usize, d: usize, t: usize, _: S::V) -> S::V {
+        // SAFETY: forwarded contract.
+        unsafe { T::load::<S>(page.add(d * ps + t)) }
+    }
+    #[inline(always)]
+    unsafe fn load_tail<S: Simd>(
+        page: *const T,
+        ps: usize,
+        d: usize,
+        t: usize,
+        n: usize,
+        _: S::V,
+    ) -> S::V {
+        // SAFETY: forwarded contract.
+        unsafe { T::load_tail::<S>(page.add(d * ps + t), n) }
+    }
+    #[inline(always)]
+    unsafe fn value(page: *const T, _: usize, ps: usize, d: usize, t: usize) -> f32 {
+        // SAFETY: forwarded contract.
+        unsafe { Elem::to_f32(*page.add(d * ps + t)) }
+    }
+}
+
+impl KeyCols for Q8Col {
+    #[inline(always)]
+    fn block(_: usize) -> usize {
+        QK
+    }
+    #[inline(always)]
+    unsafe fn scales<S: Simd>(
+        page: *const Q8Col,
+        hd: usize,
+        ps: usize,
+        b: usize,
+        t: usize,
+    ) -> S::V {
+        // SAFETY: the scales follow the hd · ps bytes (hd · ps / 2 words).
+        unsafe { S::load_f16(page.add(hd * ps / 2).cast::<f16>().add(b * ps + t)) }
+    }
+    #[inline(always)]
+    unsafe fn scales_tail<S: Simd>(
+        page: *const Q8Col,
+        hd: usize,
+        ps: usize,
+        b: usize,
+        t: usize,
+        n: usize,
+    ) -> S::V {
+        // SAFETY: as in `scales`.
+        unsafe { S::load_tail_f16(page.add(hd * ps / 2).cast::<f16>().add(b * ps + t), n) }
+    }
+    #[inline(always)]
+    unsafe fn load<S: Simd>(page: *const Q8Col, ps: usize, d: usize, t: usize, sc: S::V) -> S::V {
+        // SAFETY: byte d · ps + t and the lanes after it are in the int8 part.
+        unsafe { S::mul(S::load_i8(page.cast::<i8>().add(d * ps + t)), sc) }
+    }
+    #[inline(always)]
+    unsafe fn load_tail<S: Simd>(
+        page: *const Q8Col,
+        ps: usize,
+        d: usize,
+        t: usize,
+        n: usize,
+        sc: S::V,
+    ) -> S::V {
+        // SAFETY: as in `load`, for n lanes.
+        unsafe { S::mul(S::load_tail_i8(page.cast::<i8>().add(d * ps + t), n), sc) }
+    }
+    #[inline(always)]
+    unsafe fn value(page: *const Q8Col, hd: usize, ps: usize, d: usize, t: usize) -> f32 {
+        // SAFETY: the page holds value d of key t and its block's scale.
+        unsafe {
+            let sc = *page.add(hd * ps / 2).cast::<f16>().add(d / QK * ps + t);
+            sc.to_f32() * *page.cast::<i8>().add(d * ps + t) as f32
+        }
+    }
+}
+
+/// Whether a group of `g` heads runs as one head block two vectors wide
+/// (`f::<g, 2>`) rather than in blocks of at most `H` heads four vectors
+/// wide (`f::<h, 4>`): on ISAs with 32 vector registers (those with `H =
+/// 4`) a group of 5–8 heads fits in one block of 2 · g accumulators, so each
+/// key or value vector is loaded and widened (and, for Q8_0, scaled) once
+/// for the group instead of once per block of four.
+#[inline(always)]
+fn wide<const H: usize>(g: usize) -> bool {
+    H == 4 && (5..=8).contains(&g)
+}
+
+/// `f::<h, V>(args)` for a head block of `h` heads: `V = 2` when `wide`
+/// (`h` 5–8), else `V = 4` (`h` 1–4).
 macro_rules! heads_of {
-    ($h:expr, $f:ident::<$s:ty, $t:ty>($($arg:expr),*)) => {
-        match $h {
-            1 => $f::<$s, $t, 1>($($arg),*),
-            2 => $f::<$s, $t, 2>($($arg),*),
-            3 => $f::<$s, $t, 3>($($arg),*),
-            _ => $f::<$s, $t, 4>($($arg),*),
+    ($h:expr, $wide:expr, $f:ident::<$s:ty, $t:ty>($($arg:expr),*)) => {
+        if $wide {
+            match $h {
+                5 => $f::<$s, $t, 5, 2>($($arg),*),
+                6 => $f::<$s, $t, 6, 2>($($arg),*),
+                7 => $f::<$s, $t, 7, 2>($($arg),*),
+                _ => $f::<$s, $t, 8, 2>($($arg),*),
+            }
+        } else {
+            match $h {
+                1 => $f::<$s, $t, 1, 4>($($arg),*),
+                2 => $f::<$s, $t, 2, 4>($($arg),*),
+                3 => $f::<$s, $t, 3, 4>($($arg),*),
+                _ => $f::<$s, $t, 4, 4>($($arg),*),
+            }
         }
     };
 }
 
-/// Dot products of the `H` query heads at `q` (`hd` apart) with the `R`
-/// head rows at `k`: `[head][row]`.
-///
-/// # Safety
-/// The CPU supports `S`; `q` valid for `H · hd` reads, `k` holds `R` rows.
-#[inline(always)]
-unsafe fn dot_block<S: Simd, T: PageRow, const H: usize, const R: usize>(
-    q: *const f32,
-    hd: usize,
-    k: *const T,
-) -> [[f32; R]; H] {
-    let st = T::stride(hd);
-    let mut dots = [[0.0f32; R]; H];
-    // SAFETY: full loads stay below hd; the tail is masked to it or scalar.
-    unsafe {
-        let mut a = [[S::zero(); R]; H];
-        let mut i = 0;
-        while i + S::LANES <= hd {
-            let mut kv = [S::zero(); R];
-            for (r, x) in kv.iter_mut().enumerate() {
-                *x = T::load::<S>(k.add(r * st), i);
-            }
-            for (h, ah) in a.iter_mut().enumerate() {
-                let qv = S::load(q.add(h * hd + i));
-                for (ar, &x) in ah.iter_mut().zip(&kv) {
-                    *ar = S::fma(qv, x, *ar);
-                }
-            }
-            i += S::LANES;
-        }
-        if S::MASKED_TAIL && i < hd {
-            let mut kv = [S::zero(); R];
-            for (r, x) in kv.iter_mut().enumerate() {
-                *x = T::load_tail::<S>(k.add(r * st), i, hd - i);
-            }
-            for (h, ah) in a.iter_mut().enumerate() {
-                let qv = S::load_tail(q.add(h * hd + i), hd - i);
-                for (ar, &x) in ah.iter_mut().zip(&kv) {
-                    *ar = S::fma(qv, x, *ar);
-                }
-            }
-        }
-        for (h, (dh, ah)) in dots.iter_mut().zip(&a).enumerate() {
-            if R == 4 {
-                dh.copy_from_slice(&S::reduce_add4([ah[0], ah[1], ah[2], ah[3]]));
-            } else {
-                for (d, &x) in dh.iter_mut().zip(ah) {
-                    *d = S::reduce_add(x);
-                }
-            }
-            if !S::MASKED_TAIL {
-                for (r, d) in dh.iter_mut().enumerate() {
-                    for j in i..hd {
-                        *d += *q.add(h * hd + j) * T::value(k.add(r * st), j);
-                    }
-                }
-            }
-        }
-    }
-    dots
-}
-
-/// Scores of `H` heads against all `n` rows: `out[h · n + t]`. Each turn
-/// of the row loop requests the next lines of `pf`.
-///
-/// # Safety
-/// As [`scores`], for the `H` heads at `q`.
-#[inline(always)]
-unsafe fn scores_heads<S: Simd, T: PageRow, const H: usize>(
-    q: *const f32,
-    hd: usize,
-    k: *const T,
-    n: usize,
-    scale: f32,
-    out: *mut f32,
-    pf: &mut Stream,
-) {
-    let st = T::stride(hd);
-    let mut t = 0;
-    // SAFETY: rows t..t + 4 (or t) lie within k; out holds H rows of n.
-    unsafe {
-        while t + 4 <= n {
-            pf.turn();
-            let d = dot_block::<S, T, H, 4>(q, hd, k.add(t * st));
-            for (h, dh) in d.iter().enumerate() {
-                for (r, &x) in dh.iter().enumerate() {
-                    *out.add(h * n + t + r) = x * scale;
-                }
-            }
-            t += 4;
-        }
-        while t < n {
-            pf.turn();
-            let d = dot_block::<S, T, H, 1>(q, hd, k.add(t * st));
-            for (h, dh) in d.iter().enumerate() {
-                *out.add(h * n + t) = dh[0] * scale;
-            }
-            t += 1;
-        }
-    }
-}
-
-/// `out[j · n + t] = scale · q_j·k[t]` for the `g = q.len() / hd` query
-/// heads `q_j` and the `n = out.len() / g` key rows of `k`, heads taken
-/// `H` at a time. The lines of `ahead` (memory the caller reads next; may
-/// be empty) are requested a few at a time over all the head blocks' row
-/// loops ([`Stream`]).
-///
-/// # Safety
-/// The CPU supports `S`; `H <= 4`; `k` holds `n` rows of `hd` values.
-#[inline(always)]
-pub(super) unsafe fn scores<S: Simd, T: PageRow, const H: usize>(
-    q: &[f32],
-    hd: usize,
-    k: &[T],
-    ahead: &[T],
-    scale: f32,
-    out: &mut [f32],
-) {
-    let g = q.len() / hd;
-    let n = out.len() / g;
-    debug_assert_eq!(k.len(), n * T::stride(hd));
-    let (qp, kp, op) = (q.as_ptr(), k.as_ptr(), out.as_mut_ptr());
-    let mut pf = Stream::new(ahead, g.div_ceil(H) * (n / 4 + n % 4));
-    let mut j = 0;
-    while j < g {
-        let h = (g - j).min(H);
-        // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
-        unsafe {
-            heads_of!(
-                h,
-                scores_heads::<S, T>(qp.add(j * hd), hd, kp, n, scale, op.add(j * n), &mut pf)
-            );
-        }
-        j += h;
-    }
-    pf.rest();
-}
-
-/// Scores of `H` heads against `n` keys of a page stored by columns
-/// (element `d` of key `t` at `k[d · ps + t]`, `k` at the first key):
-/// `out[h · n + t]`. Lanes are keys, so each lane's sum runs over `d` in
-/// one register and no horizontal sums are needed; each key vector is
-/// loaded (and widened) once for the `H` heads, whose query values are
-/// broadcast. Each turn of the `d` loops requests the next lines of `pf`.
+/// Scores of `H` heads against keys `off..off + n` of a page stored by
+/// columns (`page` at its first key, [`KeyCols`]): `out[h · n + t]`.
+/// Lanes are keys, so each lane's sum runs over `d` in one register and
+/// no horizontal sums are needed; each key vector is loaded (and widened,
+/// and scaled) once for the `H` heads, whose query values are broadcast.
+/// Each turn of the `d` loops requests the next lines of `pf`.
 ///
 /// # Safety
 /// As [`scores_cols`], for the `H` heads at `q`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
+unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>(
     q: *const f32,
     hd: usize,
-    k: *const T,
+    page: *const T,
     ps: usize,
+    off: usize,
     n: usize,
     scale: f32,
     out: *mut f32,
     pf: &mut Stream,
 ) {
+    let blk = T::block(hd);
     let mut t = 0;
-    // SAFETY: keys t..t + 4·LANES (or t + w) lie below n in every row d of
-    // the page; out holds H rows of n.
+    // SAFETY: keys off + t.. off + t + V·LANES (or + w) lie below off + n
+    // <= ps in every row d of the page; out holds H rows of n.
     unsafe {
         let sc = S::splat(scale);
-        while t + 4 * S::LANES <= n {
-            let mut a = [[S::zero(); 4]; H];
-            for d in 0..hd {
-                pf.turn();
-                let kr = k.add(d * ps + t);
-                let mut kv = [S::zero(); 4];
-                for (u, x) in kv.iter_mut().enumerate() {
-                    *x = T::load::<S>(kr.add(u * S::LANES));
+        while t + V * S::LANES <= n {
+            let k = off + t;
+            let mut a = [[S::zero(); V]; H];
+            for d0 in (0..hd).step_by(blk) {
+                let mut s = [S::zero(); V];
+                for (u, x) in s.iter_mut().enumerate() {
+                    *x = T::scales::<S>(page, hd, ps, d0 / blk, k + u * S::LANES);
                 }
-                for (h, ah) in a.iter_mut().enumerate() {
-                    let qv = S::splat(*q.add(h * hd + d));
-                    for (au, &x) in ah.iter_mut().zip(&kv) {
-                        *au = S::fma(qv, x, *au);
+                for d in d0..d0 + blk {
+                    pf.turn();
+                    let mut kv = [S::zero(); V];
+                    for (u, x) in kv.iter_mut().enumerate() {
+                        *x = T::load::<S>(page, ps, d, k + u * S::LANES, s[u]);
+                    }
+                    for (h, ah) in a.iter_mut().enumerate() {
+                        let qv = S::splat(*q.add(h * hd + d));
+                        for (au, &x) in ah.iter_mut().zip(&kv) {
+                            *au = S::fma(qv, x, *au);
+                        }
                     }
                 }
             }
@@ -304,21 +344,27 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
                     S::store(out.add(h * n + t + u * S::LANES), S::mul(au, sc));
                 }
             }
-            t += 4 * S::LANES;
+            t += V * S::LANES;
         }
         while t < n && (S::MASKED_TAIL || t + S::LANES <= n) {
-            let w = (n - t).min(S::LANES);
+            let (k, w) = (off + t, (n - t).min(S::LANES));
             let mut a = [S::zero(); H];
-            for d in 0..hd {
-                pf.turn();
-                let kr = k.add(d * ps + t);
-                let x = if w < S::LANES {
-                    T::load_tail::<S>(kr, w)
+            for d0 in (0..hd).step_by(blk) {
+                let s = if w < S::LANES {
+                    T::scales_tail::<S>(page, hd, ps, d0 / blk, k, w)
                 } else {
-                    T::load::<S>(kr)
+                    T::scales::<S>(page, hd, ps, d0 / blk, k)
                 };
-                for (h, ah) in a.iter_mut().enumerate() {
-                    *ah = S::fma(S::splat(*q.add(h * hd + d)), x, *ah);
+                for d in d0..d0 + blk {
+                    pf.turn();
+                    let x = if w < S::LANES {
+                        T::load_tail::<S>(page, ps, d, k, w, s)
+                    } else {
+                        T::load::<S>(page, ps, d, k, s)
+                    };
+                    for (h, ah) in a.iter_mut().enumerate() {
+                        *ah = S::fma(S::splat(*q.add(h * hd + d)), x, *ah);
+                    }
                 }
             }
             for (h, &ah) in a.iter().enumerate() {
@@ -334,7 +380,7 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
             for h in 0..H {
                 let mut x = 0.0f32;
                 for d in 0..hd {
-                    x += *q.add(h * hd + d) * Elem::to_f32(*k.add(d * ps + t));
+                    x += *q.add(h * hd + d) * T::value(page, hd, ps, d, off + t);
                 }
                 *out.add(h * n + t) = x * scale;
             }
@@ -342,49 +388,49 @@ unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize>(
     }
 }
 
-/// [`scores`] for a page whose keys are stored by columns (f32 and f16
-/// pages; see [`super::KvDtype::k_by_columns`]): `page` is the whole page of
-/// one KV head (`hd` rows of `ps` keys), the scores are those of keys
-/// `off..off + n`, and `ahead` is memory to request along the way, as in
-/// [`scores`].
+/// `out[j · n + t] = scale · q_j·k[off + t]` for the `g = q.len() / hd`
+/// query heads `q_j` and the `n = out.len() / g` keys `off..off + n` of
+/// `page`, the whole page of one KV head (`ps` keys by columns,
+/// [`KeyCols`]), heads taken `H` at a time. The lines of `ahead` (memory
+/// the caller reads next; may be empty) are requested a few at a time over
+/// all the head blocks' loops ([`Stream`]).
 ///
 /// # Safety
-/// The CPU supports `S`; `H <= 4`; `page` holds `hd · ps` values and
-/// `off + n <= ps`.
+/// The CPU supports `S`; `H <= 4`; `page` is a whole page of `ps` keys
+/// and `off + n <= ps`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores_cols<S: Simd, T: Elem, const H: usize>(
+pub(super) unsafe fn scores_cols<S: Simd, T: KeyCols, A, const H: usize>(
     q: &[f32],
     hd: usize,
     page: &[T],
     ps: usize,
     off: usize,
-    ahead: &[T],
+    ahead: &[A],
     scale: f32,
     out: &mut [f32],
 ) {
     let g = q.len() / hd;
     let n = out.len() / g;
-    debug_assert!(page.len() == hd * ps && off + n <= ps);
-    // SAFETY: key off lies in the page (off + n <= ps).
-    let (qp, kp, op) = (
-        q.as_ptr(),
-        unsafe { page.as_ptr().add(off) },
-        out.as_mut_ptr(),
-    );
-    let mut pf = Stream::new(ahead, g.div_ceil(H) * hd * n.div_ceil(4 * S::LANES));
+    debug_assert!(off + n <= ps);
+    let (qp, kp, op) = (q.as_ptr(), page.as_ptr(), out.as_mut_ptr());
+    let wide = wide::<H>(g);
+    let (hb, vecs) = if wide { (g, 2) } else { (H, 4) };
+    let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd * n.div_ceil(vecs * S::LANES));
     let mut j = 0;
     while j < g {
-        let h = (g - j).min(H);
+        let h = (g - j).min(hb);
         // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
         unsafe {
             heads_of!(
                 h,
+                wide,
                 scores_cols_heads::<S, T>(
                     qp.add(j * hd),
                     hd,
                     kp,
                     ps,
+                    off,
                     n,
                     scale,
                     op.add(j * n),
@@ -395,29 +441,6 @@ pub(super) unsafe fn scores_cols<S: Simd, T: Elem, const H: usize>(
         j += h;
     }
     pf.rest();
-}
-
-/// [`scores`] over keys `off..off + n` of a page stored by rows (Q8_0
-/// pages), with the page-level arguments of [`scores_cols`].
-///
-/// # Safety
-/// As [`scores`]; `page` holds `ps` rows and `off + n <= ps`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores_rows<S: Simd, T: PageRow, const H: usize>(
-    q: &[f32],
-    hd: usize,
-    page: &[T],
-    _ps: usize,
-    off: usize,
-    ahead: &[T],
-    scale: f32,
-    out: &mut [f32],
-) {
-    let st = T::stride(hd);
-    let n = out.len() / (q.len() / hd);
-    // SAFETY: forwarded contract.
-    unsafe { scores::<S, T, H>(q, hd, &page[off * st..(off + n) * st], ahead, scale, out) }
 }
 
 /// The largest of `s` (NaNs ignored, as `f32::max` does). The tail is a
@@ -490,7 +513,7 @@ pub(super) unsafe fn exp_sum<S: Simd>(s: &mut [f32], m: f32) -> f32 {
 /// # Safety
 /// As [`accum`], for those `H` heads.
 #[inline(always)]
-unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
+unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
     acc: *mut f32,
     hd: usize,
     p: *const f32,
@@ -500,11 +523,11 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
 ) {
     let st = T::stride(hd);
     let mut i = 0;
-    // SAFETY: lanes i..i + 4·LANES (or i + LANES) are below hd, the tail is
+    // SAFETY: lanes i..i + V·LANES (or i + LANES) are below hd, the tail is
     // masked to hd; row t starts at t·st; head h's weights at h·n.
     unsafe {
-        while i + 4 * S::LANES <= hd {
-            let mut a = [[S::zero(); 4]; H];
+        while i + V * S::LANES <= hd {
+            let mut a = [[S::zero(); V]; H];
             for (h, ah) in a.iter_mut().enumerate() {
                 for (u, au) in ah.iter_mut().enumerate() {
                     *au = S::load(acc.add(h * hd + i + S::LANES * u));
@@ -513,7 +536,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
             for t in 0..n {
                 pf.turn();
                 let r = v.add(t * st);
-                let mut x = [S::zero(); 4];
+                let mut x = [S::zero(); V];
                 for (u, xu) in x.iter_mut().enumerate() {
                     *xu = T::load::<S>(r, i + S::LANES * u);
                 }
@@ -529,7 +552,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
                     S::store(acc.add(h * hd + i + S::LANES * u), *au);
                 }
             }
-            i += 4 * S::LANES;
+            i += V * S::LANES;
         }
         while i < hd && (S::MASKED_TAIL || i + S::LANES <= hd) {
             let w = (hd - i).min(S::LANES);
@@ -581,25 +604,28 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize>(
 /// # Safety
 /// The CPU supports `S`; `H <= 4`; `v` holds `n` rows of `hd` values.
 #[inline(always)]
-pub(super) unsafe fn accum<S: Simd, T: PageRow, const H: usize>(
+pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize>(
     acc: &mut [f32],
     hd: usize,
     p: &[f32],
     v: &[T],
-    ahead: &[T],
+    ahead: &[A],
 ) {
     let g = acc.len() / hd;
     let n = p.len() / g;
     debug_assert_eq!(v.len(), n * T::stride(hd));
     let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), v.as_ptr());
-    let mut pf = Stream::new(ahead, g.div_ceil(H) * hd.div_ceil(4 * S::LANES) * n);
+    let wide = wide::<H>(g);
+    let (hb, vecs) = if wide { (g, 2) } else { (H, 4) };
+    let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd.div_ceil(vecs * S::LANES) * n);
     let mut j = 0;
     while j < g {
-        let h = (g - j).min(H);
+        let h = (g - j).min(hb);
         // SAFETY: heads j..j + h of acc and of p exist.
         unsafe {
             heads_of!(
                 h,
+                wide,
                 accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp, &mut pf)
             );
         }
@@ -616,13 +642,13 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, const H: usize>(
 macro_rules! page_kernels {
     (isa: $isa:ty, heads: $h:literal, feature: $feature:literal, needs: $needs:literal $(,)?) => {
         super::body::page_kernels!(
-            @dtype $isa, $h, $feature, $needs, f32, scores_cols, scores_f32, accum_f32
+            @dtype $isa, $h, $feature, $needs, f32, f32, scores_f32, accum_f32
         );
         super::body::page_kernels!(
-            @dtype $isa, $h, $feature, $needs, half::f16, scores_cols, scores_f16, accum_f16
+            @dtype $isa, $h, $feature, $needs, half::f16, half::f16, scores_f16, accum_f16
         );
         super::body::page_kernels!(
-            @dtype $isa, $h, $feature, $needs, crate::quant::BlockQ8_0, scores_rows, scores_q8,
+            @dtype $isa, $h, $feature, $needs, crate::quant::BlockQ8_0, super::Q8Col, scores_q8,
             accum_q8
         );
 
@@ -646,7 +672,7 @@ macro_rules! page_kernels {
             unsafe { super::body::exp_sum::<$isa>(s, m) }
         }
     };
-    (@dtype $isa:ty, $h:literal, $feature:literal, $needs:literal, $t:ty, $body:ident, $scores:ident, $accum:ident) => {
+    (@dtype $isa:ty, $h:literal, $feature:literal, $needs:literal, $t:ty, $k:ty, $scores:ident, $accum:ident) => {
         /// # Safety
         #[doc = concat!($needs, "; `page` is one KV head's page of `ps` keys and \
             `off + out.len() / (q.len() / hd) <= ps`.")]
@@ -655,7 +681,7 @@ macro_rules! page_kernels {
         pub unsafe fn $scores(
             q: &[f32],
             hd: usize,
-            page: &[$t],
+            page: &[$k],
             ps: usize,
             off: usize,
             ahead: &[$t],
@@ -663,15 +689,17 @@ macro_rules! page_kernels {
             out: &mut [f32],
         ) {
             // SAFETY: forwarded contract.
-            unsafe { super::body::$body::<$isa, $t, $h>(q, hd, page, ps, off, ahead, scale, out) }
+            unsafe {
+                super::body::scores_cols::<$isa, $k, $t, $h>(q, hd, page, ps, off, ahead, scale, out)
+            }
         }
 
         /// # Safety
         #[doc = concat!($needs, "; `v` holds `p.len() / (acc.len() / hd)` head rows.")]
         #[target_feature(enable = $feature)]
-        pub unsafe fn $accum(acc: &mut [f32], hd: usize, p: &[f32], v: &[$t], ahead: &[$t]) {
+        pub unsafe fn $accum(acc: &mut [f32], hd: usize, p: &[f32], v: &[$t], ahead: &[$k]) {
             // SAFETY: forwarded contract.
-            unsafe { super::body::accum::<$isa, $t, $h>(acc, hd, p, v, ahead) }
+            unsafe { super::body::accum::<$isa, $t, $k, $h>(acc, hd, p, v, ahead) }
         }
     };
 }

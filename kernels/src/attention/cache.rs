@@ -7,10 +7,10 @@
 //! `[max_pages][n_kv_heads][page_size][row]`, where `row` is one token's
 //! head vector in the page dtype: `head_dim` f32 or f16 values, or
 //! `head_dim / 32` Q8_0 blocks. So within a page the keys of one head are
-//! contiguous, which is what the attention kernels stream through. The
-//! f32 and f16 K pages hold that head's block by columns instead,
-//! `[head_dim][page_size]` (value `d` of every key, then `d + 1`, …;
-//! [`KvDtype::k_by_columns`] says why); V pages and Q8_0 K pages by rows. Page index `p` means the same slot in every
+//! contiguous, which is what the attention kernels stream through. K pages
+//! hold that head's block by columns instead, `[head_dim][page_size]`
+//! (value `d` of every key, then `d + 1`, …; [`KvDtype`] says why), Q8_0
+//! ones as [`Q8Col`] lays them out; V pages by rows. Page index `p` means the same slot in every
 //! layer's pool: a sequence owns a page for all layers at once, and its page
 //! table lists its pages in position order (token `t` lives in page
 //! `table[t / page_size]`, slot `t % page_size`). The pages a sequence gets
@@ -57,7 +57,62 @@ pub struct SeqId(pub u32);
 pub(crate) enum Store {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// Q8_0 V pages.
     Q8(Vec<BlockQ8_0>),
+    /// Q8_0 K pages.
+    Q8Cols(Vec<Q8Col>),
+}
+
+/// The storage unit of a Q8_0 K page: each key's llama.cpp Q8_0 blocks
+/// (the same bytes, the same quantization) split into columns, as f32 and
+/// f16 K pages hold their keys. One KV head's page of `ps` keys of `hd`
+/// values is `hd` rows of `ps` int8 (value `d` of key `t` at byte
+/// `d · ps + t`), then `hd / 32` rows of `ps` f16 scales (block `b` of key
+/// `t` at scale `b · ps + t`). Two-byte words keep the scales aligned
+/// (`hd · ps` is even: `hd` is a multiple of 32).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Q8Col(u16);
+
+impl Q8Col {
+    /// Words per key of `hd` values (`hd / 32` blocks of 34 bytes).
+    pub(crate) fn per_key(hd: usize) -> usize {
+        hd / QK * BlockQ8_0::BYTES / 2
+    }
+
+    /// The int8 values and the scales of a page of `ps` keys.
+    pub(crate) fn split(page: &[Q8Col], hd: usize, ps: usize) -> (&[i8], &[f16]) {
+        assert_eq!(page.len(), ps * Q8Col::per_key(hd), "one whole page");
+        // SAFETY: the page is `hd · ps` bytes then `hd / 32 · ps` f16 (its
+        // length, checked above); i8 and f16 (a transparent u16) take any
+        // bits, the words are 2-aligned and `hd · ps / 2` is whole.
+        unsafe {
+            let p = page.as_ptr();
+            (
+                std::slice::from_raw_parts(p.cast::<i8>(), hd * ps),
+                std::slice::from_raw_parts(p.add(hd * ps / 2).cast::<f16>(), hd / QK * ps),
+            )
+        }
+    }
+
+    /// [`Q8Col::split`], mutable.
+    fn split_mut(page: &mut [Q8Col], hd: usize, ps: usize) -> (&mut [i8], &mut [f16]) {
+        assert_eq!(page.len(), ps * Q8Col::per_key(hd), "one whole page");
+        // SAFETY: as in `split`; the two parts are disjoint.
+        unsafe {
+            let p = page.as_mut_ptr();
+            (
+                std::slice::from_raw_parts_mut(p.cast::<i8>(), hd * ps),
+                std::slice::from_raw_parts_mut(p.add(hd * ps / 2).cast::<f16>(), hd / QK * ps),
+            )
+        }
+    }
+
+    /// Value `d` of key `t` of a page, dequantized.
+    pub(crate) fn value(page: &[Q8Col], hd: usize, ps: usize, d: usize, t: usize) -> f32 {
+        let (qs, sc) = Q8Col::split(page, hd, ps);
+        sc[d / QK * ps + t].to_f32() * qs[d * ps + t] as f32
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -121,15 +176,29 @@ impl PagedKvCache {
                 "max_pages = {max_pages} does not fit a u32 page index; use fewer, larger pages"
             )));
         }
-        let row = dtype.row_elems(head_dim);
-        let total = [n_layers, max_pages, n_kv_heads, page_size, row]
-            .iter()
-            .try_fold(1usize, |a, &b| a.checked_mul(b))
-            .ok_or_else(|| invalid("the pool size overflows usize; use fewer pages".into()))?;
-        let store = || match dtype {
-            KvDtype::F32 => Store::F32(huge_pages_vec(0.0, total)),
-            KvDtype::F16 => Store::F16(huge_pages_vec(f16::ZERO, total)),
-            KvDtype::Q8_0 => Store::Q8(huge_pages_vec(BlockQ8_0::default(), total)),
+        let total = |row: usize| {
+            [n_layers, max_pages, n_kv_heads, page_size, row]
+                .iter()
+                .try_fold(1usize, |a, &b| a.checked_mul(b))
+                .ok_or_else(|| invalid("the pool size overflows usize; use fewer pages".into()))
+        };
+        let (k_total, v_total) = (
+            total(dtype.k_row_elems(head_dim))?,
+            total(dtype.v_row_elems(head_dim))?,
+        );
+        let (k, v) = match dtype {
+            KvDtype::F32 => (
+                Store::F32(huge_pages_vec(0.0, k_total)),
+                Store::F32(huge_pages_vec(0.0, v_total)),
+            ),
+            KvDtype::F16 => (
+                Store::F16(huge_pages_vec(f16::ZERO, k_total)),
+                Store::F16(huge_pages_vec(f16::ZERO, v_total)),
+            ),
+            KvDtype::Q8_0 => (
+                Store::Q8Cols(huge_pages_vec(Q8Col::default(), k_total)),
+                Store::Q8(huge_pages_vec(BlockQ8_0::default(), v_total)),
+            ),
         };
         Ok(PagedKvCache {
             n_layers,
@@ -138,8 +207,8 @@ impl PagedKvCache {
             page_size,
             dtype,
             max_pages,
-            k: store(),
-            v: store(),
+            k,
+            v,
             free: (0..max_pages as u32).rev().collect(),
             seqs: Vec::new(),
         })
@@ -168,14 +237,19 @@ impl PagedKvCache {
         self.free.len()
     }
 
-    /// Elements of the page dtype per token row (one head).
-    pub(crate) fn row_elems(&self) -> usize {
-        self.dtype.row_elems(self.head_dim)
+    /// Elements of the K pool per token (one head).
+    pub(crate) fn k_row_elems(&self) -> usize {
+        self.dtype.k_row_elems(self.head_dim)
     }
 
-    /// Elements of one layer's pool.
-    pub(crate) fn layer_elems(&self) -> usize {
-        self.max_pages * self.n_kv_heads * self.page_size * self.row_elems()
+    /// Elements of the V pool per token row (one head).
+    pub(crate) fn v_row_elems(&self) -> usize {
+        self.dtype.v_row_elems(self.head_dim)
+    }
+
+    /// Elements of one layer's pool of `row` elements per token.
+    pub(crate) fn layer_elems(&self, row: usize) -> usize {
+        self.max_pages * self.n_kv_heads * self.page_size * row
     }
 
     /// Registers a new, empty sequence (no pages yet).
@@ -310,26 +384,30 @@ impl PagedKvCache {
         let s = self.seqs[seq.0 as usize].as_mut().expect("checked above");
         s.pages.extend(new_pages.into_iter().rev());
         s.lens[layer] = end;
-        let (nkv, hd, row) = (self.n_kv_heads, self.head_dim, self.row_elems());
-        let layer_off = layer * self.layer_elems();
+        let (nkv, hd) = (self.n_kv_heads, self.head_dim);
+        let (k_row, v_row) = (self.k_row_elems(), self.v_row_elems());
+        let (k_layer, v_layer) = (
+            layer * self.layer_elems(k_row),
+            layer * self.layer_elems(v_row),
+        );
         // Disjoint field borrows: the page table is read while the pools are written.
         let pages = &self.seqs[seq.0 as usize]
             .as_ref()
             .expect("checked above")
             .pages;
-        let k_cols = self.dtype.k_by_columns();
         for t in 0..n {
             let pos = start + t;
             let page = pages[pos / ps] as usize;
             for h in 0..nkv {
-                let base = layer_off + (page * nkv + h) * ps * row;
-                let dst = base + pos % ps * row;
-                let src = t * tok + h * hd;
-                if k_cols {
-                    write_col(&mut self.k, base + pos % ps, ps, &k[src..src + hd]);
-                } else {
-                    write_row(&mut self.k, dst, &k[src..src + hd]);
-                }
+                let (unit, src) = ((page * nkv + h) * ps, t * tok + h * hd);
+                write_col(
+                    &mut self.k,
+                    k_layer + unit * k_row,
+                    (hd, ps),
+                    pos % ps,
+                    &k[src..src + hd],
+                );
+                let dst = v_layer + (unit + pos % ps) * v_row;
                 write_row(&mut self.v, dst, &v[src..src + hd]);
             }
         }
@@ -342,27 +420,27 @@ impl PagedKvCache {
     pub fn gather(&self, seq: SeqId, layer: usize) -> Result<(Vec<f32>, Vec<f32>)> {
         let len = self.layer_len(seq, layer)?;
         let pages = &self.seq(seq)?.pages;
-        let (nkv, hd, ps, row) = (
-            self.n_kv_heads,
-            self.head_dim,
-            self.page_size,
-            self.row_elems(),
+        let (nkv, hd, ps) = (self.n_kv_heads, self.head_dim, self.page_size);
+        let (k_row, v_row) = (self.k_row_elems(), self.v_row_elems());
+        let (k_layer, v_layer) = (
+            layer * self.layer_elems(k_row),
+            layer * self.layer_elems(v_row),
         );
-        let layer_off = layer * self.layer_elems();
         let mut k = vec![0.0; len * nkv * hd];
         let mut v = vec![0.0; len * nkv * hd];
-        let k_cols = self.dtype.k_by_columns();
         for pos in 0..len {
             let page = pages[pos / ps] as usize;
             for h in 0..nkv {
-                let base = layer_off + (page * nkv + h) * ps * row;
-                let src = base + pos % ps * row;
+                let unit = (page * nkv + h) * ps;
                 let dst = (pos * nkv + h) * hd;
-                if k_cols {
-                    read_col(&self.k, base + pos % ps, ps, &mut k[dst..dst + hd]);
-                } else {
-                    read_row(&self.k, src, &mut k[dst..dst + hd]);
-                }
+                read_col(
+                    &self.k,
+                    k_layer + unit * k_row,
+                    (hd, ps),
+                    pos % ps,
+                    &mut k[dst..dst + hd],
+                );
+                let src = v_layer + (unit + pos % ps) * v_row;
                 read_row(&self.v, src, &mut v[dst..dst + hd]);
             }
         }
@@ -404,41 +482,59 @@ fn write_row(store: &mut Store, dst: usize, x: &[f32]) {
                 *b = legacy::quantize_q8_0(c.try_into().expect("chunks of QK"));
             }
         }
+        Store::Q8Cols(_) => unreachable!("Q8_0 K pages hold keys by columns"),
     }
 }
 
-/// Stores one key by columns: value `d` at element `dst + d · ps` (f32
-/// and f16 pools; see [`KvDtype::k_by_columns`]).
-fn write_col(store: &mut Store, dst: usize, ps: usize, x: &[f32]) {
+/// Stores one key by columns as slot `t` of the page of `ps` keys of `hd`
+/// values at element `page` (see [`KvDtype`] and [`Q8Col`]).
+fn write_col(store: &mut Store, page: usize, (hd, ps): (usize, usize), t: usize, x: &[f32]) {
     match store {
         Store::F32(s) => {
             for (d, &v) in x.iter().enumerate() {
-                s[dst + d * ps] = v;
+                s[page + d * ps + t] = v;
             }
         }
         Store::F16(s) => {
             for (d, &v) in x.iter().enumerate() {
-                s[dst + d * ps] = f16::from_f32(v);
+                s[page + d * ps + t] = f16::from_f32(v);
             }
         }
-        Store::Q8(_) => unreachable!("Q8_0 keys are stored by rows"),
+        Store::Q8Cols(s) => {
+            let words = &mut s[page..page + ps * Q8Col::per_key(hd)];
+            let (qs, sc) = Q8Col::split_mut(words, hd, ps);
+            for (b, c) in x.chunks_exact(QK).enumerate() {
+                let blk = legacy::quantize_q8_0(c.try_into().expect("chunks of QK"));
+                sc[b * ps + t] = f16::from_le_bytes(blk.d.0);
+                for (j, &q) in blk.qs.iter().enumerate() {
+                    qs[(b * QK + j) * ps + t] = q;
+                }
+            }
+        }
+        Store::Q8(_) => unreachable!("Q8_0 K pages are Q8Cols"),
     }
 }
 
 /// Reads back one key stored by [`write_col`].
-fn read_col(store: &Store, src: usize, ps: usize, y: &mut [f32]) {
+fn read_col(store: &Store, page: usize, (hd, ps): (usize, usize), t: usize, y: &mut [f32]) {
     match store {
         Store::F32(s) => {
             for (d, v) in y.iter_mut().enumerate() {
-                *v = s[src + d * ps];
+                *v = s[page + d * ps + t];
             }
         }
         Store::F16(s) => {
             for (d, v) in y.iter_mut().enumerate() {
-                *v = s[src + d * ps].to_f32();
+                *v = s[page + d * ps + t].to_f32();
             }
         }
-        Store::Q8(_) => unreachable!("Q8_0 keys are stored by rows"),
+        Store::Q8Cols(s) => {
+            let words = &s[page..page + ps * Q8Col::per_key(hd)];
+            for (d, v) in y.iter_mut().enumerate() {
+                *v = Q8Col::value(words, hd, ps, d, t);
+            }
+        }
+        Store::Q8(_) => unreachable!("Q8_0 K pages are Q8Cols"),
     }
 }
 
@@ -457,6 +553,7 @@ fn read_row(store: &Store, src: usize, y: &mut [f32]) {
                 legacy::dequantize_q8_0(b, c.try_into().expect("chunks of QK"));
             }
         }
+        Store::Q8Cols(_) => unreachable!("Q8_0 K pages hold keys by columns"),
     }
 }
 

@@ -63,7 +63,7 @@ use crate::pool::pool;
 use crate::quant::{BlockQ8_0, QK};
 use crate::tune::{CpuCaps, Tunable};
 use crate::{Isa, KernelError, Result};
-use cache::Store;
+use cache::{Q8Col, Store};
 use half::f16;
 use serde::{Deserialize, Serialize};
 
@@ -88,20 +88,24 @@ impl KvDtype {
         }
     }
 
-    /// Whether K pages hold their keys by columns (`head_dim` rows of
-    /// `page_size` values: element `d` of key `t` at `d · page_size + t`)
-    /// rather than by rows, as V pages always do. By columns, the score
-    /// kernels put keys in the vector lanes: each lane's dot product is
-    /// summed in one register and one key vector serves every head of the
-    /// group, where row-wise dot products of `head_dim` 64 spent about as
-    /// much on horizontal sums as on the multiply-adds. Q8_0 keeps rows:
-    /// its scale is per 32 values of a key.
-    pub fn k_by_columns(self) -> bool {
-        self != KvDtype::Q8_0
+    /// Elements of the K pool per token of one head. Every K page holds
+    /// its keys by columns (`head_dim` rows of `page_size` values: element
+    /// `d` of key `t` at `d · page_size + t`), V pages by rows. By columns,
+    /// the score kernels put keys in the vector lanes: each lane's dot
+    /// product is summed in one register and one key vector serves every
+    /// head of the group, where row-wise dot products of `head_dim` 64
+    /// spent about as much on horizontal sums as on the multiply-adds.
+    /// Q8_0 keys keep llama.cpp's blocks (a scale per 32 values of a key),
+    /// split into an int8 part and a scale part ([`cache::Q8Col`]).
+    pub(crate) fn k_row_elems(self, head_dim: usize) -> usize {
+        match self {
+            KvDtype::Q8_0 => cache::Q8Col::per_key(head_dim),
+            _ => head_dim,
+        }
     }
 
-    /// Storage elements per head row of `head_dim` values.
-    pub(crate) fn row_elems(self, head_dim: usize) -> usize {
+    /// Elements of the V pool per token row of one head.
+    pub(crate) fn v_row_elems(self, head_dim: usize) -> usize {
         match self {
             KvDtype::Q8_0 => head_dim / QK,
             _ => head_dim,
@@ -245,16 +249,17 @@ pub const ISAS: [Isa; 4] = crate::eltwise::ISAS;
 
 /// Scores of the `g = q.len() / hd` query heads of a group against the
 /// `n = out.len() / g` keys `off..off + n` of `page` (one KV head's page
-/// of `ps` keys, in the dtype's K layout, [`KvDtype::k_by_columns`]), times
+/// of `ps` keys, by columns, [`KvDtype::k_row_elems`]), times
 /// `scale`: `out[j · n + t]`. `ahead` (memory the caller reads next, or
-/// empty) is a prefetch hint the SIMD variants request along the way.
+/// empty; the page's value rows) is a prefetch hint the SIMD variants
+/// request along the way.
 ///
 /// # Safety
 /// The variant's ISA is available; `page` holds one page and `off + n <= ps`.
-type ScoresFn<T> = unsafe fn(
+type ScoresFn<K, T> = unsafe fn(
     q: &[f32],
     hd: usize,
-    page: &[T],
+    page: &[K],
     ps: usize,
     off: usize,
     ahead: &[T],
@@ -263,11 +268,11 @@ type ScoresFn<T> = unsafe fn(
 );
 /// `acc_j += Σ_t p[j · n + t] · v_t` for the `g = acc.len() / hd` heads'
 /// accumulators over `n = p.len() / g` consecutive value rows; `ahead` as
-/// for [`ScoresFn`] (the next page's value rows).
+/// for [`ScoresFn`] (the next K page).
 ///
 /// # Safety
 /// As [`ScoresFn`], with `hd` values per row.
-type AccumFn<T> = unsafe fn(acc: &mut [f32], hd: usize, p: &[f32], v: &[T], ahead: &[T]);
+type AccumFn<T, K> = unsafe fn(acc: &mut [f32], hd: usize, p: &[f32], v: &[T], ahead: &[K]);
 
 /// The largest of a page's scores.
 ///
@@ -281,25 +286,30 @@ type MaxFn = unsafe fn(s: &[f32]) -> f32;
 /// The variant's ISA is available.
 type ExpSumFn = unsafe fn(s: &mut [f32], m: f32) -> f32;
 
-/// One variant's row kernels for one page dtype.
+/// One variant's row kernels for one page dtype (`T` the V pool's
+/// element, `K` the K pool's).
 #[derive(Clone, Copy)]
-struct Ops<T> {
-    scores: ScoresFn<T>,
-    accum: AccumFn<T>,
+struct Ops<T, K> {
+    scores: ScoresFn<K, T>,
+    accum: AccumFn<T, K>,
     max: MaxFn,
     exp_sum: ExpSumFn,
 }
 
-/// A page element type and its kernels per ISA.
+/// A page dtype: its V page element, its K page element and its kernels
+/// per ISA.
 trait PageElem: Copy + Send + Sync + 'static {
-    fn ops(isa: Isa) -> Ops<Self>;
-    fn pool(store: &Store) -> &[Self];
+    type K: Copy + Send + Sync + 'static;
+    fn ops(isa: Isa) -> Ops<Self, Self::K>;
+    fn v_pool(store: &Store) -> &[Self];
+    fn k_pool(store: &Store) -> &[Self::K];
 }
 
 macro_rules! page_elem {
-    ($t:ty, $store:ident, $scores:ident, $accum:ident) => {
+    ($t:ty, $k:ty, $vstore:ident, $kstore:ident, $scores:ident, $accum:ident) => {
         impl PageElem for $t {
-            fn ops(isa: Isa) -> Ops<Self> {
+            type K = $k;
+            fn ops(isa: Isa) -> Ops<Self, $k> {
                 match isa {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => Ops {
@@ -330,9 +340,15 @@ macro_rules! page_elem {
                     },
                 }
             }
-            fn pool(store: &Store) -> &[Self] {
+            fn v_pool(store: &Store) -> &[Self] {
                 match store {
-                    Store::$store(v) => v,
+                    Store::$vstore(v) => v,
+                    _ => unreachable!("the dtype selects the store"),
+                }
+            }
+            fn k_pool(store: &Store) -> &[$k] {
+                match store {
+                    Store::$kstore(k) => k,
                     _ => unreachable!("the dtype selects the store"),
                 }
             }
@@ -340,19 +356,21 @@ macro_rules! page_elem {
     };
 }
 
-page_elem!(f32, F32, scores_f32, accum_f32);
-page_elem!(f16, F16, scores_f16, accum_f16);
-page_elem!(BlockQ8_0, Q8, scores_q8, accum_q8);
+page_elem!(f32, f32, F32, F32, scores_f32, accum_f32);
+page_elem!(f16, f16, F16, F16, scores_f16, accum_f16);
+page_elem!(BlockQ8_0, Q8Col, Q8, Q8Cols, scores_q8, accum_q8);
 
 /// Everything the per-pair loop needs, borrowed from the cache and the call.
-struct Ctx<'a, T> {
-    k: &'a [T],
+struct Ctx<'a, T: PageElem> {
+    k: &'a [T::K],
     v: &'a [T],
     pages: &'a [u32],
-    ops: Ops<T>,
+    ops: Ops<T, T::K>,
     n_kv: usize,
     ps: usize,
-    row: usize,
+    /// Elements per token of one head in the K and in the V pool.
+    k_row: usize,
+    v_row: usize,
     hd: usize,
     group: usize,
     n_q_heads: usize,
@@ -363,17 +381,20 @@ struct Ctx<'a, T> {
 }
 
 impl<T: PageElem> Ctx<'_, T> {
-    /// Rows `off..off + n` of KV head `kvh` in logical page `page`.
+    /// Value rows `off..off + n` of KV head `kvh` in logical page `page`.
     #[inline]
-    fn rows<'b>(&self, pool: &'b [T], page: usize, kvh: usize, off: usize, n: usize) -> &'b [T] {
-        let base = ((self.pages[page] as usize * self.n_kv + kvh) * self.ps + off) * self.row;
-        &pool[base..base + n * self.row]
+    fn v_rows(&self, page: usize, kvh: usize, off: usize, n: usize) -> &[T] {
+        let base = ((self.pages[page] as usize * self.n_kv + kvh) * self.ps + off) * self.v_row;
+        &self.v[base..base + n * self.v_row]
     }
 
-    /// The whole of KV head `kvh`'s logical page `page` (`ps · row` elements).
+    /// The whole of KV head `kvh`'s logical K page `page` (`ps · k_row`
+    /// elements).
     #[inline]
-    fn page<'b>(&self, pool: &'b [T], page: usize, kvh: usize) -> &'b [T] {
-        self.rows(pool, page, kvh, 0, self.ps)
+    fn k_page(&self, page: usize, kvh: usize) -> &[T::K] {
+        let len = self.ps * self.k_row;
+        let base = (self.pages[page] as usize * self.n_kv + kvh) * len;
+        &self.k[base..base + len]
     }
 
     fn q_of(&self, i: usize, h: usize) -> &[f32] {
@@ -425,13 +446,10 @@ impl<T: PageElem> Ctx<'_, T> {
         while t < t1 {
             let (page, off) = (t / self.ps, t % self.ps);
             let n = (self.ps - off).min(t1 - t);
-            let (kp, vr) = (
-                self.page(self.k, page, kvh),
-                self.rows(self.v, page, kvh, off, n),
-            );
+            let (kp, vr) = (self.k_page(page, kvh), self.v_rows(page, kvh, off, n));
             let next = t + n;
-            let nk: &[T] = if next < t1 {
-                self.page(self.k, next / self.ps, kvh)
+            let nk: &[T::K] = if next < t1 {
+                self.k_page(next / self.ps, kvh)
             } else {
                 &[]
             };
@@ -483,7 +501,7 @@ impl<T: PageElem> Ctx<'_, T> {
                 (self.ops.scores)(
                     q,
                     self.hd,
-                    self.page(self.k, page, kvh),
+                    self.k_page(page, kvh),
                     self.ps,
                     off,
                     &[],
@@ -628,15 +646,17 @@ fn run<T: PageElem>(
     params: &AttnParams,
     scratch: &mut AttnScratch,
 ) {
-    let le = cache.layer_elems();
-    let ctx = Ctx {
-        k: &T::pool(&cache.k)[layer * le..(layer + 1) * le],
-        v: &T::pool(&cache.v)[layer * le..(layer + 1) * le],
+    let (k_row, v_row) = (cache.k_row_elems(), cache.v_row_elems());
+    let (kl, vl) = (cache.layer_elems(k_row), cache.layer_elems(v_row));
+    let ctx = Ctx::<T> {
+        k: &T::k_pool(&cache.k)[layer * kl..(layer + 1) * kl],
+        v: &T::v_pool(&cache.v)[layer * vl..(layer + 1) * vl],
         pages,
         ops: T::ops(isa),
         n_kv: cache.n_kv_heads(),
         ps: cache.page_size(),
-        row: cache.row_elems(),
+        k_row,
+        v_row,
         hd: cache.head_dim(),
         group: query.n_q_heads / cache.n_kv_heads(),
         n_q_heads: query.n_q_heads,

@@ -4,7 +4,7 @@
 //! reads next, a prefetch hint) and ignore it: the reference does not
 //! prefetch.
 
-use super::{AttnShape, check_shape};
+use super::{AttnShape, Q8Col, check_shape};
 use crate::Result;
 use crate::error::check_len;
 use crate::quant::{BlockQ8_0, QK};
@@ -33,15 +33,21 @@ fn scores_cols_head<T: Copy>(
     }
 }
 
-/// `out[t] = scale · q·k_t`, Q8_0 rows: `Σ_blocks d · Σ q·qs`.
-fn scores_q8_head(q: &[f32], k: &[BlockQ8_0], scale: f32, out: &mut [f32]) {
-    let nb = q.len() / QK;
-    debug_assert_eq!(k.len(), out.len() * nb);
-    for (s, kr) in out.iter_mut().zip(k.chunks_exact(nb)) {
+/// `out[t] = scale · q·k_(off + t)` for a Q8_0 page of `ps` keys stored
+/// by columns ([`Q8Col`]): `Σ_blocks d · Σ q·qs` per key.
+fn scores_q8_head(q: &[f32], page: &[Q8Col], ps: usize, off: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    let (qs, sc) = Q8Col::split(page, hd, ps);
+    for (t, s) in out.iter_mut().enumerate() {
+        let k = off + t;
         let mut sum = 0.0f32;
-        for (b, qb) in kr.iter().zip(q.chunks_exact(QK)) {
-            let dot: f32 = qb.iter().zip(&b.qs).map(|(a, &x)| a * x as f32).sum();
-            sum += b.d.to_f32() * dot;
+        for (b, qb) in q.chunks_exact(QK).enumerate() {
+            let dot: f32 = qb
+                .iter()
+                .enumerate()
+                .map(|(j, a)| a * qs[(b * QK + j) * ps + k] as f32)
+                .sum();
+            sum += sc[b * ps + k].to_f32() * dot;
         }
         *s = sum * scale;
     }
@@ -167,26 +173,25 @@ pub fn accum_f16(acc: &mut [f32], hd: usize, p: &[f32], v: &[f16], _ahead: &[f16
     each_head_accum(acc, hd, p, |a, p| accum_f16_head(a, p, v));
 }
 
-/// [`scores_q8_head`] for each head of a group over keys `off..off + n`
-/// of a page stored by rows: `out[j · n + t]`.
+/// [`scores_q8_head`] for each head of a group: `out[j · n + t]`.
 #[allow(clippy::too_many_arguments)]
-pub fn scores_q8(
+pub(crate) fn scores_q8(
     q: &[f32],
     hd: usize,
-    page: &[BlockQ8_0],
-    _ps: usize,
+    page: &[Q8Col],
+    ps: usize,
     off: usize,
     _ahead: &[BlockQ8_0],
     scale: f32,
     out: &mut [f32],
 ) {
-    let (nb, n) = (hd / QK, out.len() / (q.len() / hd));
-    let k = &page[off * nb..(off + n) * nb];
-    each_head_scores(q, hd, out, |q, o| scores_q8_head(q, k, scale, o));
+    each_head_scores(q, hd, out, |q, o| {
+        scores_q8_head(q, page, ps, off, scale, o)
+    });
 }
 
 /// [`accum_q8_head`] for each head of a group: `p[j · n + t]`.
-pub fn accum_q8(acc: &mut [f32], hd: usize, p: &[f32], v: &[BlockQ8_0], _ahead: &[BlockQ8_0]) {
+pub(crate) fn accum_q8(acc: &mut [f32], hd: usize, p: &[f32], v: &[BlockQ8_0], _ahead: &[Q8Col]) {
     each_head_accum(acc, hd, p, |a, p| accum_q8_head(a, p, v));
 }
 

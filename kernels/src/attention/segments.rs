@@ -15,7 +15,7 @@
 //! are that kernel's. [`segments_reference`] is the independent f64
 //! oracle.
 
-use super::{AttnParams, AttnScratch, Ctx, KvDtype, PageElem, check_heads, grown, par_units};
+use super::{AttnParams, AttnScratch, Ctx, PageElem, check_heads, grown, par_units};
 use crate::eltwise::resolve_isa;
 use crate::error::check_len;
 use crate::tune::Tunable;
@@ -137,8 +137,7 @@ pub fn segment_attention(
     let vp = grown(vp, npages * page_elems);
     // Token-major rows to the paged layout: [page][kv head][row][hd] for
     // V, and for K by columns, [page][kv head][hd][row] (f32 pages'
-    // layout, `KvDtype::k_by_columns`).
-    debug_assert!(KvDtype::F32.k_by_columns());
+    // layout, `KvDtype::k_row_elems`).
     for t in 0..rows {
         let (page, off) = (t / ps, t % ps);
         for h in 0..nkv {
@@ -165,7 +164,8 @@ pub fn segment_attention(
         ops: <f32 as PageElem>::ops(isa),
         n_kv: nkv,
         ps,
-        row: hd,
+        k_row: hd,
+        v_row: hd,
         hd,
         group,
         n_q_heads: nq,

@@ -40,6 +40,10 @@ impl Simd for Avx2 {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
     }
     #[inline(always)]
+    unsafe fn splat_f16(h: f16) -> __m256 {
+        unsafe { _mm256_cvtph_ps(_mm_set1_epi16(h.to_bits() as i16)) }
+    }
+    #[inline(always)]
     unsafe fn load_i8(p: *const i8) -> __m256 {
         unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i))) }
     }
@@ -71,19 +75,6 @@ impl Simd for Avx2 {
             let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             let s = _mm_add_ss(s, _mm_movehdup_ps(s));
             _mm_cvtss_f32(s)
-        }
-    }
-    /// Two rounds of `hadd` leave each 128-bit half with four partial
-    /// sums, one per vector; the halves are then added.
-    #[inline(always)]
-    unsafe fn reduce_add4(v: [__m256; 4]) -> [f32; 4] {
-        unsafe {
-            let [a, b, c, d] = v;
-            let x = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-            let s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
-            let mut out = [0.0f32; 4];
-            _mm_storeu_ps(out.as_mut_ptr(), s);
-            out
         }
     }
     /// NaN handling as `maxps`: not propagated; callers detect NaN through

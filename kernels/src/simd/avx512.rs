@@ -1,6 +1,6 @@
 //! [`Simd`] for AVX-512F: 16 lanes in a `zmm` register, tails masked.
-//! The f16 tail load needs AVX-512BW, which the entry points that use it
-//! enable.
+//! The f16 and i8 tail loads need AVX-512BW (and VL), which the entry
+//! points that use them enable.
 
 use super::Simd;
 use super::expc::*;
@@ -17,8 +17,8 @@ pub(crate) fn tail_mask(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
-// SAFETY (all methods): the caller runs with AVX-512F enabled (and BW for
-// `load_tail_f16`) and passes pointers valid for the lanes touched, per the
+// SAFETY (all methods): the caller runs with AVX-512F enabled (and BW + VL
+// for `load_tail_f16` and `load_tail_i8`) and passes pointers valid for the lanes touched, per the
 // `Simd` contract.
 impl Simd for Avx512 {
     type V = __m512;
@@ -49,6 +49,10 @@ impl Simd for Avx512 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
     }
     #[inline(always)]
+    unsafe fn splat_f16(h: f16) -> __m512 {
+        unsafe { _mm512_cvtph_ps(_mm256_set1_epi16(h.to_bits() as i16)) }
+    }
+    #[inline(always)]
     unsafe fn load_i8(p: *const i8) -> __m512 {
         unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))) }
     }
@@ -75,36 +79,6 @@ impl Simd for Avx512 {
     #[inline(always)]
     unsafe fn reduce_add(v: __m512) -> f32 {
         unsafe { _mm512_reduce_add_ps(v) }
-    }
-    /// 128-bit quarters added pairwise across the four (two shuffles and
-    /// an add per level), then within each quarter, then lane 0 of each
-    /// quarter gathered.
-    #[inline(always)]
-    unsafe fn reduce_add4(v: [__m512; 4]) -> [f32; 4] {
-        unsafe {
-            let [a, b, c, d] = v;
-            // [a.q0+a.q2, a.q1+a.q3, b.q0+b.q2, b.q1+b.q3], the same for c, d.
-            let ab = _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0x44>(a, b),
-                _mm512_shuffle_f32x4::<0xEE>(a, b),
-            );
-            let cd = _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0x44>(c, d),
-                _mm512_shuffle_f32x4::<0xEE>(c, d),
-            );
-            // Quarter k holds four partial sums of the k-th vector.
-            let x = _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0x88>(ab, cd),
-                _mm512_shuffle_f32x4::<0xDD>(ab, cd),
-            );
-            let x = _mm512_add_ps(x, _mm512_permute_ps::<0b10_11_00_01>(x));
-            let x = _mm512_add_ps(x, _mm512_permute_ps::<0b01_00_11_10>(x));
-            let idx = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
-            let s = _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, x));
-            let mut out = [0.0f32; 4];
-            _mm_storeu_ps(out.as_mut_ptr(), s);
-            out
-        }
     }
     #[inline(always)]
     unsafe fn reduce_max(v: __m512) -> f32 {
@@ -133,6 +107,10 @@ impl Simd for Avx512 {
     #[inline(always)]
     unsafe fn load_tail_f16(p: *const f16, n: usize) -> __m512 {
         unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p as *const i16)) }
+    }
+    #[inline(always)]
+    unsafe fn load_tail_i8(p: *const i8, n: usize) -> __m512 {
+        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(tail_mask(n), p))) }
     }
     #[inline(always)]
     unsafe fn store_tail(p: *mut f32, v: __m512, n: usize) {

@@ -50,6 +50,12 @@ pub(crate) trait Simd: Copy {
     unsafe fn store(p: *mut f32, v: Self::V);
     /// `LANES` f16 widened to f32.
     unsafe fn load_f16(p: *const f16) -> Self::V;
+    /// One f16 widened into every lane, with the ISA's own conversion
+    /// (`half` checks for F16C at run time on every call) and no merge
+    /// into a register's old contents: a scalar insert there would chain
+    /// each block scale to whatever last used that register, in a value
+    /// loop the accumulator of the row before.
+    unsafe fn splat_f16(h: f16) -> Self::V;
     /// `LANES` i8 widened to f32.
     unsafe fn load_i8(p: *const i8) -> Self::V;
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
@@ -59,9 +65,6 @@ pub(crate) trait Simd: Copy {
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn reduce_add(v: Self::V) -> f32;
-    /// The lane sums of four vectors, `[Σa, Σb, Σc, Σd]`: one reduction
-    /// tree for the four, cheaper than four [`Simd::reduce_add`]s.
-    unsafe fn reduce_add4(v: [Self::V; 4]) -> [f32; 4];
     unsafe fn reduce_max(v: Self::V) -> f32;
     /// `e^x` lane by lane, the vector exponential of `eltwise`.
     unsafe fn exp(x: Self::V) -> Self::V;
@@ -85,6 +88,11 @@ pub(crate) trait Simd: Copy {
     /// As [`Simd::load_tail`], f16 widened.
     #[inline(always)]
     unsafe fn load_tail_f16(_p: *const f16, _n: usize) -> Self::V {
+        unreachable!("no masked tails on this ISA")
+    }
+    /// As [`Simd::load_tail`], i8 widened.
+    #[inline(always)]
+    unsafe fn load_tail_i8(_p: *const i8, _n: usize) -> Self::V {
         unreachable!("no masked tails on this ISA")
     }
     /// Stores the first `n <= LANES` lanes. Only called when `MASKED_TAIL`.

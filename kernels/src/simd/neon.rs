@@ -43,6 +43,10 @@ impl Simd for Neon {
         // f16 is a transparent u16.
         unsafe { vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p as *const u16))) }
     }
+    #[inline(always)]
+    unsafe fn splat_f16(h: f16) -> float32x4_t {
+        unsafe { vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h.to_bits()))) }
+    }
     /// Four bytes read as one word (an 8-byte `ld1` could cross the end of
     /// the buffer), widened i8 → i16 → i32 → f32.
     #[inline(always)]
@@ -75,17 +79,6 @@ impl Simd for Neon {
     #[inline(always)]
     unsafe fn reduce_add(v: float32x4_t) -> f32 {
         unsafe { vaddvq_f32(v) }
-    }
-    /// Three pairwise adds: `faddp` of (a, b), of (c, d), then of those.
-    #[inline(always)]
-    unsafe fn reduce_add4(v: [float32x4_t; 4]) -> [f32; 4] {
-        unsafe {
-            let [a, b, c, d] = v;
-            let s = vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
-            let mut out = [0.0f32; 4];
-            vst1q_f32(out.as_mut_ptr(), s);
-            out
-        }
     }
     #[inline(always)]
     unsafe fn reduce_max(v: float32x4_t) -> f32 {
