@@ -214,8 +214,8 @@ impl KeyCols for Q8Col {
         b: usize,
         t: usize,
     ) -> S::V {
-        // SAFETY: the scales follow the hd · ps bytes (hd · ps / 2 words).
-        unsafe { S::load_f16(page.add(hd * ps / 2).cast::<f16>().add(b * ps + t)) }
+        // SAFETY: scales t.. of block b are in the page.
+        unsafe { S::load_f16(Q8Col::scale_at(page, hd, ps, b, t)) }
     }
     #[inline(always)]
     unsafe fn scales_tail<S: Simd>(
@@ -227,12 +227,12 @@ impl KeyCols for Q8Col {
         n: usize,
     ) -> S::V {
         // SAFETY: as in `scales`.
-        unsafe { S::load_tail_f16(page.add(hd * ps / 2).cast::<f16>().add(b * ps + t), n) }
+        unsafe { S::load_tail_f16(Q8Col::scale_at(page, hd, ps, b, t), n) }
     }
     #[inline(always)]
     unsafe fn load<S: Simd>(page: *const Q8Col, ps: usize, d: usize, t: usize, sc: S::V) -> S::V {
         // SAFETY: byte d · ps + t and the lanes after it are in the int8 part.
-        unsafe { S::mul(S::load_i8(page.cast::<i8>().add(d * ps + t)), sc) }
+        unsafe { S::mul(S::load_i8(Q8Col::value_at(page, ps, d, t)), sc) }
     }
     #[inline(always)]
     unsafe fn load_tail<S: Simd>(
@@ -244,14 +244,14 @@ impl KeyCols for Q8Col {
         sc: S::V,
     ) -> S::V {
         // SAFETY: as in `load`, for n lanes.
-        unsafe { S::mul(S::load_tail_i8(page.cast::<i8>().add(d * ps + t), n), sc) }
+        unsafe { S::mul(S::load_tail_i8(Q8Col::value_at(page, ps, d, t), n), sc) }
     }
     #[inline(always)]
     unsafe fn value(page: *const Q8Col, hd: usize, ps: usize, d: usize, t: usize) -> f32 {
         // SAFETY: the page holds value d of key t and its block's scale.
         unsafe {
-            let sc = *page.add(hd * ps / 2).cast::<f16>().add(d / QK * ps + t);
-            sc.to_f32() * *page.cast::<i8>().add(d * ps + t) as f32
+            (*Q8Col::scale_at(page, hd, ps, d / QK, t)).to_f32()
+                * *Q8Col::value_at(page, ps, d, t) as f32
         }
     }
 }

@@ -80,6 +80,33 @@ impl Q8Col {
         hd / QK * BlockQ8_0::BYTES / 2
     }
 
+    /// Where value `d` of key `t` lies in a page of `ps` keys.
+    ///
+    /// # Safety
+    /// `page` is a whole page and `d · ps + t` lies in its int8 part.
+    #[inline(always)]
+    pub(crate) unsafe fn value_at(page: *const Q8Col, ps: usize, d: usize, t: usize) -> *const i8 {
+        // SAFETY: forwarded contract.
+        unsafe { page.cast::<i8>().add(d * ps + t) }
+    }
+
+    /// Where the scale of block `b` of key `t` lies in a page of `ps` keys
+    /// of `hd` values: after the `hd · ps` int8 (`hd · ps / 2` words).
+    ///
+    /// # Safety
+    /// `page` is a whole page and `b · ps + t` lies in its scale part.
+    #[inline(always)]
+    pub(crate) unsafe fn scale_at(
+        page: *const Q8Col,
+        hd: usize,
+        ps: usize,
+        b: usize,
+        t: usize,
+    ) -> *const f16 {
+        // SAFETY: forwarded contract.
+        unsafe { page.add(hd * ps / 2).cast::<f16>().add(b * ps + t) }
+    }
+
     /// The int8 values and the scales of a page of `ps` keys.
     pub(crate) fn split(page: &[Q8Col], hd: usize, ps: usize) -> (&[i8], &[f16]) {
         assert_eq!(page.len(), ps * Q8Col::per_key(hd), "one whole page");
@@ -89,8 +116,8 @@ impl Q8Col {
         unsafe {
             let p = page.as_ptr();
             (
-                std::slice::from_raw_parts(p.cast::<i8>(), hd * ps),
-                std::slice::from_raw_parts(p.add(hd * ps / 2).cast::<f16>(), hd / QK * ps),
+                std::slice::from_raw_parts(Q8Col::value_at(p, ps, 0, 0), hd * ps),
+                std::slice::from_raw_parts(Q8Col::scale_at(p, hd, ps, 0, 0), hd / QK * ps),
             )
         }
     }
@@ -102,8 +129,11 @@ impl Q8Col {
         unsafe {
             let p = page.as_mut_ptr();
             (
-                std::slice::from_raw_parts_mut(p.cast::<i8>(), hd * ps),
-                std::slice::from_raw_parts_mut(p.add(hd * ps / 2).cast::<f16>(), hd / QK * ps),
+                std::slice::from_raw_parts_mut(Q8Col::value_at(p, ps, 0, 0).cast_mut(), hd * ps),
+                std::slice::from_raw_parts_mut(
+                    Q8Col::scale_at(p, hd, ps, 0, 0).cast_mut(),
+                    hd / QK * ps,
+                ),
             )
         }
     }
