@@ -4,10 +4,13 @@
 //! Both kernels take the whole group of query heads that share a KV head,
 //! so each key or value vector is loaded (and, for f16 and Q8_0, widened,
 //! and for Q8_0 scaled) once for a block of heads instead of once per
-//! head: blocks of up to `H` heads four vectors wide, `H` the most whose
+//! head: blocks of up to `H = 4` heads `V` vectors wide, `V` the most whose
 //! accumulators fit the register file beside the key or value vectors (4
 //! with 32 registers, 2 with AVX2's 16), or, with 32 registers and a group
-//! of 5–8 heads, the whole group two vectors wide ([`wide`]).
+//! of 5–8 heads, the whole group two vectors wide ([`wide`]). AVX2 takes
+//! four heads two vectors wide rather than two heads four wide: the same
+//! 8 accumulators, but each key or value vector is widened (Q8_0: and
+//! scaled, three instructions) for four heads instead of two.
 //!
 //! Scores ([`scores_cols`]) read keys stored by columns: the lanes are
 //! keys and each head's query value `d` is broadcast against key values
@@ -257,20 +260,20 @@ impl KeyCols for Q8Col {
 }
 
 /// Whether a group of `g` heads runs as one head block two vectors wide
-/// (`f::<g, 2>`) rather than in blocks of at most `H` heads four vectors
-/// wide (`f::<h, 4>`): on ISAs with 32 vector registers (those with `H =
+/// (`f::<g, 2>`) rather than in blocks of at most `H` heads `V` vectors
+/// wide (`f::<h, V>`): on ISAs with 32 vector registers (those with `V =
 /// 4`) a group of 5–8 heads fits in one block of 2 · g accumulators, so each
 /// key or value vector is loaded and widened (and, for Q8_0, scaled) once
 /// for the group instead of once per block of four.
 #[inline(always)]
-fn wide<const H: usize>(g: usize) -> bool {
-    H == 4 && (5..=8).contains(&g)
+fn wide<const H: usize, const V: usize>(g: usize) -> bool {
+    H == 4 && V == 4 && (5..=8).contains(&g)
 }
 
 /// `f::<h, V>(args)` for a head block of `h` heads: `V = 2` when `wide`
-/// (`h` 5–8), else `V = 4` (`h` 1–4).
+/// (`h` 5–8), else the ISA's block width `$v` (`h` 1–4).
 macro_rules! heads_of {
-    ($h:expr, $wide:expr, $f:ident::<$s:ty, $t:ty>($($arg:expr),*)) => {
+    ($h:expr, $wide:expr, $v:ident, $f:ident::<$s:ty, $t:ty>($($arg:expr),*)) => {
         if $wide {
             match $h {
                 5 => $f::<$s, $t, 5, 2>($($arg),*),
@@ -280,10 +283,10 @@ macro_rules! heads_of {
             }
         } else {
             match $h {
-                1 => $f::<$s, $t, 1, 4>($($arg),*),
-                2 => $f::<$s, $t, 2, 4>($($arg),*),
-                3 => $f::<$s, $t, 3, 4>($($arg),*),
-                _ => $f::<$s, $t, 4, 4>($($arg),*),
+                1 => $f::<$s, $t, 1, $v>($($arg),*),
+                2 => $f::<$s, $t, 2, $v>($($arg),*),
+                3 => $f::<$s, $t, 3, $v>($($arg),*),
+                _ => $f::<$s, $t, 4, $v>($($arg),*),
             }
         }
     };
@@ -396,11 +399,11 @@ unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>
 /// all the head blocks' loops ([`Stream`]).
 ///
 /// # Safety
-/// The CPU supports `S`; `H <= 4`; `page` is a whole page of `ps` keys
+/// The CPU supports `S`; `H <= 4`, `V` 2 or 4; `page` is a whole page of `ps` keys
 /// and `off + n <= ps`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores_cols<S: Simd, T: KeyCols, A, const H: usize>(
+pub(super) unsafe fn scores_cols<S: Simd, T: KeyCols, A, const H: usize, const V: usize>(
     q: &[f32],
     hd: usize,
     page: &[T],
@@ -414,8 +417,8 @@ pub(super) unsafe fn scores_cols<S: Simd, T: KeyCols, A, const H: usize>(
     let n = out.len() / g;
     debug_assert!(off + n <= ps);
     let (qp, kp, op) = (q.as_ptr(), page.as_ptr(), out.as_mut_ptr());
-    let wide = wide::<H>(g);
-    let (hb, vecs) = if wide { (g, 2) } else { (H, 4) };
+    let wide = wide::<H, V>(g);
+    let (hb, vecs) = if wide { (g, 2) } else { (H, V) };
     let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd * n.div_ceil(vecs * S::LANES));
     let mut j = 0;
     while j < g {
@@ -425,6 +428,7 @@ pub(super) unsafe fn scores_cols<S: Simd, T: KeyCols, A, const H: usize>(
             heads_of!(
                 h,
                 wide,
+                V,
                 scores_cols_heads::<S, T>(
                     qp.add(j * hd),
                     hd,
@@ -602,9 +606,9 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
 /// row loops as [`scores`] requests its own.
 ///
 /// # Safety
-/// The CPU supports `S`; `H <= 4`; `v` holds `n` rows of `hd` values.
+/// The CPU supports `S`; `H <= 4`, `V` 2 or 4; `v` holds `n` rows of `hd` values.
 #[inline(always)]
-pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize>(
+pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize, const V: usize>(
     acc: &mut [f32],
     hd: usize,
     p: &[f32],
@@ -615,8 +619,8 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize>(
     let n = p.len() / g;
     debug_assert_eq!(v.len(), n * T::stride(hd));
     let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), v.as_ptr());
-    let wide = wide::<H>(g);
-    let (hb, vecs) = if wide { (g, 2) } else { (H, 4) };
+    let wide = wide::<H, V>(g);
+    let (hb, vecs) = if wide { (g, 2) } else { (H, V) };
     let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd.div_ceil(vecs * S::LANES) * n);
     let mut j = 0;
     while j < g {
@@ -626,6 +630,7 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize>(
             heads_of!(
                 h,
                 wide,
+                V,
                 accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp, &mut pf)
             );
         }
@@ -637,18 +642,19 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize>(
 /// Stamps out one ISA's page kernels (`scores_f32`, `scores_f16`,
 /// `scores_q8`, the matching `accum_*`, `max`, `exp_sum`) as
 /// `#[target_feature]` entry points over the bodies above: `isa` is the
-/// [`Simd`] marker, `heads` the head block `H`, `feature` its
-/// `target_feature` list, `needs` the same in words for the safety docs.
+/// [`Simd`] marker, `heads` the head block `H`, `vecs` its width `V` in
+/// vectors, `feature` its `target_feature` list, `needs` the same in words
+/// for the safety docs.
 macro_rules! page_kernels {
-    (isa: $isa:ty, heads: $h:literal, feature: $feature:literal, needs: $needs:literal $(,)?) => {
+    (isa: $isa:ty, heads: $h:literal, vecs: $v:literal, feature: $feature:literal, needs: $needs:literal $(,)?) => {
         super::body::page_kernels!(
-            @dtype $isa, $h, $feature, $needs, f32, f32, scores_f32, accum_f32
+            @dtype $isa, $h, $v, $feature, $needs, f32, f32, scores_f32, accum_f32
         );
         super::body::page_kernels!(
-            @dtype $isa, $h, $feature, $needs, half::f16, half::f16, scores_f16, accum_f16
+            @dtype $isa, $h, $v, $feature, $needs, half::f16, half::f16, scores_f16, accum_f16
         );
         super::body::page_kernels!(
-            @dtype $isa, $h, $feature, $needs, crate::quant::BlockQ8_0, super::Q8Col, scores_q8,
+            @dtype $isa, $h, $v, $feature, $needs, crate::quant::BlockQ8_0, super::Q8Col, scores_q8,
             accum_q8
         );
 
@@ -672,7 +678,7 @@ macro_rules! page_kernels {
             unsafe { super::body::exp_sum::<$isa>(s, m) }
         }
     };
-    (@dtype $isa:ty, $h:literal, $feature:literal, $needs:literal, $t:ty, $k:ty, $scores:ident, $accum:ident) => {
+    (@dtype $isa:ty, $h:literal, $v:literal, $feature:literal, $needs:literal, $t:ty, $k:ty, $scores:ident, $accum:ident) => {
         /// # Safety
         #[doc = concat!($needs, "; `page` is one KV head's page of `ps` keys and \
             `off + out.len() / (q.len() / hd) <= ps`.")]
@@ -690,7 +696,7 @@ macro_rules! page_kernels {
         ) {
             // SAFETY: forwarded contract.
             unsafe {
-                super::body::scores_cols::<$isa, $k, $t, $h>(q, hd, page, ps, off, ahead, scale, out)
+                super::body::scores_cols::<$isa, $k, $t, $h, $v>(q, hd, page, ps, off, ahead, scale, out)
             }
         }
 
@@ -699,7 +705,7 @@ macro_rules! page_kernels {
         #[target_feature(enable = $feature)]
         pub unsafe fn $accum(acc: &mut [f32], hd: usize, p: &[f32], v: &[$t], ahead: &[$k]) {
             // SAFETY: forwarded contract.
-            unsafe { super::body::accum::<$isa, $t, $k, $h>(acc, hd, p, v, ahead) }
+            unsafe { super::body::accum::<$isa, $t, $k, $h, $v>(acc, hd, p, v, ahead) }
         }
     };
 }

@@ -2,4 +2,4 @@
 //! time, f16 rows widened with `fcvtl` (base ARMv8 floating point), Q8_0
 //! rows `i8 → i16 → i32 → f32`.
 
-super::body::page_kernels! { isa: crate::simd::neon::Neon, heads: 4, feature: "neon", needs: "NEON" }
+super::body::page_kernels! { isa: crate::simd::neon::Neon, heads: 4, vecs: 4, feature: "neon", needs: "NEON" }

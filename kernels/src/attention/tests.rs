@@ -295,8 +295,8 @@ fn prefill_matches_dense_reference() {
 }
 
 /// Groups that split into head blocks of every width (the SIMD kernels
-/// take 4 heads at a time on AVX-512 and NEON, 2 on AVX2: 3 = 2 + 1 or 3,
-/// 5 = 4 + 1, 7 = 4 + 3, 8 = 4 + 4), with row counts that leave 1–3 rows
+/// take 4 heads at a time, or on AVX-512 and NEON a group of 5–8 whole:
+/// 3, 5 = 4 + 1, 7 = 4 + 3, 8 = 4 + 4), with row counts that leave 1–3 rows
 /// after the blocks of four and a head dim with a tail on every ISA.
 #[test]
 fn groups_of_every_head_block_width() {
