@@ -7,7 +7,9 @@
 //!
 //! An int8 kernel is measured against the int8 peak of its ISA, never the
 //! f32 FMA peak: one `vpdpbusd` does 64 multiply-adds where one `vfmadd`
-//! does 16, so int8 work under the FMA roof reads as 100–400% of it.
+//! does 16, so int8 work under the FMA roof reads as 100–400% of it. AVX2
+//! names f32 and int8 kernels alike, so there the kernel's work, not its
+//! ISA, picks the roof.
 
 use super::{Ceilings, FmaIsa, Int8Isa};
 use serde::Serialize;
@@ -48,7 +50,7 @@ impl Arithmetic {
         let int8 = matches!(dtype, "i8" | "i8_zp")
             || variant.ends_with(".a8")
             || variant.ends_with(".qgemm")
-            || Int8Isa::from_name(variant_isa(variant)).is_some();
+            || Int8Isa::from_name(variant_isa(variant)).is_some_and(Int8Isa::integer_only);
         if int8 {
             Arithmetic::Int8
         } else {
@@ -91,7 +93,7 @@ impl CeilingKind {
     /// The compute roof of a kernel variant (`avx2`, `avx512_vnni.a8`,
     /// `neon_i8mm.qgemm`, ...) doing `arith`: the int8 peak of its ISA for
     /// int8 work, the FMA peak of its lane for f32. `Err` says why int8
-    /// work on an ISA without an int8 dot-product instruction has no roof.
+    /// work on an ISA without a measured int8 lane has no roof.
     pub fn compute_roof(arith: Arithmetic, variant: &str) -> Result<Self, String> {
         let isa = variant_isa(variant);
         match (arith, Int8Isa::from_name(isa)) {
@@ -104,19 +106,18 @@ impl CeilingKind {
         }
     }
 
-    /// The ceiling a kernel candidate is measured against: STREAM triad for
-    /// bandwidth-bound ops, else the compute roof of its variant, where a
-    /// variant on an int8 dot-product ISA does int8 work (see
-    /// [`Arithmetic::of_kernel`]) and any other does f32.
-    pub fn for_kernel(bandwidth_bound: bool, variant: &str) -> Self {
+    /// The ceiling a kernel candidate of `dtype` is measured against: STREAM
+    /// triad for bandwidth-bound ops, else the compute roof of its variant
+    /// for its arithmetic ([`Arithmetic::of_kernel`]); int8 work on an ISA
+    /// without an int8 lane stays on the FMA roof of its lane here, which
+    /// the kernel report names.
+    pub fn for_kernel(bandwidth_bound: bool, dtype: &str, variant: &str) -> Self {
         if bandwidth_bound {
             return CeilingKind::MemBwTriad;
         }
-        let isa = variant_isa(variant);
-        match Int8Isa::from_name(isa) {
-            Some(lane) => CeilingKind::Int8Peak(lane),
-            None => CeilingKind::FmaPeak(fma_lane(isa)),
-        }
+        let arith = Arithmetic::of_kernel(dtype, variant);
+        CeilingKind::compute_roof(arith, variant)
+            .unwrap_or(CeilingKind::FmaPeak(fma_lane(variant_isa(variant))))
     }
 }
 
@@ -386,8 +387,14 @@ mod tests {
 
     #[test]
     fn kernels_are_matched_to_their_lane_or_to_bandwidth() {
-        let kind = |bw, isa| CeilingKind::for_kernel(bw, isa).name();
+        let kind = |bw, isa| CeilingKind::for_kernel(bw, "f32", isa).name();
         assert_eq!(kind(false, "avx2"), "fma_peak_avx2_fma");
+        // AVX2 names f32 and int8 kernels alike: the work decides.
+        assert_eq!(kind(false, "avx2.qgemm"), "int8_peak_avx2");
+        assert_eq!(
+            CeilingKind::for_kernel(false, "i8", "avx2").name(),
+            "int8_peak_avx2"
+        );
         // The two cases of issue #18: int8 kernels on their int8 roof.
         assert_eq!(kind(false, "avx512_vnni"), "int8_peak_avx512_vnni");
         assert_eq!(kind(false, "neon_i8mm"), "int8_peak_neon_i8mm");
@@ -409,6 +416,8 @@ mod tests {
         assert_eq!(arith("i8", "avx512_vnni"), Int8);
         assert_eq!(arith("i8_zp", "avx2"), Int8);
         assert_eq!(arith("q4_0", "avx2.a8"), Int8);
+        assert_eq!(arith("f32", "avx2"), F32);
+        assert_eq!(arith("f32", "avx_vnni"), Int8);
         assert_eq!(arith("q4_0", "neon.qgemm"), Int8);
         assert_eq!(arith("q4_0", "avx512.a32"), F32);
         assert_eq!(arith("f32", "avx512"), F32);
@@ -420,10 +429,11 @@ mod tests {
         assert_eq!(roof(Int8, "neon_i8mm").unwrap(), "int8_peak_neon_i8mm");
         assert_eq!(roof(F32, "avx512.a32").unwrap(), "fma_peak_avx512");
         assert_eq!(roof(F32, "avx2").unwrap(), "fma_peak_avx2_fma");
-        // Int8 work on an ISA without a dot-product lane has no roof, never the FMA one.
-        let err = roof(Int8, "avx2.a8").unwrap_err();
+        assert_eq!(roof(Int8, "avx2.a8").unwrap(), "int8_peak_avx2");
+        // Int8 work on an ISA without an int8 lane has no roof, never the FMA one.
+        let err = roof(Int8, "avx512.qgemm").unwrap_err();
         assert!(
-            err.contains("`avx2`") && err.contains("avx512_vnni"),
+            err.contains("`avx512`") && err.contains("avx512_vnni"),
             "{err}"
         );
     }

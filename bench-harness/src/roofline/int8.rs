@@ -1,6 +1,8 @@
 //! Register-resident int8 dot-product loops that measure the integer peak
 //! of each int8 ISA lane: `vpdpbusd` (AVX-512 VNNI on zmm, AVX-VNNI on ymm),
-//! `sdot` (FEAT_DotProd) and `smmla` (FEAT_I8MM). Each loop keeps
+//! `vpmaddubsw` summed by `vpaddw` (AVX2 without VNNI: the sequence its
+//! quantized tiles use, i16 sums), `sdot` (FEAT_DotProd) and `smmla`
+//! (FEAT_I8MM). Each loop keeps
 //! `accumulators` independent i32 chains `acc += dot(a, b)` in registers,
 //! as the FMA loops do (`fma.rs`), so the loop is throughput-bound; no
 //! memory is touched inside it.
@@ -9,7 +11,8 @@
 //! (`tables::Work::flops`: an integer multiply-add is two operations), so a
 //! kernel's GOP/s over this peak is a fraction of the same unit: one
 //! `vpdpbusd zmm` is 16 lanes × 4 multiply-adds = 128 operations, one
-//! `sdot` 4 × 4 × 2 = 32, one `smmla` (a 2×8 by 8×2 product) 2 × 2 × 8 × 2 = 64.
+//! `vpmaddubsw ymm` 16 i16 lanes × 2 = 64, one `sdot` 4 × 4 × 2 = 32, one
+//! `smmla` (a 2×8 by 8×2 product) 2 × 2 × 8 × 2 = 64.
 
 use crate::error::BenchError;
 use serde::{Deserialize, Serialize};
@@ -19,6 +22,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Int8Isa {
+    /// `vpmaddubsw` then `vpaddw` on 256-bit registers (AVX2 without
+    /// VNNI): u8 × s8 pairs summed, saturating, into i16 lanes.
+    Avx2,
     /// `vpdpbusd` on 256-bit registers (AVX-VNNI, without AVX-512).
     AvxVnni,
     /// `vpdpbusd` on 512-bit registers (AVX512_VNNI).
@@ -30,7 +36,8 @@ pub enum Int8Isa {
 }
 
 impl Int8Isa {
-    pub const ALL: [Int8Isa; 4] = [
+    pub const ALL: [Int8Isa; 5] = [
+        Int8Isa::Avx2,
         Int8Isa::AvxVnni,
         Int8Isa::Avx512Vnni,
         Int8Isa::NeonDotprod,
@@ -39,6 +46,7 @@ impl Int8Isa {
 
     pub fn name(self) -> &'static str {
         match self {
+            Int8Isa::Avx2 => "avx2",
             Int8Isa::AvxVnni => "avx_vnni",
             Int8Isa::Avx512Vnni => "avx512_vnni",
             Int8Isa::NeonDotprod => "neon_dotprod",
@@ -47,23 +55,42 @@ impl Int8Isa {
     }
 
     /// The lane of a kernel ISA name (`avx512_vnni`, ...); `None` for an ISA
-    /// without an int8 dot-product instruction.
+    /// without a measured int8 lane.
     pub fn from_name(s: &str) -> Option<Int8Isa> {
         Int8Isa::ALL.into_iter().find(|i| i.name() == s)
+    }
+
+    /// Whether every kernel on this ISA does integer work: the dot-product
+    /// ISAs exist only in the integer families, while AVX2 also names the
+    /// f32 kernels.
+    pub fn integer_only(self) -> bool {
+        self != Int8Isa::Avx2
     }
 
     /// Bytes per operand register.
     pub fn bytes(self) -> usize {
         match self {
-            Int8Isa::AvxVnni => 32,
+            Int8Isa::Avx2 | Int8Isa::AvxVnni => 32,
             Int8Isa::Avx512Vnni => 64,
             Int8Isa::NeonDotprod | Int8Isa::NeonI8mm => 16,
         }
     }
 
-    /// i32 lanes per accumulator register.
+    /// Accumulator lanes per register: i16 for AVX2's sums, else i32.
     pub fn lanes(self) -> usize {
-        self.bytes() / 4
+        match self {
+            Int8Isa::Avx2 => self.bytes() / 2,
+            i => i.bytes() / 4,
+        }
+    }
+
+    /// An accumulator lane's value as the register holds it: AVX2's i16
+    /// lanes wrap at 16 bits (read back sign-extended), the others at 32.
+    pub fn wrap(self, v: i32) -> i32 {
+        match self {
+            Int8Isa::Avx2 => v as i16 as i32,
+            _ => v,
+        }
     }
 
     /// Independent chains kept in registers: the FMA loops' counts, since
@@ -71,15 +98,16 @@ impl Int8Isa {
     /// same order as FMA's on the same cores.
     pub fn accumulators(self) -> usize {
         match self {
-            Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => X86_ACC,
+            Int8Isa::Avx2 | Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => X86_ACC,
             Int8Isa::NeonDotprod | Int8Isa::NeonI8mm => NEON_ACC,
         }
     }
 
     /// Multiply-adds of one instruction: 4 per i32 lane for a dot product,
-    /// 8 per output of the 2×2 `smmla` tile.
+    /// 2 per i16 lane for `vpmaddubsw`, 8 per output of the 2×2 `smmla` tile.
     pub fn macs_per_instruction(self) -> usize {
         match self {
+            Int8Isa::Avx2 => 2 * self.lanes(),
             Int8Isa::NeonI8mm => 4 * 8,
             i => 4 * i.lanes(),
         }
@@ -88,6 +116,8 @@ impl Int8Isa {
     /// Whether this CPU runs the lane.
     pub fn is_available(self) -> bool {
         match self {
+            #[cfg(target_arch = "x86_64")]
+            Int8Isa::Avx2 => is_x86_feature_detected!("avx2"),
             #[cfg(target_arch = "x86_64")]
             Int8Isa::AvxVnni => {
                 is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avxvnni")
@@ -118,9 +148,10 @@ impl Int8Isa {
         2 * (self.macs_per_instruction() * self.accumulators()) as u64 * iters as u64
     }
 
-    /// What one instruction adds to each i32 lane of an accumulator, by the
+    /// What one instruction adds to each lane of an accumulator, by the
     /// instruction's definition: `vpdpbusd` reads `a` as unsigned and `b` as
-    /// signed bytes, four per lane; `sdot` both signed; `smmla` takes `a`
+    /// signed bytes, four per lane; `vpmaddubsw` likewise two per i16 lane,
+    /// the pair's sum saturated to i16; `sdot` both signed; `smmla` takes `a`
     /// and `b` as 2×8 row-major matrices and adds `a · bᵀ` in the lane order
     /// `[a0·b0, a0·b1, a1·b0, a1·b1]`.
     pub fn step(self, a: &[i8], b: &[i8]) -> Vec<i32> {
@@ -134,6 +165,12 @@ impl Int8Isa {
                 .sum()
         };
         match self {
+            Int8Isa::Avx2 => (0..self.lanes())
+                .map(|l| {
+                    dot(&a[2 * l..2 * l + 2], &b[2 * l..2 * l + 2], true)
+                        .clamp(i16::MIN as i32, i16::MAX as i32)
+                })
+                .collect(),
             Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => (0..self.lanes())
                 .map(|l| dot(&a[4 * l..4 * l + 4], &b[4 * l..4 * l + 4], true))
                 .collect(),
@@ -147,15 +184,16 @@ impl Int8Isa {
     }
 }
 
-/// 12 of 16 (AVX-VNNI) / 32 (AVX-512) registers, as the x86 FMA loops.
+/// 12 of 16 (AVX2, AVX-VNNI) / 32 (AVX-512) registers, as the x86 FMA loops.
 const X86_ACC: usize = 12;
 /// 16 of 32 NEON registers, as the NEON FMA loop.
 const NEON_ACC: usize = 16;
 
 /// Runs `iters` iterations of the lane's loop on the operand registers `a`
 /// and `b` (`bytes()` each). Accumulator `k` starts at `init[k]` in every
-/// lane; `out` receives the final registers (`accumulators × lanes` values,
-/// accumulator-major), wrapping on overflow as the instructions do.
+/// lane (truncated to i16 on AVX2); `out` receives the final registers
+/// (`accumulators × lanes` values, accumulator-major, sign-extended),
+/// wrapping on overflow as the instructions do.
 /// Returns the operations done.
 pub fn int8_loop(
     isa: Int8Isa,
@@ -185,7 +223,9 @@ pub fn int8_loop(
         });
     }
     match isa {
-        // SAFETY (all four): availability and the buffer sizes were checked just above.
+        // SAFETY (all five): availability and the buffer sizes were checked just above.
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Avx2 => unsafe { super::int8_x86::avx2::<X86_ACC>(iters, a, b, init, out) },
         #[cfg(target_arch = "x86_64")]
         Int8Isa::AvxVnni => unsafe { super::int8_x86::avx_vnni::<X86_ACC>(iters, a, b, init, out) },
         #[cfg(target_arch = "x86_64")]
@@ -234,7 +274,7 @@ mod tests {
                 assert_eq!(ops, isa.ops(iters));
                 for (k, x0) in init.iter().enumerate() {
                     for (l, s) in step.iter().enumerate() {
-                        let want = x0.wrapping_add((iters as i32).wrapping_mul(*s));
+                        let want = isa.wrap(x0.wrapping_add((iters as i32).wrapping_mul(*s)));
                         assert_eq!(
                             out[k * isa.lanes() + l],
                             want,
@@ -255,6 +295,11 @@ mod tests {
         b[..4].copy_from_slice(&[-1, 3, 0, 0]);
         assert_eq!(Int8Isa::Avx512Vnni.step(&a, &b)[0], -255 + 6);
         assert_eq!(Int8Isa::NeonDotprod.step(&a[..16], &b[..16])[0], 1 + 6);
+        assert_eq!(Int8Isa::Avx2.step(&a[..32], &b[..32])[0], -255 + 6);
+        // vpmaddubsw saturates the pair's sum: 2 · 255 · 127 > i16::MAX.
+        let (a, b) = (vec![-1i8; 32], vec![127i8; 32]);
+        assert_eq!(Int8Isa::Avx2.step(&a, &b)[15], i16::MAX as i32);
+        assert_eq!(Int8Isa::Avx2.step(&a, &[-128i8; 32])[0], i16::MIN as i32);
         // smmla: lane 1 is row 0 of a with row 1 of b.
         let mut a = vec![0i8; 16];
         let mut b = vec![0i8; 16];
@@ -265,6 +310,8 @@ mod tests {
         assert_eq!(Int8Isa::NeonDotprod.ops(1), 2 * 16 * 16);
         assert_eq!(Int8Isa::NeonI8mm.ops(1), 2 * 32 * 16);
         assert_eq!(Int8Isa::AvxVnni.ops(3), 2 * 32 * 12 * 3);
+        assert_eq!(Int8Isa::Avx2.ops(3), 2 * 32 * 12 * 3);
+        assert_eq!(Int8Isa::Avx2.wrap(40_000), 40_000 - 65_536);
     }
 
     #[test]
@@ -279,7 +326,8 @@ mod tests {
             assert!(int8_loop(isa, 1, &a[1..], &b, &init, &mut out).is_err());
             assert!(int8_loop(isa, 1, &a, &b, &init[1..], &mut out).is_err());
         }
-        assert_eq!(Int8Isa::from_name("avx2"), None);
+        assert_eq!(Int8Isa::from_name("avx512"), None);
+        assert!(!Int8Isa::Avx2.integer_only() && Int8Isa::AvxVnni.integer_only());
         if cfg!(target_arch = "x86_64") {
             assert!(!Int8Isa::NeonDotprod.is_available());
         }

@@ -1,6 +1,61 @@
-//! AVX-VNNI and AVX-512 VNNI int8 peak loops (see `int8.rs` for the design).
+//! AVX2, AVX-VNNI and AVX-512 VNNI int8 peak loops (see `int8.rs` for the design).
 
 use std::arch::x86_64::*;
+
+/// `ACC` chains of 16 i16 with `vpmaddubsw ymm` summed by `vpaddw`.
+///
+/// # Safety
+/// The CPU must support AVX2; `a.len() == b.len() == 32`,
+/// `init.len() == ACC`, `out.len() == ACC * 16`.
+#[target_feature(enable = "avx2")]
+pub unsafe fn avx2<const ACC: usize>(
+    iters: usize,
+    a: &[i8],
+    b: &[i8],
+    init: &[i32],
+    out: &mut [i32],
+) {
+    debug_assert!(a.len() == 32 && b.len() == 32 && init.len() == ACC && out.len() == ACC * 16);
+    // SAFETY: a and b hold 32 bytes each; unaligned loads.
+    let (va, vb) = unsafe {
+        (
+            _mm256_loadu_si256(a.as_ptr().cast()),
+            _mm256_loadu_si256(b.as_ptr().cast()),
+        )
+    };
+    let (va, vb) = (std::hint::black_box(va), std::hint::black_box(vb));
+    let mut acc = [_mm256_setzero_si256(); ACC];
+    for (r, x) in acc.iter_mut().zip(init) {
+        *r = _mm256_set1_epi16(*x as i16);
+    }
+    for _ in 0..iters {
+        for r in &mut acc {
+            // In asm because the product does not depend on the chain:
+            // written with intrinsics, LLVM computes it once outside the
+            // loop and leaves only the adds.
+            // SAFETY: register-only instructions of the enabled AVX2.
+            unsafe {
+                std::arch::asm!(
+                    "vpmaddubsw {t}, {a}, {b}",
+                    "vpaddw {r}, {r}, {t}",
+                    r = inout(ymm_reg) *r,
+                    a = in(ymm_reg) va,
+                    b = in(ymm_reg) vb,
+                    t = out(ymm_reg) _,
+                    options(pure, nomem, nostack, preserves_flags),
+                );
+            }
+        }
+    }
+    let mut lanes = [0i16; 16];
+    for (k, r) in acc.iter().enumerate() {
+        // SAFETY: lanes holds 16 i16; unaligned store.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *r) };
+        for (o, l) in out[k * 16..(k + 1) * 16].iter_mut().zip(lanes) {
+            *o = l as i32;
+        }
+    }
+}
 
 /// `ACC` chains of 8 i32 with `vpdpbusd ymm` (AVX-VNNI encoding).
 ///

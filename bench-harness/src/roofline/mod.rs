@@ -1,7 +1,7 @@
 //! This machine's roofline ceilings: sustained memory bandwidth (STREAM Copy
 //! and Triad, 1..N threads, arrays far larger than the LLC), the f32
 //! multiply-add peak of every ISA lane the CPU has and the int8 dot-product
-//! peak of every int8 lane (VNNI, dotprod, i8mm), 1..N threads. The tuner
+//! peak of every int8 lane (VNNI, AVX2, dotprod, i8mm), 1..N threads. The tuner
 //! and the reports express kernel results as a fraction of these.
 //!
 //! Sizes: each STREAM array is `max(4 × LLC, 256 MiB / 3)` by default, so the

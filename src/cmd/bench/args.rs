@@ -9,7 +9,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad and read-only,
-    /// 1..N threads) and f32 FMA peak per ISA lane (1..N threads).
+    /// 1..N threads), the f32 FMA peak per ISA lane and the int8 peak per int8 lane (1..N
+    /// threads).
     Roofline(crate::cmd::bench_roofline::Args),
     /// Prefill and decode tokens/s of a model, llama-bench compatible
     /// (pp<N>/tg<N> tests, -p/-n/-t lists, -r repetitions, -o md|json|jsonl).

@@ -218,7 +218,7 @@ pub(crate) fn bench_kernel(
     let work = run.work;
     let gbs = m.gbytes_per_s(work.bytes as f64);
     let gflops = (work.flops > 0).then(|| m.gflops(work.flops as f64));
-    let kind = CeilingKind::for_kernel(families::bandwidth_bound(op), cand.variant());
+    let kind = CeilingKind::for_kernel(families::bandwidth_bound(op), dtype, cand.variant());
     let stored = stored_ceiling(&k.db, &soc.fingerprint, kind, cand.threads());
     let roofline = Roofline::against(kind, cand.threads(), stored, gbs, gflops);
     Ok(KernelReport {

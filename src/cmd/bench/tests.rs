@@ -70,7 +70,7 @@ fn family_flags_map_to_ops_and_configs() {
     );
     assert_eq!(kernel(&["norm", "--shape", "2x8"]).0, "rms_norm");
     assert_eq!(kernel(&["rope", "--shape", "2x2x8"]).0, "rope");
-    let kind = |op, isa| CeilingKind::for_kernel(families::bandwidth_bound(op), isa).name();
+    let kind = |op, isa| CeilingKind::for_kernel(families::bandwidth_bound(op), "f32", isa).name();
     assert_eq!(kind("gemm", "avx2"), "fma_peak_avx2_fma");
     assert_eq!(kind("gemm", "avx512_vnni"), "int8_peak_avx512_vnni");
     assert_eq!(kind("gemm", "neon_i8mm.qgemm"), "int8_peak_neon_i8mm");
