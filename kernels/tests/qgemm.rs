@@ -23,7 +23,7 @@
 
 use tiletune_kernels::qgemm::{
     self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves,
-    quantize_activations, repack, scalar, unrolls,
+    quantize_activations, repack, repack_on, scalar, unrolls,
 };
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
 use tiletune_kernels::quant::kquants::get_scale_min_k4;
@@ -105,9 +105,14 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-/// Every packed row dequantizes to exactly the GGUF row's values.
+/// Every packed row dequantizes to exactly the GGUF row's values, and
+/// workers splitting the groups pack the same bytes as one thread.
 fn assert_rows_exact(f: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) {
     let p = repack(f, w, n, k, nr).unwrap();
+    for threads in [2, 3, 4] {
+        let q = repack_on(f, w, n, k, nr, threads).unwrap();
+        assert!(q == p, "{f} nr={nr} n={n} k={k} threads={threads}");
+    }
     let mut want = vec![0.0f32; n * k];
     quant::dequantize(f, w, &mut want).unwrap();
     let mut row = vec![f32::NAN; k];
@@ -148,7 +153,15 @@ fn repack_round_trips() {
     for f in FORMATS {
         let qb = f.block_size();
         for nr in qgemm::INTERLEAVES {
-            for (n, blocks) in [(0, 1), (1, 1), (3, 3), (nr + 1, 2), (2 * nr - 1, 1), (5, 0)] {
+            for (n, blocks) in [
+                (0, 1),
+                (1, 1),
+                (3, 3),
+                (nr + 1, 2),
+                (2 * nr - 1, 1),
+                (5 * nr + 3, 2),
+                (5, 0),
+            ] {
                 let k = blocks * qb;
                 let c = case(&mut rng, f, 0, n, k);
                 let p = repack(f, &c.w, n, k, nr).unwrap();

@@ -116,7 +116,7 @@ pub mod pack;
 pub mod scalar;
 
 pub use act::{ActBlock, act_bytes, quantize_activations, quantize_activations_into};
-pub use pack::{INTERLEAVES, PackedQ, repack};
+pub use pack::{INTERLEAVES, PackedQ, repack, repack_on};
 
 use crate::error::check_len;
 use crate::pool::{check_threads, parallel_ranges};
@@ -589,9 +589,10 @@ impl QGemm {
         check_threads(OP, self.threads)
     }
 
-    /// Repacks GGUF weights (`n` rows of `k`) for this configuration's `nr`.
+    /// Repacks GGUF weights (`n` rows of `k`) for this configuration's `nr`
+    /// on its threads.
     pub fn pack(&self, w: &[u8], n: usize, k: usize) -> Result<PackedQ> {
-        repack(self.format, w, n, k, self.params.nr)
+        repack_on(self.format, w, n, k, self.params.nr, self.threads)
     }
 
     /// `C = A · Wᵀ`: `a` holds `m` rows of `w.k()` values, `c` gets `m`

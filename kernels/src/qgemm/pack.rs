@@ -111,6 +111,7 @@ use crate::quant::blocks::{
 };
 use crate::quant::{QuantFormat, kquants, legacy};
 use crate::{KernelError, Result};
+use std::ops::Range;
 
 const OP: &str = "qgemm_repack";
 
@@ -655,49 +656,63 @@ fn set_q6_k_value(b: &mut BlockQ6K, j: usize, u: u8) {
     b.qh[32 * c + l] |= (u >> 4) << (2 * part);
 }
 
-/// Repacks `n` GGUF rows of `k` values in `format` (one of
-/// [`FORMATS`](super::FORMATS): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
-/// MXFP4) into groups of `nr` ∈ [`INTERLEAVES`] interleaved rows.
-pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> Result<PackedQ> {
-    let kind = Kind::of(format).ok_or(KernelError::InvalidShape {
-        op: OP,
-        reason: format!(
-            "{format} is an activation format with no quantized GEMM layout; weights in q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K and mxfp4 repack"
-        ),
-    })?;
-    if !INTERLEAVES.contains(&nr) {
-        return Err(KernelError::InvalidParams {
-            op: OP,
-            reason: format!("interleave {nr} must be one of 4, 8, 16"),
-        });
-    }
-    format.check_k(OP, k)?;
-    check_len(OP, "w", w.len(), n * format.row_bytes(k))?;
+/// The output slices of a range of groups (each vector's share, which is
+/// empty for the vectors a format does not use).
+struct Parts<'a> {
+    dh: &'a mut [u16],
+    mh: &'a mut [u16],
+    dc: &'a mut [u8],
+    mc: &'a mut [u8],
+    sd: &'a mut [u16],
+    sm: &'a mut [u16],
+    qs: &'a mut [u8],
+}
+
+/// Splits `v` (the same length per group, for `groups` groups) into the
+/// shares of the contiguous `ranges`, which cover `0..groups` in order
+/// (none for no groups).
+fn shares<'a, T>(v: &'a mut [T], ranges: &[Range<usize>], groups: usize) -> Vec<&'a mut [T]> {
+    let per = v.len().checked_div(groups).unwrap_or(0);
+    let mut rest = v;
+    ranges
+        .iter()
+        .map(|r| {
+            let (a, b) = std::mem::take(&mut rest).split_at_mut(r.len() * per);
+            rest = b;
+            a
+        })
+        .collect()
+}
+
+/// Repacks the rows of `groups` (of `n` rows of `nb` blocks in `format`)
+/// into `p`, their groups' shares of the outputs; shapes checked by
+/// [`repack_on`].
+#[allow(clippy::too_many_arguments)]
+fn fill(
+    format: QuantFormat,
+    kind: Kind,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    nr: usize,
+    groups: Range<usize>,
+    p: Parts<'_>,
+) {
     let nb = k / QK;
-    let groups = n.div_ceil(nr);
     let rb = kind.row_bytes();
-    let mode = scale_mode(format);
-    let slots = groups * nb * nr;
-    let sized = |on: bool| if on { slots } else { 0 };
-    let mut dh = vec![0u16; sized(mode == SC_F16)];
-    let mut mh = vec![0u16; sized(mode == SC_F16 && kind.has_m())];
-    let mut dc = vec![0u8; sized(mode != SC_F16)];
-    let mut mc = vec![0u8; sized(mode == SC_KSUB)];
-    // Super-blocks: nb / 8 per row of a K-quant.
-    let supers = if mode == SC_KSUB { slots / 8 } else { 0 };
-    let mut sd = vec![0u16; supers];
-    let mut sm = vec![
-        0u16;
-        if matches!(format, QuantFormat::Q4K | QuantFormat::Q5K) {
-            supers
-        } else {
-            0
-        }
-    ];
-    let mut qs = vec![0u8; groups * nb * nr * rb];
     let row_bytes = format.row_bytes(k);
-    for row in 0..n {
-        let (g, r) = (row / nr, row % nr);
+    let Parts {
+        dh,
+        mh,
+        dc,
+        mc,
+        sd,
+        sm,
+        qs,
+    } = p;
+    for row in groups.start * nr..(groups.end * nr).min(n) {
+        // g counts from the range's first group: the slices start there.
+        let (g, r) = (row / nr - groups.start, row % nr);
         let src = &w[row * row_bytes..(row + 1) * row_bytes];
         // Stores block b of this row: scale, second value, quant bytes
         // (five-bit kinds: `q` holds the 32 values 0..31, split here into
@@ -716,11 +731,19 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                 }
             }
             let base = gb * nr * rb;
-            if kind.five() {
-                for j in 0..QK / 2 {
-                    let v = (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4);
-                    qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
+            // Byte j of a row's block goes to 4·nr·(j / 4) + 4r + j % 4:
+            // four bytes at a time (a byte-wise scatter was most of a
+            // model's load).
+            let mut chunks = |bytes: &[u8]| {
+                for (c, four) in bytes.chunks_exact(4).enumerate() {
+                    let at = base + 4 * nr * c + 4 * r;
+                    qs[at..at + 4].copy_from_slice(four);
                 }
+            };
+            if kind.five() {
+                let nib: [u8; QK / 2] =
+                    std::array::from_fn(|j| (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4));
+                chunks(&nib);
                 // Plane 0 holds bit 4 of each value, plane 1 (Q6_K) bit 5.
                 let planes = if kind.six() { 2 } else { 1 };
                 for plane in 0..planes {
@@ -736,9 +759,7 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
                     }
                 }
             } else {
-                for (j, &v) in q.iter().enumerate().take(rb) {
-                    qs[base + 4 * nr * (j / 4) + 4 * r + j % 4] = v;
-                }
+                chunks(&q[..rb]);
             }
         };
         match format {
@@ -809,11 +830,11 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
             }
             QuantFormat::Q4K => {
                 let blocks = cast_blocks::<BlockQ4K>(src).expect(WHOLE);
-                put_k_sub(blocks, g * nb / 8, nr, r, &mut sd, &mut sm, &mut put);
+                put_k_sub(blocks, g * nb / 8, nr, r, sd, sm, &mut put);
             }
             QuantFormat::Q5K => {
                 let blocks = cast_blocks::<BlockQ5K>(src).expect(WHOLE);
-                put_k_sub(blocks, g * nb / 8, nr, r, &mut sd, &mut sm, &mut put);
+                put_k_sub(blocks, g * nb / 8, nr, r, sd, sm, &mut put);
             }
             QuantFormat::Q6K => {
                 for (sb, blk) in cast_blocks::<BlockQ6K>(src)
@@ -835,6 +856,97 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
             }
             QuantFormat::Q8_1 | QuantFormat::Q8K => unreachable!("refused above"),
         }
+    }
+}
+
+/// Repacks `n` GGUF rows of `k` values in `format` (one of
+/// [`FORMATS`](super::FORMATS): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+/// MXFP4) into groups of `nr` ∈ [`INTERLEAVES`] interleaved rows.
+pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> Result<PackedQ> {
+    repack_on(format, w, n, k, nr, 1)
+}
+
+/// [`repack`] on `threads` workers of the kernels' pool, each filling one
+/// contiguous range of groups; the result is the same. A model's load
+/// repacks every weight: on one thread a 1.5B model spent seconds here,
+/// about half of it the kernel faulting in and zeroing the new pages, which
+/// each worker now does for its own share.
+pub fn repack_on(
+    format: QuantFormat,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    nr: usize,
+    threads: usize,
+) -> Result<PackedQ> {
+    let kind = Kind::of(format).ok_or(KernelError::InvalidShape {
+        op: OP,
+        reason: format!(
+            "{format} is an activation format with no quantized GEMM layout; weights in q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K and mxfp4 repack"
+        ),
+    })?;
+    if !INTERLEAVES.contains(&nr) {
+        return Err(KernelError::InvalidParams {
+            op: OP,
+            reason: format!("interleave {nr} must be one of 4, 8, 16"),
+        });
+    }
+    format.check_k(OP, k)?;
+    check_len(OP, "w", w.len(), n * format.row_bytes(k))?;
+    let nb = k / QK;
+    let groups = n.div_ceil(nr);
+    let rb = kind.row_bytes();
+    let mode = scale_mode(format);
+    let slots = groups * nb * nr;
+    let sized = |on: bool| if on { slots } else { 0 };
+    let mut dh = vec![0u16; sized(mode == SC_F16)];
+    let mut mh = vec![0u16; sized(mode == SC_F16 && kind.has_m())];
+    let mut dc = vec![0u8; sized(mode != SC_F16)];
+    let mut mc = vec![0u8; sized(mode == SC_KSUB)];
+    // Super-blocks: nb / 8 per row of a K-quant.
+    let supers = if mode == SC_KSUB { slots / 8 } else { 0 };
+    let mut sd = vec![0u16; supers];
+    let mut sm = vec![
+        0u16;
+        if matches!(format, QuantFormat::Q4K | QuantFormat::Q5K) {
+            supers
+        } else {
+            0
+        }
+    ];
+    let mut qs = vec![0u8; groups * nb * nr * rb];
+    let ranges = crate::pool::split_range(groups, threads.max(1), 1);
+    let parts: Vec<Parts<'_>> = {
+        let mut dh = shares(&mut dh, &ranges, groups).into_iter();
+        let mut mh = shares(&mut mh, &ranges, groups).into_iter();
+        let mut dc = shares(&mut dc, &ranges, groups).into_iter();
+        let mut mc = shares(&mut mc, &ranges, groups).into_iter();
+        let mut sd = shares(&mut sd, &ranges, groups).into_iter();
+        let mut sm = shares(&mut sm, &ranges, groups).into_iter();
+        let mut qs = shares(&mut qs, &ranges, groups).into_iter();
+        let mut next = || {
+            Some(Parts {
+                dh: dh.next()?,
+                mh: mh.next()?,
+                dc: dc.next()?,
+                mc: mc.next()?,
+                sd: sd.next()?,
+                sm: sm.next()?,
+                qs: qs.next()?,
+            })
+        };
+        std::iter::from_fn(&mut next).collect()
+    };
+    if parts.len() <= 1 {
+        for (r, p) in ranges.into_iter().zip(parts) {
+            fill(format, kind, w, n, k, nr, r, p);
+        }
+    } else {
+        crate::pool::pool(parts.len()).scope(|s| {
+            for (r, p) in ranges.into_iter().zip(parts) {
+                s.spawn(move |_| fill(format, kind, w, n, k, nr, r, p));
+            }
+        });
     }
     Ok(PackedQ {
         format,

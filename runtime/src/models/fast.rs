@@ -160,7 +160,8 @@ impl Linear {
                 };
                 let packed = match layout {
                     Some(Layout::Packed { nr }) => Some(Box::new(
-                        qgemm::repack(f, data, n, k, nr).map_err(|e| bad(e.to_string()))?,
+                        qgemm::repack_on(f, data, n, k, nr, plan.threads)
+                            .map_err(|e| bad(e.to_string()))?,
                     )),
                     _ => None,
                 };
