@@ -2,6 +2,23 @@
 
 use std::arch::x86_64::*;
 
+/// The 32-byte operand registers of the ymm loops, opaque to the optimizer
+/// (`black_box`) so the chains are not folded.
+///
+/// # Safety
+/// The CPU must support AVX; `a` and `b` hold at least 32 bytes.
+#[target_feature(enable = "avx")]
+unsafe fn operands256(a: &[i8], b: &[i8]) -> (__m256i, __m256i) {
+    // SAFETY: forwarded from the caller; unaligned loads.
+    let (va, vb) = unsafe {
+        (
+            _mm256_loadu_si256(a.as_ptr().cast()),
+            _mm256_loadu_si256(b.as_ptr().cast()),
+        )
+    };
+    (std::hint::black_box(va), std::hint::black_box(vb))
+}
+
 /// `ACC` chains of 16 i16 with `vpmaddubsw ymm` summed by `vpaddw`.
 ///
 /// # Safety
@@ -16,14 +33,8 @@ pub unsafe fn avx2<const ACC: usize>(
     out: &mut [i32],
 ) {
     debug_assert!(a.len() == 32 && b.len() == 32 && init.len() == ACC && out.len() == ACC * 16);
-    // SAFETY: a and b hold 32 bytes each; unaligned loads.
-    let (va, vb) = unsafe {
-        (
-            _mm256_loadu_si256(a.as_ptr().cast()),
-            _mm256_loadu_si256(b.as_ptr().cast()),
-        )
-    };
-    let (va, vb) = (std::hint::black_box(va), std::hint::black_box(vb));
+    // SAFETY: a and b hold 32 bytes each.
+    let (va, vb) = unsafe { operands256(a, b) };
     let mut acc = [_mm256_setzero_si256(); ACC];
     for (r, x) in acc.iter_mut().zip(init) {
         *r = _mm256_set1_epi16(*x as i16);
@@ -71,15 +82,8 @@ pub unsafe fn avx_vnni<const ACC: usize>(
     out: &mut [i32],
 ) {
     debug_assert!(a.len() == 32 && b.len() == 32 && init.len() == ACC && out.len() == ACC * 8);
-    // SAFETY: a and b hold 32 bytes each; unaligned loads.
-    let (va, vb) = unsafe {
-        (
-            _mm256_loadu_si256(a.as_ptr().cast()),
-            _mm256_loadu_si256(b.as_ptr().cast()),
-        )
-    };
-    // black_box keeps the operands opaque so the chains are not folded.
-    let (va, vb) = (std::hint::black_box(va), std::hint::black_box(vb));
+    // SAFETY: a and b hold 32 bytes each.
+    let (va, vb) = unsafe { operands256(a, b) };
     let mut acc = [_mm256_setzero_si256(); ACC];
     for (r, x) in acc.iter_mut().zip(init) {
         *r = _mm256_set1_epi32(*x);

@@ -731,9 +731,9 @@ fn fill(
                 }
             }
             let base = gb * nr * rb;
-            // Byte j of a row's block goes to 4·nr·(j / 4) + 4r + j % 4:
-            // four bytes at a time (a byte-wise scatter was most of a
-            // model's load).
+            // Byte j of a row's block goes to 4·nr·(j / 4) + 4r + j % 4,
+            // so each 4-byte chunk is one copy: a model's load runs this
+            // for every weight byte.
             let mut chunks = |bytes: &[u8]| {
                 for (c, four) in bytes.chunks_exact(4).enumerate() {
                     let at = base + 4 * nr * c + 4 * r;
@@ -868,9 +868,9 @@ pub fn repack(format: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) -> R
 
 /// [`repack`] on `threads` workers of the kernels' pool, each filling one
 /// contiguous range of groups; the result is the same. A model's load
-/// repacks every weight: on one thread a 1.5B model spent seconds here,
-/// about half of it the kernel faulting in and zeroing the new pages, which
-/// each worker now does for its own share.
+/// repacks every weight, and the new pages are faulted in and zeroed by the
+/// thread that first writes them, so each worker's own share spreads that
+/// work too.
 pub fn repack_on(
     format: QuantFormat,
     w: &[u8],
