@@ -12,6 +12,10 @@
 //! These spawn the built binary, which qemu-user cannot do from inside an
 //! emulated test process, so under qemu they report a skip.
 
+#[path = "support/script.rs"]
+mod script;
+
+use script::script;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -32,15 +36,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("bench-harness/tests/fixtures/peers")
         .join(name)
-}
-
-/// An executable shell script `name` in `dir`.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
 }
 
 fn text(o: &Output) -> (String, String) {

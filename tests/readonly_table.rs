@@ -6,6 +6,9 @@
 //! through `setpriv`. Under qemu-user the binary cannot be spawned from the
 //! emulated test process, so there the test reports a skip.
 
+#[path = "support/script.rs"]
+mod script;
+
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -46,8 +49,7 @@ impl Unprivileged {
         );
         // `nobody` may not reach the build directory: give it a copy.
         let bin = scratch.join("tiletune");
-        std::fs::copy(&built, &bin).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        script::copy_executable(&built, &bin);
         Unprivileged {
             bin,
             as_nobody: true,

@@ -9,6 +9,8 @@
 //! (`scripts/test` builds it and sets the variable); without it the tests
 //! report a skip. They spawn processes, so under qemu they skip too.
 
+#[path = "support/script.rs"]
+mod script;
 #[path = "support/tiny_gguf.rs"]
 mod tiny_gguf;
 
@@ -597,22 +599,17 @@ fn remote_compare_runs_the_pushed_peer_on_the_device() {
     let host = Host::new(&bin);
     let phone = device(&host.adb_home(), "CMP1", &PHONE);
     let model = tiny_gguf::tiny_model(host.dir.path());
-    let peer = host.dir.path().join("llama-bench");
-    std::fs::write(
-        &peer,
-        r#"#!/bin/sh
-# Answers `-p 8 -n 0 -t 1 -r 1 -o json` as llama-bench would.
+    let peer = script::script(
+        host.dir.path(),
+        "llama-bench",
+        r#"# Answers `-p 8 -n 0 -t 1 -r 1 -o json` as llama-bench would.
 case " $* " in *" -p 8 "*" -t 1 "*" -o json "*) ;; *) echo "unexpected: $*" >&2; exit 2;; esac
 cat <<JSON
 [{"build_commit": "on-$(uname -m)", "build_number": 1, "model_filename": "m.gguf",
   "model_type": "llama ?B F32", "n_threads": 1, "n_prompt": 8, "n_gen": 0,
   "avg_ts": 123.5, "stddev_ts": 0.0, "samples_ts": [123.5]}]
-JSON
-"#,
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&peer, std::fs::Permissions::from_mode(0o755)).unwrap();
+JSON"#,
+    );
     let out = host.tiletune(&[
         "remote",
         "--adb",

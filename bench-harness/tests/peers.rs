@@ -4,6 +4,10 @@
 //! child-process runner and the round-robin comparison with fake peers
 //! (shell scripts in a temporary directory).
 
+#[path = "../../tests/support/script.rs"]
+mod script;
+
+use script::script;
 use std::path::{Path, PathBuf};
 use tiletune_bench::BenchError;
 use tiletune_bench::peers::{
@@ -516,15 +520,6 @@ fn perplexity_bad_input_is_a_clear_error() {
 
 fn under_qemu() -> bool {
     std::env::var_os("QEMU_CPU").is_some()
-}
-
-/// An executable shell script `name` in `dir`.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
 }
 
 #[test]
