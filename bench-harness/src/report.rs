@@ -3,7 +3,7 @@
 //! measurement and where it sits under this machine's ceilings), and the
 //! text `tiletune bench <family>` prints from it (`--json` prints it as is).
 
-use crate::roofline::Roofline;
+use crate::roofline::{Arithmetic, Roofline};
 use crate::{Environment, Measurement};
 use serde::Serialize;
 use std::io::Write;
@@ -25,6 +25,9 @@ pub struct KernelReport {
     pub tolerance: f32,
     pub bytes_per_run: u64,
     pub flops_per_run: u64,
+    /// Whether `flops_per_run` and `gflops` count f32 FLOPs or int8 ops.
+    pub arithmetic: Arithmetic,
+    /// GFLOP/s, or GOP/s for int8 work.
     pub gflops: Option<f64>,
     pub gbytes_per_s: f64,
     pub roofline: Roofline,
@@ -106,7 +109,7 @@ impl KernelReport {
                 ),
             ),
             (
-                "GFLOP/s",
+                r.arithmetic.unit(),
                 r.gflops.map_or("-".into(), |g| format!("{g:.2}")),
             ),
             ("GB/s", format!("{:.2}", r.gbytes_per_s)),
@@ -207,6 +210,7 @@ mod tests {
             tolerance: 1e-5,
             bytes_per_run: 64,
             flops_per_run: 0,
+            arithmetic: Arithmetic::F32,
             gflops: None,
             gbytes_per_s: 1.0,
             roofline: Roofline::against(CeilingKind::MemBwTriad, 1, stored, 1.0, None),

@@ -34,6 +34,7 @@ pub use spec::{
 
 use crate::TunerError;
 use crate::campaign::KernelProblem;
+use tiletune_bench::roofline::Arithmetic;
 use tiletune_kernels::KernelError;
 use tiletune_tables::Problem;
 
@@ -106,6 +107,18 @@ pub fn bench_dtypes(op: &str) -> &'static [&'static str] {
 /// bandwidth bound.
 pub fn bandwidth_bound(op: &str) -> bool {
     op_spec(op).is_none_or(|s| s.bandwidth_bound)
+}
+
+/// What `op`'s work is in one `variant`, which decides the unit its rate is
+/// counted in and its compute roof: int8 for the ops that quantize their
+/// activations themselves, else as the variant and dtype say
+/// ([`Arithmetic::of_kernel`]).
+pub fn arithmetic(op: &str, dtype: &str, variant: &str) -> Arithmetic {
+    if op_spec(op).is_some_and(|s| s.int8) {
+        Arithmetic::Int8
+    } else {
+        Arithmetic::of_kernel(dtype, variant)
+    }
 }
 
 /// Parses `--op OP --dtype DT --shape AxB[xC]` of `tiletune tune` into a
@@ -234,6 +247,20 @@ mod tests {
     ) -> Result<Box<dyn KernelProblem>, String> {
         let spec = parse_bench_problem_with(op, dtype, shape, extra).map_err(|e| e.to_string())?;
         instantiate_one(&spec, &Machine::small_for_tests(5), cfg).map_err(|e| e.to_string())
+    }
+
+    /// An op that quantizes its activations counts int8 work in every
+    /// variant; the others as their variant and dtype say.
+    #[test]
+    fn arithmetic_follows_the_op_then_the_variant() {
+        use Arithmetic::*;
+        assert_eq!(arithmetic("qgemv_a8", "q4_k", "avx2"), Int8);
+        assert_eq!(arithmetic("qgemv_a8", "q4_0", "scalar"), Int8);
+        assert_eq!(arithmetic("qgemv_a32", "q4_0", "avx2"), F32);
+        assert_eq!(arithmetic("i8gemm", "i8", "scalar"), Int8);
+        assert_eq!(arithmetic("gemm", "q4_0", "avx2.qgemm"), Int8);
+        assert_eq!(arithmetic("gemm", "f32", "avx2"), F32);
+        assert_eq!(arithmetic("no_such_op", "f32", "scalar"), F32);
     }
 
     /// No two descriptions claim one op name, and every op's dims parse

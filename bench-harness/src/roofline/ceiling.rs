@@ -28,7 +28,8 @@ pub enum CeilingKind {
 }
 
 /// What a kernel's arithmetic is, which decides its compute roof.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Arithmetic {
     F32,
     /// Integer multiply-adds on int8 operands (i8gemm, qgemm, qgemv's W·A8).
@@ -57,6 +58,15 @@ impl Arithmetic {
             Arithmetic::F32
         }
     }
+
+    /// The unit its rate is counted in: an int8 multiply-add is no
+    /// floating-point operation.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Arithmetic::F32 => "GFLOP/s",
+            Arithmetic::Int8 => "GOP/s",
+        }
+    }
 }
 
 impl CeilingKind {
@@ -79,8 +89,8 @@ impl CeilingKind {
 
     pub fn unit(self) -> &'static str {
         match self {
-            CeilingKind::FmaPeak(_) => "GFLOP/s",
-            CeilingKind::Int8Peak(_) => "GOP/s",
+            CeilingKind::FmaPeak(_) => Arithmetic::F32.unit(),
+            CeilingKind::Int8Peak(_) => Arithmetic::Int8.unit(),
             _ => "GB/s",
         }
     }

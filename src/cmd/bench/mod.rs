@@ -234,6 +234,7 @@ pub(crate) fn bench_kernel(
         tolerance: run.tolerance,
         bytes_per_run: work.bytes,
         flops_per_run: work.flops,
+        arithmetic: families::arithmetic(op, dtype, cand.variant()),
         gflops,
         gbytes_per_s: gbs,
         roofline,

@@ -237,6 +237,20 @@ fn every_family_runs_tiny_and_reports() {
         r.write_text(&mut buf).unwrap();
         let text = String::from_utf8(buf).unwrap();
         assert!(text.contains("median") && text.contains("GB/s"), "{text}");
+        // int8 work is counted in operations, f32 work in FLOPs.
+        let int8 = line[0] == "i8gemm" || line.contains(&"a8");
+        assert_eq!(
+            r.arithmetic == tiletune_bench::roofline::Arithmetic::Int8,
+            int8,
+            "{line:?}"
+        );
+        let unit = if int8 {
+            "\n     GOP/s  "
+        } else {
+            "\n   GFLOP/s  "
+        };
+        assert!(text.contains(unit), "{line:?}: {text}");
+        assert_eq!(v["arithmetic"], if int8 { "int8" } else { "f32" });
         assert!(
             text.contains("run `tiletune bench roofline` first"),
             "{text}"

@@ -27,6 +27,7 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
     pin,
     |d| d.terms(&[&["n", "k"], &["m", "k"], &["m", "n"]]),
 )
+.int8()
 .tuned(DTYPES, tune)];
 
 const DTYPES: &[&str] = &["i8", "i8_zp"];

@@ -49,7 +49,8 @@ pub(super) const OPS: &[OpSpec] = &[
         "qgemv",
         |req| pin(req, QMode::A8),
         |d| d.terms(&[&["n", "k"], &["n"], &["k"]]),
-    ),
+    )
+    .int8(),
 ];
 
 /// One configuration of one mode.

@@ -82,6 +82,9 @@ pub struct OpSpec {
     /// Limited by memory bandwidth (its roofline is the STREAM triad)
     /// rather than by FMA throughput.
     pub bandwidth_bound: bool,
+    /// Multiplies int8 operands whatever its variant (the activations are
+    /// quantized by the op itself), so its work counts int8 operations.
+    pub int8: bool,
     /// The kernel's own op name, for kernel errors.
     pub kernel: &'static str,
     /// The tuned search space; `None` where the tuner does not search the
@@ -111,6 +114,7 @@ impl OpSpec {
             optional_dims: &[],
             dtypes,
             bandwidth_bound: true,
+            int8: false,
             kernel,
             tune: None,
             pin,
@@ -132,6 +136,11 @@ impl OpSpec {
             bandwidth_bound: false,
             ..self
         }
+    }
+
+    /// Its work is int8 multiply-adds whatever its variant.
+    pub const fn int8(self) -> OpSpec {
+        OpSpec { int8: true, ..self }
     }
 
     /// The tuner searches it for `dtypes`.
