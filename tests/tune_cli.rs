@@ -160,15 +160,10 @@ fn tune_fills_the_table_and_show_displays_it() {
     );
 }
 
-#[test]
-fn killed_campaign_resumes_without_loss_or_duplicates() {
-    if under_qemu() {
-        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sel.db");
-    let args = [
+/// `tune --suite llm-decode` at one thread, quick: long enough to be
+/// interrupted mid-campaign.
+fn suite_args(db: &Path) -> [&str; 10] {
+    [
         "tune",
         "--suite",
         "llm-decode",
@@ -179,24 +174,42 @@ fn killed_campaign_resumes_without_loss_or_duplicates() {
         "1",
         "--db",
         db.to_str().unwrap(),
-    ];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tiletune"))
+    ]
+}
+
+/// Starts `args` with stderr piped, and waits until `at_least`
+/// measurements are stored (or 20 s have passed): how many there are.
+fn start_and_wait(args: &[&str], db: &Path, at_least: usize) -> (std::process::Child, usize) {
+    let child = Command::new(env!("CARGO_BIN_EXE_tiletune"))
         .args(args)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Let it commit some measurements, then SIGKILL it mid-campaign.
-    let mut before = 0;
-    for _ in 0..200 {
+    let mut stored = 0;
+    for _ in 0..400 {
         std::thread::sleep(Duration::from_millis(50));
         if db.exists() {
-            before = measurement_count(&db);
-            if before >= 5 {
+            stored = measurement_count(db);
+            if stored >= at_least {
                 break;
             }
         }
     }
+    (child, stored)
+}
+
+#[test]
+fn killed_campaign_resumes_without_loss_or_duplicates() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sel.db");
+    let args = suite_args(&db);
+    // Let it commit some measurements, then SIGKILL it mid-campaign.
+    let (mut child, before) = start_and_wait(&args, &db, 5);
     child.kill().unwrap();
     child.wait().unwrap();
     let killed_at = measurement_count(&db);
@@ -231,6 +244,48 @@ fn killed_campaign_resumes_without_loss_or_duplicates() {
     assert_eq!(unique.len(), keys.len(), "duplicated measurements");
     assert!(keys.len() >= after);
     let problems = 13; // llm-decode: distinct linear shapes of the three suite models
+    assert_eq!(selections(&db).len(), problems);
+}
+
+/// Ctrl-C stops a campaign at the next candidate: it says so, exits with
+/// the shell's 130, keeps every measurement, and the same command run
+/// again resumes the campaign and completes it.
+#[test]
+fn ctrl_c_stops_the_campaign_and_the_same_command_resumes_it() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: cannot spawn the aarch64 binary");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sel.db");
+    let args = suite_args(&db);
+    // The handler is installed before the table is opened: once a
+    // measurement is stored, SIGINT reaches it.
+    let (child, before) = start_and_wait(&args, &db, 3);
+    assert!(before >= 3, "the campaign stored no measurements");
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("stopping after the measurement in flight"),
+        "{err}"
+    );
+    assert!(err.contains("the campaign was stopped"), "{err}");
+    let stopped_at = measurement_count(&db);
+    assert!(stopped_at >= before, "{stopped_at} < {before}");
+    let problems = 13; // llm-decode: distinct linear shapes of the three suite models
+    assert!(selections(&db).len() < problems);
+
+    let out = tiletune(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("resuming campaign"), "{err}");
+    assert!(measurement_count(&db) >= stopped_at);
     assert_eq!(selections(&db).len(), problems);
 }
 

@@ -231,6 +231,10 @@ typedef void (*TtProgressCallback)(void *user, const struct TtProgress *p);
 // handle it happened on may be unusable: free it.
 #define TT_ERR_PANIC 7
 
+// `tt_campaign_stop` stopped the campaign; its measurements are kept and
+// running it again continues from them.
+#define TT_ERR_STOPPED 8
+
 #define TT_STOP_NONE 0
 
 // An end-of-generation token (EOS, EOT, `<|im_end|>`).
@@ -696,7 +700,9 @@ void tt_campaign_free(struct TtCampaign *campaign);
 
 // Runs the campaign: measures, stores the joint layout choice, times the
 // tuned plan against the default plan and stores the verdicts, calling
-// `on_progress` (may be NULL) along the way. Runs once per campaign.
+// `on_progress` (may be NULL) along the way. Runs once per campaign to
+// the end; one stopped by `tt_campaign_stop` (`TT_ERR_STOPPED`) may be run
+// again, and continues from the measurements it kept.
 //
 // Thread safety: one thread at a time per campaign; the callback runs on
 // the calling thread.
@@ -704,6 +710,18 @@ void tt_campaign_free(struct TtCampaign *campaign);
 // # Safety
 // `campaign` is live; `on_progress` is NULL or callable with `user`.
 TtStatus tt_campaign_run(struct TtCampaign *campaign, TtProgressCallback on_progress, void *user);
+
+// Stops a running campaign: `tt_campaign_run` returns `TT_ERR_STOPPED`
+// after the measurement in flight (or the model-level check's round in
+// flight), with every measurement stored. Called before a run, it has no
+// effect: each run starts with the flag lowered.
+//
+// Thread safety: any thread, while `tt_campaign_run` runs elsewhere (or
+// from its progress callback).
+//
+// # Safety
+// `campaign` is live.
+TtStatus tt_campaign_stop(const struct TtCampaign *campaign);
 
 // The report of a run campaign as JSON: each problem's winner, and the
 // joint choice, the verdicts and what the runtime makes of them.

@@ -34,6 +34,9 @@ pub const TT_ERR_BUSY: TtStatus = 6;
 /// An internal error (a panic) was caught; the message says where. The
 /// handle it happened on may be unusable: free it.
 pub const TT_ERR_PANIC: TtStatus = 7;
+/// `tt_campaign_stop` stopped the campaign; its measurements are kept and
+/// running it again continues from them.
+pub const TT_ERR_STOPPED: TtStatus = 8;
 
 /// What went wrong in a call, with the message `tt_last_error` returns.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +80,7 @@ impl CapiError {
             CapiError::Table(_) => TT_ERR_TABLE,
             CapiError::Tune(FlowError::Table(_)) => TT_ERR_TABLE,
             CapiError::Tune(FlowError::Model(_)) => TT_ERR_MODEL,
+            CapiError::Tune(FlowError::Stopped) => TT_ERR_STOPPED,
             CapiError::Tune(_) => TT_ERR_TUNE,
             CapiError::Busy(_) => TT_ERR_BUSY,
             CapiError::Panic(_) => TT_ERR_PANIC,

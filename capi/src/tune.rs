@@ -9,7 +9,8 @@ use crate::ffi::{
 };
 use std::ffi::{CString, c_char, c_void};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tiletune_flow::{Target, TuneEvent, TuneOptions};
 use tiletune_tables::{OpenOptions, SelectorDb};
@@ -154,6 +155,8 @@ pub unsafe extern "C" fn tt_tune_options_default(opts: *mut TtTuneOptions) -> Tt
 /// A tuning campaign (opaque): its options, then its report once run.
 pub struct TtCampaign {
     opts: TuneOptions,
+    /// The flag `tt_campaign_stop` raises (`opts.stop` holds it too).
+    stop: Arc<AtomicBool>,
     report: Mutex<Option<String>>,
 }
 
@@ -222,9 +225,12 @@ pub unsafe extern "C" fn tt_campaign_new(
         let out = unsafe { arg_out(out, "out") }?;
         *out = std::ptr::null_mut();
         // SAFETY: as documented.
-        let opts = unsafe { tune_options(arg_ref(opts, "opts")?) }?;
+        let mut opts = unsafe { tune_options(arg_ref(opts, "opts")?) }?;
+        let stop = Arc::new(AtomicBool::new(false));
+        opts.stop = Some(Arc::clone(&stop));
         *out = Box::into_raw(Box::new(TtCampaign {
             opts,
+            stop,
             report: Mutex::new(None),
         }));
         Ok(())
@@ -385,7 +391,9 @@ fn progress(
 
 /// Runs the campaign: measures, stores the joint layout choice, times the
 /// tuned plan against the default plan and stores the verdicts, calling
-/// `on_progress` (may be NULL) along the way. Runs once per campaign.
+/// `on_progress` (may be NULL) along the way. Runs once per campaign to
+/// the end; one stopped by `tt_campaign_stop` (`TT_ERR_STOPPED`) may be run
+/// again, and continues from the measurements it kept.
 ///
 /// Thread safety: one thread at a time per campaign; the callback runs on
 /// the calling thread.
@@ -408,6 +416,7 @@ pub unsafe extern "C" fn tt_campaign_run(
                 "has run already; make a new one to tune again",
             ));
         }
+        c.stop.store(false, Ordering::SeqCst);
         let (mut evaluated, mut total) = (0, 0);
         let done = tiletune_flow::tune(&c.opts, &mut |e| {
             let (Some(cb), Some((mut ev, text))) =
@@ -422,6 +431,26 @@ pub unsafe extern "C" fn tt_campaign_run(
             unsafe { cb(user, &ev) };
         })?;
         *report = Some(done.to_json().to_string());
+        Ok(())
+    })
+}
+
+/// Stops a running campaign: `tt_campaign_run` returns `TT_ERR_STOPPED`
+/// after the measurement in flight (or the model-level check's round in
+/// flight), with every measurement stored. Called before a run, it has no
+/// effect: each run starts with the flag lowered.
+///
+/// Thread safety: any thread, while `tt_campaign_run` runs elsewhere (or
+/// from its progress callback).
+///
+/// # Safety
+/// `campaign` is live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tt_campaign_stop(campaign: *const TtCampaign) -> TtStatus {
+    guard(|| {
+        // SAFETY: checked by the helper.
+        let c = unsafe { arg_ref(campaign, "campaign") }?;
+        c.stop.store(true, Ordering::SeqCst);
         Ok(())
     })
 }

@@ -429,9 +429,35 @@ fn a_model_campaign_reports_progress_and_verdicts() {
         assert_eq!(tt_campaign_new(&o, &mut c), TT_OK);
         let mut out = null_mut();
         assert_eq!(tt_campaign_report_json(c, &mut out), TT_ERR_ARGUMENT);
+        // Stopped from its callback at the first measurement: the run
+        // returns TT_ERR_STOPPED with nothing to report, and running it
+        // again continues the campaign (its measurements were kept).
+        unsafe extern "C" fn stop_at_first(user: *mut c_void, p: *const TtProgress) {
+            // SAFETY: the test's campaign, and an event valid during the call.
+            unsafe {
+                if (*p).kind == TT_PROGRESS_MEASURED {
+                    assert_eq!(tt_campaign_stop(user.cast::<TtCampaign>()), TT_OK);
+                }
+            }
+        }
+        assert_eq!(tt_campaign_stop(null()), TT_ERR_NULL);
+        let st = tt_campaign_run(c, Some(stop_at_first), c.cast());
+        assert_eq!(st, TT_ERR_STOPPED, "{}", last_error());
+        assert!(
+            last_error().contains("continues from them"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(tt_campaign_report_json(c, &mut out), TT_ERR_ARGUMENT);
         let mut events: Vec<(i32, String)> = Vec::new();
         let st = tt_campaign_run(c, Some(on_progress), (&raw mut events).cast());
         assert_eq!(st, TT_OK, "{}", last_error());
+        assert!(
+            events
+                .iter()
+                .any(|e| e.0 == TT_PROGRESS_NOTE && e.1.starts_with("resuming campaign")),
+            "{events:?}"
+        );
         let kinds: Vec<i32> = events.iter().map(|e| e.0).collect();
         for k in [
             TT_PROGRESS_STARTED,

@@ -11,6 +11,7 @@ use crate::bench::BenchModel;
 use crate::event::TuneEvent;
 use crate::{FlowError, Result};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tiletune_bench::peers::llama_bench::{GlibcRand, TokenSource, test_gen, test_prompt};
 use tiletune_kernels::attention::KvDtype;
@@ -117,6 +118,9 @@ pub struct CheckOptions<'a> {
     pub workload: &'a Workload,
     /// Alternated rounds per phase.
     pub rounds: usize,
+    /// Raised from another thread: the check ends with
+    /// [`FlowError::Stopped`] before its next round.
+    pub stop: Option<&'a AtomicBool>,
 }
 
 /// Times the tuned plan against the default plan on `model` and returns a
@@ -172,6 +176,7 @@ pub fn check_model(
         vocab: cfg.vocab.max(1) as u32,
         bos: cfg.bos_id,
         rounds: o.rounds,
+        stop: o.stop,
     };
     let verdict = |phase: Phase, label: String, d: Vec<f64>, t: Vec<f64>, plan: &ExecutionPlan| {
         let v = acceptance::decide(&d, &t);
@@ -233,13 +238,14 @@ pub fn check_model(
 }
 
 /// How `check_model` times a phase.
-struct Check {
+struct Check<'a> {
     vocab: u32,
     bos: Option<u32>,
     rounds: usize,
+    stop: Option<&'a AtomicBool>,
 }
 
-impl Check {
+impl Check<'_> {
     /// `rounds` alternated timings of `tests` on the default plan's model
     /// (`models[0]`) and another plan's: the tests' label and the seconds
     /// of each.
@@ -268,6 +274,9 @@ impl Check {
         }
         let (mut d, mut t) = (Vec::new(), Vec::new());
         for r in 0..self.rounds {
+            if self.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                return Err(FlowError::Stopped);
+            }
             // ABBA: neither plan always runs right after the other.
             let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {

@@ -35,6 +35,11 @@ pub enum FlowError {
     },
     #[error("nothing to tune: none of the {0} problem(s) has a tunable kernel yet")]
     NothingToTune(usize),
+    /// [`crate::TuneOptions::stop`] was raised.
+    #[error(
+        "the campaign was stopped; its measurements are kept, and the same campaign run again continues from them"
+    )]
+    Stopped,
 }
 
 /// Result alias of this crate.

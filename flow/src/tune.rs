@@ -10,6 +10,8 @@ use crate::accept::{CheckOptions, OpenModel, check_model};
 use crate::event::TuneEvent;
 use crate::{FlowError, Result};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tiletune_bench::Environment;
 use tiletune_kernels::KERNEL_ABI;
@@ -60,6 +62,11 @@ pub struct TuneOptions {
     /// With a model: llama.cpp's `mmproj` GGUF of a vision model, whose
     /// tower's GEMMs are tuned too (a GGUF that holds its tower needs none).
     pub mmproj: Option<PathBuf>,
+    /// Raised from another thread to stop the campaign: at the next
+    /// candidate while measuring, at the next round of the model-level
+    /// check. [`tune`] then returns [`FlowError::Stopped`] and the
+    /// campaign stays open, so running it again resumes it.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl TuneOptions {
@@ -76,6 +83,7 @@ impl TuneOptions {
             workload: Workload::default(),
             rounds: 3,
             mmproj: None,
+            stop: None,
         }
     }
 }
@@ -162,6 +170,11 @@ impl Progress for Forward<'_> {
     fn problem_done(&mut self, report: &ProblemReport) {
         (self.0)(TuneEvent::ProblemDone(report));
     }
+}
+
+/// Whether [`TuneOptions::stop`] was raised.
+fn stopped(o: &TuneOptions) -> bool {
+    o.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed))
 }
 
 /// Runs the campaign `o` describes, telling `on_event` what it does.
@@ -260,6 +273,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         let cfg = CampaignConfig {
             strategy: o.strategy,
             budget: o.budget,
+            stop: o.stop.clone(),
         };
         run_campaign(
             &mut instances,
@@ -269,6 +283,9 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
             &mut Forward(on_event),
         )
     };
+    if stopped(o) {
+        return Err(FlowError::Stopped);
+    }
     let out_of_budget = reports.iter().any(|r| r.stopped_by_budget);
     if !out_of_budget {
         db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!(drift))?;
@@ -318,6 +335,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         threads: max_threads,
         workload: &o.workload,
         rounds: o.rounds,
+        stop: o.stop.as_deref(),
     };
     let mut verdicts = check_model(model, &check, on_event)?;
     for v in &mut verdicts {

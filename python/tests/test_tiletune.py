@@ -211,9 +211,15 @@ def test_tune_runs_a_model_campaign(tiny, tmp_path):
     plan = tiletune.Model(tiny, table=table, threads=2).plan(as_json=False)
     assert "verdict prefill: " in plan and "over 3 alternated rounds" in plan
     assert table.export()[0]["verdicts"]
+    # An exception in the callback (Ctrl-C too) stops the campaign and is
+    # raised; the same campaign run again resumes from what it measured.
     with pytest.raises(ZeroDivisionError):
         tiletune.tune(tiny, budget=1, table=table, threads=1, workload="tg4",
                       progress=lambda *e: 1 / 0)
+    events.clear()
+    tiletune.tune(tiny, budget=1, table=table, threads=1, workload="tg4",
+                  progress=lambda *e: events.append(e))
+    assert any(e[0] == "note" and e[4].startswith("resuming campaign") for e in events), events
 
 
 @pytest.mark.skipif(models_dir() is None, reason="set TILETUNE_MODELS_DIR (scripts/setup fetches SmolLM2)")

@@ -426,13 +426,15 @@ def tune(model_path: PathLike, budget: float = 60.0, table: Union[None, PathLike
         try:
             text = ffi.string(p.text).decode("utf-8", "replace")
             progress(_PROGRESS.get(p.kind, str(p.kind)), p.done, p.total, p.best_seconds, text)
-        except BaseException as e:  # re-raised once the campaign returns
+        except BaseException as e:  # Ctrl-C too: stop, re-raise once the campaign returns
             raised.append(e)
+            lib.tt_campaign_stop(campaign)
 
     cb = ffi.callback("void(void *, const TtProgress *)", on_event) if progress else ffi.NULL
-    _check(lib.tt_campaign_run(campaign, cb, ffi.NULL))
+    status = lib.tt_campaign_run(campaign, cb, ffi.NULL)
     if raised:
         raise raised[0]
+    _check(status)
     rep = ffi.new("char **")
     _check(lib.tt_campaign_report_json(campaign, rep))
     return json.loads(_take_string(rep))

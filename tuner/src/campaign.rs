@@ -9,6 +9,8 @@
 use crate::TunerError;
 use crate::strategy::{self, Coords, Evaluator, FULL_FIDELITY, Score, Strategy};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tiletune_tables::{Candidate, Placement, Problem};
 
@@ -153,6 +155,19 @@ pub struct CampaignConfig {
     /// Wall-clock budget for measuring (each problem's `prepare` is not
     /// counted); the best so far is kept.
     pub budget: Option<Duration>,
+    /// Raised from another thread to stop the campaign at the next
+    /// candidate: what was measured is stored, no selection is made for
+    /// the problem in flight and the rest are not started.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl CampaignConfig {
+    /// Whether [`CampaignConfig::stop`] was raised.
+    pub fn stopped(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+    }
 }
 
 /// What happened to one problem.
@@ -195,6 +210,9 @@ pub fn run_campaign(
     let total = problems.len();
     let mut reports = Vec::new();
     for (pi, problem) in problems.iter_mut().enumerate() {
+        if cfg.stopped() {
+            break;
+        }
         let spec = problem.spec().clone();
         let coords: Vec<Coords> = problem.candidates().iter().map(coords).collect();
         progress.problem_started(pi, total, &spec, coords.len());
@@ -223,12 +241,28 @@ pub fn run_campaign(
             measure: &mut *measure,
             store: &mut *store,
             deadline: share,
+            stop: cfg.stop.as_deref(),
             progress: &mut *progress,
             best: None,
             invalid: 0,
             store_error: None,
         };
         let result = strategy::search(cfg.strategy, &coords, default, &mut ev);
+        if cfg.stopped() {
+            // What was measured is stored: the same campaign resumes there.
+            let report = ProblemReport {
+                problem: spec,
+                selection: None,
+                evaluations: result.evaluations.len(),
+                invalid: ev.invalid,
+                stopped_by_budget: false,
+                note: Some("stopped before a selection".into()),
+            };
+            problem.release();
+            progress.problem_done(&report);
+            reports.push(report);
+            break;
+        }
         // The default is always measured at full fidelity, even past the
         // budget, so every selection carries an honest speedup.
         let default_score = ev.eval_scored(default, FULL_FIDELITY);
@@ -305,6 +339,7 @@ struct CampaignEvaluator<'a> {
     measure: &'a mut dyn Measure,
     store: &'a mut dyn Store,
     deadline: Option<Instant>,
+    stop: Option<&'a AtomicBool>,
     progress: &'a mut dyn Progress,
     best: Option<f64>,
     invalid: usize,
@@ -387,6 +422,7 @@ impl Evaluator for CampaignEvaluator<'_> {
 
     fn budget_left(&self) -> bool {
         self.deadline.is_none_or(|d| Instant::now() < d)
+            && !self.stop.is_some_and(|s| s.load(Ordering::Relaxed))
     }
 }
 
@@ -572,6 +608,7 @@ mod tests {
         let cfg = CampaignConfig {
             strategy,
             budget: None,
+            stop: None,
         };
         let r = run_campaign(&mut problems, &cfg, &mut m, store, &mut ());
         // The campaign makes each problem's operands once, before its first
@@ -624,6 +661,67 @@ mod tests {
         assert_eq!(store.selections[0], store.selections[1]);
     }
 
+    /// A stop raised during the first of two problems ends the campaign at
+    /// the next candidate: what was measured is stored, no selection is
+    /// made and the second problem is not started; run again with the flag
+    /// lowered, the same store resumes where it stopped and completes.
+    #[test]
+    fn a_stop_ends_the_campaign_and_a_rerun_resumes() {
+        /// Raises the flag after `after` evaluations.
+        struct StopAfter(Arc<AtomicBool>, usize, Vec<String>);
+        impl Progress for StopAfter {
+            fn problem_started(&mut self, _: usize, _: usize, p: &Problem, _: usize) {
+                self.2.push(p.to_string());
+            }
+            fn evaluated(&mut self, _: &Candidate, _: Option<f64>) {
+                self.1 = self.1.saturating_sub(1);
+                if self.1 == 0 {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        let two = |cur: &Arc<std::sync::atomic::AtomicUsize>| -> Vec<Box<dyn KernelProblem>> {
+            (0..2)
+                .map(|k| {
+                    let mut inner = fake(6);
+                    inner.spec = Problem::new("gemv", "f32", [("n", 8 + k), ("k", 8)]).unwrap();
+                    Box::new(Tracked {
+                        inner,
+                        current: cur.clone(),
+                        calls: Arc::default(),
+                    }) as Box<dyn KernelProblem>
+                })
+                .collect()
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let cfg = CampaignConfig {
+            strategy: Strategy::Exhaustive,
+            budget: None,
+            stop: Some(Arc::clone(&stop)),
+        };
+        let times = std::cell::RefCell::new(fake(6).times);
+        let cur = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut store = MemStore::default();
+        let mut seen = StopAfter(Arc::clone(&stop), 3, Vec::new());
+        let mut m = FakeMeasure(&times, cur.clone());
+        let r = run_campaign(&mut two(&cur), &cfg, &mut m, &mut store, &mut seen);
+        assert_eq!(seen.2.len(), 1, "the second problem started: {:?}", seen.2);
+        assert_eq!(r.len(), 1);
+        assert!(r[0].selection.is_none() && !r[0].stopped_by_budget);
+        assert_eq!(r[0].note.as_deref(), Some("stopped before a selection"));
+        assert_eq!(r[0].evaluations, 3);
+        assert_eq!(store.records, 3);
+        assert!(store.selections.is_empty());
+
+        stop.store(false, Ordering::Relaxed);
+        let mut seen = StopAfter(Arc::new(AtomicBool::new(false)), usize::MAX, Vec::new());
+        let r = run_campaign(&mut two(&cur), &cfg, &mut m, &mut store, &mut seen);
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|p| p.selection.is_some()), "{r:?}");
+        // Seven candidates per problem, the three stopped ones not again.
+        assert_eq!(store.records, 14);
+    }
+
     /// A lead within the noise does not replace the default: candidate i
     /// takes 10 − 0.01·i s ± a MAD of 0.5 s, so the best (0.5% faster) is
     /// inside the default's interval; with no noise the same lead wins.
@@ -652,6 +750,7 @@ mod tests {
             let cfg = CampaignConfig {
                 strategy: Strategy::Exhaustive,
                 budget: None,
+                stop: None,
             };
             let mut store = MemStore::default();
             let r = run_campaign(
@@ -702,6 +801,7 @@ mod tests {
         let cfg = CampaignConfig {
             strategy: Strategy::Exhaustive,
             budget: Some(Duration::from_millis(300)),
+            stop: None,
         };
         let mut store = MemStore::default();
         let r = run_campaign(

@@ -188,6 +188,7 @@ fn a_campaign_records_pinned_placements_and_the_winner_round_trips() {
         let cfg = CampaignConfig {
             strategy: Strategy::Exhaustive,
             budget: None,
+            stop: None,
         };
         run_campaign(&mut problems, &cfg, &mut measure, &mut store, &mut ())
     };

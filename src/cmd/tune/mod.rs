@@ -13,6 +13,8 @@ use anyhow::bail;
 use print::{Bar, print_joint, print_summary, print_verdict};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tiletune_flow::{Target, TuneEvent, TuneOptions};
 use tiletune_tuner::Strategy;
@@ -133,6 +135,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         workload: args.workload.clone(),
         rounds: args.rounds as usize,
         mmproj: args.mmproj.clone(),
+        stop: Some(stop_on_ctrl_c()),
         ..TuneOptions::new(target, db.clone())
     };
     // Made when measuring starts, so its clock times the measuring.
@@ -218,7 +221,17 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         TuneEvent::JointStored { .. }
         | TuneEvent::CheckStarted { .. }
         | TuneEvent::Verdict { .. } => {}
-    })?;
+    });
+    let report = match report {
+        Err(e @ tiletune_flow::FlowError::Stopped) => {
+            if let Some(b) = &bar {
+                b.bar.finish_and_clear();
+            }
+            eprintln!("{e}");
+            return Ok(ExitCode::from(130));
+        }
+        r => r?,
+    };
     match (&report.model, g.json) {
         (None, true) => println!("{}", serde_json::to_string_pretty(&report.problems)?),
         (None, false) => {}
@@ -234,6 +247,25 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A flag the first Ctrl-C raises, so the campaign stops at the next
+/// candidate with its measurements stored (a kill could lose the one in
+/// flight, and leaves no word on how to go on); a second Ctrl-C quits at
+/// once with the shell's 130.
+fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let raised = Arc::clone(&stop);
+    let handler = move || {
+        if raised.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after the measurement in flight (Ctrl-C again to quit now)");
+    };
+    if let Err(e) = ctrlc::set_handler(handler) {
+        eprintln!("warning: cannot catch Ctrl-C ({e}); it will end the campaign at once");
+    }
+    stop
 }
 
 #[cfg(test)]
