@@ -153,7 +153,14 @@ impl Progress for Bar {
                     r.evaluations,
                     s.median_s * 1e6
                 ),
-                None => eprintln!("{}: done, {} evaluation(s)", self.problem, r.evaluations),
+                None => match &r.note {
+                    // Why there is none: stopped, out of budget, nothing valid.
+                    Some(why) => eprintln!(
+                        "{}: {} evaluation(s), no selection: {why}",
+                        self.problem, r.evaluations
+                    ),
+                    None => eprintln!("{}: done, {} evaluation(s)", self.problem, r.evaluations),
+                },
             }
         }
     }
