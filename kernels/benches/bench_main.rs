@@ -6,6 +6,7 @@ mod attention;
 mod eltwise;
 mod gemm;
 mod gemv;
+mod pool;
 mod qgemm;
 mod qgemv;
 
@@ -14,6 +15,7 @@ criterion::criterion_group!(
     attention::benches,
     eltwise::benches,
     gemv::benches,
+    pool::benches,
     qgemv::benches,
     qgemm::benches
 );

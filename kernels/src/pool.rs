@@ -14,8 +14,10 @@
 
 use crate::{KernelError, Result};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use team::Team;
+
+mod team;
 
 /// Returns the pool with exactly `threads` workers, creating it on first use.
 pub fn pool(threads: usize) -> Arc<rayon::ThreadPool> {
@@ -175,9 +177,10 @@ pub fn split_range(n: usize, parts: usize, align: usize) -> Vec<std::ops::Range<
 }
 
 /// Runs `f` on a worker of the `threads`-thread pool while the pool's other
-/// workers stay awake: each polls the pool for work (`rayon::yield_now`,
-/// yielding to the OS when there is none) until `f` returns, instead of
-/// falling asleep after a few microseconds idle.
+/// workers stay awake as its team (`team.rs`): each spins, running parts of
+/// the regions `f`'s [`parallel_ranges`] publish and serving the pool's rayon
+/// jobs, until `f` returns, instead of falling asleep after a few
+/// microseconds idle.
 ///
 /// Why: a forward pass is a chain of kernels with single-threaded work
 /// between them (norms, RoPE, quantizing activations, a one-thread kernel).
@@ -197,32 +200,23 @@ pub fn install_awake<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R
     let keepers = p.clone();
     p.install(move || {
         let me = rayon::current_thread_index();
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
+        let team = Arc::new(Team::new(threads));
+        let members = team.clone();
         keepers.spawn_broadcast(move |ctx| {
-            if Some(ctx.index()) == me {
-                return;
-            }
-            while !flag.load(Ordering::Acquire) {
-                if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                    std::thread::yield_now();
-                }
+            if Some(ctx.index()) != me {
+                members.serve();
             }
         });
-        // Set on return and on unwind, so the keepers always stop.
-        struct Stop(Arc<AtomicBool>);
-        impl Drop for Stop {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Release);
-            }
-        }
-        let _stop = Stop(done);
+        // Dropped on return and on unwind, so the members always leave.
+        let _lead = team.lead();
         f()
     })
 }
 
 /// Runs `f(range)` over `0..n` split into `threads` aligned ranges, on exactly
-/// `threads` workers (inline when `threads == 1`).
+/// `threads` workers (inline when `threads == 1`): the calling thread's team
+/// when it runs an [`install_awake`] closure of that many threads, else a
+/// rayon scope on the pool.
 pub fn parallel_ranges<F>(n: usize, threads: usize, align: usize, f: F)
 where
     F: Fn(std::ops::Range<usize>) + Sync,
@@ -232,6 +226,9 @@ where
         return;
     }
     let ranges = split_range(n, threads, align);
+    if team::run_on_current(threads, ranges.len(), &|i| f(ranges[i].clone())) {
+        return;
+    }
     pool(threads).scope(|s| {
         for r in ranges {
             let f = &f;
@@ -243,6 +240,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     /// Work inside runs on a pool worker, multi-threaded kernels inside
     /// still use every worker, and the keepers stop: a second call (and a
@@ -265,6 +263,64 @@ mod tests {
         let caught = std::panic::catch_unwind(|| install_awake(2, || panic!("inside")));
         assert!(caught.is_err());
         assert_eq!(pool(2).broadcast(|c| c.index()).len(), 2);
+    }
+
+    /// Inside `install_awake` the caller's team runs parallel_ranges:
+    /// thousands of back-to-back regions each cover their range exactly
+    /// once (a region must not start before the last one's parts finished),
+    /// a nested call inside a part runs (through rayon), a call with another
+    /// thread count runs on its own pool, and a part's panic reaches the
+    /// caller, after which the pool still runs regions.
+    #[test]
+    fn regions_of_the_awake_team_cover_their_ranges_and_propagate_panics() {
+        use std::sync::atomic::AtomicUsize;
+        install_awake(2, || {
+            let hits: Vec<AtomicUsize> = (0..37).map(|_| AtomicUsize::new(0)).collect();
+            for round in 1..=5000 {
+                parallel_ranges(37, 2, 3, |r| {
+                    for i in r {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                if round % 1000 == 0 {
+                    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == round));
+                }
+            }
+            let nested = AtomicUsize::new(0);
+            parallel_ranges(4, 2, 1, |outer| {
+                for _ in outer {
+                    parallel_ranges(10, 2, 1, |r| {
+                        nested.fetch_add(r.len(), Ordering::Relaxed);
+                    });
+                }
+            });
+            assert_eq!(nested.into_inner(), 40);
+            let other = AtomicUsize::new(0);
+            parallel_ranges(100, 3, 1, |r| {
+                other.fetch_add(r.len(), Ordering::Relaxed);
+            });
+            assert_eq!(other.into_inner(), 100);
+        });
+        for _ in 0..3 {
+            let caught = std::panic::catch_unwind(|| {
+                install_awake(2, || {
+                    parallel_ranges(2, 2, 1, |r| {
+                        if r.start == 1 {
+                            panic!("in part 1");
+                        }
+                    })
+                })
+            });
+            let msg = caught.expect_err("the part's panic reaches the caller");
+            assert_eq!(msg.downcast_ref::<&str>(), Some(&"in part 1"));
+        }
+        let sum = AtomicUsize::new(0);
+        install_awake(2, || {
+            parallel_ranges(1000, 2, 1, |r| {
+                sum.fetch_add(r.len(), Ordering::Relaxed);
+            })
+        });
+        assert_eq!(sum.into_inner(), 1000);
     }
 
     #[test]
