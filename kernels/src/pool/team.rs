@@ -6,7 +6,7 @@
 //! microseconds each (every linear layer of every layer is one). A rayon
 //! scope per region boxes its jobs, has them stolen, and parks the caller
 //! on the scope's latch, to be woken through the kernel when the other half
-//! ends late; in a two-thread decode that was half the process's system
+//! ends late; in a two-thread decode that costs half the process's system
 //! time and a few percent of its wall time (docs/PERF.md). Here a region is
 //! one atomic word: the caller publishes the region's closure and part
 //! count under a new generation, the members, already spinning, claim parts
@@ -170,7 +170,8 @@ impl Team {
     }
 }
 
-/// The calling thread's team if it leads one of `threads` threads.
+/// Runs the region on the calling thread's team if it leads one of
+/// `threads` threads; false (nothing run) otherwise.
 pub(super) fn run_on_current(threads: usize, parts: usize, part: Part<'_>) -> bool {
     let team = CURRENT.with(Cell::get);
     // SAFETY: CURRENT is set only by `lead`, whose guard outlives every use
