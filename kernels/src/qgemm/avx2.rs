@@ -1,5 +1,9 @@
-//! AVX2 and AVX-VNNI micro-kernels over interleave 8: one ymm holds 4 quant
-//! bytes of each of 8 weight rows, so its 8 i32 lanes are 8 columns of C.
+//! AVX2 and AVX-VNNI micro-kernels over interleave 8 or 16: one ymm holds 4
+//! quant bytes of each of 8 weight rows, so its 8 i32 lanes are 8 columns
+//! of C; at interleave 16 a chunk is two such ymm (`V` = 2), and each
+//! activation broadcast serves both. Zen 3 issues a broadcast on the same
+//! few vector pipes as the arithmetic, so sharing it is what the wider
+//! tile buys; what it costs is registers (the 8-row tile's sums spill).
 //!
 //! Per block and 4-byte chunk the weight vector is loaded (and, for the
 //! 4- and 5-bit formats, split into low and high nibbles) once, then
@@ -113,16 +117,17 @@ fn e8m0_ps(e: __m256i) -> __m256 {
     _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
 }
 
-/// The 8 scales of group block `gb` as f32: f16 bits widened
-/// ([`SC_F16`]), E8M0 bytes decoded ([`SC_E8M0`]), or sub-block codes times
-/// the block's super-scales `sup` ([`SC_KSUB`]).
+/// The 8 scales from index `at` of the scale streams as f32: f16 bits
+/// widened ([`SC_F16`]), E8M0 bytes decoded ([`SC_E8M0`]), or sub-block
+/// codes times their super-scales `sup` ([`SC_KSUB`]). Group block `gb`'s
+/// scales start at `gb · nr`; the tiles read them 8 rows (one ymm) at a
+/// time.
 ///
 /// # Safety
-/// The job's streams for `SC` hold block `gb` (interleave 8).
+/// The job's streams for `SC` hold 8 values from `at`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256 {
-    let at = gb * 8;
+unsafe fn scales<const SC: u8>(job: &Job<'_>, at: usize, sup: __m256) -> __m256 {
     // SAFETY: forwarded from the caller.
     unsafe {
         match SC {
@@ -136,15 +141,14 @@ unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256 
     }
 }
 
-/// The 8 second values (mins, Q6_K's upper-half scales) of group block
-/// `gb`: f16 bits ([`SC_F16`]) or codes times the super-scales `sup`.
+/// The 8 second values (mins, Q6_K's upper-half scales) from index `at`:
+/// f16 bits ([`SC_F16`]) or codes times the super-scales `sup`.
 ///
 /// # Safety
 /// As for [`scales`], for a kind with second values.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256 {
-    let at = gb * 8;
+unsafe fn seconds<const SC: u8>(job: &Job<'_>, at: usize, sup: __m256) -> __m256 {
     // SAFETY: forwarded from the caller.
     unsafe {
         match SC {
@@ -155,50 +159,85 @@ unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m256) -> __m256
 }
 
 /// The super-scales (`sd`, `sm`) of group block `gb` ([`SC_KSUB`]; zero
-/// otherwise), widened once per super-block by the tiles.
+/// otherwise) at interleave `8·V`, 8 rows per vector, widened once per
+/// super-block by the tiles.
 ///
 /// # Safety
 /// As for [`scales`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m256, __m256) {
+unsafe fn supers<const SC: u8, const V: usize>(
+    job: &Job<'_>,
+    gb: usize,
+) -> ([__m256; V], [__m256; V]) {
     if SC != SC_KSUB {
-        return (_mm256_setzero_ps(), _mm256_setzero_ps());
+        return ([_mm256_setzero_ps(); V], [_mm256_setzero_ps(); V]);
     }
-    let at = gb / 8 * 8;
+    let at = gb / 8 * 8 * V;
     // SAFETY: forwarded from the caller.
     unsafe {
         (
-            f16x8(job.sc.sd.as_ptr().add(at)),
-            f16x8(job.sc.sm.as_ptr().add(at)),
+            std::array::from_fn(|v| f16x8(job.sc.sd.as_ptr().add(at + 8 * v))),
+            std::array::from_fn(|v| f16x8(job.sc.sm.as_ptr().add(at + 8 * v))),
         )
     }
 }
 
+/// [`super::prefetch_scales`] at interleave `8·V`.
+#[inline]
+fn prefetch_scales<const SC: u8, const V: usize>(job: &Job<'_>, gb: usize, min: bool) {
+    if V == 1 {
+        super::prefetch_scales::<SC, 8>(job, gb, min);
+    } else {
+        super::prefetch_scales::<SC, 16>(job, gb, min);
+    }
+}
+
+/// `$f::<MR, V, params…>(args…)` for the job's interleave (8: `V` 1,
+/// else 2 ymm per chunk) and tile height `mr`.
+macro_rules! by_v_mr {
+    ($job:expr, $mr:expr, $f:ident::<$($p:tt),*>($($a:expr),*)) => {
+        if $job.nr == 8 {
+            by_mr!($mr, $f::<1, $($p),*>($($a),*))
+        } else {
+            by_mr!($mr, $f::<2, $($p),*>($($a),*))
+        }
+    };
+}
+
 /// Generates the Q4 and int8 tiles and the dispatching entry for one
-/// feature set and its step functions.
+/// feature set and its step functions. A tile reads interleave `8·V`: `V`
+/// ymm per 4-byte chunk (rows 8v .. 8v + 8 in the v-th), each activation
+/// broadcast serving all `V`.
 macro_rules! tiles {
     ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
-        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave 8;
-        /// `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
-        /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
-        /// through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K (`MIN = false`;
-        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
-        /// scale per half). `SC`: how the scales are stored ([`SC_F16`],
-        /// [`SC_E8M0`], [`SC_KSUB`]).
+        /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
+        /// `8·V`; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles
+        /// plus the fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN =
+        /// false`; codes through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K
+        /// (`MIN = false`; nibbles plus the fifth- and sixth-bit planes,
+        /// 0..63, one sum and scale per half). `SC`: how the scales are
+        /// stored ([`SC_F16`], [`SC_E8M0`], [`SC_KSUB`]).
         ///
         /// # Safety
         /// Needs the features above; `g` a group of the job, rows
-        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8`.
+        /// `i0 .. i0 + MR` inside its activations, `out` ≥ `MR · 8V`.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4<const MR: usize, const MIN: bool, const X: u8, const SC: u8>(
+        unsafe fn $q4<
+            const MR: usize,
+            const V: usize,
+            const MIN: bool,
+            const X: u8,
+            const SC: u8,
+        >(
             job: &Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
         ) {
             let nb = job.nb;
-            debug_assert!(job.nr == 8 && out.len() >= MR * 8);
+            let nr = 8 * V;
+            debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm256_set1_epi8(0x0F);
             let bit4 = _mm256_set1_epi8(0x10);
@@ -208,11 +247,13 @@ macro_rules! tiles {
             // SAFETY: the table is 16 bytes.
             let lut =
                 _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-            // Bytes per block: 8 rows × 16 nibble bytes (+ 4 bytes per plane).
-            let bs = 128 + 32 * (five as usize + six as usize);
-            let mut acc = [_mm256_setzero_ps(); MR];
+            // Bytes per block: nr rows × 16 nibble bytes (+ 4 bytes per
+            // row and plane); chunk c of the nibbles at 32V·c, plane p at
+            // 128V + 32V·p, each 32V bytes, v-th ymm 32v further.
+            let bs = (128 + 32 * (five as usize + six as usize)) * V;
+            let mut acc = [[_mm256_setzero_ps(); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
-            // 8 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
+            // nr scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
             // each hold nb activation blocks.
             let (qb, ab) = unsafe {
                 (
@@ -220,16 +261,16 @@ macro_rules! tiles {
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
-            let (mut sdv, mut smv) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let (mut sdv, mut smv) = ([_mm256_setzero_ps(); V], [_mm256_setzero_ps(); V]);
             for b in 0..nb {
                 let gb = g * nb + b;
-                super::prefetch_scales::<SC, 8>(job, gb, MIN);
+                prefetch_scales::<SC, V>(job, gb, MIN);
                 if b % 8 == 0 {
                     // SAFETY: super-block b / 8 of group g (K-quants).
-                    (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+                    (sdv, smv) = unsafe { supers::<SC, V>(job, gb) };
                 }
                 // Every line of the block job.pf ahead (160- and 192-byte
-                // blocks touch at most 3, 4).
+                // blocks per 8 rows touch at most 3, 4).
                 if job.pf > 0 {
                     for l in 0..bs.div_ceil(64) {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -240,53 +281,62 @@ macro_rules! tiles {
                 // The fifth-bit plane, for the low nibbles moved up by 4
                 // (bit c of each byte → bit 4 at chunk c after c right
                 // shifts; 16-bit shifts keep bit 4 within its byte).
-                let (mut hl, mut hh) = if five {
-                    // SAFETY: the 32 plane bytes follow the 128 nibble bytes.
-                    let h = unsafe { _mm256_loadu_si256(qb.add(b * bs + 128).cast()) };
-                    (_mm256_slli_epi16::<4>(h), h)
-                } else {
-                    (_mm256_setzero_si256(), _mm256_setzero_si256())
-                };
+                let mut hl = [_mm256_setzero_si256(); V];
+                let mut hh = [_mm256_setzero_si256(); V];
                 // Q6_K's sixth-bit plane, shifted per chunk below.
-                let h6 = if six {
-                    // SAFETY: the second 32 plane bytes follow the first.
-                    unsafe { _mm256_loadu_si256(qb.add(b * bs + 160).cast()) }
-                } else {
-                    _mm256_setzero_si256()
-                };
-                let mut s = [_mm256_setzero_si256(); MR];
-                // Q6_K: sums of the high halves (values 16..32).
-                let mut s2 = [_mm256_setzero_si256(); MR];
-                // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
-                // i16 would overflow over 4 chunks.
-                let mut part = [_mm256_setzero_si256(); MR];
-                for c in 0..4 {
-                    // SAFETY: chunk c of block b is 32 bytes inside the group.
-                    let v = unsafe { _mm256_loadu_si256(qb.add(b * bs + 32 * c).cast()) };
-                    let mut lo = _mm256_and_si256(v, mask);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
-                    if table {
-                        lo = _mm256_shuffle_epi8(lut, lo);
-                        hi = _mm256_shuffle_epi8(lut, hi);
-                    }
+                let mut h6 = [_mm256_setzero_si256(); V];
+                for v in 0..V {
                     if five {
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(hl, bit4));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(hh, bit4));
-                        hl = _mm256_srli_epi16::<1>(hl);
-                        hh = _mm256_srli_epi16::<1>(hh);
+                        // SAFETY: the 32V plane bytes follow the 128V nibble bytes.
+                        let h =
+                            unsafe { _mm256_loadu_si256(qb.add(b * bs + 128 * V + 32 * v).cast()) };
+                        (hl[v], hh[v]) = (_mm256_slli_epi16::<4>(h), h);
                     }
                     if six {
-                        // Plane bit c (low nibbles) and 4 + c (high) to
-                        // bit 5, shifted afresh per chunk: a running shift
-                        // would push needed bits out of the 16-bit lane.
-                        let sl = _mm256_sll_epi16(h6, _mm_cvtsi32_si128(5 - c as i32));
-                        let sh = if c <= 1 {
-                            _mm256_sll_epi16(h6, _mm_cvtsi32_si128(1 - c as i32))
-                        } else {
-                            _mm256_srl_epi16(h6, _mm_cvtsi32_si128(c as i32 - 1))
+                        // SAFETY: the second plane follows the first.
+                        h6[v] =
+                            unsafe { _mm256_loadu_si256(qb.add(b * bs + 160 * V + 32 * v).cast()) };
+                    }
+                }
+                let mut s = [[_mm256_setzero_si256(); V]; MR];
+                // Q6_K: sums of the high halves (values 16..32).
+                let mut s2 = [[_mm256_setzero_si256(); V]; MR];
+                // Sums of chunks 0 and 1 of 5-bit (and MXFP4's 0..24) values:
+                // i16 would overflow over 4 chunks.
+                let mut part = [[_mm256_setzero_si256(); V]; MR];
+                for c in 0..4 {
+                    let mut lo = [_mm256_setzero_si256(); V];
+                    let mut hi = [_mm256_setzero_si256(); V];
+                    for v in 0..V {
+                        // SAFETY: chunk c of block b, its v-th 32 bytes, inside the group.
+                        let w = unsafe {
+                            _mm256_loadu_si256(qb.add(b * bs + 32 * V * c + 32 * v).cast())
                         };
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(sl, bit5));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(sh, bit5));
+                        lo[v] = _mm256_and_si256(w, mask);
+                        hi[v] = _mm256_and_si256(_mm256_srli_epi16::<4>(w), mask);
+                        if table {
+                            lo[v] = _mm256_shuffle_epi8(lut, lo[v]);
+                            hi[v] = _mm256_shuffle_epi8(lut, hi[v]);
+                        }
+                        if five {
+                            lo[v] = _mm256_or_si256(lo[v], _mm256_and_si256(hl[v], bit4));
+                            hi[v] = _mm256_or_si256(hi[v], _mm256_and_si256(hh[v], bit4));
+                            hl[v] = _mm256_srli_epi16::<1>(hl[v]);
+                            hh[v] = _mm256_srli_epi16::<1>(hh[v]);
+                        }
+                        if six {
+                            // Plane bit c (low nibbles) and 4 + c (high) to
+                            // bit 5, shifted afresh per chunk: a running shift
+                            // would push needed bits out of the 16-bit lane.
+                            let sl = _mm256_sll_epi16(h6[v], _mm_cvtsi32_si128(5 - c as i32));
+                            let sh = if c <= 1 {
+                                _mm256_sll_epi16(h6[v], _mm_cvtsi32_si128(1 - c as i32))
+                            } else {
+                                _mm256_srl_epi16(h6[v], _mm_cvtsi32_si128(c as i32 - 1))
+                            };
+                            lo[v] = _mm256_or_si256(lo[v], _mm256_and_si256(sl, bit5));
+                            hi[v] = _mm256_or_si256(hi[v], _mm256_and_si256(sh, bit5));
+                        }
                     }
                     for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
@@ -294,137 +344,167 @@ macro_rules! tiles {
                             let xp = (*ab.add(i * nb + b)).qs.as_ptr();
                             (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
                         };
-                        if six {
-                            // Values up to 63: i16 holds one chunk's
-                            // products (4 · 63 · 127), so widen per chunk.
-                            *si = $i8step(*si, lo, xl);
-                            *s2i = $i8step(*s2i, hi, xh);
-                        } else {
-                            *si = $q4step(*si, lo, xl, hi, xh);
+                        for v in 0..V {
+                            if six {
+                                // Values up to 63: i16 holds one chunk's
+                                // products (4 · 63 · 127), so widen per chunk.
+                                si[v] = $i8step(si[v], lo[v], xl);
+                                s2i[v] = $i8step(s2i[v], hi[v], xh);
+                            } else {
+                                si[v] = $q4step(si[v], lo[v], xl, hi[v], xh);
+                            }
                         }
                     }
                     if (X == NIB_FIVE || X == NIB_LUT) && c == 1 {
                         for (p, si) in part.iter_mut().zip(s.iter_mut()) {
-                            *p = $q4fin(*si);
-                            *si = _mm256_setzero_si256();
+                            for v in 0..V {
+                                p[v] = $q4fin(si[v]);
+                                si[v] = _mm256_setzero_si256();
+                            }
                         }
                     }
                 }
-                // SAFETY: the 8 scales of block b.
-                let dw = unsafe { scales::<SC>(job, gb, sdv) };
+                // SAFETY: the nr scales of block b, 8 per vector.
+                let dw: [__m256; V] =
+                    std::array::from_fn(|v| unsafe { scales::<SC>(job, gb * nr + 8 * v, sdv[v]) });
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
+                    let xd = _mm256_set1_ps(x.d());
                     if six {
                         // Σ(u − 32)x per half; the halves' scales applied
                         // one after the other, as the scalar tile does.
-                        let lo = _mm256_sub_epi32(s[i], _mm256_set1_epi32(32 * x.sum_lo()));
-                        let hi = _mm256_sub_epi32(s2[i], _mm256_set1_epi32(32 * x.sum_hi()));
-                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(lo)));
-                        // SAFETY: Q6_K jobs carry second codes shaped like the scales.
-                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
-                        let dm = _mm256_mul_ps(mw, _mm256_set1_ps(x.d()));
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(hi)));
+                        let (ol, oh) = (
+                            _mm256_set1_epi32(32 * x.sum_lo()),
+                            _mm256_set1_epi32(32 * x.sum_hi()),
+                        );
+                        for v in 0..V {
+                            let lo = _mm256_sub_epi32(s[i][v], ol);
+                            let hi = _mm256_sub_epi32(s2[i][v], oh);
+                            let dd = _mm256_mul_ps(dw[v], xd);
+                            a[v] = _mm256_add_ps(a[v], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(lo)));
+                            // SAFETY: Q6_K jobs carry second codes shaped like the scales.
+                            let mw = unsafe { seconds::<SC>(job, gb * nr + 8 * v, smv[v]) };
+                            let dm = _mm256_mul_ps(mw, xd);
+                            a[v] = _mm256_add_ps(a[v], _mm256_mul_ps(dm, _mm256_cvtepi32_ps(hi)));
+                        }
                         continue;
                     }
-                    let mut si = $q4fin(s[i]);
-                    if X != NIB {
-                        si = _mm256_add_epi32(part[i], si);
+                    let off = match X {
+                        NIB_FIVE => 16,
+                        NIB_LUT => 12,
+                        _ => 8,
+                    };
+                    let off = _mm256_set1_epi32(if MIN { 0 } else { off * x.sum() });
+                    let xs = _mm256_set1_ps(if MIN { x.s() } else { 0.0 });
+                    for v in 0..V {
+                        let mut si = $q4fin(s[i][v]);
+                        if X != NIB {
+                            si = _mm256_add_epi32(part[i][v], si);
+                        }
+                        if !MIN {
+                            si = _mm256_sub_epi32(si, off);
+                        }
+                        let dd = _mm256_mul_ps(dw[v], xd);
+                        let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
+                        if MIN {
+                            // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
+                            let mw = unsafe { seconds::<SC>(job, gb * nr + 8 * v, smv[v]) };
+                            t = _mm256_add_ps(t, _mm256_mul_ps(mw, xs));
+                        }
+                        a[v] = _mm256_add_ps(a[v], t);
                     }
-                    if !MIN {
-                        let off = match X {
-                            NIB_FIVE => 16,
-                            NIB_LUT => 12,
-                            _ => 8,
-                        };
-                        si = _mm256_sub_epi32(si, _mm256_set1_epi32(off * x.sum()));
-                    }
-                    let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                    let mut t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si));
-                    if MIN {
-                        // SAFETY: Q4_1/Q5_1 jobs carry mins shaped like the scales.
-                        let mw = unsafe { seconds::<SC>(job, gb, smv) };
-                        t = _mm256_add_ps(t, _mm256_mul_ps(mw, _mm256_set1_ps(x.s())));
-                    }
-                    *a = _mm256_add_ps(*a, t);
                 }
             }
             for (i, a) in acc.iter().enumerate() {
-                // SAFETY: out holds MR · 8 floats.
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+                for v in 0..V {
+                    // SAFETY: out holds MR · nr floats.
+                    unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(nr * i + 8 * v), a[v]) };
+                }
             }
         }
 
-        /// Int8 tile (Q8_0), interleave 8. `SC` as for the Q4 tile.
+        /// Int8 tile (Q8_0), interleave `8·V`. `SC` as for the Q4 tile.
         ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
-        unsafe fn $i8<const MR: usize, const SC: u8>(
+        unsafe fn $i8<const MR: usize, const V: usize, const SC: u8>(
             job: &Job<'_>,
             g: usize,
             i0: usize,
             out: &mut [f32],
         ) {
             let nb = job.nb;
-            debug_assert!(job.nr == 8 && out.len() >= MR * 8);
+            let nr = 8 * V;
+            debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
-            let mut acc = [_mm256_setzero_ps(); MR];
-            // SAFETY: as in the Q4 tile, with 256 quant bytes per block.
+            let bs = 256 * V;
+            let mut acc = [[_mm256_setzero_ps(); V]; MR];
+            // SAFETY: as in the Q4 tile, with bs quant bytes per block.
             let (qb, ab) = unsafe {
                 (
-                    job.qs.as_ptr().add(g * nb * 256),
+                    job.qs.as_ptr().add(g * nb * bs),
                     job.acts.as_ptr().add(i0 * nb),
                 )
             };
-            let mut sdv = _mm256_setzero_ps();
+            let mut sdv = [_mm256_setzero_ps(); V];
             for b in 0..nb {
                 let gb = g * nb + b;
-                super::prefetch_scales::<SC, 8>(job, gb, false);
+                prefetch_scales::<SC, V>(job, gb, false);
                 if b % 8 == 0 {
                     // SAFETY: super-block b / 8 of group g (K-quants).
-                    sdv = unsafe { supers::<SC>(job, gb).0 };
+                    sdv = unsafe { supers::<SC, V>(job, gb).0 };
                 }
                 if job.pf > 0 {
-                    for l in 0..4 {
+                    for l in 0..4 * V {
                         _mm_prefetch::<_MM_HINT_T0>(
-                            qb.wrapping_add((b + job.pf) * 256 + 64 * l).cast(),
+                            qb.wrapping_add((b + job.pf) * bs + 64 * l).cast(),
                         );
                     }
                 }
-                let mut s = [_mm256_setzero_si256(); MR];
-                // SAFETY: the 8 scales of block b.
-                let dw = unsafe { scales::<SC>(job, gb, sdv) };
+                let mut s = [[_mm256_setzero_si256(); V]; MR];
+                // SAFETY: the nr scales of block b, 8 per vector.
+                let dw: [__m256; V] =
+                    std::array::from_fn(|v| unsafe { scales::<SC>(job, gb * nr + 8 * v, sdv[v]) });
                 for c in 0..8 {
-                    // SAFETY: chunk c of block b is 32 bytes inside the group.
-                    let w = unsafe { _mm256_loadu_si256(qb.add(b * 256 + 32 * c).cast()) };
-                    let aw = _mm256_sign_epi8(w, w);
+                    // SAFETY: chunk c of block b, its v-th 32 bytes, inside the group.
+                    let w: [__m256i; V] = std::array::from_fn(|v| unsafe {
+                        _mm256_loadu_si256(qb.add(b * bs + 32 * V * c + 32 * v).cast())
+                    });
                     for (i, si) in s.iter_mut().enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
                         let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
-                        *si = $i8step(*si, aw, _mm256_sign_epi8(xb, w));
+                        for v in 0..V {
+                            let aw = _mm256_sign_epi8(w[v], w[v]);
+                            si[v] = $i8step(si[v], aw, _mm256_sign_epi8(xb, w[v]));
+                        }
                     }
                 }
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row i0 + i.
                     let x = unsafe { &*ab.add(i * nb + b) };
-                    let dd = _mm256_mul_ps(dw, _mm256_set1_ps(x.d()));
-                    let t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i]));
-                    *a = _mm256_add_ps(*a, t);
+                    let xd = _mm256_set1_ps(x.d());
+                    for v in 0..V {
+                        let dd = _mm256_mul_ps(dw[v], xd);
+                        let t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(s[i][v]));
+                        a[v] = _mm256_add_ps(a[v], t);
+                    }
                 }
             }
             for (i, a) in acc.iter().enumerate() {
-                // SAFETY: out holds MR · 8 floats.
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+                for v in 0..V {
+                    // SAFETY: out holds MR · nr floats.
+                    unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(nr * i + 8 * v), a[v]) };
+                }
             }
         }
 
         /// Rows `i0 .. i0 + mr` (mr ∈ 1, 2, 4, 8) × group `g`.
         ///
         /// # Safety
-        /// Needs the features above; the job has interleave 8; shapes as
-        /// the driver guarantees.
+        /// Needs the features above; the job has interleave 8 or 16; shapes
+        /// as the driver guarantees.
         pub(super) unsafe fn $entry(
             job: &Job<'_>,
             g: usize,
@@ -435,25 +515,31 @@ macro_rules! tiles {
             // SAFETY (all arms): forwarded from the caller.
             unsafe {
                 match (job.kind, job.sc.mode) {
-                    (Kind::Q4_0, SC_F16) => by_mr!(mr, $q4::<false, NIB, SC_F16>(job, g, i0, out)),
-                    (Kind::Q4_1, SC_F16) => by_mr!(mr, $q4::<true, NIB, SC_F16>(job, g, i0, out)),
-                    (Kind::Q4_1, SC_KSUB) => by_mr!(mr, $q4::<true, NIB, SC_KSUB>(job, g, i0, out)),
+                    (Kind::Q4_0, SC_F16) => {
+                        by_v_mr!(job, mr, $q4::<false, NIB, SC_F16>(job, g, i0, out))
+                    }
+                    (Kind::Q4_1, SC_F16) => {
+                        by_v_mr!(job, mr, $q4::<true, NIB, SC_F16>(job, g, i0, out))
+                    }
+                    (Kind::Q4_1, SC_KSUB) => {
+                        by_v_mr!(job, mr, $q4::<true, NIB, SC_KSUB>(job, g, i0, out))
+                    }
                     (Kind::Q5_0, SC_F16) => {
-                        by_mr!(mr, $q4::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_v_mr!(job, mr, $q4::<false, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q5_1, SC_F16) => {
-                        by_mr!(mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
+                        by_v_mr!(job, mr, $q4::<true, NIB_FIVE, SC_F16>(job, g, i0, out))
                     }
                     (Kind::Q5_1, SC_KSUB) => {
-                        by_mr!(mr, $q4::<true, NIB_FIVE, SC_KSUB>(job, g, i0, out))
+                        by_v_mr!(job, mr, $q4::<true, NIB_FIVE, SC_KSUB>(job, g, i0, out))
                     }
                     (Kind::Mxfp4, SC_E8M0) => {
-                        by_mr!(mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
+                        by_v_mr!(job, mr, $q4::<false, NIB_LUT, SC_E8M0>(job, g, i0, out))
                     }
                     (Kind::Q6K, SC_KSUB) => {
-                        by_mr!(mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
+                        by_v_mr!(job, mr, $q4::<false, NIB_SIX, SC_KSUB>(job, g, i0, out))
                     }
-                    (Kind::I8, SC_F16) => by_mr!(mr, $i8::<SC_F16>(job, g, i0, out)),
+                    (Kind::I8, SC_F16) => by_v_mr!(job, mr, $i8::<SC_F16>(job, g, i0, out)),
                     // No format packs these (see `pack::scale_mode`); the
                     // scalar tile reads every scale mode.
                     _ => super::scalar::tile(job, g, i0, mr, out),

@@ -24,7 +24,8 @@
 //! | variant | interleave `nr` | dot product |
 //! |---|---|---|
 //! | scalar | 4, 8, 16 | plain Rust (the reference layout walk) |
-//! | avx2 / avx_vnni | 8 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (ymm) |
+//! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk) |
+//! | avx_vnni | 8 | `vpdpbusd` (ymm) |
 //! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm) |
 //! | neon | 4, 8 | `smull`+`sadalp` |
 //! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
@@ -169,7 +170,12 @@ pub fn variants(format: QuantFormat) -> &'static [Isa] {
 pub fn interleaves(isa: Isa) -> &'static [usize] {
     match isa {
         Isa::Scalar => &INTERLEAVES,
-        Isa::Avx2 | Isa::AvxVnni => &[8],
+        // Interleave 16 is two ymm per chunk sharing each activation
+        // broadcast. The AVX-VNNI tiles are the same code, but no machine
+        // here runs them (nor does QEMU 7.2), so they claim only the
+        // interleave they were tested at.
+        Isa::Avx2 => &[8, 16],
+        Isa::AvxVnni => &[8],
         Isa::Avx512 | Isa::Avx512Vnni => &[16],
         Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => &[4, 8],
         // No SME variant: nothing it could read.
@@ -260,6 +266,11 @@ impl QGemmParams {
     /// many i32 block sums live, plus the weight chunk and a broadcast,
     /// within half the registers (AVX2: 16 → mr 4; AVX-512: 32 zmm → 8;
     /// NEON: 32 with two vectors per row → 4), and by m (no wasted rows).
+    /// AVX2 also reads interleave 16 (two ymm per chunk share each
+    /// activation broadcast), which the tuner times; it is not the default
+    /// because, though its 8-row tile ran the 4-bit GEMMs 10–17% faster
+    /// at one thread, whole models gained at most that at one thread and
+    /// nothing measurable at two (docs/PERF.md, "Two ymm per chunk").
     pub fn default_for_isa(shape: &QGemmShape, _cpu: &CpuCaps, isa: Isa) -> Self {
         // The prefetch default is the distance measured best on x86; on
         // NEON none, what its tiles did before they could (no ARM core
