@@ -1,9 +1,10 @@
 //! AVX2 and AVX-VNNI micro-kernels over interleave 8 or 16: one ymm holds 4
 //! quant bytes of each of 8 weight rows, so its 8 i32 lanes are 8 columns
 //! of C; at interleave 16 a chunk is two such ymm (`V` = 2), and each
-//! activation broadcast serves both. Zen 3 issues a broadcast on the same
-//! few vector pipes as the arithmetic, so sharing it is what the wider
-//! tile buys; what it costs is registers (the 8-row tile's sums spill).
+//! activation broadcast serves both: one broadcast per two `vpmaddubsw`
+//! instead of one each, paid for in registers (the 8-row tile's sums and
+//! accumulators spill). Which is faster depends on the format and the
+//! core, so both are tuner candidates (docs/PERF.md, "two ymm per chunk").
 //!
 //! Per block and 4-byte chunk the weight vector is loaded (and, for the
 //! 4- and 5-bit formats, split into low and high nibbles) once, then
