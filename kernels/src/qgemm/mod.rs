@@ -268,9 +268,11 @@ impl QGemmParams {
     /// NEON: 32 with two vectors per row → 4), and by m (no wasted rows).
     /// AVX2 also reads interleave 16 (two ymm per chunk share each
     /// activation broadcast), which the tuner times; it is not the default
-    /// because, though its 8-row tile ran the 4-bit GEMMs 10–17% faster
-    /// at one thread, whole models gained at most that at one thread and
-    /// nothing measurable at two (docs/PERF.md, "Two ymm per chunk").
+    /// because a weight holds one layout and, on Zen 3, interleave 16 sped
+    /// up prefill (7–9% on Qwen2.5-0.5B Q4_0) but slowed decode (2–4%),
+    /// which is what a user waits on most; the tuner's joint layout
+    /// choice weighs the two for a workload (docs/PERF.md, "two ymm per
+    /// chunk").
     pub fn default_for_isa(shape: &QGemmShape, _cpu: &CpuCaps, isa: Isa) -> Self {
         // The prefetch default is the distance measured best on x86; on
         // NEON none, what its tiles did before they could (no ARM core
