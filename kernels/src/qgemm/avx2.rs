@@ -473,12 +473,13 @@ macro_rules! tiles {
                     let w: [__m256i; V] = std::array::from_fn(|v| unsafe {
                         _mm256_loadu_si256(qb.add(b * bs + 32 * V * c + 32 * v).cast())
                     });
+                    // |w|, once per chunk for every row.
+                    let aw: [__m256i; V] = std::array::from_fn(|v| _mm256_sign_epi8(w[v], w[v]));
                     for (i, si) in s.iter_mut().enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
                         let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
                         for v in 0..V {
-                            let aw = _mm256_sign_epi8(w[v], w[v]);
-                            si[v] = $i8step(si[v], aw, _mm256_sign_epi8(xb, w[v]));
+                            si[v] = $i8step(si[v], aw[v], _mm256_sign_epi8(xb, w[v]));
                         }
                     }
                 }
