@@ -22,7 +22,7 @@
 //!   `Σ|w|·|x_Q8_1 − x_Q8_K|`.
 
 use tiletune_kernels::qgemm::{
-    self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves,
+    self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves, panels,
     quantize_activations, repack, repack_on, scalar, unrolls,
 };
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
@@ -135,12 +135,29 @@ fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
             // must not change a bit.
             let pf = PREFETCHES[i % PREFETCHES.len()];
             for &ku in unrolls(isa, mr) {
-                let q = QGemm::new(f)
-                    .isa(isa)
-                    .params(QGemmParams { mr, nr, pf, ku });
+                let q = QGemm::new(f).isa(isa).params(QGemmParams {
+                    mr,
+                    nr,
+                    pf,
+                    ku,
+                    panel: false,
+                });
                 assert!(
                     same_bits(&run(&q, c), want),
                     "{f} {isa} nr={nr} mr={mr} pf={pf} ku={ku}"
+                );
+            }
+            if panels(isa, f) {
+                let q = QGemm::new(f).isa(isa).params(QGemmParams {
+                    mr,
+                    nr,
+                    pf,
+                    ku: 1,
+                    panel: true,
+                });
+                assert!(
+                    same_bits(&run(&q, c), want),
+                    "{f} {isa} nr={nr} mr={mr} pf={pf} panel"
                 );
             }
         }
@@ -239,6 +256,29 @@ fn dense_packs_are_exact_at_their_bits_per_value() {
 /// largest subnormals, the smallest normal, ±0, negative) the packed copy
 /// still gives the GGUF bytes and values back and every variant (every
 /// interleave it reads, every `mr`) stays bit-identical to the definition.
+/// Q4_0 at the panel tile's i16 bound: values all −8 (nibble 0) against
+/// activations all +127 (biased to 255), 8 chunks · 2 · 255 · 8 = 32640,
+/// and all +7, alternating, and activations all −127 (biased to 1); every
+/// variant, with and without a panel, stays bit-identical to the
+/// definition.
+#[test]
+fn q4_0_extremes_fit_the_panel_sums() {
+    let mut rng = Rng::new(33);
+    let f = QuantFormat::Q4_0;
+    for nr in qgemm::INTERLEAVES {
+        let (m, n, k) = (3, 3 * nr + 5, 4 * 32);
+        let mut c = case(&mut rng, f, m, n, k);
+        for (i, blk) in c.w.chunks_exact_mut(f.block_bytes()).enumerate() {
+            blk[2..].fill([0x00, 0xFF, 0x0F, 0xF0][i % 4]);
+        }
+        c.a = (0..m * k)
+            .map(|j| [1.0, -1.0, 0.5][j / k] * if j % 64 < 32 { 1.0 } else { 3.0 })
+            .collect();
+        let want = definition(f, &c);
+        assert_every_variant(f, nr, &c, &want);
+    }
+}
+
 #[test]
 fn f16_scales_pack_at_gguf_size_and_stay_exact_at_their_extremes() {
     const SCALES: [u16; 9] = [
@@ -511,25 +551,36 @@ fn every_variant_is_bit_identical_to_the_definition() {
                     // tail; K-quants 8 and 24).
                     let kus = unrolls(isa, mr);
                     let ku = kus[(j / 3) % kus.len()];
-                    let q = QGemm::new(f)
-                        .isa(isa)
-                        .params(QGemmParams {
-                            mr,
-                            nr,
-                            pf: PREFETCHES[j % PREFETCHES.len()],
-                            ku,
-                        })
-                        .threads(1 + 2 * (j % 2));
-                    let got = run(&q, &c);
-                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            g.to_bits() == w.to_bits(),
-                            "{f} {isa} nr={nr} mr={mr} ku={ku} m={m} n={n} k={k} at ({}, {}): {g} vs {w}",
-                            i / n,
-                            i % n
-                        );
+                    // Where the variant has a panel tile for the format,
+                    // that too (the unit's second group missing at n =
+                    // nr − 1 and 2nr + 3 for interleave 8).
+                    let panel_too: &[bool] = if panels(isa, f) {
+                        &[false, true]
+                    } else {
+                        &[false]
+                    };
+                    for &panel in panel_too {
+                        let q = QGemm::new(f)
+                            .isa(isa)
+                            .params(QGemmParams {
+                                mr,
+                                nr,
+                                pf: PREFETCHES[j % PREFETCHES.len()],
+                                ku: if panel { 1 } else { ku },
+                                panel,
+                            })
+                            .threads(1 + 2 * (j % 2));
+                        let got = run(&q, &c);
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                g.to_bits() == w.to_bits(),
+                                "{f} {isa} nr={nr} mr={mr} ku={ku} panel={panel} m={m} n={n} k={k} at ({}, {}): {g} vs {w}",
+                                i / n,
+                                i % n
+                            );
+                        }
+                        ran += 1;
                     }
-                    ran += 1;
                 }
             }
         }
@@ -753,6 +804,31 @@ fn bad_configurations_are_refused() {
         });
         assert!(matches!(
             q2.check_config(),
+            Err(KernelError::InvalidParams { .. })
+        ));
+    }
+    // A panel tile the variant lacks for the format (none reads Q8_0),
+    // and a panel with a k-unroll.
+    assert!(!panels(q.isa, f));
+    let q3 = q.params(QGemmParams {
+        panel: true,
+        ..q.params
+    });
+    assert!(matches!(
+        q3.check_config(),
+        Err(KernelError::InvalidParams { .. })
+    ));
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx2.is_available() {
+        let q4 = QGemm::new(QuantFormat::Q4_0)
+            .isa(Isa::Avx2)
+            .params(QGemmParams {
+                ku: 2,
+                panel: true,
+                ..QGemmParams::default()
+            });
+        assert!(matches!(
+            q4.check_config(),
             Err(KernelError::InvalidParams { .. })
         ));
     }

@@ -6,6 +6,15 @@
 //! accumulators spill). Which is faster depends on the format and the
 //! core, so both are tuner candidates (docs/PERF.md, "two ymm per chunk").
 //!
+//! For Q4_0 prefill there is also a panel tile ([`panel_tile`]): each 16
+//! columns are unpacked once per call into a per-worker panel (signed
+//! values, column offsets, f32 scales) that every row tile reads, with
+//! the activations biased to unsigned once. Its 16 columns give two
+//! `vpmaddubsw` per broadcast at either packing, which is what pays here:
+//! the register tile at interleave 8 is bound by loads (a broadcast per
+//! `vpmaddubsw`), not by the unpacking the panel saves (docs/PERF.md, "the
+//! panel tile").
+//!
 //! Per block and 4-byte chunk the weight vector is loaded (and, for the
 //! 4- and 5-bit formats, split into low and high nibbles) once, then
 //! multiplied by the broadcast 4 activation bytes of each of the `MR` rows.
@@ -29,9 +38,9 @@
 //! codes sign-extended, converted and multiplied by the super-scales,
 //! widened once per super-block), exactly.
 
-use super::Job;
 use super::pack::Kind;
 use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
+use super::{Job, PANEL_BLOCK, PANEL_COLS};
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
@@ -570,6 +579,202 @@ tiles!(
     i8_vnni,
     tile_vnni
 );
+
+/// Unpacks columns `16u .. 16u + 16` of a Q4_0 job into `panel`, once for
+/// every activation row: from one group at interleave 16 or two at
+/// interleave 8 (the second missing at the end: zeros, columns the driver
+/// does not write). Per block, chunk c's low values at `128c + 32v` and
+/// high values at `128c + 64 + 32v` (v: columns 8v .. 8v + 8) as signed
+/// bytes `q − 8`; at `512 + 32v` each column's `128·Σ(q − 8)` over the
+/// block (i32), what [`panel_q4_0`] subtracts from its sums of
+/// `(x + 128)·(q − 8)` to leave the definition's `Σ x·(q − 8)`; at `576 +
+/// 32v` the scales as f32 (`vcvtph2ps`, exact). The panel's layout does not
+/// depend on the packing, so prefill gets two ymm per chunk while the
+/// weights keep interleave 8 for decode.
+///
+/// # Safety
+/// Needs AVX2; the job is Q4_0 (f16 scales) at interleave 8 or 16 with
+/// `groups` groups, `u < ⌈groups · nr / 16⌉`; `panel` holds
+/// `nb · PANEL_BLOCK` bytes, 32-byte aligned.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fill_panel_q4_0(job: &Job<'_>, groups: usize, u: usize, panel: *mut u8) {
+    let (nb, nr) = (job.nb, job.nr);
+    let bs = 16 * nr;
+    let mask = _mm256_set1_epi8(0x0F);
+    let eight = _mm256_set1_epi8(8);
+    let ones8 = _mm256_set1_epi8(1);
+    let ones16 = _mm256_set1_epi16(1);
+    for v in 0..2 {
+        // The source group and which of its ymm per chunk.
+        let (g, sub) = if nr == 16 { (u, v) } else { (2 * u + v, 0) };
+        if g >= groups {
+            for b in 0..nb {
+                for c in 0..4 {
+                    // SAFETY: inside block b of the panel.
+                    unsafe {
+                        let pb = panel.add(b * PANEL_BLOCK);
+                        _mm256_store_si256(pb.add(128 * c + 32 * v).cast(), _mm256_setzero_si256());
+                        _mm256_store_si256(
+                            pb.add(128 * c + 64 + 32 * v).cast(),
+                            _mm256_setzero_si256(),
+                        );
+                        _mm256_store_si256(pb.add(512 + 32 * v).cast(), _mm256_setzero_si256());
+                        _mm256_store_ps(pb.add(576 + 32 * v).cast(), _mm256_setzero_ps());
+                    }
+                }
+            }
+            continue;
+        }
+        // SAFETY: group g holds nb blocks of bs quant bytes.
+        let qb = unsafe { job.qs.as_ptr().add(g * nb * bs) };
+        for b in 0..nb {
+            if job.pf > 0 {
+                for l in 0..bs / 128 {
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        qb.wrapping_add((b + job.pf) * bs + 64 * (2 * l + sub))
+                            .cast(),
+                    );
+                }
+            }
+            // SAFETY: block b of the panel (the caller's size).
+            let pb = unsafe { panel.add(b * PANEL_BLOCK) };
+            // Σ(q − 8) of each 4-byte pair, in i16 (|·| ≤ 8 · 2 · 8).
+            let mut cs = _mm256_setzero_si256();
+            for c in 0..4 {
+                // SAFETY: chunk c of block b, its sub-th 32 bytes, inside
+                // group g; the stores stay inside block b of the panel.
+                unsafe {
+                    let w = _mm256_loadu_si256(qb.add(b * bs + bs / 4 * c + 32 * sub).cast());
+                    let lo = _mm256_sub_epi8(_mm256_and_si256(w, mask), eight);
+                    let hi =
+                        _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(w), mask), eight);
+                    _mm256_store_si256(pb.add(128 * c + 32 * v).cast(), lo);
+                    _mm256_store_si256(pb.add(128 * c + 64 + 32 * v).cast(), hi);
+                    cs = _mm256_add_epi16(cs, _mm256_maddubs_epi16(ones8, lo));
+                    cs = _mm256_add_epi16(cs, _mm256_maddubs_epi16(ones8, hi));
+                }
+            }
+            let col = _mm256_slli_epi32::<7>(_mm256_madd_epi16(cs, ones16));
+            // SAFETY: the offsets and scales follow the 512 value bytes;
+            // the 8 f16 scales of rows 8·sub.. of group g, block b.
+            unsafe {
+                _mm256_store_si256(pb.add(512 + 32 * v).cast(), col);
+                let d = f16x8(job.sc.dh.as_ptr().add((g * nb + b) * nr + 8 * sub));
+                _mm256_store_ps(pb.add(576 + 32 * v).cast(), d);
+            }
+        }
+    }
+}
+
+/// Q4_0 tile over a panel ([`fill_panel_q4_0`]), 16 columns, and the
+/// activations biased to unsigned (`biased`: row i's block b at
+/// `32·(i·nb + b)`, bytes `x + 128`): no unpacking per tile, and the
+/// offset is one vector per block for every row instead of a per-row
+/// `8·Σx` broadcast. Sums, scales and rounding are the Q4 tile's. The
+/// i16 sums hold: 8 chunks · 2 · 255 · 8 = 32640 < 2¹⁵.
+///
+/// # Safety
+/// Needs AVX2; the panel filled ([`fill_panel`]) for `nb` blocks; rows
+/// `i0 .. i0 + MR` inside `acts` (`nb` blocks per row) and `biased`;
+/// `out` ≥ `MR · 16`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_q4_0<const MR: usize>(
+    acts: &[super::ActBlock],
+    nb: usize,
+    panel: *const u8,
+    biased: *const u8,
+    i0: usize,
+    out: &mut [f32],
+) {
+    const V: usize = 2;
+    debug_assert!(out.len() >= MR * PANEL_COLS);
+    debug_assert!(acts.len() >= (i0 + MR) * nb);
+    let mut acc = [[_mm256_setzero_ps(); V]; MR];
+    // SAFETY: rows i0 + i < i0 + MR each hold nb blocks in both forms.
+    let (ab, xb) = unsafe { (acts.as_ptr().add(i0 * nb), biased.add(32 * i0 * nb)) };
+    for b in 0..nb {
+        // SAFETY: block b of the panel.
+        let pb = unsafe { panel.add(b * PANEL_BLOCK) };
+        let mut s = [[_mm256_setzero_si256(); V]; MR];
+        for c in 0..4 {
+            // SAFETY: chunk c of the panel's block b.
+            let (wl, wh): ([__m256i; V], [__m256i; V]) = unsafe {
+                (
+                    std::array::from_fn(|v| _mm256_load_si256(pb.add(128 * c + 32 * v).cast())),
+                    std::array::from_fn(|v| {
+                        _mm256_load_si256(pb.add(128 * c + 64 + 32 * v).cast())
+                    }),
+                )
+            };
+            for (i, si) in s.iter_mut().enumerate() {
+                // SAFETY: biased block b of row i0 + i; 4c + 16 + 4 <= 32.
+                let (xl, xh) = unsafe {
+                    let xp = xb.add(32 * (i * nb + b)).cast::<i8>();
+                    (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
+                };
+                for v in 0..V {
+                    si[v] = q4_step_avx2(si[v], xl, wl[v], xh, wh[v]);
+                }
+            }
+        }
+        // SAFETY: the panel's offsets and scales of block b.
+        let (col, dw): ([__m256i; V], [__m256; V]) = unsafe {
+            (
+                std::array::from_fn(|v| _mm256_load_si256(pb.add(512 + 32 * v).cast())),
+                std::array::from_fn(|v| _mm256_load_ps(pb.add(576 + 32 * v).cast())),
+            )
+        };
+        for (i, a) in acc.iter_mut().enumerate() {
+            // SAFETY: block b of row i0 + i.
+            let xd = _mm256_set1_ps(unsafe { (*ab.add(i * nb + b)).d() });
+            for v in 0..V {
+                let si = _mm256_sub_epi32(q4_finish_avx2(s[i][v]), col[v]);
+                let dd = _mm256_mul_ps(dw[v], xd);
+                a[v] = _mm256_add_ps(a[v], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(si)));
+            }
+        }
+    }
+    for (i, a) in acc.iter().enumerate() {
+        for (v, &av) in a.iter().enumerate() {
+            // SAFETY: out holds MR · 16 floats.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(PANEL_COLS * i + 8 * v), av) };
+        }
+    }
+}
+
+/// Fills the panel of columns `16u .. 16u + 16` ([`fill_panel_q4_0`]).
+///
+/// # Safety
+/// As there.
+pub(super) unsafe fn fill_panel(job: &Job<'_>, groups: usize, u: usize, panel: *mut u8) {
+    debug_assert!(job.kind == Kind::Q4_0 && job.sc.mode == SC_F16);
+    // SAFETY: forwarded from the caller.
+    unsafe { fill_panel_q4_0(job, groups, u, panel) }
+}
+
+/// Rows `i0 .. i0 + mr` (mr ∈ 1, 2, 4, 8) × the panel's 16 columns.
+///
+/// # Safety
+/// As for [`panel_q4_0`].
+pub(super) unsafe fn panel_tile(
+    job: &Job<'_>,
+    panel: *const u8,
+    biased: *const u8,
+    i0: usize,
+    mr: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let (a, nb) = (job.acts, job.nb);
+        match mr {
+            8 => panel_q4_0::<8>(a, nb, panel, biased, i0, out),
+            4 => panel_q4_0::<4>(a, nb, panel, biased, i0, out),
+            2 => panel_q4_0::<2>(a, nb, panel, biased, i0, out),
+            _ => panel_q4_0::<1>(a, nb, panel, biased, i0, out),
+        }
+    }
+}
 
 /// One activation block quantized exactly as `legacy::quantize_q8_1`
 /// does, as `avx512::quantize_act_block` does it (truncate, then one step

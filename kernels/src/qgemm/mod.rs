@@ -24,7 +24,7 @@
 //! | variant | interleave `nr` | dot product |
 //! |---|---|---|
 //! | scalar | 4, 8, 16 | plain Rust (the reference layout walk) |
-//! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk) |
+//! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk; for Q4_0 also a 16-column panel tile, [`QGemmParams::panel`]) |
 //! | avx_vnni | 8 | `vpdpbusd` (ymm) |
 //! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm) |
 //! | neon | 4, 8 | `smull`+`sadalp` |
@@ -222,6 +222,16 @@ pub struct QGemmParams {
     /// as 1, what the kernels then did.
     #[serde(default = "default_ku")]
     pub ku: usize,
+    /// Unpack each weight group once into a panel that every activation
+    /// row reads ([`panels`]: AVX2 Q4_0), instead of in every register
+    /// tile. The panel holds the values as signed bytes and each column's
+    /// block offset, and the activations are biased to unsigned once per
+    /// call, so a tile does no unpacking and one vector subtraction per
+    /// row and block for the offset (docs/PERF.md, "the panel tile"). Same
+    /// packing, same sums: the results do not change. Tables from before
+    /// it existed read as false, what the kernels then did.
+    #[serde(default)]
+    pub panel: bool,
 }
 
 /// The k-unroll factors ([`QGemmParams::ku`]).
@@ -241,6 +251,20 @@ pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
         _ => &[1],
     }
 }
+
+/// Whether `isa` has a panel tile ([`QGemmParams::panel`]) for `format`.
+pub fn panels(isa: Isa, format: QuantFormat) -> bool {
+    isa == Isa::Avx2 && format == QuantFormat::Q4_0
+}
+
+/// Bytes of one block of a panel ([`QGemmParams::panel`]): 16 columns'
+/// values (512), column offsets (64) and scales (64).
+const PANEL_BLOCK: usize = 640;
+
+/// Columns per panel: two ymm per chunk, so each activation broadcast
+/// serves two `vpmaddubsw` whatever the packing's interleave.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const PANEL_COLS: usize = 16;
 
 /// The prefetch distances (blocks ahead) the SIMD variants are tuned over.
 pub const PREFETCHES: [usize; 4] = [0, 8, 16, 32];
@@ -291,16 +315,37 @@ impl QGemmParams {
             .filter(|&r| r <= cap && r <= shape.m.max(1))
             .max()
             .unwrap_or(1);
+        // The panel tile where it measured faster (docs/PERF.md, "the
+        // panel tile"): from 64 rows, where filling the panel is paid
+        // back, while the panel stays in a 32 KiB L1 (k ≤ 1632; at k =
+        // 4864 it was slower than the register tile). Two rows keep its
+        // 16 columns' sums and accumulators in registers.
+        if panels(isa, shape.format)
+            && shape.m >= 64
+            && shape.k.div_ceil(QK) * PANEL_BLOCK <= 32 << 10
+        {
+            return QGemmParams {
+                mr: 2,
+                nr,
+                pf,
+                ku: default_ku(),
+                panel: true,
+            };
+        }
         QGemmParams {
             mr,
             nr,
             pf,
             ku: default_ku(),
+            panel: false,
         }
     }
 
     /// The search space of one variant: every `mr` × the variant's `nr`
-    /// × the prefetch distances and k-unrolls it reads.
+    /// × the prefetch distances and k-unrolls it reads, and where it has a
+    /// panel tile for the format ([`panels`]), that tile at every `mr` ×
+    /// `nr` with the default prefetch (it prefetches only while filling the
+    /// panel).
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
         let pfs: &[usize] = if prefetch::reads(isa) {
@@ -313,9 +358,24 @@ impl QGemmParams {
                 for &pf in pfs {
                     for &ku in unrolls(isa, mr) {
                         if mr <= shape.m.max(1) {
-                            v.push(QGemmParams { mr, nr, pf, ku });
+                            v.push(QGemmParams {
+                                mr,
+                                nr,
+                                pf,
+                                ku,
+                                panel: false,
+                            });
                         }
                     }
+                }
+                if panels(isa, shape.format) && mr <= shape.m.max(1) {
+                    v.push(QGemmParams {
+                        mr,
+                        nr,
+                        pf: default_pf(),
+                        ku: 1,
+                        panel: true,
+                    });
                 }
             }
         }
@@ -335,8 +395,9 @@ impl Tunable for QGemmParams {
         Self::default_for_isa(shape, cpu, Isa::best_of(variants(shape.format)))
     }
 
-    /// Every `mr` × interleave × prefetch distance × k-unroll (variants
-    /// accept a subset; the tuner uses
+    /// Every `mr` × interleave × prefetch distance × k-unroll, each with
+    /// and without the panel at k-unroll 1 (variants accept a subset; the
+    /// tuner uses
     /// [`candidates_for_isa`](Self::candidates_for_isa)).
     fn candidates(shape: &QGemmShape, cpu: &CpuCaps) -> Vec<Self> {
         let mut v = Vec::new();
@@ -344,7 +405,17 @@ impl Tunable for QGemmParams {
             for &mr in &MRS {
                 for &pf in &PREFETCHES {
                     for &ku in &UNROLLS {
-                        v.push(QGemmParams { mr, nr, pf, ku });
+                        for panel in [false, true] {
+                            if ku == 1 || !panel {
+                                v.push(QGemmParams {
+                                    mr,
+                                    nr,
+                                    pf,
+                                    ku,
+                                    panel,
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -392,6 +463,7 @@ impl Default for QGemmParams {
             nr: 8,
             pf: default_pf(),
             ku: default_ku(),
+            panel: false,
         }
     }
 }
@@ -599,6 +671,21 @@ impl QGemm {
                 ),
             });
         }
+        if self.params.panel && !panels(self.isa, self.format) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!(
+                    "the {} variant has no panel tile for {}; use panel false",
+                    self.isa, self.format
+                ),
+            });
+        }
+        if self.params.panel && self.params.ku != 1 {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: "the panel tile has no k-unroll; use ku 1".into(),
+            });
+        }
         check_threads(OP, self.threads)
     }
 
@@ -698,6 +785,11 @@ impl QGemm {
             qs: &w.qs,
             acts: cast_blocks(aq).expect("length checked by the caller"),
         };
+        #[cfg(target_arch = "x86_64")]
+        if self.params.panel {
+            self.run_panels(&job, n, m, c);
+            return;
+        }
         let tile = self.tile_fn();
         let mr = self.params.mr;
         let out = OutPtr(c.as_mut_ptr());
@@ -726,6 +818,111 @@ impl QGemm {
                 }
             }
         });
+    }
+}
+
+/// One 64-byte aligned line of the panel tile's buffers.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// The calling thread's biased activations ([`QGemmParams::panel`]),
+    /// kept between calls so a prefill does not fault in fresh pages
+    /// for every weight.
+    static BIASED: std::cell::Cell<Vec<Line>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+#[cfg(target_arch = "x86_64")]
+impl QGemm {
+    /// The panel driver ([`QGemmParams::panel`]): the activations biased
+    /// to unsigned once, then per weight group its panel filled once and
+    /// read by every row tile.
+    fn run_panels(&self, job: &Job<'_>, n: usize, m: usize, c: &mut [f32]) {
+        let (nr, nb) = (job.nr, job.nb);
+        let lines = |bytes: usize| bytes.div_ceil(size_of::<Line>());
+        let mut biased = BIASED.take();
+        biased.clear();
+        biased.resize(lines(32 * m * nb), Line([0; 64]));
+        let xb = SharedPtr(biased.as_ptr().cast());
+        let bias_to = OutPtr(biased.as_mut_ptr().cast());
+        // `x + 128` as bytes: the sign bit flipped. Rows split across the
+        // workers (a serial pass cost the small-n projections a tenth).
+        parallel_ranges(m, self.threads, 1, |rows| {
+            for i in rows {
+                // SAFETY: `biased` holds 32·m·nb bytes (Line is plain
+                // bytes) and this worker alone writes row i's.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        bias_to.get().cast::<u8>().add(32 * i * nb),
+                        32 * nb,
+                    )
+                };
+                for (d, a) in dst
+                    .chunks_exact_mut(QK)
+                    .zip(&job.acts[i * nb..(i + 1) * nb])
+                {
+                    for (d, &q) in d.iter_mut().zip(&a.qs) {
+                        *d = (q as u8) ^ 0x80;
+                    }
+                }
+            }
+        });
+        let mr = self.params.mr;
+        let out = OutPtr(c.as_mut_ptr());
+        let (groups, w) = (n.div_ceil(nr), PANEL_COLS);
+        parallel_ranges(n.div_ceil(w), self.threads, 1, |units| {
+            let mut buf = [0.0f32; MAX_TILE];
+            let mut panel = vec![Line([0; 64]); lines(nb * PANEL_BLOCK)];
+            for u in units {
+                // SAFETY: panels(Avx2, Q4_0) was checked with the
+                // configuration (the job is Q4_0 at interleave 8 or 16),
+                // u < ⌈n / 16⌉ and the panel holds nb blocks, aligned.
+                unsafe { avx2::fill_panel(job, groups, u, panel.as_mut_ptr().cast()) };
+                let cols = w.min(n - u * w);
+                let mut i0 = 0;
+                while i0 < m {
+                    let rows = tile_rows(m - i0, mr);
+                    // SAFETY: the panel of columns 16u.. is filled, xb
+                    // holds every row's biased blocks, i0 + rows <= m.
+                    unsafe {
+                        avx2::panel_tile(job, panel.as_ptr().cast(), xb.get(), i0, rows, &mut buf)
+                    };
+                    for i in 0..rows {
+                        for r in 0..cols {
+                            // SAFETY: (i0 + i) < m and u·16 + r < n; this
+                            // worker alone writes the columns of its units.
+                            unsafe {
+                                *out.get().add((i0 + i) * n + u * w + r) = buf[i * w + r];
+                            }
+                        }
+                    }
+                    i0 += rows;
+                }
+            }
+        });
+        BIASED.set(biased);
+    }
+}
+
+/// The biased activations' base pointer, read by every worker.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct SharedPtr(*const u8);
+// SAFETY: workers only read through it, within the scope of the borrow.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Send for SharedPtr {}
+// SAFETY: as above.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Sync for SharedPtr {}
+
+#[cfg(target_arch = "x86_64")]
+impl SharedPtr {
+    #[inline]
+    fn get(self) -> *const u8 {
+        self.0
     }
 }
 
@@ -786,7 +983,7 @@ mod tests {
         // Tables from before `pf` and `ku` existed read as what the
         // kernels then did.
         let old: QGemmParams = serde_json::from_str(r#"{"mr":1,"nr":16}"#).unwrap();
-        assert_eq!((old.pf, old.ku), (16, 1));
+        assert_eq!((old.pf, old.ku, old.panel), (16, 1, false));
     }
 
     #[test]
@@ -800,6 +997,7 @@ mod tests {
                     nr,
                     pf: 0,
                     ku: 2,
+                    panel: false,
                 });
                 let err = q.check_config().err();
                 let reads = unrolls(isa, mr).contains(&2);

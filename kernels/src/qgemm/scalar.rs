@@ -73,6 +73,7 @@ pub fn definition(
         nr: 4,
         pf: 0,
         ku: 1,
+        panel: false,
     });
     q.run(&repack(format, w, n, k, 4)?, a, m, c, &mut Vec::new())
 }
