@@ -629,11 +629,9 @@ unsafe fn fill_panel_q4_0(job: &Job<'_>, groups: usize, u: usize, panel: *mut u8
         let qb = unsafe { job.qs.as_ptr().add(g * nb * bs) };
         for b in 0..nb {
             if job.pf > 0 {
-                for l in 0..bs / 128 {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        qb.wrapping_add((b + job.pf) * bs + 64 * (2 * l + sub))
-                            .cast(),
-                    );
+                // Every line of the block ahead (2 at interleave 8, 4 at 16).
+                for l in 0..bs / 64 {
+                    _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add((b + job.pf) * bs + 64 * l).cast());
                 }
             }
             // SAFETY: block b of the panel (the caller's size).
