@@ -830,8 +830,8 @@ struct Line([u8; 64]);
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     /// The calling thread's biased activations ([`QGemmParams::panel`]),
-    /// kept between calls so a prefill does not fault in fresh pages
-    /// for every weight.
+    /// kept between calls (the largest call's size) so a prefill neither
+    /// faults in nor zeroes fresh pages for every weight.
     static BIASED: std::cell::Cell<Vec<Line>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -843,11 +843,13 @@ impl QGemm {
     fn run_panels(&self, job: &Job<'_>, n: usize, m: usize, c: &mut [f32]) {
         let (nr, nb) = (job.nr, job.nb);
         let lines = |bytes: usize| bytes.div_ceil(size_of::<Line>());
+        // Grown, never cleared: the pass below writes every byte it reads.
         let mut biased = BIASED.take();
-        biased.clear();
-        biased.resize(lines(32 * m * nb), Line([0; 64]));
-        let xb = SharedPtr(biased.as_ptr().cast());
+        if biased.len() < lines(32 * m * nb) {
+            biased.resize(lines(32 * m * nb), Line([0; 64]));
+        }
         let bias_to = OutPtr(biased.as_mut_ptr().cast());
+        let xb = SharedPtr(bias_to.get().cast_const().cast());
         // `x + 128` as bytes: the sign bit flipped. Rows split across the
         // workers (a serial pass cost the small-n projections a tenth).
         parallel_ranges(m, self.threads, 1, |rows| {
