@@ -15,6 +15,7 @@
 
 use crate::Result;
 use crate::error::check_len;
+use crate::pool::{check_threads, parallel_ranges};
 use crate::quant::blocks::{F16Le, QK, RawBlock, cast_blocks_mut};
 use crate::quant::{QuantFormat, legacy};
 
@@ -81,24 +82,70 @@ pub fn act_bytes(m: usize, k: usize) -> usize {
 /// quants are also exactly Q8_0's, so every format's GEMM sees the
 /// activations its W·A8 GEMV would.
 pub fn quantize_activations_into(a: &[f32], m: usize, k: usize, out: &mut [u8]) -> Result<()> {
+    quantize_activations_on(a, m, k, out, 1)
+}
+
+/// As [`quantize_activations_into`], the rows split across `threads`
+/// workers: the same bytes (each block is quantized on its own). A
+/// prefill's GEMMs run on every thread, and a serial pass before each
+/// would leave the others idle for it (docs/PERF.md, "the activations on
+/// every thread").
+pub fn quantize_activations_on(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    out: &mut [u8],
+    threads: usize,
+) -> Result<()> {
     QuantFormat::Q8_0.check_k("qgemm_quantize", k)?;
     check_len("qgemm_quantize", "a", a.len(), m * k)?;
     check_len("qgemm_quantize", "out", out.len(), act_bytes(m, k))?;
+    check_threads("qgemm_quantize", threads)?;
     let blocks: &mut [ActBlock] = cast_blocks_mut(out).expect("length checked above");
-    let block = act_block_fn();
-    for (o, x) in blocks.iter_mut().zip(a.chunks_exact(QK)) {
-        let (d, qs, sum_lo, sum) = block(x.try_into().expect("chunks of 32"));
-        // As `legacy::quantize_q8_1` stores them (f16), widened.
-        let (d16, s16) = (F16Le::from_f32(d), F16Le::from_f32(sum as f32 * d));
-        *o = ActBlock {
-            d: d16.to_f32().to_le_bytes(),
-            s: s16.to_f32().to_le_bytes(),
-            sum: sum.to_le_bytes(),
-            sum_lo: sum_lo.to_le_bytes(),
-            qs,
+    let (block, nb) = (act_block_fn(), k / QK);
+    let dst = Rows(blocks.as_mut_ptr());
+    parallel_ranges(m, threads, 1, |rows| {
+        // SAFETY: `blocks` holds m · nb blocks and this worker alone
+        // writes those of its rows; the call returns before the borrow
+        // of `out` ends.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(dst.get().add(rows.start * nb), rows.len() * nb)
         };
-    }
+        for (o, x) in o
+            .iter_mut()
+            .zip(a[rows.start * k..rows.end * k].chunks_exact(QK))
+        {
+            let (d, qs, sum_lo, sum) = block(x.try_into().expect("chunks of 32"));
+            // As `legacy::quantize_q8_1` stores them (f16), widened.
+            let (d16, s16) = (F16Le::from_f32(d), F16Le::from_f32(sum as f32 * d));
+            *o = ActBlock {
+                d: d16.to_f32().to_le_bytes(),
+                s: s16.to_f32().to_le_bytes(),
+                sum: sum.to_le_bytes(),
+                sum_lo: sum_lo.to_le_bytes(),
+                qs,
+            };
+        }
+    });
     Ok(())
+}
+
+/// The quantized activations' base, shared by workers writing disjoint
+/// rows.
+#[derive(Clone, Copy)]
+struct Rows(*mut ActBlock);
+// SAFETY: each worker writes only its own rows' blocks, and the workers
+// end before the buffer's borrow does.
+unsafe impl Send for Rows {}
+// SAFETY: as above.
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    /// The base (a method: a closure capturing the field would capture
+    /// the bare pointer, which is not `Sync`).
+    fn get(self) -> *mut ActBlock {
+        self.0
+    }
 }
 
 /// `(d, quants, Σ quants 0..16, Σ quants)` of one block.
@@ -198,5 +245,32 @@ mod tests {
             let (_, qs, _, _) = fast(&blocks[300]);
             assert_eq!((qs[16], qs[15], qs[17]), (1, -1, 2), "quantizer {f}");
         }
+    }
+
+    /// Rows split across workers (more workers than rows too) give the
+    /// bytes one thread gives, block by block from the block quantizer;
+    /// zero threads and short buffers are refused.
+    #[test]
+    fn activations_on_many_threads_are_the_one_thread_bytes() {
+        let mut rng = Rng::new(23);
+        for (m, k) in [(1, 32), (3, 96), (17, 64), (64, 896)] {
+            let a: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0)).collect();
+            let mut one = vec![0u8; act_bytes(m, k)];
+            quantize_activations_into(&a, m, k, &mut one).unwrap();
+            let block = act_block_fn();
+            let blocks: &[ActBlock] = crate::quant::blocks::cast_blocks(&one).unwrap();
+            for (b, x) in blocks.iter().zip(a.chunks_exact(QK)) {
+                let (_, qs, lo, sum) = block(x.try_into().unwrap());
+                assert_eq!((b.qs, b.sum_lo(), b.sum()), (qs, lo, sum), "m={m} k={k}");
+            }
+            for threads in [2, 3, 5] {
+                let mut many = vec![0xAAu8; act_bytes(m, k)];
+                quantize_activations_on(&a, m, k, &mut many, threads).unwrap();
+                assert!(many == one, "m={m} k={k} threads={threads}");
+            }
+        }
+        let mut out = vec![0u8; act_bytes(2, 32)];
+        assert!(quantize_activations_on(&[0.0; 64], 2, 32, &mut out, 0).is_err());
+        assert!(quantize_activations_on(&[0.0; 64], 2, 32, &mut out[1..], 2).is_err());
     }
 }

@@ -3,6 +3,9 @@
 //! columns of C.
 //!
 //! The same scheme as the AVX2 tiles (see `avx2.rs`) at twice the width.
+//! For Q4_0 with VNNI there is also a panel tile ([`panel_tile`]): each
+//! group is unpacked once per call into a per-worker panel that every row
+//! tile reads.
 //! AVX-512 has no `vpsignb`, so the sign trick negates the broadcast
 //! activations under the mask of negative weights (`vpmovb2m` +
 //! masked `vpsubb`). The 5-bit kinds merge each nibble vector with its
@@ -17,10 +20,10 @@
 //! separately rounded multiplies and adds (bit-equal to the scalar
 //! micro-kernel).
 
-use super::Job;
 use super::pack::Kind;
 use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
 use super::prefetch_scales;
+use super::{ActBlock, Job, PANEL_BLOCK_ZMM as PANEL_BLOCK};
 use std::arch::x86_64::*;
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
@@ -476,6 +479,127 @@ tiles!(
     i8_vnni,
     tile_vnni
 );
+
+/// Q4_0 VNNI tile over a panel ([`fill_panel`]): the register tile's
+/// sums and rounding without its unpacking, and each row's sums start at
+/// its offset `−8·Σx`, so a block costs a row its 8 `vpdpbusd` and the
+/// scaling. (Without VNNI the i16 sums need the offset after widening,
+/// and the panel measured no faster there: docs/PERF.md, "the panel on
+/// AVX-512".)
+///
+/// # Safety
+/// Needs AVX-512 F/BW and VNNI; the panel filled for `nb` blocks; rows
+/// `i0 .. i0 + MR` inside `acts` (`nb` blocks per row); `out` ≥ `MR · 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512vnni")]
+unsafe fn panel_q4_0<const MR: usize>(
+    acts: &[ActBlock],
+    nb: usize,
+    panel: *const u8,
+    i0: usize,
+    out: &mut [f32],
+) {
+    debug_assert!(out.len() >= MR * 16);
+    debug_assert!(acts.len() >= (i0 + MR) * nb);
+    let mut acc = [_mm512_setzero_ps(); MR];
+    // SAFETY: rows i0 + i < i0 + MR each hold nb blocks.
+    let ab = unsafe { acts.as_ptr().add(i0 * nb) };
+    for b in 0..nb {
+        // SAFETY: block b of the panel.
+        let pb = unsafe { panel.add(b * PANEL_BLOCK) };
+        // SAFETY: block b of row i0 + i.
+        let mut s: [__m512i; MR] =
+            std::array::from_fn(|i| _mm512_set1_epi32(-8 * unsafe { (*ab.add(i * nb + b)).sum() }));
+        for c in 0..4 {
+            // SAFETY: chunk c of the panel's block b (aligned).
+            let (wl, wh) = unsafe {
+                (
+                    _mm512_load_si512(pb.add(128 * c).cast()),
+                    _mm512_load_si512(pb.add(128 * c + 64).cast()),
+                )
+            };
+            for (i, si) in s.iter_mut().enumerate() {
+                // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
+                let (xl, xh) = unsafe {
+                    let xp = (*ab.add(i * nb + b)).qs.as_ptr();
+                    (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
+                };
+                *si = q4_step_vnni(*si, wl, xl, wh, xh);
+            }
+        }
+        // SAFETY: the panel's scales of block b (aligned).
+        let dw = unsafe { _mm512_load_ps(pb.add(512).cast()) };
+        for (i, a) in acc.iter_mut().enumerate() {
+            // SAFETY: block b of row i0 + i.
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(unsafe { (*ab.add(i * nb + b)).d() }));
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i])));
+        }
+    }
+    for (i, a) in acc.iter().enumerate() {
+        // SAFETY: out holds MR · 16 floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * i), *a) };
+    }
+}
+
+/// Rows `i0 .. i0 + mr` (mr ∈ 1, 2, 4, 8) × the panel's 16 columns.
+///
+/// # Safety
+/// As for [`panel_q4_0`].
+pub(super) unsafe fn panel_tile(
+    job: &Job<'_>,
+    panel: *const u8,
+    i0: usize,
+    mr: usize,
+    out: &mut [f32],
+) {
+    let (a, nb) = (job.acts, job.nb);
+    // SAFETY (all arms): forwarded from the caller.
+    unsafe {
+        match mr {
+            8 => panel_q4_0::<8>(a, nb, panel, i0, out),
+            4 => panel_q4_0::<4>(a, nb, panel, i0, out),
+            2 => panel_q4_0::<2>(a, nb, panel, i0, out),
+            _ => panel_q4_0::<1>(a, nb, panel, i0, out),
+        }
+    }
+}
+
+/// Unpacks group `g` (16 columns) of a Q4_0 job into `panel`, once for
+/// every row tile of the call. Block `b` at `576·b`: chunk `c`'s low
+/// nibbles at `128c` and high nibbles at `128c + 64` as bytes 0..15, the
+/// register tile's operands, then the 16 scales as f32 (`vcvtph2ps`,
+/// exact).
+///
+/// # Safety
+/// Needs AVX-512 F/BW; `job` is Q4_0 with f16 scales at interleave 16,
+/// `g` one of its groups; `panel` holds `nb` blocks, 64-byte aligned.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
+    debug_assert!(job.kind == Kind::Q4_0 && job.sc.mode == SC_F16 && job.nr == 16);
+    let nb = job.nb;
+    let mask = _mm512_set1_epi8(0x0F);
+    // SAFETY: group g holds nb blocks of 256 quant bytes.
+    let qb = unsafe { job.qs.as_ptr().add(g * nb * 256) };
+    for b in 0..nb {
+        if job.pf > 0 {
+            for l in 0..4 {
+                _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add((b + job.pf) * 256 + 64 * l).cast());
+            }
+        }
+        // SAFETY: chunk c of block b inside group g; the stores stay
+        // inside block b of the panel; the 16 scales of block b.
+        unsafe {
+            let pb = panel.add(b * PANEL_BLOCK);
+            for c in 0..4 {
+                let v = _mm512_loadu_si512(qb.add(b * 256 + 64 * c).cast());
+                _mm512_store_si512(pb.add(128 * c).cast(), _mm512_and_si512(v, mask));
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+                _mm512_store_si512(pb.add(128 * c + 64).cast(), hi);
+            }
+            let d = f16x16(job.sc.dh.as_ptr().add((g * nb + b) * 16));
+            _mm512_store_ps(pb.add(512).cast(), d);
+        }
+    }
+}
 
 /// One activation block quantized exactly as `legacy::quantize_q8_1`
 /// does: `d = amax / 127` and `q = round(x · (1/d))`, Rust's `round`

@@ -26,7 +26,7 @@
 //! | scalar | 4, 8, 16 | plain Rust (the reference layout walk) |
 //! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk; for Q4_0 also a 16-column panel tile, [`QGemmParams::panel`]) |
 //! | avx_vnni | 8 | `vpdpbusd` (ymm) |
-//! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm) |
+//! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm; avx512_vnni Q4_0 also a panel tile) |
 //! | neon | 4, 8 | `smull`+`sadalp` |
 //! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
 //! | neon_i8mm | 4, 8 | `smmla` on activation row pairs (`asm!`; 1-row tiles use `sdot`) |
@@ -116,7 +116,9 @@ mod neon;
 pub mod pack;
 pub mod scalar;
 
-pub use act::{ActBlock, act_bytes, quantize_activations, quantize_activations_into};
+pub use act::{
+    ActBlock, act_bytes, quantize_activations, quantize_activations_into, quantize_activations_on,
+};
 pub use pack::{INTERLEAVES, PackedQ, repack, repack_on};
 
 use crate::error::check_len;
@@ -223,12 +225,15 @@ pub struct QGemmParams {
     #[serde(default = "default_ku")]
     pub ku: usize,
     /// Unpack each weight group once into a panel that every activation
-    /// row reads ([`panels`]: AVX2 Q4_0), instead of in every register
-    /// tile. The panel holds the values as signed bytes and each column's
-    /// block offset, and the activations are biased to unsigned once per
-    /// call, so a tile does no unpacking and one vector subtraction per
-    /// row and block for the offset (docs/PERF.md, "the panel tile"). Same
-    /// packing, same sums: the results do not change. Tables from before
+    /// row reads ([`panels`]: AVX2 and AVX-512 VNNI, Q4_0), instead of in
+    /// every register tile. On AVX2 the panel holds the values as signed
+    /// bytes and each column's block offset, and the activations are
+    /// biased to unsigned once per call, so a tile does no unpacking and
+    /// one vector subtraction per row and block for the offset
+    /// (docs/PERF.md, "the panel tile"); on AVX-512 VNNI it holds the
+    /// register tile's unsigned operands and the sums start at the offset
+    /// ("the panel on AVX-512"). Same packing, same sums: the results do
+    /// not change. Tables from before
     /// it existed read as false, what the kernels then did.
     #[serde(default)]
     pub panel: bool,
@@ -254,12 +259,26 @@ pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
 
 /// Whether `isa` has a panel tile ([`QGemmParams::panel`]) for `format`.
 pub fn panels(isa: Isa, format: QuantFormat) -> bool {
-    isa == Isa::Avx2 && format == QuantFormat::Q4_0
+    matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && format == QuantFormat::Q4_0
 }
 
-/// Bytes of one block of a panel ([`QGemmParams::panel`]): 16 columns'
-/// values (512), column offsets (64) and scales (64).
+/// Bytes of one block of the AVX2 panel ([`QGemmParams::panel`]): 16
+/// columns' values (512), offsets (64) and scales (64).
 const PANEL_BLOCK: usize = 640;
+
+/// Bytes of one block of the AVX-512 panel: 16 columns' values (512) and
+/// scales (64).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const PANEL_BLOCK_ZMM: usize = 576;
+
+/// Bytes of one block of `isa`'s panel.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn panel_block(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx2 => PANEL_BLOCK,
+        _ => PANEL_BLOCK_ZMM,
+    }
+}
 
 /// Columns per panel: two ymm per chunk, so each activation broadcast
 /// serves two `vpmaddubsw` whatever the packing's interleave.
@@ -320,12 +339,27 @@ impl QGemmParams {
         // back, while the panel stays in a 32 KiB L1 (k ≤ 1632; at k =
         // 4864 it was slower than the register tile). Two rows keep its
         // 16 columns' sums and accumulators in registers.
-        if panels(isa, shape.format)
+        if isa == Isa::Avx2
+            && panels(isa, shape.format)
             && shape.m >= 64
-            && shape.k.div_ceil(QK) * PANEL_BLOCK <= 32 << 10
+            && shape.k.div_ceil(QK) * panel_block(isa) <= 32 << 10
         {
             return QGemmParams {
                 mr: 2,
+                nr,
+                pf,
+                ku: default_ku(),
+                panel: true,
+            };
+        }
+        // On AVX-512 VNNI (Zen 4) the panel measured 1.5–4% faster from
+        // 128 rows at every k of Qwen2.5-0.5B's projections (it only
+        // saves the unpacking; the tile's 8 rows keep their sums in
+        // registers whatever the panel's size)
+        // (docs/PERF.md, "the panel on AVX-512"); at 64 it measured even.
+        if isa == Isa::Avx512Vnni && panels(isa, shape.format) && shape.m >= 128 {
+            return QGemmParams {
+                mr,
                 nr,
                 pf,
                 ku: default_ku(),
@@ -603,6 +637,44 @@ impl OutPtr {
     fn get(self) -> *mut f32 {
         self.0
     }
+
+    /// Copies a tile's `rows` × `cols` results (row stride `w` in `buf`)
+    /// into C (row stride `n`) at row `i0`, column `c0`. A whole row of an
+    /// 8- or 16-column tile is one fixed-size copy: element by element
+    /// (the pointer reloaded for each, as it may alias) it took 7% of a
+    /// prefill (docs/PERF.md, "the tile's results into C").
+    ///
+    /// # Safety
+    /// `buf` holds `rows` rows of `w ≥ cols` values; rows `i0 .. i0 +
+    /// rows` and columns `c0 .. c0 + cols` are inside C, and no other
+    /// thread writes them meanwhile.
+    #[inline]
+    unsafe fn put(
+        self,
+        buf: &[f32],
+        w: usize,
+        (i0, rows): (usize, usize),
+        (c0, cols): (usize, usize),
+        n: usize,
+    ) {
+        assert!(cols <= w && rows * w <= buf.len());
+        for i in 0..rows {
+            let src = buf[i * w..].as_ptr();
+            // SAFETY: forwarded from the caller; the source is row i of buf.
+            unsafe {
+                let dst = self.0.add((i0 + i) * n + c0);
+                match cols {
+                    16 => dst
+                        .cast::<[f32; 16]>()
+                        .write_unaligned(src.cast::<[f32; 16]>().read()),
+                    8 => dst
+                        .cast::<[f32; 8]>()
+                        .write_unaligned(src.cast::<[f32; 8]>().read()),
+                    _ => std::ptr::copy_nonoverlapping(src, dst, cols),
+                }
+            }
+        }
+    }
 }
 
 /// A configured quantized GEMM (builder style).
@@ -713,7 +785,7 @@ impl QGemm {
         if scratch.len() < bytes {
             scratch.resize(bytes, 0);
         }
-        quantize_activations_into(a, m, k, &mut scratch[..bytes])?;
+        quantize_activations_on(a, m, k, &mut scratch[..bytes], self.threads)?;
         self.run_unchecked(w, &scratch[..bytes], m, c);
         Ok(())
     }
@@ -804,16 +876,10 @@ impl QGemm {
                     // variant and that it reads this interleave; g is a
                     // group of w, i0 + rows <= m, buf holds rows × nr.
                     unsafe { tile(&job, g, i0, rows, &mut buf) };
-                    for i in 0..rows {
-                        for r in 0..cols {
-                            // SAFETY: (i0 + i) < m and g·nr + r < n, so the
-                            // index is inside C (m × n); this worker alone
-                            // writes the columns of its groups.
-                            unsafe {
-                                *out.get().add((i0 + i) * n + g * nr + r) = buf[i * nr + r];
-                            }
-                        }
-                    }
+                    // SAFETY: rows i0 .. i0 + rows < m and columns
+                    // g·nr .. g·nr + cols <= n are inside C (m × n); this
+                    // worker alone writes the columns of its groups.
+                    unsafe { out.put(&buf, nr, (i0, rows), (g * nr, cols), n) };
                     i0 += rows;
                 }
             }
@@ -841,18 +907,21 @@ impl QGemm {
     /// to unsigned once, then per weight group its panel filled once and
     /// read by every row tile.
     fn run_panels(&self, job: &Job<'_>, n: usize, m: usize, c: &mut [f32]) {
-        let (nr, nb) = (job.nr, job.nb);
+        let (nr, nb, isa) = (job.nr, job.nb, self.isa);
         let lines = |bytes: usize| bytes.div_ceil(size_of::<Line>());
         // Grown, never cleared: the pass below writes every byte it reads.
+        // Only AVX2's tile reads biased activations: AVX-512 VNNI takes
+        // the signed ones as the broadcast operand.
         let mut biased = BIASED.take();
-        if biased.len() < lines(32 * m * nb) {
-            biased.resize(lines(32 * m * nb), Line([0; 64]));
+        let need = if isa == Isa::Avx2 { 32 * m * nb } else { 0 };
+        if biased.len() < lines(need) {
+            biased.resize(lines(need), Line([0; 64]));
         }
         let bias_to = OutPtr(biased.as_mut_ptr().cast());
         let xb = SharedPtr(bias_to.get().cast_const().cast());
         // `x + 128` as bytes: the sign bit flipped. Rows split across the
         // workers (a serial pass cost the small-n projections a tenth).
-        parallel_ranges(m, self.threads, 1, |rows| {
+        parallel_ranges(if need > 0 { m } else { 0 }, self.threads, 1, |rows| {
             for i in rows {
                 // SAFETY: `biased` holds 32·m·nb bytes (Line is plain
                 // bytes) and this worker alone writes row i's.
@@ -877,12 +946,20 @@ impl QGemm {
         let (groups, w) = (n.div_ceil(nr), PANEL_COLS);
         parallel_ranges(n.div_ceil(w), self.threads, 1, |units| {
             let mut buf = [0.0f32; MAX_TILE];
-            let mut panel = vec![Line([0; 64]); lines(nb * PANEL_BLOCK)];
+            let mut panel = vec![Line([0; 64]); lines(nb * panel_block(isa))];
             for u in units {
-                // SAFETY: panels(Avx2, Q4_0) was checked with the
-                // configuration (the job is Q4_0 at interleave 8 or 16),
-                // u < ⌈n / 16⌉ and the panel holds nb blocks, aligned.
-                unsafe { avx2::fill_panel(job, groups, u, panel.as_mut_ptr().cast()) };
+                let p = panel.as_mut_ptr().cast();
+                // SAFETY: panels(isa, Q4_0) was checked with the
+                // configuration (the job is Q4_0 at an interleave the
+                // variant reads: 8 or 16 on AVX2, 16 on AVX-512, so u is
+                // a group there), u < ⌈n / 16⌉ and the panel holds nb
+                // blocks, aligned.
+                unsafe {
+                    match isa {
+                        Isa::Avx2 => avx2::fill_panel(job, groups, u, p),
+                        _ => avx512::fill_panel(job, u, p),
+                    }
+                };
                 let cols = w.min(n - u * w);
                 let mut i0 = 0;
                 while i0 < m {
@@ -890,17 +967,17 @@ impl QGemm {
                     // SAFETY: the panel of columns 16u.. is filled, xb
                     // holds every row's biased blocks, i0 + rows <= m.
                     unsafe {
-                        avx2::panel_tile(job, panel.as_ptr().cast(), xb.get(), i0, rows, &mut buf)
-                    };
-                    for i in 0..rows {
-                        for r in 0..cols {
-                            // SAFETY: (i0 + i) < m and u·16 + r < n; this
-                            // worker alone writes the columns of its units.
-                            unsafe {
-                                *out.get().add((i0 + i) * n + u * w + r) = buf[i * w + r];
-                            }
+                        let p = panel.as_ptr().cast();
+                        match isa {
+                            Isa::Avx2 => avx2::panel_tile(job, p, xb.get(), i0, rows, &mut buf),
+                            // Avx512Vnni, the other variant with a panel.
+                            _ => avx512::panel_tile(job, p, i0, rows, &mut buf),
                         }
-                    }
+                    };
+                    // SAFETY: rows i0 .. i0 + rows < m and columns
+                    // u·16 .. u·16 + cols <= n are inside C; this worker
+                    // alone writes the columns of its units.
+                    unsafe { out.put(&buf, w, (i0, rows), (u * w, cols), n) };
                     i0 += rows;
                 }
             }

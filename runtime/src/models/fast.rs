@@ -351,7 +351,8 @@ impl Linear {
                     if xq.len() < bytes {
                         xq.resize(bytes, 0);
                     }
-                    qgemm::quantize_activations_into(x, m, k, &mut xq[..bytes]).map_err(kerr)?;
+                    qgemm::quantize_activations_on(x, m, k, &mut xq[..bytes], q.threads)
+                        .map_err(kerr)?;
                     *quantized = true;
                 }
                 q.run_prequantized(p, &xq[..bytes], m, y).map_err(kerr)?;
