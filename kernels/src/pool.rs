@@ -213,6 +213,49 @@ pub fn install_awake<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R
     })
 }
 
+/// A buffer the workers of one [`parallel_ranges`] call share, each
+/// writing only its own part of it (rows, blocks, columns).
+pub(crate) struct Disjoint<T>(*mut T);
+
+impl<T> Clone for Disjoint<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Disjoint<T> {}
+
+// SAFETY: the parts the workers write do not overlap (the contract of
+// `part`), and `parallel_ranges` returns only after every worker has
+// finished, before the buffer's borrow ends.
+unsafe impl<T: Send> Send for Disjoint<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Disjoint<T> {}
+
+impl<T> Disjoint<T> {
+    pub(crate) fn new(buf: &mut [T]) -> Self {
+        Disjoint(buf.as_mut_ptr())
+    }
+
+    /// Elements `range` of the buffer.
+    ///
+    /// # Safety
+    /// `range` lies inside the buffer, which is still borrowed, and no
+    /// other live slice overlaps it.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn part(&self, range: std::ops::Range<usize>) -> &mut [T] {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(range.start), range.len()) }
+    }
+
+    /// The buffer's base, to read once no worker writes it (the x86
+    /// panel driver's biased activations).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn ptr(self) -> *const T {
+        self.0
+    }
+}
+
 /// Runs `f(range)` over `0..n` split into `threads` aligned ranges, on exactly
 /// `threads` workers (inline when `threads == 1`): the calling thread's team
 /// when it runs an [`install_awake`] closure of that many threads, else a

@@ -30,7 +30,7 @@
 //! (AVX-512 F/BW/VL) on x86-64, and `neon` on aarch64.
 
 use crate::error::check_len;
-use crate::pool::{check_threads, parallel_ranges};
+use crate::pool::{Disjoint, check_threads, parallel_ranges};
 use crate::tune::{CpuCaps, Tunable};
 use crate::{Isa, KernelError, Result};
 use half::f16;
@@ -392,26 +392,6 @@ fn kernels_for<T: Weight>(isa: Isa, p: &GemvParams) -> Option<Kernels<T>> {
     }
 }
 
-/// `y` shared by the workers; each one writes only its own row range.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: the workers of one call write disjoint row ranges of `y`
-// (`split_range` yields non-overlapping ranges), and the call returns only
-// after all of them have finished.
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    /// The rows `rows` of `y` as a slice.
-    ///
-    /// # Safety
-    /// `rows` lies inside `y`, and no other live slice overlaps it.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn rows(&self, rows: &std::ops::Range<usize>) -> &mut [f32] {
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(rows.start), rows.len()) }
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn gemv_generic<T: Weight>(
     op: &'static str,
@@ -438,17 +418,17 @@ fn gemv_generic<T: Weight>(
     check_threads(op, cfg.threads)?;
     let isa = resolve_isa(cfg.isa)?;
 
-    let out = SharedOut(y.as_mut_ptr());
+    let out = Disjoint::new(y);
     let p = cfg.params;
     match kernels_for::<T>(isa, &p) {
         None => parallel_ranges(n, cfg.threads, 1, |rows| {
-            // SAFETY: see `SharedOut`; `rows` lies inside `0..n`.
-            let y = unsafe { out.rows(&rows) };
+            // SAFETY: `rows` lies inside `0..n`, this worker's alone.
+            let y = unsafe { out.part(rows.clone()) };
             scalar::gemv_rows(w, x, bias, y, rows, k, accumulate);
         }),
         Some(kern) => parallel_ranges(n, cfg.threads, p.nr, |rows| {
-            // SAFETY: see `SharedOut`; `rows` lies inside `0..n`.
-            let y = unsafe { out.rows(&rows) };
+            // SAFETY: `rows` lies inside `0..n`, this worker's alone.
+            let y = unsafe { out.part(rows.clone()) };
             // SAFETY: `resolve_isa` checked the CPU runs `isa`, and the
             // lengths of `w`, `x`, `y`, `bias` were checked against the shape.
             unsafe { run_rows(&kern, &p, w, x, bias, y, rows, k, accumulate) };

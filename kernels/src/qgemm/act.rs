@@ -15,7 +15,7 @@
 
 use crate::Result;
 use crate::error::check_len;
-use crate::pool::{check_threads, parallel_ranges};
+use crate::pool::{Disjoint, check_threads, parallel_ranges};
 use crate::quant::blocks::{F16Le, QK, RawBlock, cast_blocks_mut};
 use crate::quant::{QuantFormat, legacy};
 
@@ -103,14 +103,11 @@ pub fn quantize_activations_on(
     check_threads("qgemm_quantize", threads)?;
     let blocks: &mut [ActBlock] = cast_blocks_mut(out).expect("length checked above");
     let (block, nb) = (act_block_fn(), k / QK);
-    let dst = Rows(blocks.as_mut_ptr());
+    let dst = Disjoint::new(blocks);
     parallel_ranges(m, threads, 1, |rows| {
         // SAFETY: `blocks` holds m · nb blocks and this worker alone
-        // writes those of its rows; the call returns before the borrow
-        // of `out` ends.
-        let o = unsafe {
-            std::slice::from_raw_parts_mut(dst.get().add(rows.start * nb), rows.len() * nb)
-        };
+        // writes those of its rows.
+        let o = unsafe { dst.part(rows.start * nb..rows.end * nb) };
         for (o, x) in o
             .iter_mut()
             .zip(a[rows.start * k..rows.end * k].chunks_exact(QK))
@@ -128,24 +125,6 @@ pub fn quantize_activations_on(
         }
     });
     Ok(())
-}
-
-/// The quantized activations' base, shared by workers writing disjoint
-/// rows.
-#[derive(Clone, Copy)]
-struct Rows(*mut ActBlock);
-// SAFETY: each worker writes only its own rows' blocks, and the workers
-// end before the buffer's borrow does.
-unsafe impl Send for Rows {}
-// SAFETY: as above.
-unsafe impl Sync for Rows {}
-
-impl Rows {
-    /// The base (a method: a closure capturing the field would capture
-    /// the bare pointer, which is not `Sync`).
-    fn get(self) -> *mut ActBlock {
-        self.0
-    }
 }
 
 /// `(d, quants, Σ quants 0..16, Σ quants)` of one block.

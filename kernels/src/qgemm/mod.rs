@@ -233,8 +233,8 @@ pub struct QGemmParams {
     /// (docs/PERF.md, "the panel tile"); on AVX-512 VNNI it holds the
     /// register tile's unsigned operands and the sums start at the offset
     /// ("the panel on AVX-512"). Same packing, same sums: the results do
-    /// not change. Tables from before
-    /// it existed read as false, what the kernels then did.
+    /// not change. Tables from before it existed read as false, what the
+    /// kernels then did.
     #[serde(default)]
     pub panel: bool,
 }
@@ -353,10 +353,10 @@ impl QGemmParams {
             };
         }
         // On AVX-512 VNNI (Zen 4) the panel measured 1.5–4% faster from
-        // 128 rows at every k of Qwen2.5-0.5B's projections (it only
-        // saves the unpacking; the tile's 8 rows keep their sums in
-        // registers whatever the panel's size)
-        // (docs/PERF.md, "the panel on AVX-512"); at 64 it measured even.
+        // 128 rows at every k of Qwen2.5-0.5B's projections, and even at
+        // 64 (docs/PERF.md, "the panel on AVX-512"): it saves only the
+        // unpacking, and the tile's 8 rows keep their sums in registers
+        // whatever the panel's size.
         if isa == Isa::Avx512Vnni && panels(isa, shape.format) && shape.m >= 128 {
             return QGemmParams {
                 mr,
@@ -633,18 +633,11 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    /// The base (only the x86 panel driver writes C through it directly).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    #[inline]
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-
     /// Copies a tile's `rows` × `cols` results (row stride `w` in `buf`)
     /// into C (row stride `n`) at row `i0`, column `c0`. A whole row of an
-    /// 8- or 16-column tile is one fixed-size copy: element by element
-    /// (the pointer reloaded for each, as it may alias) it took 7% of a
-    /// prefill (docs/PERF.md, "the tile's results into C").
+    /// 8- or 16-column tile is one fixed-size copy: element by element,
+    /// with the pointer reloaded for each (it may alias), the copy costs
+    /// a prefill 7% (docs/PERF.md, "the tile's results into C").
     ///
     /// # Safety
     /// `buf` holds `rows` rows of `w ≥ cols` values; rows `i0 .. i0 +
@@ -911,38 +904,39 @@ impl QGemm {
     fn run_panels(&self, job: &Job<'_>, n: usize, m: usize, c: &mut [f32]) {
         let (nr, nb, isa) = (job.nr, job.nb, self.isa);
         let lines = |bytes: usize| bytes.div_ceil(size_of::<Line>());
-        // Grown, never cleared: the pass below writes every byte it reads.
         // Only AVX2's tile reads biased activations: AVX-512 VNNI takes
-        // the signed ones as the broadcast operand.
+        // the signed ones as the broadcast operand. Grown, never cleared:
+        // the pass below writes every byte the tiles read.
         let mut biased = BIASED.take();
         let need = if isa == Isa::Avx2 { 32 * m * nb } else { 0 };
         if biased.len() < lines(need) {
             biased.resize(lines(need), Line([0; 64]));
         }
-        let bias_to = OutPtr(biased.as_mut_ptr().cast());
-        let xb = SharedPtr(bias_to.get().cast_const().cast());
-        // `x + 128` as bytes: the sign bit flipped. Rows split across the
-        // workers (a serial pass cost the small-n projections a tenth).
-        parallel_ranges(if need > 0 { m } else { 0 }, self.threads, 1, |rows| {
-            for i in rows {
-                // SAFETY: `biased` holds 32·m·nb bytes (Line is plain
-                // bytes) and this worker alone writes row i's.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        bias_to.get().cast::<u8>().add(32 * i * nb),
-                        32 * nb,
-                    )
-                };
-                for (d, a) in dst
-                    .chunks_exact_mut(QK)
-                    .zip(&job.acts[i * nb..(i + 1) * nb])
-                {
-                    for (d, &q) in d.iter_mut().zip(&a.qs) {
-                        *d = (q as u8) ^ 0x80;
+        // SAFETY: Line is 64 plain bytes, so the lines are their bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(biased.as_mut_ptr().cast::<u8>(), biased.len() * 64)
+        };
+        let xb = crate::pool::Disjoint::new(bytes);
+        if need > 0 {
+            // `x + 128` as bytes: the sign bit flipped. Rows split across
+            // the workers: serial, this pass is a tenth of the small-n
+            // projections.
+            parallel_ranges(m, self.threads, 1, |rows| {
+                for i in rows {
+                    // SAFETY: the buffer holds 32·m·nb bytes and this
+                    // worker alone writes row i's.
+                    let dst = unsafe { xb.part(32 * i * nb..32 * (i + 1) * nb) };
+                    for (d, a) in dst
+                        .chunks_exact_mut(QK)
+                        .zip(&job.acts[i * nb..(i + 1) * nb])
+                    {
+                        for (d, &q) in d.iter_mut().zip(&a.qs) {
+                            *d = (q as u8) ^ 0x80;
+                        }
                     }
                 }
-            }
-        });
+            });
+        }
         let mr = self.params.mr;
         let out = OutPtr(c.as_mut_ptr());
         let (groups, w) = (n.div_ceil(nr), PANEL_COLS);
@@ -971,7 +965,7 @@ impl QGemm {
                     unsafe {
                         let p = panel.as_ptr().cast();
                         match isa {
-                            Isa::Avx2 => avx2::panel_tile(job, p, xb.get(), i0, rows, &mut buf),
+                            Isa::Avx2 => avx2::panel_tile(job, p, xb.ptr(), i0, rows, &mut buf),
                             // Avx512Vnni, the other variant with a panel.
                             _ => avx512::panel_tile(job, p, i0, rows, &mut buf),
                         }
@@ -985,25 +979,6 @@ impl QGemm {
             }
         });
         BIASED.set(biased);
-    }
-}
-
-/// The biased activations' base pointer, read by every worker.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct SharedPtr(*const u8);
-// SAFETY: workers only read through it, within the scope of the borrow.
-#[cfg(target_arch = "x86_64")]
-unsafe impl Send for SharedPtr {}
-// SAFETY: as above.
-#[cfg(target_arch = "x86_64")]
-unsafe impl Sync for SharedPtr {}
-
-#[cfg(target_arch = "x86_64")]
-impl SharedPtr {
-    #[inline]
-    fn get(self) -> *const u8 {
-        self.0
     }
 }
 
