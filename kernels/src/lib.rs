@@ -21,6 +21,7 @@ pub mod gemv;
 pub mod i8gemm;
 pub mod isa;
 pub mod matmul_rope;
+pub mod mem;
 pub mod norm;
 pub mod pool;
 mod prefetch;

@@ -588,29 +588,13 @@ fn read_row(store: &Store, src: usize, y: &mut [f32]) {
 }
 
 /// `vec![x; n]`, its memory first offered to the kernel for transparent
-/// huge pages (Linux `madvise(MADV_HUGEPAGE)`, which the usual `madvise`
-/// THP setting waits for). A decode step at a long context reads every
+/// huge pages ([`crate::mem`]). A decode step at a long context reads every
 /// layer's K/V once, tens of MB scattered over page-sized runs, and with
 /// 4 KiB pages nearly every run starts with a TLB miss, which in a VM is a
-/// two-level page walk. The advice is a hint: refused (no THP, another OS)
-/// it changes nothing.
+/// two-level page walk.
 fn huge_pages_vec<T: Clone>(x: T, n: usize) -> Vec<T> {
     let mut v = Vec::with_capacity(n);
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        const HUGE: usize = 2 << 20;
-        let p = v.as_ptr() as usize;
-        let (start, end) = (
-            p.next_multiple_of(HUGE),
-            (p + n * size_of::<T>()) & !(HUGE - 1),
-        );
-        if end > start {
-            // SAFETY: the range lies inside v's untouched allocation;
-            // MADV_HUGEPAGE changes no contents, only how later faults are
-            // served.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-        }
-    }
+    crate::mem::advise_huge(v.as_ptr() as usize, n * size_of::<T>());
     v.resize(n, x);
     v
 }

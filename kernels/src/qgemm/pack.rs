@@ -104,6 +104,7 @@
 //!
 
 use crate::error::check_len;
+use crate::mem::HugeBuf;
 use crate::quant::blocks::{
     BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, F16Le, KSubBlock, KVALUES_MXFP4, QK, QK_K, cast_blocks, cast_blocks_mut,
@@ -305,20 +306,20 @@ pub struct PackedQ {
     k: usize,
     nr: usize,
     /// Scales as f16 bits ([`SC_F16`]; empty otherwise).
-    pub(crate) dh: Vec<u16>,
+    pub(crate) dh: HugeBuf<u16>,
     /// Mins (Q4_1, Q5_1) as f16 bits; empty otherwise.
-    pub(crate) mh: Vec<u16>,
+    pub(crate) mh: HugeBuf<u16>,
     /// Per (row, block) codes: MXFP4's E8M0 byte, Q4_K's and Q5_K's 6-bit scale,
     /// Q6_K's first-half i8 scale; empty otherwise.
-    pub(crate) dc: Vec<u8>,
+    pub(crate) dc: HugeBuf<u8>,
     /// Per (row, block) second codes: Q4_K's and Q5_K's 6-bit min, Q6_K's second-half
     /// i8 scale; empty otherwise.
-    pub(crate) mc: Vec<u8>,
+    pub(crate) mc: HugeBuf<u8>,
     /// Per (row, super-block) f16 bits: the K-quants' `d`; empty otherwise.
-    pub(crate) sd: Vec<u16>,
+    pub(crate) sd: HugeBuf<u16>,
     /// Per (row, super-block) f16 bits of Q4_K's and Q5_K's `−dmin`; empty otherwise.
-    pub(crate) sm: Vec<u16>,
-    pub(crate) qs: Vec<u8>,
+    pub(crate) sm: HugeBuf<u16>,
+    pub(crate) qs: HugeBuf<u8>,
 }
 
 impl PackedQ {
@@ -899,22 +900,19 @@ pub fn repack_on(
     let mode = scale_mode(format);
     let slots = groups * nb * nr;
     let sized = |on: bool| if on { slots } else { 0 };
-    let mut dh = vec![0u16; sized(mode == SC_F16)];
-    let mut mh = vec![0u16; sized(mode == SC_F16 && kind.has_m())];
-    let mut dc = vec![0u8; sized(mode != SC_F16)];
-    let mut mc = vec![0u8; sized(mode == SC_KSUB)];
+    let mut dh = HugeBuf::<u16>::zeroed(sized(mode == SC_F16));
+    let mut mh = HugeBuf::<u16>::zeroed(sized(mode == SC_F16 && kind.has_m()));
+    let mut dc = HugeBuf::<u8>::zeroed(sized(mode != SC_F16));
+    let mut mc = HugeBuf::<u8>::zeroed(sized(mode == SC_KSUB));
     // Super-blocks: nb / 8 per row of a K-quant.
     let supers = if mode == SC_KSUB { slots / 8 } else { 0 };
-    let mut sd = vec![0u16; supers];
-    let mut sm = vec![
-        0u16;
-        if matches!(format, QuantFormat::Q4K | QuantFormat::Q5K) {
-            supers
-        } else {
-            0
-        }
-    ];
-    let mut qs = vec![0u8; groups * nb * nr * rb];
+    let mut sd = HugeBuf::<u16>::zeroed(supers);
+    let mut sm = HugeBuf::<u16>::zeroed(if matches!(format, QuantFormat::Q4K | QuantFormat::Q5K) {
+        supers
+    } else {
+        0
+    });
+    let mut qs = HugeBuf::<u8>::zeroed(groups * nb * nr * rb);
     let ranges = crate::pool::split_range(groups, threads.max(1), 1);
     let parts: Vec<Parts<'_>> = {
         let mut dh = shares(&mut dh, &ranges, groups).into_iter();

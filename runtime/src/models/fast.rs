@@ -32,6 +32,7 @@ use tiletune_kernels::attention::{
 use tiletune_kernels::eltwise;
 use tiletune_kernels::gemm::{GemmShape, gemm_f16w_f32, gemm_f32};
 use tiletune_kernels::gemv::{GemvShape, gemv_f16_f32, gemv_f32};
+use tiletune_kernels::mem::HugeBuf;
 use tiletune_kernels::norm::Norm;
 use tiletune_kernels::qgemm::{self, PackedQ};
 use tiletune_kernels::qgemv::{QGemv, QMode, activation_format};
@@ -55,8 +56,8 @@ fn kerr(e: tiletune_kernels::KernelError) -> LoadError {
 /// A weight matrix `(n, k)` in the form its kernels read.
 #[derive(Clone, Debug)]
 enum WData {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
+    F32(HugeBuf<f32>),
+    F16(HugeBuf<f16>),
     /// A quantized weight: its GGUF `blocks` while a per-row quantized
     /// GEMV (or the embedding lookup alone) reads them, and/or the same
     /// weights `packed` for the quantized GEMM. At least one is present;
@@ -64,7 +65,7 @@ enum WData {
     /// or a table whose winners differ between decode and prefill).
     Quant {
         format: QuantFormat,
-        blocks: Option<Vec<u8>>,
+        blocks: Option<HugeBuf<u8>>,
         /// Boxed: a `PackedQ` is several vectors, the other variants one.
         packed: Option<Box<PackedQ>>,
     },
@@ -136,16 +137,20 @@ impl Linear {
             ),
         };
         let wd = match WeightKind::of(dtype) {
-            WeightKind::F32 => WData::F32(
-                data.chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            ),
-            WeightKind::F16 => WData::F16(
-                data.chunks_exact(2)
-                    .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])))
-                    .collect(),
-            ),
+            WeightKind::F32 => {
+                let mut w = HugeBuf::zeroed(data.len() / 4);
+                for (o, b) in w.iter_mut().zip(data.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+                WData::F32(w)
+            }
+            WeightKind::F16 => {
+                let mut w = HugeBuf::zeroed(data.len() / 2);
+                for (o, b) in w.iter_mut().zip(data.chunks_exact(2)) {
+                    *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+                }
+                WData::F16(w)
+            }
             WeightKind::Quant(f) => {
                 f.check_k("load", k).map_err(|e| bad(e.to_string()))?;
                 if data.len() != n * f.row_bytes(k) {
@@ -167,18 +172,18 @@ impl Linear {
                 };
                 WData::Quant {
                     format: f,
-                    blocks: packed.is_none().then(|| data.to_vec()),
+                    blocks: packed.is_none().then(|| HugeBuf::from_slice(data)),
                     packed,
                 }
             }
-            WeightKind::Dequantized => WData::F32(
+            WeightKind::Dequantized => WData::F32(HugeBuf::from(
                 dequant::dequantize(info.ggml_type, data).ok_or_else(|| {
                     bad(format!(
                         "type {} is not supported; re-quantize to q4_0, q8_0, q4_K, q6_K, f16 or f32",
                         info.ggml_type
                     ))
                 })?,
-            ),
+            )),
         };
         let ok = match &wd {
             WData::F32(v) => v.len() == n * k,
@@ -213,7 +218,7 @@ impl Linear {
         debug_assert_eq!(w.len(), n * k);
         let c = plan.kernel(Op::Gemm, GgmlType::F32, rows, n, k);
         Linear {
-            w: WData::F32(w),
+            w: WData::F32(HugeBuf::from(w)),
             n,
             k,
             bias: None,
@@ -264,7 +269,7 @@ impl Linear {
             WData::F32(v) => 4 * v.len(),
             WData::F16(v) => 2 * v.len(),
             WData::Quant { blocks, packed, .. } => {
-                blocks.as_ref().map_or(0, Vec::len) + packed.as_deref().map_or(0, PackedQ::bytes)
+                blocks.as_ref().map_or(0, |b| b.len()) + packed.as_deref().map_or(0, PackedQ::bytes)
             }
         }
     }
