@@ -49,6 +49,8 @@ unsafe impl Zeroable for u32 {}
 unsafe impl Zeroable for i32 {}
 // SAFETY: as above.
 unsafe impl Zeroable for f32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for f64 {}
 // SAFETY: as above (binary16's zero is all-zero bits).
 unsafe impl Zeroable for half::f16 {}
 
