@@ -139,12 +139,6 @@ impl<T: Zeroable + fmt::Debug> fmt::Debug for HugeBuf<T> {
     }
 }
 
-impl<T: Zeroable> From<Vec<T>> for HugeBuf<T> {
-    fn from(v: Vec<T>) -> Self {
-        Self::from_slice(&v)
-    }
-}
-
 /// One mapping that buffers are carved from.
 struct Chunk {
     base: NonNull<u8>,
@@ -161,8 +155,6 @@ unsafe impl Sync for Chunk {}
 /// buffers are all gone is unmapped) and how much of it is taken.
 struct Cursor {
     chunk: Weak<Chunk>,
-    base: usize,
-    size: usize,
     used: usize,
 }
 
@@ -176,10 +168,10 @@ fn carve(bytes: usize, align: usize) -> (NonNull<u8>, Arc<Chunk>) {
         && let Some(chunk) = c.chunk.upgrade()
     {
         let at = c.used.next_multiple_of(align);
-        if at.checked_add(bytes).is_some_and(|end| end <= c.size) {
+        if at.checked_add(bytes).is_some_and(|end| end <= chunk.size) {
             c.used = at + bytes;
             // SAFETY: at + bytes <= size: inside the chunk.
-            let p = unsafe { NonNull::new_unchecked((c.base + at) as *mut u8) };
+            let p = unsafe { chunk.base.add(at) };
             return (p, chunk);
         }
     }
@@ -195,8 +187,6 @@ fn carve(bytes: usize, align: usize) -> (NonNull<u8>, Arc<Chunk>) {
     if !keep {
         *cursor = Some(Cursor {
             chunk: Arc::downgrade(&chunk),
-            base: p.as_ptr() as usize,
-            size,
             used: bytes,
         });
     }
@@ -257,9 +247,8 @@ impl Chunk {
             if start + span > end {
                 libc::munmap(end as *mut libc::c_void, start + span - end);
             }
-            // A hint: its failure (no THP) leaves ordinary pages.
-            libc::madvise(base as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
         }
+        advise_huge(base, size);
         Chunk {
             // SAFETY: mmap succeeded, so base is not null.
             base: unsafe { NonNull::new_unchecked(base as *mut u8) },

@@ -176,8 +176,8 @@ impl Linear {
                     packed,
                 }
             }
-            WeightKind::Dequantized => WData::F32(HugeBuf::from(
-                dequant::dequantize(info.ggml_type, data).ok_or_else(|| {
+            WeightKind::Dequantized => WData::F32(HugeBuf::from_slice(
+                &dequant::dequantize(info.ggml_type, data).ok_or_else(|| {
                     bad(format!(
                         "type {} is not supported; re-quantize to q4_0, q8_0, q4_K, q6_K, f16 or f32",
                         info.ggml_type
@@ -218,7 +218,7 @@ impl Linear {
         debug_assert_eq!(w.len(), n * k);
         let c = plan.kernel(Op::Gemm, GgmlType::F32, rows, n, k);
         Linear {
-            w: WData::F32(HugeBuf::from(w)),
+            w: WData::F32(HugeBuf::from_slice(&w)),
             n,
             k,
             bias: None,
