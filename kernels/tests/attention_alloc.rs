@@ -13,11 +13,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tiletune_kernels::Isa;
+use tiletune_kernels::attention::available_isas;
 use tiletune_kernels::attention::{
     AttnParams, AttnQuery, AttnScratch, ISAS, KvDtype, PagedKvCache, SeqId,
     paged_attention_scratch, paged_attention_with,
 };
-use tiletune_kernels::eltwise::available_isas;
 use tiletune_kernels::pool::pool;
 use tiletune_kernels::testing::Rng;
 

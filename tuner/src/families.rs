@@ -111,11 +111,15 @@ pub fn bandwidth_bound(op: &str) -> bool {
 
 /// What `op`'s work is in one `variant`, which decides the unit its rate is
 /// counted in and its compute roof: int8 for the ops that quantize their
-/// activations themselves, else as the variant and dtype say
+/// activations themselves, f32 for those whose work is mostly f32 on every
+/// ISA (attention), else as the variant and dtype say
 /// ([`Arithmetic::of_kernel`]).
 pub fn arithmetic(op: &str, dtype: &str, variant: &str) -> Arithmetic {
-    if op_spec(op).is_some_and(|s| s.int8) {
+    let spec = op_spec(op);
+    if spec.is_some_and(|s| s.int8) {
         Arithmetic::Int8
+    } else if spec.is_some_and(|s| s.float) {
+        Arithmetic::F32
     } else {
         Arithmetic::of_kernel(dtype, variant)
     }

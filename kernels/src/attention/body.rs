@@ -14,13 +14,18 @@
 //!
 //! Scores ([`scores_cols`]) read keys stored by columns: the lanes are
 //! keys and each head's query value `d` is broadcast against key values
-//! `d`, so every lane sums its dot product in one register ([`KeyCols`]).
+//! `d`, so every lane sums its dot product in one register. Q8_0 keys
+//! ([`scores_q8`]) are scored as llama.cpp scores them, against a query
+//! quantized to Q8_0 blocks: four values of a key per 32-bit lane meet
+//! four broadcast query bytes in one `vpdpbusd` or `sdot` ([`Quads`];
+//! ISAs without one widen the quads to f32), and each block's integer sum
+//! is scaled once.
 //! The value axpy keeps a slice of each head's accumulator in registers
 //! across all rows of the page, so it is loaded and stored once per page.
 //! Tails (keys, or head-dim for values) are masked vectors on AVX-512 and
 //! scalar loops elsewhere.
 
-use super::Q8Col;
+use super::{Q8Col, QBlock};
 use crate::prefetch::Stream;
 use crate::quant::{BlockQ8_0, QK};
 use crate::simd::{Elem, Simd};
@@ -108,157 +113,6 @@ impl PageRow for BlockQ8_0 {
     }
 }
 
-/// A K page element type as the score kernels read it: one KV head's
-/// page holds `ps` keys by columns, value `d` of key `t` at `d · ps + t`
-/// for f32 and f16, and as [`Q8Col`] lays it out for Q8_0, whose vectors
-/// are widened and multiplied by their keys' block scales once, before
-/// every head of the group uses them.
-pub(super) trait KeyCols: Copy {
-    /// Head-dim values that share a scale per key (f32 and f16: all).
-    fn block(hd: usize) -> usize;
-    /// The scales of keys `t..t + LANES` in head-dim block `b`, the `sc`
-    /// that [`KeyCols::load`] takes (f32 and f16: none).
-    ///
-    /// # Safety
-    /// As [`Simd::load`]; `page` is a whole page and the keys are in it.
-    unsafe fn scales<S: Simd>(page: *const Self, hd: usize, ps: usize, b: usize, t: usize) -> S::V;
-    /// Those of keys `t..t + n` (`n <= LANES`); only when `MASKED_TAIL`.
-    ///
-    /// # Safety
-    /// As [`Simd::load_tail`]; as [`KeyCols::scales`].
-    unsafe fn scales_tail<S: Simd>(
-        page: *const Self,
-        hd: usize,
-        ps: usize,
-        b: usize,
-        t: usize,
-        n: usize,
-    ) -> S::V;
-    /// Values `d` of keys `t..t + LANES`, `sc` their block's scales.
-    ///
-    /// # Safety
-    /// As [`KeyCols::scales`].
-    unsafe fn load<S: Simd>(page: *const Self, ps: usize, d: usize, t: usize, sc: S::V) -> S::V;
-    /// Those of keys `t..t + n`, zero after; only when `MASKED_TAIL`.
-    ///
-    /// # Safety
-    /// As [`KeyCols::scales_tail`].
-    unsafe fn load_tail<S: Simd>(
-        page: *const Self,
-        ps: usize,
-        d: usize,
-        t: usize,
-        n: usize,
-        sc: S::V,
-    ) -> S::V;
-    /// Value `d` of key `t`, for the scalar tails.
-    ///
-    /// # Safety
-    /// The page holds it.
-    unsafe fn value(page: *const Self, hd: usize, ps: usize, d: usize, t: usize) -> f32;
-}
-
-impl<T: Elem> KeyCols for T {
-    #[inline(always)]
-    fn block(hd: usize) -> usize {
-        hd
-    }
-    #[inline(always)]
-    unsafe fn scales<S: Simd>(_: *const T, _: usize, _: usize, _: usize, _: usize) -> S::V {
-        // SAFETY: no memory is touched.
-        unsafe { S::zero() }
-    }
-    #[inline(always)]
-    unsafe fn scales_tail<S: Simd>(
-        _: *const T,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-    ) -> S::V {
-        // SAFETY: no memory is touched.
-        unsafe { S::zero() }
-    }
-    #[inline(always)]
-    unsafe fn load<S: Simd>(page: *const T, ps: usize, d: usize, t: usize, _: S::V) -> S::V {
-        // SAFETY: forwarded contract.
-        unsafe { T::load::<S>(page.add(d * ps + t)) }
-    }
-    #[inline(always)]
-    unsafe fn load_tail<S: Simd>(
-        page: *const T,
-        ps: usize,
-        d: usize,
-        t: usize,
-        n: usize,
-        _: S::V,
-    ) -> S::V {
-        // SAFETY: forwarded contract.
-        unsafe { T::load_tail::<S>(page.add(d * ps + t), n) }
-    }
-    #[inline(always)]
-    unsafe fn value(page: *const T, _: usize, ps: usize, d: usize, t: usize) -> f32 {
-        // SAFETY: forwarded contract.
-        unsafe { Elem::to_f32(*page.add(d * ps + t)) }
-    }
-}
-
-impl KeyCols for Q8Col {
-    #[inline(always)]
-    fn block(_: usize) -> usize {
-        QK
-    }
-    #[inline(always)]
-    unsafe fn scales<S: Simd>(
-        page: *const Q8Col,
-        hd: usize,
-        ps: usize,
-        b: usize,
-        t: usize,
-    ) -> S::V {
-        // SAFETY: scales t.. of block b are in the page.
-        unsafe { S::load_f16(Q8Col::scale_at(page, hd, ps, b, t)) }
-    }
-    #[inline(always)]
-    unsafe fn scales_tail<S: Simd>(
-        page: *const Q8Col,
-        hd: usize,
-        ps: usize,
-        b: usize,
-        t: usize,
-        n: usize,
-    ) -> S::V {
-        // SAFETY: as in `scales`.
-        unsafe { S::load_tail_f16(Q8Col::scale_at(page, hd, ps, b, t), n) }
-    }
-    #[inline(always)]
-    unsafe fn load<S: Simd>(page: *const Q8Col, ps: usize, d: usize, t: usize, sc: S::V) -> S::V {
-        // SAFETY: byte d · ps + t and the lanes after it are in the int8 part.
-        unsafe { S::mul(S::load_i8(Q8Col::value_at(page, ps, d, t)), sc) }
-    }
-    #[inline(always)]
-    unsafe fn load_tail<S: Simd>(
-        page: *const Q8Col,
-        ps: usize,
-        d: usize,
-        t: usize,
-        n: usize,
-        sc: S::V,
-    ) -> S::V {
-        // SAFETY: as in `load`, for n lanes.
-        unsafe { S::mul(S::load_tail_i8(Q8Col::value_at(page, ps, d, t), n), sc) }
-    }
-    #[inline(always)]
-    unsafe fn value(page: *const Q8Col, hd: usize, ps: usize, d: usize, t: usize) -> f32 {
-        // SAFETY: the page holds value d of key t and its block's scale.
-        unsafe {
-            (*Q8Col::scale_at(page, hd, ps, d / QK, t)).to_f32()
-                * *Q8Col::value_at(page, ps, d, t) as f32
-        }
-    }
-}
-
 /// Whether a group of `g` heads runs as one head block two vectors wide
 /// (`f::<g, 2>`) rather than in blocks of at most `H` heads `V` vectors
 /// wide (`f::<h, V>`): on ISAs with 32 vector registers (those with `V =
@@ -292,18 +146,36 @@ macro_rules! heads_of {
     };
 }
 
-/// Scores of `H` heads against keys `off..off + n` of a page stored by
-/// columns (`page` at its first key, [`KeyCols`]): `out[h · n + t]`.
-/// Lanes are keys, so each lane's sum runs over `d` in one register and
-/// no horizontal sums are needed; each key vector is loaded (and widened,
-/// and scaled) once for the `H` heads, whose query values are broadcast.
-/// Each turn of the `d` loops requests the next lines of `pf`.
+/// Runs `f::<S, T, h, v>(args)` ([`heads_of!`]) on each head block of a
+/// group of `$g` heads, `$j` its first head: blocks of `$hb` (the whole
+/// group when `$wide`), the last one shorter.
+macro_rules! each_block {
+    ($g:expr, $wide:expr, $hb:expr, $v:ident, |$j:ident| $f:ident::<$s:ty, $t:ty>($($arg:expr),*)) => {
+        let mut $j = 0;
+        while $j < $g {
+            let h = ($g - $j).min($hb);
+            // SAFETY: heads j..j + h of the group exist (the caller's
+            // arguments address them from `$j`).
+            unsafe {
+                heads_of!(h, $wide, $v, $f::<$s, $t>($($arg),*));
+            }
+            $j += h;
+        }
+    };
+}
+
+/// Scores of `H` heads against keys `off..off + n` of an f32 or f16 page
+/// stored by columns (value `d` of key `t` at `d · ps + t`):
+/// `out[h · n + t]`. Lanes are keys, so each lane's sum runs over `d` in
+/// one register and no horizontal sums are needed; each key vector is
+/// loaded (and widened) once for the `H` heads, whose query values are
+/// broadcast. Each turn of the `d` loops requests the next lines of `pf`.
 ///
 /// # Safety
 /// As [`scores_cols`], for the `H` heads at `q`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>(
+unsafe fn scores_cols_heads<S: Simd, T: Elem, const H: usize, const V: usize>(
     q: *const f32,
     hd: usize,
     page: *const T,
@@ -314,7 +186,6 @@ unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>
     out: *mut f32,
     pf: &mut Stream,
 ) {
-    let blk = T::block(hd);
     let mut t = 0;
     // SAFETY: keys off + t.. off + t + V·LANES (or + w) lie below off + n
     // <= ps in every row d of the page; out holds H rows of n.
@@ -323,22 +194,16 @@ unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>
         while t + V * S::LANES <= n {
             let k = off + t;
             let mut a = [[S::zero(); V]; H];
-            for d0 in (0..hd).step_by(blk) {
-                let mut s = [S::zero(); V];
-                for (u, x) in s.iter_mut().enumerate() {
-                    *x = T::scales::<S>(page, hd, ps, d0 / blk, k + u * S::LANES);
+            for d in 0..hd {
+                pf.turn();
+                let mut kv = [S::zero(); V];
+                for (u, x) in kv.iter_mut().enumerate() {
+                    *x = T::load::<S>(page.add(d * ps + k + u * S::LANES));
                 }
-                for d in d0..d0 + blk {
-                    pf.turn();
-                    let mut kv = [S::zero(); V];
-                    for (u, x) in kv.iter_mut().enumerate() {
-                        *x = T::load::<S>(page, ps, d, k + u * S::LANES, s[u]);
-                    }
-                    for (h, ah) in a.iter_mut().enumerate() {
-                        let qv = S::splat(*q.add(h * hd + d));
-                        for (au, &x) in ah.iter_mut().zip(&kv) {
-                            *au = S::fma(qv, x, *au);
-                        }
+                for (h, ah) in a.iter_mut().enumerate() {
+                    let qv = S::splat(*q.add(h * hd + d));
+                    for (au, &x) in ah.iter_mut().zip(&kv) {
+                        *au = S::fma(qv, x, *au);
                     }
                 }
             }
@@ -352,22 +217,15 @@ unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>
         while t < n && (S::MASKED_TAIL || t + S::LANES <= n) {
             let (k, w) = (off + t, (n - t).min(S::LANES));
             let mut a = [S::zero(); H];
-            for d0 in (0..hd).step_by(blk) {
-                let s = if w < S::LANES {
-                    T::scales_tail::<S>(page, hd, ps, d0 / blk, k, w)
+            for d in 0..hd {
+                pf.turn();
+                let x = if w < S::LANES {
+                    T::load_tail::<S>(page.add(d * ps + k), w)
                 } else {
-                    T::scales::<S>(page, hd, ps, d0 / blk, k)
+                    T::load::<S>(page.add(d * ps + k))
                 };
-                for d in d0..d0 + blk {
-                    pf.turn();
-                    let x = if w < S::LANES {
-                        T::load_tail::<S>(page, ps, d, k, w, s)
-                    } else {
-                        T::load::<S>(page, ps, d, k, s)
-                    };
-                    for (h, ah) in a.iter_mut().enumerate() {
-                        *ah = S::fma(S::splat(*q.add(h * hd + d)), x, *ah);
-                    }
+                for (h, ah) in a.iter_mut().enumerate() {
+                    *ah = S::fma(S::splat(*q.add(h * hd + d)), x, *ah);
                 }
             }
             for (h, &ah) in a.iter().enumerate() {
@@ -383,7 +241,7 @@ unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>
             for h in 0..H {
                 let mut x = 0.0f32;
                 for d in 0..hd {
-                    x += *q.add(h * hd + d) * T::value(page, hd, ps, d, off + t);
+                    x += *q.add(h * hd + d) * (*page.add(d * ps + off + t)).to_f32();
                 }
                 *out.add(h * n + t) = x * scale;
             }
@@ -393,8 +251,8 @@ unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>
 
 /// `out[j · n + t] = scale · q_j·k[off + t]` for the `g = q.len() / hd`
 /// query heads `q_j` and the `n = out.len() / g` keys `off..off + n` of
-/// `page`, the whole page of one KV head (`ps` keys by columns,
-/// [`KeyCols`]), heads taken `H` at a time. The lines of `ahead` (memory
+/// `page`, the whole f32 or f16 page of one KV head (`ps` keys by
+/// columns), heads taken `H` at a time. The lines of `ahead` (memory
 /// the caller reads next; may be empty) are requested a few at a time over
 /// all the head blocks' loops ([`Stream`]).
 ///
@@ -403,7 +261,7 @@ unsafe fn scores_cols_heads<S: Simd, T: KeyCols, const H: usize, const V: usize>
 /// and `off + n <= ps`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores_cols<S: Simd, T: KeyCols, A, const H: usize, const V: usize>(
+pub(super) unsafe fn scores_cols<S: Simd, T: Elem, A, const H: usize, const V: usize>(
     q: &[f32],
     hd: usize,
     page: &[T],
@@ -420,30 +278,265 @@ pub(super) unsafe fn scores_cols<S: Simd, T: KeyCols, A, const H: usize, const V
     let wide = wide::<H, V>(g);
     let (hb, vecs) = if wide { (g, 2) } else { (H, V) };
     let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd * n.div_ceil(vecs * S::LANES));
-    let mut j = 0;
-    while j < g {
-        let h = (g - j).min(hb);
-        // SAFETY: heads j..j + h of q and rows j..j + h of out exist.
-        unsafe {
-            heads_of!(
-                h,
-                wide,
-                V,
-                scores_cols_heads::<S, T>(
-                    qp.add(j * hd),
-                    hd,
-                    kp,
-                    ps,
-                    off,
-                    n,
-                    scale,
-                    op.add(j * n),
-                    &mut pf
-                )
-            );
+    each_block!(g, wide, hb, V, |j| scores_cols_heads::<S, T>(
+        qp.add(j * hd),
+        hd,
+        kp,
+        ps,
+        off,
+        n,
+        scale,
+        op.add(j * n),
+        &mut pf
+    ));
+    pf.rest();
+}
+
+/// How an ISA multiplies the quads of a Q8_0 K page ([`Q8Col`]: four
+/// int8 values of a key per 32-bit lane, `LANES` consecutive keys per
+/// vector) by four int8 values of a quantized query ([`QBlock`]).
+pub(super) trait Quads<S: Simd> {
+    /// `true` where [`Quads::dot`] is one instruction (`vpdpbusd`,
+    /// `sdot`); elsewhere the kernel widens each quad to four f32 vectors
+    /// ([`Quads::value`]) and multiplies them by the query's `qf`, which
+    /// is exact: a product of two int8 and a sum of 32 of them fit the 24
+    /// bits of an f32 significand, so both paths compute the same integer.
+    const DOT: bool;
+    /// The quads of `LANES` keys as loaded, and a block's accumulator.
+    type I: Copy;
+    /// The quads of `LANES` keys at `p` (`4 · LANES` bytes).
+    ///
+    /// # Safety
+    /// The CPU supports the ISA; the bytes are readable.
+    unsafe fn load(p: *const i8) -> Self::I;
+    /// A block's accumulator before its first [`Quads::dot`], for a query
+    /// block whose values sum to `sum` (x86: `-128 · sum`, undoing the
+    /// `+128` that makes the keys unsigned for `vpdpbusd`; else zero).
+    ///
+    /// # Safety
+    /// The CPU supports the ISA.
+    unsafe fn start(sum: i32) -> Self::I;
+    /// `acc + Σ_4 k · q` per lane, `q` the four int8 at `q` (`DOT` only).
+    ///
+    /// # Safety
+    /// The CPU supports the ISA; four bytes at `q`.
+    unsafe fn dot(acc: Self::I, k: Self::I, q: *const i8) -> Self::I;
+    /// A block's accumulator as f32 (`DOT` only).
+    ///
+    /// # Safety
+    /// The CPU supports the ISA.
+    unsafe fn to_f32(acc: Self::I) -> S::V;
+    /// Value `i` (`0..4`) of each lane's quad as f32 (not `DOT`).
+    ///
+    /// # Safety
+    /// The CPU supports the ISA.
+    unsafe fn value(k: Self::I, i: usize) -> S::V;
+}
+
+/// Scores of `H` heads (query blocks `q`, `nb = hd / 32` per head) against
+/// the `V · LANES` keys `k..` of a Q8_0 page: `o[h · os + u · LANES + l]`.
+/// Per 32-value block the int8 dot products are summed exactly (in i32, or
+/// in f32 where that is exact, [`Quads`]), then scaled by the key's and
+/// the query block's scales (and `scale`) into `o`: stored after the first
+/// block, accumulated after the others. Each quad's keys are loaded once
+/// for the `H` heads; each turn of the quad loop requests the next lines
+/// of `pf`.
+///
+/// # Safety
+/// The CPU supports `S` and `D`; keys `k..k + V · LANES` lie in the page of
+/// `ps` keys at `page`; `o` holds `H` rows of `os ≥ V · LANES` floats.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_q8_chunk<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
+    q: *const QBlock,
+    nb: usize,
+    page: *const Q8Col,
+    hd: usize,
+    ps: usize,
+    k: usize,
+    scale: f32,
+    o: *mut f32,
+    os: usize,
+    pf: &mut Stream,
+) {
+    // SAFETY: forwarded contract; block b of head h is at q + h·nb + b.
+    unsafe {
+        for b in 0..nb {
+            let mut f = [[S::zero(); V]; H];
+            if D::DOT {
+                let mut a: [[D::I; V]; H] =
+                    std::array::from_fn(|h| [D::start((*q.add(h * nb + b)).sum); V]);
+                for j in 0..QK / 4 {
+                    pf.turn();
+                    let mut kq = [D::start(0); V];
+                    for (u, x) in kq.iter_mut().enumerate() {
+                        *x = D::load(Q8Col::value_at(page, ps, b * QK + 4 * j, k + u * S::LANES));
+                    }
+                    for (h, ah) in a.iter_mut().enumerate() {
+                        let qp = (*q.add(h * nb + b)).qs.as_ptr().add(4 * j);
+                        for (au, &x) in ah.iter_mut().zip(&kq) {
+                            *au = D::dot(*au, x, qp);
+                        }
+                    }
+                }
+                for (fh, ah) in f.iter_mut().zip(&a) {
+                    for (fu, &au) in fh.iter_mut().zip(ah) {
+                        *fu = D::to_f32(au);
+                    }
+                }
+            } else {
+                for j in 0..QK / 4 {
+                    pf.turn();
+                    let mut kq = [D::start(0); V];
+                    for (u, x) in kq.iter_mut().enumerate() {
+                        *x = D::load(Q8Col::value_at(page, ps, b * QK + 4 * j, k + u * S::LANES));
+                    }
+                    for i in 0..4 {
+                        let mut kv = [S::zero(); V];
+                        for (x, &y) in kv.iter_mut().zip(&kq) {
+                            *x = D::value(y, i);
+                        }
+                        for (h, fh) in f.iter_mut().enumerate() {
+                            let qv = S::splat((*q.add(h * nb + b)).qf[4 * j + i]);
+                            for (fu, &x) in fh.iter_mut().zip(&kv) {
+                                *fu = S::fma(qv, x, *fu);
+                            }
+                        }
+                    }
+                }
+            }
+            let mut ks = [S::zero(); V];
+            for (u, x) in ks.iter_mut().enumerate() {
+                *x = S::load_f16(Q8Col::scale_at(page, hd, ps, b, k + u * S::LANES));
+            }
+            for (h, fh) in f.iter().enumerate() {
+                let qd = S::splat((*q.add(h * nb + b)).d * scale);
+                for (u, (&fu, &ku)) in fh.iter().zip(&ks).enumerate() {
+                    let p = o.add(h * os + u * S::LANES);
+                    let w = S::mul(ku, qd);
+                    S::store(
+                        p,
+                        if b == 0 {
+                            S::mul(fu, w)
+                        } else {
+                            S::fma(fu, w, S::load(p))
+                        },
+                    );
+                }
+            }
         }
-        j += h;
     }
+}
+
+/// [`scores_cols_heads`] for a Q8_0 page and `H` quantized query heads:
+/// chunks of `V · LANES` keys, then of `LANES` (the last one reading keys
+/// past `n` that are still in the page, and keeping only its first
+/// lanes), then scalar (exact i32 dot products per block).
+///
+/// # Safety
+/// As [`scores_q8`], for the `H` heads at `q`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_q8_heads<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
+    q: *const QBlock,
+    hd: usize,
+    page: *const Q8Col,
+    ps: usize,
+    off: usize,
+    n: usize,
+    scale: f32,
+    out: *mut f32,
+    pf: &mut Stream,
+) {
+    let nb = hd / QK;
+    let mut t = 0;
+    // SAFETY: full chunks end at or below off + n <= ps; a partial one is
+    // taken only while its keys stay in the page, into `tmp` (at most 8
+    // heads of one vector of at most 16 lanes); out holds H rows of n.
+    unsafe {
+        while t + V * S::LANES <= n {
+            scores_q8_chunk::<S, D, H, V>(q, nb, page, hd, ps, off + t, scale, out.add(t), n, pf);
+            t += V * S::LANES;
+        }
+        while t < n && off + t + S::LANES <= ps {
+            let w = (n - t).min(S::LANES);
+            if w == S::LANES {
+                scores_q8_chunk::<S, D, H, 1>(
+                    q,
+                    nb,
+                    page,
+                    hd,
+                    ps,
+                    off + t,
+                    scale,
+                    out.add(t),
+                    n,
+                    pf,
+                );
+            } else {
+                let mut tmp = [0.0f32; 8 * 16];
+                debug_assert!(H <= 8 && S::LANES <= 16);
+                let tp = tmp.as_mut_ptr();
+                scores_q8_chunk::<S, D, H, 1>(q, nb, page, hd, ps, off + t, scale, tp, 16, pf);
+                for h in 0..H {
+                    std::ptr::copy_nonoverlapping(tp.add(h * 16), out.add(h * n + t), w);
+                }
+            }
+            t += w;
+        }
+        let (qs, sc) = Q8Col::split(
+            std::slice::from_raw_parts(page, ps * Q8Col::per_key(hd)),
+            hd,
+            ps,
+        );
+        for t in t..n {
+            for h in 0..H {
+                let qh = std::slice::from_raw_parts(q.add(h * nb), nb);
+                *out.add(h * n + t) = super::scalar::score_q8(qh, qs, sc, ps, off + t, scale);
+            }
+        }
+    }
+}
+
+/// `out[j · n + t] = scale · q_j·k[off + t]` for the `g = q.len() / (hd /
+/// 32)` quantized query heads `q_j` and the `n = out.len() / g` keys
+/// `off..off + n` of the Q8_0 `page` of one KV head ([`Q8Col`]), heads
+/// taken as [`scores_cols`] takes them; `ahead` as there.
+///
+/// # Safety
+/// The CPU supports `S` and `D`; `H <= 4`, `V` 2 or 4; `page` is a whole
+/// page of `ps` keys and `off + n <= ps`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_q8<S: Simd, D: Quads<S>, A, const H: usize, const V: usize>(
+    q: &[QBlock],
+    hd: usize,
+    page: &[Q8Col],
+    ps: usize,
+    off: usize,
+    ahead: &[A],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let nb = hd / QK;
+    let g = q.len() / nb;
+    let n = out.len() / g;
+    debug_assert!(off + n <= ps && page.len() == ps * Q8Col::per_key(hd));
+    let (qp, kp, op) = (q.as_ptr(), page.as_ptr(), out.as_mut_ptr());
+    let wide = wide::<H, V>(g);
+    let (hb, vecs) = if wide { (g, 2) } else { (H, V) };
+    let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd / 4 * n.div_ceil(vecs * S::LANES));
+    each_block!(g, wide, hb, V, |j| scores_q8_heads::<S, D>(
+        qp.add(j * nb),
+        hd,
+        kp,
+        ps,
+        off,
+        n,
+        scale,
+        op.add(j * n),
+        &mut pf
+    ));
     pf.rest();
 }
 
@@ -622,20 +715,14 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize, const V: usiz
     let wide = wide::<H, V>(g);
     let (hb, vecs) = if wide { (g, 2) } else { (H, V) };
     let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd.div_ceil(vecs * S::LANES) * n);
-    let mut j = 0;
-    while j < g {
-        let h = (g - j).min(hb);
-        // SAFETY: heads j..j + h of acc and of p exist.
-        unsafe {
-            heads_of!(
-                h,
-                wide,
-                V,
-                accum_heads::<S, T>(ap.add(j * hd), hd, pp.add(j * n), n, vp, &mut pf)
-            );
-        }
-        j += h;
-    }
+    each_block!(g, wide, hb, V, |j| accum_heads::<S, T>(
+        ap.add(j * hd),
+        hd,
+        pp.add(j * n),
+        n,
+        vp,
+        &mut pf
+    ));
     pf.rest();
 }
 
@@ -643,19 +730,17 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize, const V: usiz
 /// `scores_q8`, the matching `accum_*`, `max`, `exp_sum`) as
 /// `#[target_feature]` entry points over the bodies above: `isa` is the
 /// [`Simd`] marker, `heads` the head block `H`, `vecs` its width `V` in
-/// vectors, `feature` its `target_feature` list, `needs` the same in words
-/// for the safety docs.
+/// vectors, `quads` the [`Quads`] of `scores_q8`, `feature` its
+/// `target_feature` list, `needs` the same in words for the safety docs.
+/// The `q8_dot` arm stamps only `scores_q8_dot`, for the same ISA with an
+/// int8 dot-product instruction (its own `quads` and `feature`).
 macro_rules! page_kernels {
-    (isa: $isa:ty, heads: $h:literal, vecs: $v:literal, feature: $feature:literal, needs: $needs:literal $(,)?) => {
+    (isa: $isa:ty, heads: $h:literal, vecs: $v:literal, quads: $quads:ty, feature: $feature:literal, needs: $needs:literal $(,)?) => {
+        super::body::page_kernels!(@float $isa, $h, $v, $feature, $needs, f32, scores_f32, accum_f32);
+        super::body::page_kernels!(@float $isa, $h, $v, $feature, $needs, half::f16, scores_f16, accum_f16);
+        super::body::page_kernels!(@q8 $isa, $h, $v, $quads, $feature, $needs, scores_q8);
         super::body::page_kernels!(
-            @dtype $isa, $h, $v, $feature, $needs, f32, f32, scores_f32, accum_f32
-        );
-        super::body::page_kernels!(
-            @dtype $isa, $h, $v, $feature, $needs, half::f16, half::f16, scores_f16, accum_f16
-        );
-        super::body::page_kernels!(
-            @dtype $isa, $h, $v, $feature, $needs, crate::quant::BlockQ8_0, super::Q8Col, scores_q8,
-            accum_q8
+            @accum $isa, $h, $v, $feature, $needs, crate::quant::BlockQ8_0, super::Q8Col, accum_q8
         );
 
         /// The largest of `s`.
@@ -678,7 +763,10 @@ macro_rules! page_kernels {
             unsafe { super::body::exp_sum::<$isa>(s, m) }
         }
     };
-    (@dtype $isa:ty, $h:literal, $v:literal, $feature:literal, $needs:literal, $t:ty, $k:ty, $scores:ident, $accum:ident) => {
+    (q8_dot: $isa:ty, heads: $h:literal, vecs: $v:literal, quads: $quads:ty, feature: $feature:literal, needs: $needs:literal $(,)?) => {
+        super::body::page_kernels!(@q8 $isa, $h, $v, $quads, $feature, $needs, scores_q8_dot);
+    };
+    (@float $isa:ty, $h:literal, $v:literal, $feature:literal, $needs:literal, $t:ty, $scores:ident, $accum:ident) => {
         /// # Safety
         #[doc = concat!($needs, "; `page` is one KV head's page of `ps` keys and \
             `off + out.len() / (q.len() / hd) <= ps`.")]
@@ -687,7 +775,7 @@ macro_rules! page_kernels {
         pub unsafe fn $scores(
             q: &[f32],
             hd: usize,
-            page: &[$k],
+            page: &[$t],
             ps: usize,
             off: usize,
             ahead: &[$t],
@@ -696,10 +784,35 @@ macro_rules! page_kernels {
         ) {
             // SAFETY: forwarded contract.
             unsafe {
-                super::body::scores_cols::<$isa, $k, $t, $h, $v>(q, hd, page, ps, off, ahead, scale, out)
+                super::body::scores_cols::<$isa, $t, $t, $h, $v>(q, hd, page, ps, off, ahead, scale, out)
             }
         }
 
+        super::body::page_kernels!(@accum $isa, $h, $v, $feature, $needs, $t, $t, $accum);
+    };
+    (@q8 $isa:ty, $h:literal, $v:literal, $quads:ty, $feature:literal, $needs:literal, $scores:ident) => {
+        /// # Safety
+        #[doc = concat!($needs, "; `page` is one KV head's page of `ps` keys and \
+            `off + out.len() / (q.len() / (hd / 32)) <= ps`.")]
+        #[target_feature(enable = $feature)]
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn $scores(
+            q: &[super::QBlock],
+            hd: usize,
+            page: &[super::Q8Col],
+            ps: usize,
+            off: usize,
+            ahead: &[crate::quant::BlockQ8_0],
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            // SAFETY: forwarded contract.
+            unsafe {
+                super::body::scores_q8::<$isa, $quads, _, $h, $v>(q, hd, page, ps, off, ahead, scale, out)
+            }
+        }
+    };
+    (@accum $isa:ty, $h:literal, $v:literal, $feature:literal, $needs:literal, $t:ty, $k:ty, $accum:ident) => {
         /// # Safety
         #[doc = concat!($needs, "; `v` holds `p.len() / (acc.len() / hd)` head rows.")]
         #[target_feature(enable = $feature)]

@@ -64,12 +64,15 @@ pub(crate) enum Store {
 }
 
 /// The storage unit of a Q8_0 K page: each key's llama.cpp Q8_0 blocks
-/// (the same bytes, the same quantization) split into columns, as f32 and
-/// f16 K pages hold their keys. One KV head's page of `ps` keys of `hd`
-/// values is `hd` rows of `ps` int8 (value `d` of key `t` at byte
-/// `d · ps + t`), then `hd / 32` rows of `ps` f16 scales (block `b` of key
-/// `t` at scale `b · ps + t`). Two-byte words keep the scales aligned
-/// (`hd · ps` is even: `hd` is a multiple of 32).
+/// (the same bytes, the same quantization) split into columns of four
+/// values, the operand of an int8 dot-product instruction (`vpdpbusd`,
+/// `sdot`: four bytes per 32-bit lane). One KV head's page of `ps` keys of
+/// `hd` values is `hd / 4` rows of `ps` quads (values `4j..4j + 4` of key
+/// `t` at bytes `4j · ps + 4t..`), so a vector of consecutive keys' quads
+/// is one load and each lane's dot product stays in its lane; then `hd /
+/// 32` rows of `ps` f16 scales (block `b` of key `t` at scale `b · ps +
+/// t`). Two-byte words keep the scales aligned (`hd · ps` is even: `hd` is
+/// a multiple of 32).
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Q8Col(u16);
@@ -80,14 +83,21 @@ impl Q8Col {
         hd / QK * BlockQ8_0::BYTES / 2
     }
 
-    /// Where value `d` of key `t` lies in a page of `ps` keys.
+    /// Byte offset of value `d` of key `t` in a page of `ps` keys.
+    #[inline(always)]
+    pub(crate) fn offset(ps: usize, d: usize, t: usize) -> usize {
+        (d & !3) * ps + 4 * t + (d & 3)
+    }
+
+    /// Where value `d` of key `t` lies in a page of `ps` keys: the quads
+    /// of keys `t..` for values `d..d + 4` start there when `d % 4 == 0`.
     ///
     /// # Safety
-    /// `page` is a whole page and `d · ps + t` lies in its int8 part.
+    /// `page` is a whole page and value `d` of key `t` lies in it.
     #[inline(always)]
     pub(crate) unsafe fn value_at(page: *const Q8Col, ps: usize, d: usize, t: usize) -> *const i8 {
         // SAFETY: forwarded contract.
-        unsafe { page.cast::<i8>().add(d * ps + t) }
+        unsafe { page.cast::<i8>().add(Q8Col::offset(ps, d, t)) }
     }
 
     /// Where the scale of block `b` of key `t` lies in a page of `ps` keys
@@ -141,7 +151,7 @@ impl Q8Col {
     /// Value `d` of key `t` of a page, dequantized.
     pub(crate) fn value(page: &[Q8Col], hd: usize, ps: usize, d: usize, t: usize) -> f32 {
         let (qs, sc) = Q8Col::split(page, hd, ps);
-        sc[d / QK * ps + t].to_f32() * qs[d * ps + t] as f32
+        sc[d / QK * ps + t].to_f32() * qs[Q8Col::offset(ps, d, t)] as f32
     }
 }
 
@@ -537,7 +547,7 @@ fn write_col(store: &mut Store, page: usize, (hd, ps): (usize, usize), t: usize,
                 let blk = legacy::quantize_q8_0(c.try_into().expect("chunks of QK"));
                 sc[b * ps + t] = f16::from_le_bytes(blk.d.0);
                 for (j, &q) in blk.qs.iter().enumerate() {
-                    qs[(b * QK + j) * ps + t] = q;
+                    qs[Q8Col::offset(ps, b * QK + j, t)] = q;
                 }
             }
         }

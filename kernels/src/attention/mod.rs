@@ -35,14 +35,19 @@
 //!
 //! Variants: scalar (f32 dot products and axpys, one head at a time, the
 //! reference the SIMD variants are held to), AVX2, AVX-512 and NEON, one
-//! body for f32, f16 and Q8_0 pages (f16 widened and Q8_0 dequantized in
-//! registers, `d · qs` per vector). [`dense_reference`] is the
+//! body for f32, f16 and Q8_0 pages (f16 widened and Q8_0 values
+//! dequantized in registers, `d · qs` per vector), and AVX-VNNI, AVX-512
+//! VNNI and NEON dotprod, which differ only in scoring Q8_0 keys with their
+//! int8 dot product. Q8_0 keys are scored on every variant against the
+//! query quantized to Q8_0 blocks (once per call, `query.rs`): per block an
+//! exact integer dot product, then the two scales, as llama.cpp does. [`dense_reference`] is the
 //! independent oracle the tests compare everything with: plain f64
 //! attention over contiguous K/V.
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod body;
 mod cache;
+mod query;
 pub mod scalar;
 mod segments;
 
@@ -57,7 +62,7 @@ pub use cache::{PAGE_SIZES, PagedKvCache, SeqId, default_page_size};
 pub use scalar::dense_reference;
 pub use segments::{SEG_PAGE, SegScratch, SegShape, segment_attention, segments_reference};
 
-use crate::eltwise::{best_isa, resolve_isa};
+use crate::eltwise::resolve_isa_of;
 use crate::error::check_len;
 use crate::pool::pool;
 use crate::quant::{BlockQ8_0, QK};
@@ -65,6 +70,7 @@ use crate::tune::{CpuCaps, Tunable};
 use crate::{Isa, KernelError, Result};
 use cache::{Q8Col, Store};
 use half::f16;
+use query::QBlock;
 use serde::{Deserialize, Serialize};
 
 /// The dtype KV pages are stored in.
@@ -101,6 +107,22 @@ impl KvDtype {
         match self {
             KvDtype::Q8_0 => cache::Q8Col::per_key(head_dim),
             _ => head_dim,
+        }
+    }
+
+    /// The query values the score kernels multiply with keys of this
+    /// dtype, for a reference computation: `q` itself, or for Q8_0 each
+    /// 32 values quantized to a Q8_0 block and back (the scale kept as f32).
+    pub fn query_as_scored(self, q: &[f32]) -> Vec<f32> {
+        match self {
+            KvDtype::Q8_0 => q
+                .chunks_exact(QK)
+                .flat_map(|x| {
+                    let b = QBlock::quantize(x);
+                    b.qs.map(|v| b.d * v as f32)
+                })
+                .collect(),
+            _ => q.to_vec(),
         }
     }
 
@@ -244,20 +266,45 @@ impl Tunable for AttnParams {
     }
 }
 
-/// The ISA variants this family implements.
-pub const ISAS: [Isa; 4] = crate::eltwise::ISAS;
+/// The ISA variants this family implements: the element-wise family's,
+/// and those with an int8 dot-product instruction, which score Q8_0 K
+/// pages with it (f32 and f16 pages run their base ISA's kernels there).
+pub const ISAS: [Isa; 7] = [
+    Isa::Scalar,
+    Isa::Avx2,
+    Isa::AvxVnni,
+    Isa::Avx512,
+    Isa::Avx512Vnni,
+    Isa::Neon,
+    Isa::NeonDotprod,
+];
 
-/// Scores of the `g = q.len() / hd` query heads of a group against the
-/// `n = out.len() / g` keys `off..off + n` of `page` (one KV head's page
-/// of `ps` keys, by columns, [`KvDtype::k_row_elems`]), times
-/// `scale`: `out[j · n + t]`. `ahead` (memory the caller reads next, or
+/// The best variant of [`ISAS`] the running CPU supports.
+pub fn best_isa() -> Isa {
+    Isa::best_of(&ISAS)
+}
+
+/// The variants of [`ISAS`] the running CPU can execute, scalar first.
+pub fn available_isas() -> Vec<Isa> {
+    ISAS.iter().copied().filter(|i| i.is_available()).collect()
+}
+
+/// Checks that a forced variant exists in [`ISAS`] and can run here.
+pub(crate) fn resolve_isa(op: &'static str, isa: Isa) -> Result<Isa> {
+    resolve_isa_of(op, isa, &ISAS)
+}
+
+/// Scores of the `g` query heads of a group (`q`, in the K page type's
+/// query form, [`PageElem::Q`]) against the `n = out.len() / g` keys
+/// `off..off + n` of `page` (one KV head's page of `ps` keys, by columns,
+/// [`KvDtype::k_row_elems`]), times `scale`: `out[j · n + t]`. `ahead` (memory the caller reads next, or
 /// empty; the page's value rows) is a prefetch hint the SIMD variants
 /// request along the way.
 ///
 /// # Safety
 /// The variant's ISA is available; `page` holds one page and `off + n <= ps`.
-type ScoresFn<K, T> = unsafe fn(
-    q: &[f32],
+type ScoresFn<Q, K, T> = unsafe fn(
+    q: &[Q],
     hd: usize,
     page: &[K],
     ps: usize,
@@ -286,48 +333,70 @@ type MaxFn = unsafe fn(s: &[f32]) -> f32;
 /// The variant's ISA is available.
 type ExpSumFn = unsafe fn(s: &mut [f32], m: f32) -> f32;
 
-/// One variant's row kernels for one page dtype (`T` the V pool's
-/// element, `K` the K pool's).
+/// One variant's row kernels for one page dtype.
 #[derive(Clone, Copy)]
-struct Ops<T, K> {
-    scores: ScoresFn<K, T>,
-    accum: AccumFn<T, K>,
+struct Ops<T: PageElem> {
+    scores: ScoresFn<T::Q, T::K, T>,
+    accum: AccumFn<T, T::K>,
     max: MaxFn,
     exp_sum: ExpSumFn,
 }
 
-/// A page dtype: its V page element, its K page element and its kernels
-/// per ISA.
+/// A page dtype: its V page element, its K page element, the form its
+/// score kernels take the queries in, and its kernels per ISA.
 trait PageElem: Copy + Send + Sync + 'static {
     type K: Copy + Send + Sync + 'static;
-    fn ops(isa: Isa) -> Ops<Self, Self::K>;
+    /// f32 for f32 and f16 pages; [`QBlock`]s for Q8_0, whose scores are
+    /// int8 dot products.
+    type Q: Copy + Send + Sync + 'static;
+    /// Elements of `Q` per query head of `hd` values.
+    fn q_per_head(hd: usize) -> usize;
+    /// The query block `q` in the form `Q`, in `buf` if it is converted.
+    fn query<'a>(q: &'a [f32], buf: &'a mut Vec<QBlock>) -> &'a [Self::Q];
+    fn ops(isa: Isa) -> Ops<Self>;
     fn v_pool(store: &Store) -> &[Self];
     fn k_pool(store: &Store) -> &[Self::K];
 }
 
+/// The float pages take the query as it is.
+macro_rules! float_query {
+    () => {
+        type Q = f32;
+        fn q_per_head(hd: usize) -> usize {
+            hd
+        }
+        fn query<'a>(q: &'a [f32], _: &'a mut Vec<QBlock>) -> &'a [f32] {
+            q
+        }
+    };
+}
+
+/// `$scores_dot` is the scores kernel of the ISAs with an int8 dot
+/// product (the same as `$scores` for float pages).
 macro_rules! page_elem {
-    ($t:ty, $k:ty, $vstore:ident, $kstore:ident, $scores:ident, $accum:ident) => {
+    ($t:ty, $k:ty, $vstore:ident, $kstore:ident, $scores:ident, $scores_dot:ident, $accum:ident, { $($query:tt)* }) => {
         impl PageElem for $t {
             type K = $k;
-            fn ops(isa: Isa) -> Ops<Self, $k> {
+            $($query)*
+            fn ops(isa: Isa) -> Ops<Self> {
                 match isa {
                     #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2 => Ops {
-                        scores: avx2::$scores,
+                    Isa::Avx2 | Isa::AvxVnni => Ops {
+                        scores: if isa == Isa::AvxVnni { avx2::$scores_dot } else { avx2::$scores },
                         accum: avx2::$accum,
                         max: avx2::max,
                         exp_sum: avx2::exp_sum,
                     },
                     #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 => Ops {
-                        scores: avx512::$scores,
+                    Isa::Avx512 | Isa::Avx512Vnni => Ops {
+                        scores: if isa == Isa::Avx512Vnni { avx512::$scores_dot } else { avx512::$scores },
                         accum: avx512::$accum,
                         max: avx512::max,
                         exp_sum: avx512::exp_sum,
                     },
                     #[cfg(target_arch = "aarch64")]
-                    Isa::Neon => Ops {
-                        scores: neon::$scores,
+                    Isa::Neon | Isa::NeonDotprod => Ops {
+                        scores: if isa == Isa::NeonDotprod { neon::$scores_dot } else { neon::$scores },
                         accum: neon::$accum,
                         max: neon::max,
                         exp_sum: neon::exp_sum,
@@ -356,16 +425,37 @@ macro_rules! page_elem {
     };
 }
 
-page_elem!(f32, f32, F32, F32, scores_f32, accum_f32);
-page_elem!(f16, f16, F16, F16, scores_f16, accum_f16);
-page_elem!(BlockQ8_0, Q8Col, Q8, Q8Cols, scores_q8, accum_q8);
+page_elem!(f32, f32, F32, F32, scores_f32, scores_f32, accum_f32, {
+    float_query!();
+});
+page_elem!(f16, f16, F16, F16, scores_f16, scores_f16, accum_f16, {
+    float_query!();
+});
+page_elem!(
+    BlockQ8_0,
+    Q8Col,
+    Q8,
+    Q8Cols,
+    scores_q8,
+    scores_q8_dot,
+    accum_q8,
+    {
+        type Q = QBlock;
+        fn q_per_head(hd: usize) -> usize {
+            hd / QK
+        }
+        fn query<'a>(q: &'a [f32], buf: &'a mut Vec<QBlock>) -> &'a [QBlock] {
+            query::quantize_query(q, buf)
+        }
+    }
+);
 
 /// Everything the per-pair loop needs, borrowed from the cache and the call.
 struct Ctx<'a, T: PageElem> {
     k: &'a [T::K],
     v: &'a [T],
     pages: &'a [u32],
-    ops: Ops<T, T::K>,
+    ops: Ops<T>,
     n_kv: usize,
     ps: usize,
     /// Elements per token of one head in the K and in the V pool.
@@ -377,7 +467,9 @@ struct Ctx<'a, T: PageElem> {
     q_rows: usize,
     pos0: usize,
     scale: f32,
-    q: &'a [f32],
+    /// The query block in the score kernels' form, `qh` elements per head.
+    q: &'a [T::Q],
+    qh: usize,
 }
 
 impl<T: PageElem> Ctx<'_, T> {
@@ -397,15 +489,15 @@ impl<T: PageElem> Ctx<'_, T> {
         &self.k[base..base + len]
     }
 
-    fn q_of(&self, i: usize, h: usize) -> &[f32] {
-        let o = (i * self.n_q_heads + h) * self.hd;
-        &self.q[o..o + self.hd]
+    fn q_of(&self, i: usize, h: usize) -> &[T::Q] {
+        let o = (i * self.n_q_heads + h) * self.qh;
+        &self.q[o..o + self.qh]
     }
 
     /// The `group` query heads of row `i` that share KV head `kvh`.
-    fn q_group(&self, i: usize, kvh: usize) -> &[f32] {
-        let o = (i * self.n_q_heads + kvh * self.group) * self.hd;
-        &self.q[o..o + self.group * self.hd]
+    fn q_group(&self, i: usize, kvh: usize) -> &[T::Q] {
+        let o = (i * self.n_q_heads + kvh * self.group) * self.qh;
+        &self.q[o..o + self.group * self.qh]
     }
 
     /// Online softmax of the `group` query heads of row `i` that share KV
@@ -489,7 +581,7 @@ impl<T: PageElem> Ctx<'_, T> {
 
     /// Probabilities of one query row over all `kv_len` positions (zeros
     /// after the visible ones), given its final max and sum.
-    fn probs_row(&self, q: &[f32], kvh: usize, vis: usize, m: f32, l: f32, out: &mut [f32]) {
+    fn probs_row(&self, q: &[T::Q], kvh: usize, vis: usize, m: f32, l: f32, out: &mut [f32]) {
         let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
         let mut t = 0;
         while t < vis {
@@ -532,6 +624,8 @@ pub struct AttnScratch {
     scores: Vec<f32>,
     /// Split-K `[m, l per head][acc per head]` per (unit, block).
     part: Vec<f32>,
+    /// The quantized query block (Q8_0 pages).
+    query: Vec<QBlock>,
 }
 
 impl AttnScratch {
@@ -543,6 +637,7 @@ impl AttnScratch {
     /// Bytes currently held.
     pub fn bytes(&self) -> usize {
         4 * (self.stats.capacity() + self.scores.capacity() + self.part.capacity())
+            + self.query.capacity() * size_of::<QBlock>()
     }
 }
 
@@ -648,6 +743,12 @@ fn run<T: PageElem>(
 ) {
     let (k_row, v_row) = (cache.k_row_elems(), cache.v_row_elems());
     let (kl, vl) = (cache.layer_elems(k_row), cache.layer_elems(v_row));
+    let AttnScratch {
+        stats,
+        scores,
+        part,
+        query: qbuf,
+    } = scratch;
     let ctx = Ctx::<T> {
         k: &T::k_pool(&cache.k)[layer * kl..(layer + 1) * kl],
         v: &T::v_pool(&cache.v)[layer * vl..(layer + 1) * vl],
@@ -663,16 +764,12 @@ fn run<T: PageElem>(
         q_rows: query.q_rows,
         pos0: query.pos0,
         scale: query.scale,
-        q,
+        q: T::query(q, qbuf),
+        qh: T::q_per_head(cache.head_dim()),
     };
     let (hd, ps) = (ctx.hd, ctx.ps);
     let pairs = query.q_rows * query.n_q_heads;
     let threads = params.threads;
-    let AttnScratch {
-        stats,
-        scores,
-        part,
-    } = scratch;
     // (m, l) per pair, for the probabilities pass.
     let stats = grown(stats, 2 * pairs);
     let sw = ctx.group * ps;

@@ -4,7 +4,7 @@
 //! reads next, a prefetch hint) and ignore it: the reference does not
 //! prefetch.
 
-use super::{AttnShape, Q8Col, check_shape};
+use super::{AttnShape, Q8Col, QBlock, check_shape};
 use crate::Result;
 use crate::error::check_len;
 use crate::quant::{BlockQ8_0, QK};
@@ -33,24 +33,26 @@ fn scores_cols_head<T: Copy>(
     }
 }
 
-/// `out[t] = scale · q·k_(off + t)` for a Q8_0 page of `ps` keys stored
-/// by columns ([`Q8Col`]): `Σ_blocks d · Σ q·qs` per key.
-fn scores_q8_head(q: &[f32], page: &[Q8Col], ps: usize, off: usize, scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    let (qs, sc) = Q8Col::split(page, hd, ps);
-    for (t, s) in out.iter_mut().enumerate() {
-        let k = off + t;
-        let mut sum = 0.0f32;
-        for (b, qb) in q.chunks_exact(QK).enumerate() {
-            let dot: f32 = qb
-                .iter()
-                .enumerate()
-                .map(|(j, a)| a * qs[(b * QK + j) * ps + k] as f32)
-                .sum();
-            sum += sc[b * ps + k].to_f32() * dot;
-        }
-        *s = sum * scale;
+/// `scale · q·k_t` for a query head quantized to Q8_0 blocks `q` and key
+/// `t` of a Q8_0 page of `ps` keys ([`Q8Col::split`]'s `qs` and `sc`):
+/// per block the exact integer dot product, times the key's scale times
+/// the query block's scale times `scale`, summed over the blocks.
+pub(crate) fn score_q8(
+    q: &[QBlock],
+    qs: &[i8],
+    sc: &[f16],
+    ps: usize,
+    t: usize,
+    scale: f32,
+) -> f32 {
+    let mut sum = 0.0f32;
+    for (b, qb) in q.iter().enumerate() {
+        let dot: i32 = (qb.qs.iter().enumerate())
+            .map(|(j, &a)| a as i32 * qs[Q8Col::offset(ps, b * QK + j, t)] as i32)
+            .sum();
+        sum += dot as f32 * (sc[b * ps + t].to_f32() * (qb.d * scale));
     }
+    sum
 }
 
 /// The largest of `s` (NaNs ignored).
@@ -173,10 +175,11 @@ pub fn accum_f16(acc: &mut [f32], hd: usize, p: &[f32], v: &[f16], _ahead: &[f16
     each_head_accum(acc, hd, p, |a, p| accum_f16_head(a, p, v));
 }
 
-/// [`scores_q8_head`] for each head of a group: `out[j · n + t]`.
+/// [`score_q8`] of each quantized head of a group (`hd / 32` blocks
+/// each) against keys `off..`: `out[j · n + t]`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn scores_q8(
-    q: &[f32],
+    q: &[QBlock],
     hd: usize,
     page: &[Q8Col],
     ps: usize,
@@ -185,9 +188,13 @@ pub(crate) fn scores_q8(
     scale: f32,
     out: &mut [f32],
 ) {
-    each_head_scores(q, hd, out, |q, o| {
-        scores_q8_head(q, page, ps, off, scale, o)
-    });
+    let (qs, sc) = Q8Col::split(page, hd, ps);
+    let n = out.len() / (q.len() * QK / hd);
+    for (qj, oj) in q.chunks_exact(hd / QK).zip(out.chunks_exact_mut(n)) {
+        for (t, s) in oj.iter_mut().enumerate() {
+            *s = score_q8(qj, qs, sc, ps, off + t, scale);
+        }
+    }
 }
 
 /// [`accum_q8_head`] for each head of a group: `p[j · n + t]`.

@@ -15,8 +15,7 @@
 //! are that kernel's. [`segments_reference`] is the independent f64
 //! oracle.
 
-use super::{AttnParams, AttnScratch, Ctx, PageElem, check_heads, grown, par_units};
-use crate::eltwise::resolve_isa;
+use super::{AttnParams, AttnScratch, Ctx, PageElem, check_heads, grown, par_units, resolve_isa};
 use crate::error::check_len;
 use crate::tune::Tunable;
 use crate::{Isa, KernelError, Result};
@@ -173,6 +172,7 @@ pub fn segment_attention(
         pos0: 0,
         scale,
         q,
+        qh: hd,
     };
     let threads = params.threads;
     let AttnScratch { stats, scores, .. } = attn;
@@ -260,7 +260,7 @@ mod tests {
     //! fresh and reused scratch. Tolerance as the paged kernel's:
     //! `1e-5 + 1e-5·|want|` (f32 accumulation over ≤ 300 positions).
     use super::*;
-    use crate::eltwise::available_isas;
+    use crate::attention::available_isas;
     use crate::testing::{Rng, assert_close};
 
     fn run_case(rows: usize, bounds: &[usize], nq: usize, nkv: usize, hd: usize, seed: u64) {

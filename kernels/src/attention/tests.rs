@@ -6,14 +6,14 @@
 //! bookkeeping and the error paths.
 //!
 //! Tolerances: against the oracle run on the K/V the kernel actually sees
-//! (f16-rounded, or Q8_0-dequantized), outputs agree within
+//! (f16-rounded, or Q8_0-dequantized, and for Q8_0 on the query it
+//! quantizes to Q8_0 blocks as well), outputs agree within
 //! `1e-5 + 1e-5·|want|` and probabilities within `1e-6 + 1e-5·p` (f32
 //! accumulation over ≤ 128-wide dot products and ≤ 100 positions). Against
 //! the unquantized K/V, a Q8_0 cache stays within `2e-2` absolute (the Q8_0
 //! step is `amax/127` per 32 values).
 
 use super::*;
-use crate::eltwise::available_isas;
 use crate::quant::legacy;
 use crate::testing::{Rng, assert_close, edge_sizes};
 
@@ -21,6 +21,22 @@ const ATOL: f32 = 1e-5;
 const RTOL: f32 = 1e-5;
 const P_ATOL: f32 = 1e-6;
 const Q8_RAW_ATOL: f32 = 2e-2;
+
+/// The query a Q8_0 page's scores see: each 32 values as llama.cpp's
+/// `quantize_row_q8_0` rounds them (`d = max|x| / 127`, `round(x · 1/d)`),
+/// the scale kept as f32.
+fn query_as_scored(dtype: KvDtype, q: &[f32]) -> Vec<f32> {
+    if dtype != KvDtype::Q8_0 {
+        return q.to_vec();
+    }
+    let mut y = Vec::with_capacity(q.len());
+    for b in q.chunks_exact(QK) {
+        let d = b.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        y.extend(b.iter().map(|&v| d * (v * id).round()));
+    }
+    y
+}
 
 /// The values a `dtype` page stores for `x` (rows of `hd`), computed
 /// independently of the cache.
@@ -145,7 +161,18 @@ fn check(
     let mut want = vec![0.0; q.len()];
     let mut want_p = vec![0.0; nq * q_rows * kv_len];
     let sc = query.scale;
-    dense_reference(&shape, pos0, sc, &q, &kd, &vd, &mut want, Some(&mut want_p)).unwrap();
+    let qd = query_as_scored(dtype, &q);
+    dense_reference(
+        &shape,
+        pos0,
+        sc,
+        &qd,
+        &kd,
+        &vd,
+        &mut want,
+        Some(&mut want_p),
+    )
+    .unwrap();
     let what = |isa: Isa, p: &AttnParams| {
         format!(
             "{isa} {dtype:?} nkv={nkv} group={group} hd={hd} ps={} kv={kv_len} rows={q_rows} pos0={pos0} {p:?}",

@@ -93,9 +93,15 @@ pub fn host_caps() -> CpuCaps {
 
 /// Checks that a forced variant exists in [`ISAS`] and can run here.
 pub(crate) fn resolve_isa(op: &'static str, isa: Isa) -> Result<Isa> {
+    resolve_isa_of(op, isa, &ISAS)
+}
+
+/// Checks that a forced variant exists in a family's `variants` and can
+/// run here.
+pub(crate) fn resolve_isa_of(op: &'static str, isa: Isa, variants: &[Isa]) -> Result<Isa> {
     if !isa.is_available() {
         Err(KernelError::IsaUnavailable { op, isa })
-    } else if !ISAS.contains(&isa) {
+    } else if !variants.contains(&isa) {
         Err(KernelError::NoVariant { op, isa })
     } else {
         Ok(isa)

@@ -18,7 +18,7 @@ pub(crate) fn tail_mask(n: usize) -> __mmask16 {
 }
 
 // SAFETY (all methods): the caller runs with AVX-512F enabled (and BW + VL
-// for `load_tail_f16` and `load_tail_i8`) and passes pointers valid for the lanes touched, per the
+// for `load_tail_f16`) and passes pointers valid for the lanes touched, per the
 // `Simd` contract.
 impl Simd for Avx512 {
     type V = __m512;
@@ -107,10 +107,6 @@ impl Simd for Avx512 {
     #[inline(always)]
     unsafe fn load_tail_f16(p: *const f16, n: usize) -> __m512 {
         unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p as *const i16)) }
-    }
-    #[inline(always)]
-    unsafe fn load_tail_i8(p: *const i8, n: usize) -> __m512 {
-        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(tail_mask(n), p))) }
     }
     #[inline(always)]
     unsafe fn store_tail(p: *mut f32, v: __m512, n: usize) {

@@ -90,11 +90,6 @@ pub(crate) trait Simd: Copy {
     unsafe fn load_tail_f16(_p: *const f16, _n: usize) -> Self::V {
         unreachable!("no masked tails on this ISA")
     }
-    /// As [`Simd::load_tail`], i8 widened.
-    #[inline(always)]
-    unsafe fn load_tail_i8(_p: *const i8, _n: usize) -> Self::V {
-        unreachable!("no masked tails on this ISA")
-    }
     /// Stores the first `n <= LANES` lanes. Only called when `MASKED_TAIL`.
     #[inline(always)]
     unsafe fn store_tail(_p: *mut f32, _v: Self::V, _n: usize) {

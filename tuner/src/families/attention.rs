@@ -34,7 +34,10 @@ pub(super) const OPS: &[OpSpec] = &[OpSpec::new(
         ])
     },
 )
-.optional_dims(&["rows", "page"])];
+// f32 work on every ISA: with an int8 dot product only the Q8_0 scores,
+// a third of it, are int8.
+.optional_dims(&["rows", "page"])
+.float()];
 
 fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
     let (spec, m) = (req.spec, req.machine);
@@ -71,7 +74,7 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
     let isa = req
         .config
         .isa
-        .unwrap_or_else(tiletune_kernels::eltwise::best_isa);
+        .unwrap_or_else(tiletune_kernels::attention::best_isa);
 
     let (kvh, hd) = (kv_heads, head_dim);
     let mut rng = Rng::new(m.seed);
@@ -105,7 +108,7 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
         &shape,
         pos0,
         query.scale,
-        &q,
+        &dtype.query_as_scored(&q),
         &kd,
         &vd,
         &mut reference,
@@ -131,7 +134,8 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
         },
         check: Check::Relative(reference),
         // The kernel tests hold every variant to 1e-5 absolute + 1e-5
-        // relative of the f64 oracle on the same (rounded) K/V; outputs are
+        // relative of the f64 oracle on the same (rounded) K/V and, for
+        // Q8_0, the same quantized query; outputs are
         // convex combinations of values in [-1, 1], so this is the same
         // bound.
         tolerance: 2e-5,

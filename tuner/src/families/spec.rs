@@ -85,6 +85,9 @@ pub struct OpSpec {
     /// Multiplies int8 operands whatever its variant (the activations are
     /// quantized by the op itself), so its work counts int8 operations.
     pub int8: bool,
+    /// Its work counts f32 operations whatever its variant, even on an
+    /// int8 dot-product ISA (where only a part of it is int8).
+    pub float: bool,
     /// The kernel's own op name, for kernel errors.
     pub kernel: &'static str,
     /// The tuned search space; `None` where the tuner does not search the
@@ -115,6 +118,7 @@ impl OpSpec {
             dtypes,
             bandwidth_bound: true,
             int8: false,
+            float: false,
             kernel,
             tune: None,
             pin,
@@ -141,6 +145,14 @@ impl OpSpec {
     /// Its work is int8 multiply-adds whatever its variant.
     pub const fn int8(self) -> OpSpec {
         OpSpec { int8: true, ..self }
+    }
+
+    /// Its work is f32 whatever its variant.
+    pub const fn float(self) -> OpSpec {
+        OpSpec {
+            float: true,
+            ..self
+        }
     }
 
     /// The tuner searches it for `dtypes`.
