@@ -53,7 +53,7 @@ pub fn default_page_size(head_dim: usize, dtype: KvDtype, cpu: &crate::CpuCaps) 
 pub struct SeqId(pub u32);
 
 /// The storage of one pool (all layers), in the page dtype.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum Store {
     F32(Vec<f32>),
     F16(Vec<f16>),
@@ -61,6 +61,23 @@ pub(crate) enum Store {
     Q8(Vec<BlockQ8_0>),
     /// Q8_0 K pages.
     Q8Cols(Vec<Q8Col>),
+}
+
+/// A copy on huge pages as well, as the original ([`huge_pages_vec`]).
+impl Clone for Store {
+    fn clone(&self) -> Self {
+        fn copy<T: Clone + Default>(v: &[T]) -> Vec<T> {
+            let mut c = huge_pages_vec(T::default(), v.len());
+            c.clone_from_slice(v);
+            c
+        }
+        match self {
+            Store::F32(v) => Store::F32(copy(v)),
+            Store::F16(v) => Store::F16(copy(v)),
+            Store::Q8(v) => Store::Q8(copy(v)),
+            Store::Q8Cols(v) => Store::Q8Cols(copy(v)),
+        }
+    }
 }
 
 /// The storage unit of a Q8_0 K page: each key's llama.cpp Q8_0 blocks
