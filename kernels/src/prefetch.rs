@@ -135,9 +135,8 @@ fn each_line(base: *const u8, from: usize, to: usize, request: impl Fn(*const u8
 /// them) until the memory catches up. The lines are requested into L2
 /// ([`line_l2`]): the attention kernels that stream K/V pages this way
 /// work on a page, its scores and the group's accumulators from L1, which
-/// the next page requested into L1 would compete with (cold decode
-/// attention at depth 16384 ran 1.08× faster than with L1 requests; see
-/// docs/PERF.md).
+/// the next page requested into L1 would compete with (measured in
+/// docs/PERF.md, "K/V pages requested into L2").
 pub(crate) struct Stream {
     base: *const u8,
     off: usize,

@@ -362,46 +362,38 @@ unsafe fn scores_q8_chunk<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
     // SAFETY: forwarded contract; block b of head h is at q + h·nb + b.
     unsafe {
         for b in 0..nb {
+            // The integer sums (`DOT`) or the f32 ones; the other is unused.
+            let mut a: [[D::I; V]; H] =
+                std::array::from_fn(|h| [D::start((*q.add(h * nb + b)).sum); V]);
             let mut f = [[S::zero(); V]; H];
-            if D::DOT {
-                let mut a: [[D::I; V]; H] =
-                    std::array::from_fn(|h| [D::start((*q.add(h * nb + b)).sum); V]);
-                for j in 0..QK / 4 {
-                    pf.turn();
-                    let mut kq = [D::start(0); V];
-                    for (u, x) in kq.iter_mut().enumerate() {
-                        *x = D::load(Q8Col::value_at(page, ps, b * QK + 4 * j, k + u * S::LANES));
-                    }
+            for j in 0..QK / 4 {
+                pf.turn();
+                let kq: [D::I; V] = std::array::from_fn(|u| {
+                    D::load(Q8Col::value_at(page, ps, b * QK + 4 * j, k + u * S::LANES))
+                });
+                if D::DOT {
                     for (h, ah) in a.iter_mut().enumerate() {
                         let qp = (*q.add(h * nb + b)).qs.as_ptr().add(4 * j);
                         for (au, &x) in ah.iter_mut().zip(&kq) {
                             *au = D::dot(*au, x, qp);
                         }
                     }
-                }
-                for (fh, ah) in f.iter_mut().zip(&a) {
-                    for (fu, &au) in fh.iter_mut().zip(ah) {
-                        *fu = D::to_f32(au);
-                    }
-                }
-            } else {
-                for j in 0..QK / 4 {
-                    pf.turn();
-                    let mut kq = [D::start(0); V];
-                    for (u, x) in kq.iter_mut().enumerate() {
-                        *x = D::load(Q8Col::value_at(page, ps, b * QK + 4 * j, k + u * S::LANES));
-                    }
+                } else {
                     for i in 0..4 {
-                        let mut kv = [S::zero(); V];
-                        for (x, &y) in kv.iter_mut().zip(&kq) {
-                            *x = D::value(y, i);
-                        }
+                        let kv: [S::V; V] = std::array::from_fn(|u| D::value(kq[u], i));
                         for (h, fh) in f.iter_mut().enumerate() {
                             let qv = S::splat((*q.add(h * nb + b)).qf[4 * j + i]);
                             for (fu, &x) in fh.iter_mut().zip(&kv) {
                                 *fu = S::fma(qv, x, *fu);
                             }
                         }
+                    }
+                }
+            }
+            if D::DOT {
+                for (fh, ah) in f.iter_mut().zip(&a) {
+                    for (fu, &au) in fh.iter_mut().zip(ah) {
+                        *fu = D::to_f32(au);
                     }
                 }
             }

@@ -40,8 +40,8 @@
 //! VNNI and NEON dotprod, which differ only in scoring Q8_0 keys with their
 //! int8 dot product. Q8_0 keys are scored on every variant against the
 //! query quantized to Q8_0 blocks (once per call, `query.rs`): per block an
-//! exact integer dot product, then the two scales, as llama.cpp does. [`dense_reference`] is the
-//! independent oracle the tests compare everything with: plain f64
+//! exact integer dot product, then the two scales, as llama.cpp does.
+//! [`dense_reference`] is the independent oracle the tests compare everything with: plain f64
 //! attention over contiguous K/V.
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]

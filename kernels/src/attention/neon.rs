@@ -58,12 +58,12 @@ impl Quads<Neon> for Dot {
     #[inline(always)]
     unsafe fn load(p: *const i8) -> int32x4_t {
         // SAFETY: forwarded contract.
-        unsafe { vreinterpretq_s32_s8(vld1q_s8(p)) }
+        unsafe { <Widen as Quads<Neon>>::load(p) }
     }
     #[inline(always)]
-    unsafe fn start(_: i32) -> int32x4_t {
-        // SAFETY: the caller's CPU has the ISA (the trait's contract).
-        unsafe { vdupq_n_s32(0) }
+    unsafe fn start(sum: i32) -> int32x4_t {
+        // SAFETY: forwarded contract.
+        unsafe { <Widen as Quads<Neon>>::start(sum) }
     }
     #[inline(always)]
     unsafe fn dot(acc: int32x4_t, k: int32x4_t, q: *const i8) -> int32x4_t {

@@ -12,7 +12,7 @@ use crate::quant::QK;
 /// `sum` is `Σ qs`, which the x86 kernels subtract (times 128) after
 /// multiplying keys made unsigned by `+128` (`vpdpbusd` is u8 × s8).
 #[derive(Debug, Clone, Copy)]
-#[repr(C, align(64))]
+#[repr(C)]
 pub(crate) struct QBlock {
     pub(crate) qs: [i8; QK],
     pub(crate) d: f32,
