@@ -84,6 +84,28 @@ impl Quads<Avx2> for Vnni {
     unsafe fn value(_: __m256i, _: usize) -> __m256 {
         unreachable!("AVX-VNNI takes the quads whole")
     }
+    #[inline(always)]
+    unsafe fn load_raw(p: *const i8) -> __m256i {
+        // SAFETY: forwarded contract.
+        unsafe { _mm256_loadu_si256(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn dot_weights(acc: __m256i, v: __m256i, w: *const i8) -> __m256i {
+        // SAFETY: four bytes at w (forwarded contract).
+        unsafe {
+            _mm256_dpbusd_avx_epi32(acc, _mm256_set1_epi32(w.cast::<i32>().read_unaligned()), v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn narrow(y: __m256, out: *mut i8) {
+        // The low bytes in 0..=255 survive both unsigned saturating packs.
+        // SAFETY: 8 bytes at out (forwarded contract).
+        unsafe {
+            let x = _mm256_and_si256(_mm256_castps_si256(y), _mm256_set1_epi32(0xff));
+            let w = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
+            _mm_storel_epi64(out.cast(), _mm_packus_epi16(w, w));
+        }
+    }
 }
 
 super::body::page_kernels! { isa: Avx2, heads: 4, vecs: 2, quads: Widen, feature: "avx2,fma,f16c", needs: "AVX2 + FMA + F16C" }

@@ -81,6 +81,21 @@ impl Quads<Avx512> for Vnni {
     unsafe fn value(_: __m512i, _: usize) -> __m512 {
         unreachable!("VNNI takes the quads whole")
     }
+    #[inline(always)]
+    unsafe fn load_raw(p: *const i8) -> __m512i {
+        // SAFETY: forwarded contract.
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn dot_weights(acc: __m512i, v: __m512i, w: *const i8) -> __m512i {
+        // SAFETY: four bytes at w (forwarded contract).
+        unsafe { _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(w.cast::<i32>().read_unaligned()), v) }
+    }
+    #[inline(always)]
+    unsafe fn narrow(y: __m512, out: *mut i8) {
+        // SAFETY: 16 bytes at out (forwarded contract).
+        unsafe { _mm_storeu_si128(out.cast(), _mm512_cvtepi32_epi8(_mm512_castps_si512(y))) }
+    }
 }
 
 super::body::page_kernels! { isa: Avx512, heads: 4, vecs: 4, quads: Widen, feature: "avx512f,avx512bw,avx512vl,fma,f16c", needs: "AVX-512 F/BW/VL + FMA + F16C" }

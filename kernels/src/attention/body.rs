@@ -27,15 +27,12 @@
 
 use super::{Q8Col, QBlock};
 use crate::prefetch::Stream;
-use crate::quant::{BlockQ8_0, QK};
+use crate::quant::QK;
 use crate::simd::{Elem, Simd};
 use half::f16;
 
-/// A V page element type as the kernels read a head row of `hd` values:
-/// f32 and f16 store them as they are, Q8_0 as `hd / 32` blocks whose
-/// vectors are widened and scaled by the block's `d` once, before every
-/// head of the block uses them (each vector lies in one block: `LANES`
-/// divides 32).
+/// A float V page element type as the kernels read a head row of `hd`
+/// values (Q8_0 V pages are read by [`accum_q8`]).
 pub(super) trait PageRow: Copy {
     /// Elements per head row.
     fn stride(hd: usize) -> usize;
@@ -45,7 +42,7 @@ pub(super) trait PageRow: Copy {
     /// As [`Simd::load`]; the row holds them.
     unsafe fn load<S: Simd>(row: *const Self, i: usize) -> S::V;
     /// Values `i..i + n` (`n <= LANES`), zero after; only when
-    /// `MASKED_TAIL` and `hd` is not a multiple of `LANES` (never Q8_0).
+    /// `MASKED_TAIL` and `hd` is not a multiple of `LANES`.
     ///
     /// # Safety
     /// As [`Simd::load_tail`].
@@ -84,34 +81,6 @@ macro_rules! plain_row {
 }
 plain_row!(f32);
 plain_row!(f16);
-
-impl PageRow for BlockQ8_0 {
-    #[inline(always)]
-    fn stride(hd: usize) -> usize {
-        hd / QK
-    }
-    #[inline(always)]
-    unsafe fn load<S: Simd>(row: *const Self, i: usize) -> S::V {
-        // SAFETY: block i / 32 is in the row; lanes i % 32.. stay in it.
-        unsafe {
-            let b = &*row.add(i / QK);
-            S::mul(
-                S::load_i8(b.qs.as_ptr().add(i % QK)),
-                S::splat_f16(f16::from_le_bytes(b.d.0)),
-            )
-        }
-    }
-    #[inline(always)]
-    unsafe fn load_tail<S: Simd>(_row: *const Self, _i: usize, _n: usize) -> S::V {
-        unreachable!("Q8_0 head rows are whole 32-blocks")
-    }
-    #[inline(always)]
-    unsafe fn value(row: *const Self, j: usize) -> f32 {
-        // SAFETY: the row holds block j / 32.
-        let b = unsafe { &*row.add(j / QK) };
-        b.d.to_f32() * b.qs[j % QK] as f32
-    }
-}
 
 /// Whether a group of `g` heads runs as one head block two vectors wide
 /// (`f::<g, 2>`) rather than in blocks of at most `H` heads `V` vectors
@@ -331,6 +300,42 @@ pub(super) trait Quads<S: Simd> {
     /// # Safety
     /// The CPU supports the ISA.
     unsafe fn value(k: Self::I, i: usize) -> S::V;
+    /// The quads at `p` as stored (signed; [`Quads::load`] may flip them).
+    ///
+    /// # Safety
+    /// As [`Quads::load`].
+    #[inline(always)]
+    unsafe fn load_raw(p: *const i8) -> Self::I {
+        // SAFETY: forwarded contract.
+        unsafe { Self::load(p) }
+    }
+    /// `acc + Σ_4 v · w` per lane for quads `v` as stored and the four
+    /// weights in `0..=127` at `w` (`DOT` only). Where the instruction is
+    /// u8 × s8 the weights are its unsigned operand, so nothing is flipped.
+    ///
+    /// # Safety
+    /// The CPU supports the ISA; four bytes at `w`.
+    #[inline(always)]
+    unsafe fn dot_weights(acc: Self::I, v: Self::I, w: *const i8) -> Self::I {
+        // SAFETY: forwarded contract.
+        unsafe { Self::dot(acc, v, w) }
+    }
+    /// The low byte of each lane's bits of `y` to `LANES` bytes at `out`
+    /// (`DOT` only).
+    ///
+    /// # Safety
+    /// The CPU supports the ISA; `LANES` bytes at `out` are writable.
+    #[inline(always)]
+    unsafe fn narrow(y: S::V, out: *mut i8) {
+        let mut f = [0.0f32; 16];
+        // SAFETY: LANES <= 16; forwarded contract.
+        unsafe {
+            S::store(f.as_mut_ptr(), y);
+            for (i, x) in f.iter().enumerate().take(S::LANES) {
+                *out.add(i) = (x.to_bits() & 0xff) as i8;
+            }
+        }
+    }
 }
 
 /// Scores of `H` heads (query blocks `q`, `nb = hd / 32` per head) against
@@ -685,24 +690,33 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
     }
 }
 
-/// `acc_j += Σ_t p[j · n + t] · v[t]` for the `g = acc.len() / hd` heads'
-/// accumulators `acc_j` over the `n = p.len() / g` value rows of `v`,
-/// heads taken `H` at a time; the lines of `ahead` are requested over the
-/// row loops as [`scores`] requests its own.
+/// `acc_j += Σ_t p[j · n + t] · v[off + t]` for the `g = acc.len() / hd`
+/// heads' accumulators `acc_j` over the `n = p.len() / g` value rows
+/// `off..off + n` of `page` (`ps` rows of `hd` values), heads taken `H` at
+/// a time; the lines of `ahead` are requested over the row loops as
+/// [`scores_cols`] requests its own.
 ///
 /// # Safety
-/// The CPU supports `S`; `H <= 4`, `V` 2 or 4; `v` holds `n` rows of `hd` values.
+/// The CPU supports `S`; `H <= 4`, `V` 2 or 4; `off + n <= ps`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize, const V: usize>(
     acc: &mut [f32],
     hd: usize,
     p: &[f32],
-    v: &[T],
+    page: &[T],
+    ps: usize,
+    off: usize,
     ahead: &[A],
 ) {
     let g = acc.len() / hd;
     let n = p.len() / g;
-    debug_assert_eq!(v.len(), n * T::stride(hd));
+    let st = T::stride(hd);
+    assert!(
+        off + n <= ps && page.len() == ps * st,
+        "rows off..off + n of one page"
+    );
+    let v = &page[off * st..(off + n) * st];
     let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), v.as_ptr());
     let wide = wide::<H, V>(g);
     let (hb, vecs) = if wide { (g, 2) } else { (H, V) };
@@ -718,22 +732,267 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize, const V: usiz
     pf.rest();
 }
 
+/// Window `w0..w0 + wl` of a head's weights `p` (`n` of them, for
+/// positions `off..off + n`): where the whole window lies in that range,
+/// `p` itself, else `buf` filled with the weights in range and zeros.
+///
+/// # Safety
+/// `p` holds `n` floats.
+#[inline(always)]
+unsafe fn window_row(
+    p: *const f32,
+    (off, n): (usize, usize),
+    (w0, wl): (usize, usize),
+    full: bool,
+    buf: &mut [f32; QK],
+) -> *const f32 {
+    // SAFETY: positions in off..off + n index p.
+    unsafe {
+        if full {
+            return p.add(w0 - off);
+        }
+        *buf = [0.0; QK];
+        for (i, x) in buf.iter_mut().enumerate().take(wl) {
+            if (off..off + n).contains(&(w0 + i)) {
+                *x = *p.add(w0 + i - off);
+            }
+        }
+    }
+    buf.as_ptr()
+}
+
+/// The largest of the `len` floats at `x` (`len` a multiple of `LANES`;
+/// all `>= 0`).
+///
+/// # Safety
+/// The CPU supports `S`; `len` floats at `x`.
+#[inline(always)]
+unsafe fn max_of<S: Simd>(x: *const f32, len: usize) -> f32 {
+    // SAFETY: forwarded contract.
+    unsafe {
+        let mut m = S::zero();
+        for i in (0..len).step_by(S::LANES) {
+            m = S::max(m, S::load(x.add(i)));
+        }
+        S::reduce_max(m)
+    }
+}
+
+/// `acc_h += Σ_t p[h · n + t] · v[off + t]` for the `H` heads whose
+/// accumulators are at `acc` (`hd` apart) and whose weights are at `p`
+/// (`n` apart), over a Q8_0 V page in quads of positions ([`Q8Col`]).
+///
+/// The positions go in windows of 32 aligned in the page. In a window,
+/// value block `b` weighs position `t` by `w = p_t · d_t,b` (probability
+/// times the value's scale). With an int8 dot product (`D::DOT`) each
+/// head's weights are rounded to int8 (`0..=127`) on a step of `max_t p_t ·
+/// max_t d_t,b / 127`, as llama.cpp rounds the activation of a Q8_0
+/// matrix product to Q8_0 blocks but with the two maxima taken apart, so
+/// no horizontal max runs per head and block; each quad of 4 positions of
+/// `LANES` values meets 4 weights in one `vpdpbusd` / `sdot` (the weights
+/// are the unsigned operand of `vpdpbusd`, the values stay as stored), and
+/// each block's integer sums are scaled into `acc` after the window.
+/// Without one the weights stay f32 and multiply the widened quads. Each
+/// quad vector is loaded once for the `H` heads; each quad step requests
+/// the next lines of `pf`.
+///
+/// # Safety
+/// The CPU supports `S` and `D`; `page` is a whole V page of `ps`
+/// positions of `hd` values, `ps` a multiple of 4, and `off + n <= ps`;
+/// `acc` holds `H` rows of `hd`, `p` `H` rows of `n`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_q8_heads<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
+    acc: *mut f32,
+    hd: usize,
+    p: *const f32,
+    n: usize,
+    page: *const Q8Col,
+    ps: usize,
+    off: usize,
+    pf: &mut Stream,
+) {
+    // `w · id + 1.5 · 2²³` rounds to the nearest integer and leaves it in
+    // the low bits (ties to even).
+    const MAGIC: f32 = 12_582_912.0;
+    // Vectors per chunk of values: within one 32-value block.
+    let vb = V.min(QK / S::LANES);
+    let (q0, q1) = (off & !3, (off + n).next_multiple_of(4));
+    let mut w0 = off / QK * QK;
+    // SAFETY: quads q0..q1 lie in the page; a window's rows hold `len`
+    // floats (`window_row`); chunk c's vb vectors of values lie in block
+    // b; acc and p as the contract says.
+    unsafe {
+        while w0 < q1 {
+            let (s0, s1) = (q0.max(w0), q1.min(w0 + QK));
+            let wl = QK.min(ps - w0);
+            let full = w0 >= off && w0 + wl <= off + n && wl.is_multiple_of(S::LANES);
+            let len = if full { wl } else { QK };
+            let mut bufs = [[0.0f32; QK]; H];
+            let mut rows = [std::ptr::null::<f32>(); H];
+            let mut pmax = [0.0f32; H];
+            for h in 0..H {
+                rows[h] = window_row(p.add(h * n), (off, n), (w0, wl), full, &mut bufs[h]);
+                if D::DOT {
+                    pmax[h] = max_of::<S>(rows[h], len);
+                }
+            }
+            for b in 0..hd / QK {
+                // The window's scales of block b as f32 (zeros out of range).
+                let mut d = [0.0f32; QK];
+                if full {
+                    for i in (0..wl).step_by(S::LANES) {
+                        let x = S::load_f16(Q8Col::scale_at(page, hd, ps, b, w0 + i));
+                        S::store(d.as_mut_ptr().add(i), x);
+                    }
+                } else {
+                    for (i, x) in d.iter_mut().enumerate().take(wl) {
+                        if (off..off + n).contains(&(w0 + i)) {
+                            *x = (*Q8Col::scale_at(page, hd, ps, b, w0 + i)).to_f32();
+                        }
+                    }
+                }
+                // DOT: each head's int8 weights and their step; else the
+                // f32 weights.
+                let mut qw = [[0i8; QK]; H];
+                let mut step = [0.0f32; H];
+                let mut fw = [[0.0f32; QK]; H];
+                if D::DOT {
+                    let dmax = max_of::<S>(d.as_ptr(), len);
+                    let idm = if dmax > 0.0 { 127.0 / dmax } else { 0.0 };
+                    for h in 0..H {
+                        step[h] = pmax[h] * dmax / 127.0;
+                        let id = S::splat(if pmax[h] > 0.0 { idm / pmax[h] } else { 0.0 });
+                        for i in (0..len).step_by(S::LANES) {
+                            let w = S::mul(S::load(rows[h].add(i)), S::load(d.as_ptr().add(i)));
+                            D::narrow(S::fma(w, id, S::splat(MAGIC)), qw[h].as_mut_ptr().add(i));
+                        }
+                    }
+                } else {
+                    for h in 0..H {
+                        for i in (0..len).step_by(S::LANES) {
+                            let w = S::mul(S::load(rows[h].add(i)), S::load(d.as_ptr().add(i)));
+                            S::store(fw[h].as_mut_ptr().add(i), w);
+                        }
+                    }
+                }
+                let mut c = b * QK;
+                while c < (b + 1) * QK {
+                    let mut a = [[D::start(0); V]; H];
+                    let mut f = [[S::zero(); V]; H];
+                    if !D::DOT {
+                        for (h, fh) in f.iter_mut().enumerate() {
+                            for (u, fu) in fh.iter_mut().enumerate().take(vb) {
+                                *fu = S::load(acc.add(h * hd + c + u * S::LANES));
+                            }
+                        }
+                    }
+                    for t in (s0..s1).step_by(4) {
+                        pf.turn();
+                        let mut vq = [D::start(0); V];
+                        for (u, x) in vq.iter_mut().enumerate().take(vb) {
+                            *x = D::load_raw(Q8Col::pos_at(page, hd, c + u * S::LANES, t));
+                        }
+                        let i = t - w0;
+                        if D::DOT {
+                            for (ah, qh) in a.iter_mut().zip(&qw) {
+                                let wq = qh.as_ptr().add(i);
+                                for (au, &x) in ah.iter_mut().zip(&vq).take(vb) {
+                                    *au = D::dot_weights(*au, x, wq);
+                                }
+                            }
+                        } else {
+                            for k in 0..4 {
+                                let mut x = [S::zero(); V];
+                                for (xu, &q) in x.iter_mut().zip(&vq).take(vb) {
+                                    *xu = D::value(q, k);
+                                }
+                                for (fh, wh) in f.iter_mut().zip(&fw) {
+                                    let wv = S::splat(wh[i + k]);
+                                    for (fu, &xu) in fh.iter_mut().zip(&x).take(vb) {
+                                        *fu = S::fma(wv, xu, *fu);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for h in 0..H {
+                        for u in 0..vb {
+                            let o = acc.add(h * hd + c + u * S::LANES);
+                            if D::DOT {
+                                let dq = S::splat(step[h]);
+                                S::store(o, S::fma(D::to_f32(a[h][u]), dq, S::load(o)));
+                            } else {
+                                S::store(o, f[h][u]);
+                            }
+                        }
+                    }
+                    c += vb * S::LANES;
+                }
+            }
+            w0 += QK;
+        }
+    }
+}
+
+/// `acc_j += Σ_t p[j · n + t] · v[off + t]` for the `g = acc.len() / hd`
+/// heads' accumulators `acc_j` over positions `off..off + n` (`n =
+/// p.len() / g`) of the Q8_0 V `page` of `ps` positions, heads taken as
+/// [`accum`] takes them; `ahead` as there.
+///
+/// # Safety
+/// The CPU supports `S` and `D`; `H <= 4`, `V` 2 or 4; `page` is a whole
+/// page of `ps` positions and `off + n <= ps`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accum_q8<S: Simd, D: Quads<S>, A, const H: usize, const V: usize>(
+    acc: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    page: &[Q8Col],
+    ps: usize,
+    off: usize,
+    ahead: &[A],
+) {
+    let g = acc.len() / hd;
+    let n = p.len() / g;
+    assert!(
+        off + n <= ps && page.len() == ps * Q8Col::per_key(hd),
+        "positions off..off + n of one page"
+    );
+    let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), page.as_ptr());
+    let wide = wide::<H, V>(g);
+    let (hb, vecs) = if wide { (g, 2) } else { (H, V) };
+    let vb = vecs.min(QK / S::LANES);
+    let quads = (off + n).div_ceil(4) - off / 4;
+    let mut pf = Stream::new(ahead, g.div_ceil(hb) * hd.div_ceil(vb * S::LANES) * quads);
+    each_block!(g, wide, hb, V, |j| accum_q8_heads::<S, D>(
+        ap.add(j * hd),
+        hd,
+        pp.add(j * n),
+        n,
+        vp,
+        ps,
+        off,
+        &mut pf
+    ));
+    pf.rest();
+}
+
 /// Stamps out one ISA's page kernels (`scores_f32`, `scores_f16`,
 /// `scores_q8`, the matching `accum_*`, `max`, `exp_sum`) as
 /// `#[target_feature]` entry points over the bodies above: `isa` is the
 /// [`Simd`] marker, `heads` the head block `H`, `vecs` its width `V` in
-/// vectors, `quads` the [`Quads`] of `scores_q8`, `feature` its
-/// `target_feature` list, `needs` the same in words for the safety docs.
-/// The `q8_dot` arm stamps only `scores_q8_dot`, for the same ISA with an
-/// int8 dot-product instruction (its own `quads` and `feature`).
+/// vectors, `quads` the [`Quads`] of `scores_q8` and `accum_q8`, `feature`
+/// its `target_feature` list, `needs` the same in words for the safety
+/// docs. The `q8_dot` arm stamps only `scores_q8_dot` and `accum_q8_dot`,
+/// for the same ISA with an int8 dot-product instruction (its own `quads`
+/// and `feature`).
 macro_rules! page_kernels {
     (isa: $isa:ty, heads: $h:literal, vecs: $v:literal, quads: $quads:ty, feature: $feature:literal, needs: $needs:literal $(,)?) => {
         super::body::page_kernels!(@float $isa, $h, $v, $feature, $needs, f32, scores_f32, accum_f32);
         super::body::page_kernels!(@float $isa, $h, $v, $feature, $needs, half::f16, scores_f16, accum_f16);
-        super::body::page_kernels!(@q8 $isa, $h, $v, $quads, $feature, $needs, scores_q8);
-        super::body::page_kernels!(
-            @accum $isa, $h, $v, $feature, $needs, crate::quant::BlockQ8_0, super::Q8Col, accum_q8
-        );
+        super::body::page_kernels!(@q8 $isa, $h, $v, $quads, $feature, $needs, scores_q8, accum_q8);
 
         /// The largest of `s`.
         ///
@@ -756,7 +1015,7 @@ macro_rules! page_kernels {
         }
     };
     (q8_dot: $isa:ty, heads: $h:literal, vecs: $v:literal, quads: $quads:ty, feature: $feature:literal, needs: $needs:literal $(,)?) => {
-        super::body::page_kernels!(@q8 $isa, $h, $v, $quads, $feature, $needs, scores_q8_dot);
+        super::body::page_kernels!(@q8 $isa, $h, $v, $quads, $feature, $needs, scores_q8_dot, accum_q8_dot);
     };
     (@float $isa:ty, $h:literal, $v:literal, $feature:literal, $needs:literal, $t:ty, $scores:ident, $accum:ident) => {
         /// # Safety
@@ -780,9 +1039,25 @@ macro_rules! page_kernels {
             }
         }
 
-        super::body::page_kernels!(@accum $isa, $h, $v, $feature, $needs, $t, $t, $accum);
+        /// # Safety
+        #[doc = concat!($needs, "; `page` is one KV head's V page of `ps` positions and \
+            `off + p.len() / (acc.len() / hd) <= ps`.")]
+        #[target_feature(enable = $feature)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $accum(
+            acc: &mut [f32],
+            hd: usize,
+            p: &[f32],
+            page: &[$t],
+            ps: usize,
+            off: usize,
+            ahead: &[$t],
+        ) {
+            // SAFETY: forwarded contract.
+            unsafe { super::body::accum::<$isa, $t, $t, $h, $v>(acc, hd, p, page, ps, off, ahead) }
+        }
     };
-    (@q8 $isa:ty, $h:literal, $v:literal, $quads:ty, $feature:literal, $needs:literal, $scores:ident) => {
+    (@q8 $isa:ty, $h:literal, $v:literal, $quads:ty, $feature:literal, $needs:literal, $scores:ident, $accum:ident) => {
         /// # Safety
         #[doc = concat!($needs, "; `page` is one KV head's page of `ps` keys and \
             `off + out.len() / (q.len() / (hd / 32)) <= ps`.")]
@@ -794,7 +1069,7 @@ macro_rules! page_kernels {
             page: &[super::Q8Col],
             ps: usize,
             off: usize,
-            ahead: &[crate::quant::BlockQ8_0],
+            ahead: &[super::Q8Col],
             scale: f32,
             out: &mut [f32],
         ) {
@@ -803,14 +1078,23 @@ macro_rules! page_kernels {
                 super::body::scores_q8::<$isa, $quads, _, $h, $v>(q, hd, page, ps, off, ahead, scale, out)
             }
         }
-    };
-    (@accum $isa:ty, $h:literal, $v:literal, $feature:literal, $needs:literal, $t:ty, $k:ty, $accum:ident) => {
+
         /// # Safety
-        #[doc = concat!($needs, "; `v` holds `p.len() / (acc.len() / hd)` head rows.")]
+        #[doc = concat!($needs, "; `page` is one KV head's V page of `ps` positions and \
+            `off + p.len() / (acc.len() / hd) <= ps`.")]
         #[target_feature(enable = $feature)]
-        pub unsafe fn $accum(acc: &mut [f32], hd: usize, p: &[f32], v: &[$t], ahead: &[$k]) {
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn $accum(
+            acc: &mut [f32],
+            hd: usize,
+            p: &[f32],
+            page: &[super::Q8Col],
+            ps: usize,
+            off: usize,
+            ahead: &[super::Q8Col],
+        ) {
             // SAFETY: forwarded contract.
-            unsafe { super::body::accum::<$isa, $t, $k, $h, $v>(acc, hd, p, v, ahead) }
+            unsafe { super::body::accum_q8::<$isa, $quads, _, $h, $v>(acc, hd, p, page, ps, off, ahead) }
         }
     };
 }

@@ -10,7 +10,8 @@
 //! contiguous, which is what the attention kernels stream through. K pages
 //! hold that head's block by columns instead, `[head_dim][page_size]`
 //! (value `d` of every key, then `d + 1`, …; [`KvDtype`] says why), Q8_0
-//! ones as [`Q8Col`] lays them out; V pages by rows. Page index `p` means the same slot in every
+//! ones as [`Q8Col`] lays them out; V pages by rows, Q8_0 ones in quads of
+//! positions ([`Q8Col`] again). Page index `p` means the same slot in every
 //! layer's pool: a sequence owns a page for all layers at once, and its page
 //! table lists its pages in position order (token `t` lives in page
 //! `table[t / page_size]`, slot `t % page_size`). The pages a sequence gets
@@ -57,9 +58,7 @@ pub struct SeqId(pub u32);
 pub(crate) enum Store {
     F32(Vec<f32>),
     F16(Vec<f16>),
-    /// Q8_0 V pages.
-    Q8(Vec<BlockQ8_0>),
-    /// Q8_0 K pages.
+    /// Q8_0 K and V pages.
     Q8Cols(Vec<Q8Col>),
 }
 
@@ -74,7 +73,6 @@ impl Clone for Store {
         match self {
             Store::F32(v) => Store::F32(copy(v)),
             Store::F16(v) => Store::F16(copy(v)),
-            Store::Q8(v) => Store::Q8(copy(v)),
             Store::Q8Cols(v) => Store::Q8Cols(copy(v)),
         }
     }
@@ -90,6 +88,12 @@ impl Clone for Store {
 /// 32` rows of `ps` f16 scales (block `b` of key `t` at scale `b · ps +
 /// t`). Two-byte words keep the scales aligned (`hd · ps` is even: `hd` is
 /// a multiple of 32).
+///
+/// A Q8_0 V page holds the same blocks with the int8 part turned the other
+/// way: quads of positions, value `j` of positions `4i..4i + 4` at bytes
+/// `4i · hd + 4j..` ([`Q8Col::pos_offset`]), so a vector of consecutive
+/// values' quads meets four probability weights of those positions in one
+/// dot-product instruction (`body::accum_q8`); the scales as in a K page.
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Q8Col(u16);
@@ -106,6 +110,13 @@ impl Q8Col {
         (d & !3) * ps + 4 * t + (d & 3)
     }
 
+    /// Byte offset of value `j` of position `t` in a V page of `hd` values
+    /// per position: the K offset with the roles of the axes swapped.
+    #[inline(always)]
+    pub(crate) fn pos_offset(hd: usize, j: usize, t: usize) -> usize {
+        Q8Col::offset(hd, t, j)
+    }
+
     /// Where value `d` of key `t` lies in a page of `ps` keys: the quads
     /// of keys `t..` for values `d..d + 4` start there when `d % 4 == 0`.
     ///
@@ -115,6 +126,18 @@ impl Q8Col {
     pub(crate) unsafe fn value_at(page: *const Q8Col, ps: usize, d: usize, t: usize) -> *const i8 {
         // SAFETY: forwarded contract.
         unsafe { page.cast::<i8>().add(Q8Col::offset(ps, d, t)) }
+    }
+
+    /// Where value `j` of position `t` lies in a V page of `hd` values per
+    /// position: the quads of positions `t..t + 4` for values `j..` start
+    /// there when `t % 4 == 0`.
+    ///
+    /// # Safety
+    /// `page` is a whole V page and value `j` of position `t` lies in it.
+    #[inline(always)]
+    pub(crate) unsafe fn pos_at(page: *const Q8Col, hd: usize, j: usize, t: usize) -> *const i8 {
+        // SAFETY: forwarded contract.
+        unsafe { page.cast::<i8>().add(Q8Col::pos_offset(hd, j, t)) }
     }
 
     /// Where the scale of block `b` of key `t` lies in a page of `ps` keys
@@ -165,10 +188,16 @@ impl Q8Col {
         }
     }
 
-    /// Value `d` of key `t` of a page, dequantized.
+    /// Value `d` of key `t` of a K page, dequantized.
     pub(crate) fn value(page: &[Q8Col], hd: usize, ps: usize, d: usize, t: usize) -> f32 {
         let (qs, sc) = Q8Col::split(page, hd, ps);
         sc[d / QK * ps + t].to_f32() * qs[Q8Col::offset(ps, d, t)] as f32
+    }
+
+    /// Value `j` of position `t` of a V page, dequantized.
+    pub(crate) fn pos_value(page: &[Q8Col], hd: usize, ps: usize, j: usize, t: usize) -> f32 {
+        let (qs, sc) = Q8Col::split(page, hd, ps);
+        sc[j / QK * ps + t].to_f32() * qs[Q8Col::pos_offset(hd, j, t)] as f32
     }
 }
 
@@ -207,7 +236,7 @@ impl PagedKvCache {
     ///
     /// Errors if a dimension is zero, if `max_pages` does not fit a `u32`, if
     /// the pool size overflows, or if `dtype` is Q8_0 and `head_dim` is not a
-    /// multiple of 32.
+    /// multiple of 32 or `page_size` not one of 4.
     pub fn new(
         n_layers: usize,
         n_kv_heads: usize,
@@ -226,6 +255,12 @@ impl PagedKvCache {
             return Err(invalid(format!(
                 "a Q8_0 KV cache needs head_dim to be a multiple of {QK}, got {head_dim}; \
                  use an f16 or f32 cache for this model"
+            )));
+        }
+        if dtype == KvDtype::Q8_0 && !page_size.is_multiple_of(4) {
+            return Err(invalid(format!(
+                "a Q8_0 KV cache needs page_size to be a multiple of 4 (its V pages hold \
+                 positions in fours), got {page_size}"
             )));
         }
         if max_pages > u32::MAX as usize {
@@ -254,7 +289,7 @@ impl PagedKvCache {
             ),
             KvDtype::Q8_0 => (
                 Store::Q8Cols(huge_pages_vec(Q8Col::default(), k_total)),
-                Store::Q8(huge_pages_vec(BlockQ8_0::default(), v_total)),
+                Store::Q8Cols(huge_pages_vec(Q8Col::default(), v_total)),
             ),
         };
         Ok(PagedKvCache {
@@ -464,8 +499,13 @@ impl PagedKvCache {
                     pos % ps,
                     &k[src..src + hd],
                 );
-                let dst = v_layer + (unit + pos % ps) * v_row;
-                write_row(&mut self.v, dst, &v[src..src + hd]);
+                write_row(
+                    &mut self.v,
+                    v_layer + unit * v_row,
+                    (hd, ps),
+                    pos % ps,
+                    &v[src..src + hd],
+                );
             }
         }
         Ok(())
@@ -497,8 +537,13 @@ impl PagedKvCache {
                     pos % ps,
                     &mut k[dst..dst + hd],
                 );
-                let src = v_layer + (unit + pos % ps) * v_row;
-                read_row(&self.v, src, &mut v[dst..dst + hd]);
+                read_row(
+                    &self.v,
+                    v_layer + unit * v_row,
+                    (hd, ps),
+                    pos % ps,
+                    &mut v[dst..dst + hd],
+                );
             }
         }
         Ok((k, v))
@@ -521,25 +566,28 @@ fn unknown(seq: SeqId) -> KernelError {
     ))
 }
 
-/// Stores one head row at element offset `dst` (Q8_0: llama.cpp's
-/// `quantize_row_q8_0_ref`, 32 values per block).
-fn write_row(store: &mut Store, dst: usize, x: &[f32]) {
+/// Stores one head row of values as slot `t` of the V page of `ps`
+/// positions at element `page` (Q8_0: llama.cpp's `quantize_row_q8_0_ref`,
+/// 32 values per block, in quads of positions).
+fn write_row(store: &mut Store, page: usize, (hd, ps): (usize, usize), t: usize, x: &[f32]) {
     match store {
-        Store::F32(s) => s[dst..dst + x.len()].copy_from_slice(x),
+        Store::F32(s) => s[page + t * hd..page + (t + 1) * hd].copy_from_slice(x),
         Store::F16(s) => {
-            for (d, &v) in s[dst..dst + x.len()].iter_mut().zip(x) {
+            for (d, &v) in s[page + t * hd..page + (t + 1) * hd].iter_mut().zip(x) {
                 *d = f16::from_f32(v);
             }
         }
-        Store::Q8(s) => {
-            for (b, c) in s[dst..dst + x.len() / QK]
-                .iter_mut()
-                .zip(x.chunks_exact(QK))
-            {
-                *b = legacy::quantize_q8_0(c.try_into().expect("chunks of QK"));
+        Store::Q8Cols(s) => {
+            let words = &mut s[page..page + ps * Q8Col::per_key(hd)];
+            let (qs, sc) = Q8Col::split_mut(words, hd, ps);
+            for (b, c) in x.chunks_exact(QK).enumerate() {
+                let blk = legacy::quantize_q8_0(c.try_into().expect("chunks of QK"));
+                sc[b * ps + t] = f16::from_le_bytes(blk.d.0);
+                for (j, &q) in blk.qs.iter().enumerate() {
+                    qs[Q8Col::pos_offset(hd, b * QK + j, t)] = q;
+                }
             }
         }
-        Store::Q8Cols(_) => unreachable!("Q8_0 K pages hold keys by columns"),
     }
 }
 
@@ -568,7 +616,6 @@ fn write_col(store: &mut Store, page: usize, (hd, ps): (usize, usize), t: usize,
                 }
             }
         }
-        Store::Q8(_) => unreachable!("Q8_0 K pages are Q8Cols"),
     }
 }
 
@@ -591,26 +638,24 @@ fn read_col(store: &Store, page: usize, (hd, ps): (usize, usize), t: usize, y: &
                 *v = Q8Col::value(words, hd, ps, d, t);
             }
         }
-        Store::Q8(_) => unreachable!("Q8_0 K pages are Q8Cols"),
     }
 }
 
-fn read_row(store: &Store, src: usize, y: &mut [f32]) {
-    let n = y.len();
+/// Reads back one row stored by [`write_row`].
+fn read_row(store: &Store, page: usize, (hd, ps): (usize, usize), t: usize, y: &mut [f32]) {
     match store {
-        Store::F32(s) => y.copy_from_slice(&s[src..src + y.len()]),
+        Store::F32(s) => y.copy_from_slice(&s[page + t * hd..page + (t + 1) * hd]),
         Store::F16(s) => {
-            for (d, v) in y.iter_mut().zip(&s[src..src + n]) {
+            for (d, v) in y.iter_mut().zip(&s[page + t * hd..page + (t + 1) * hd]) {
                 *d = v.to_f32();
             }
         }
-        Store::Q8(s) => {
-            let n = y.len() / QK;
-            for (b, c) in s[src..src + n].iter().zip(y.chunks_exact_mut(QK)) {
-                legacy::dequantize_q8_0(b, c.try_into().expect("chunks of QK"));
+        Store::Q8Cols(s) => {
+            let words = &s[page..page + ps * Q8Col::per_key(hd)];
+            for (j, v) in y.iter_mut().enumerate() {
+                *v = Q8Col::pos_value(words, hd, ps, j, t);
             }
         }
-        Store::Q8Cols(_) => unreachable!("Q8_0 K pages hold keys by columns"),
     }
 }
 

@@ -59,13 +59,13 @@ mod avx512;
 mod neon;
 
 pub use cache::{PAGE_SIZES, PagedKvCache, SeqId, default_page_size};
-pub use scalar::dense_reference;
+pub use scalar::{dense_q8_value_bound, dense_reference};
 pub use segments::{SEG_PAGE, SegScratch, SegShape, segment_attention, segments_reference};
 
 use crate::eltwise::resolve_isa_of;
 use crate::error::check_len;
 use crate::pool::pool;
-use crate::quant::{BlockQ8_0, QK};
+use crate::quant::QK;
 use crate::tune::{CpuCaps, Tunable};
 use crate::{Isa, KernelError, Result};
 use cache::{Q8Col, Store};
@@ -126,12 +126,10 @@ impl KvDtype {
         }
     }
 
-    /// Elements of the V pool per token row of one head.
+    /// Elements of the V pool per token row of one head (Q8_0: the same
+    /// blocks as a key's, in quads of positions, [`cache::Q8Col`]).
     pub(crate) fn v_row_elems(self, head_dim: usize) -> usize {
-        match self {
-            KvDtype::Q8_0 => head_dim / QK,
-            _ => head_dim,
-        }
+        self.k_row_elems(head_dim)
     }
 }
 
@@ -289,6 +287,14 @@ pub fn available_isas() -> Vec<Isa> {
     ISAS.iter().copied().filter(|i| i.is_available()).collect()
 }
 
+/// Whether variant `isa` multiplies Q8_0 values by int8 weights: the ISAs
+/// with an int8 dot product round each value weight (probability times the
+/// value's scale) to a Q8_0 block of 32 positions, which moves an output
+/// by at most [`dense_q8_value_bound`]; the others multiply f32 weights.
+pub fn rounds_q8_value_weights(isa: Isa) -> bool {
+    matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni | Isa::NeonDotprod)
+}
+
 /// Checks that a forced variant exists in [`ISAS`] and can run here.
 pub(crate) fn resolve_isa(op: &'static str, isa: Isa) -> Result<Isa> {
     resolve_isa_of(op, isa, &ISAS)
@@ -313,13 +319,22 @@ type ScoresFn<Q, K, T> = unsafe fn(
     scale: f32,
     out: &mut [f32],
 );
-/// `acc_j += Σ_t p[j · n + t] · v_t` for the `g = acc.len() / hd` heads'
-/// accumulators over `n = p.len() / g` consecutive value rows; `ahead` as
-/// for [`ScoresFn`] (the next K page).
+/// `acc_j += Σ_t p[j · n + t] · v_{off + t}` for the `g = acc.len() / hd`
+/// heads' accumulators over the `n = p.len() / g` value rows `off..off +
+/// n` of `page`, one KV head's V page of `ps` positions; `ahead` as for
+/// [`ScoresFn`] (the next K page).
 ///
 /// # Safety
 /// As [`ScoresFn`], with `hd` values per row.
-type AccumFn<T, K> = unsafe fn(acc: &mut [f32], hd: usize, p: &[f32], v: &[T], ahead: &[K]);
+type AccumFn<T, K> = unsafe fn(
+    acc: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    page: &[T],
+    ps: usize,
+    off: usize,
+    ahead: &[K],
+);
 
 /// The largest of a page's scores.
 ///
@@ -353,6 +368,12 @@ trait PageElem: Copy + Send + Sync + 'static {
     fn q_per_head(hd: usize) -> usize;
     /// The query block `q` in the form `Q`, in `buf` if it is converted.
     fn query<'a>(q: &'a [f32], buf: &'a mut Vec<QBlock>) -> &'a [Self::Q];
+    /// The part of a V page (`row` elements per position) that positions
+    /// `off..off + n` use, for the prefetch hint of the scores: their rows,
+    /// or the whole page where positions share the page's words.
+    fn v_used(page: &[Self], _row: usize, _off: usize, _n: usize) -> &[Self] {
+        page
+    }
     fn ops(isa: Isa) -> Ops<Self>;
     fn v_pool(store: &Store) -> &[Self];
     fn k_pool(store: &Store) -> &[Self::K];
@@ -368,13 +389,16 @@ macro_rules! float_query {
         fn query<'a>(q: &'a [f32], _: &'a mut Vec<QBlock>) -> &'a [f32] {
             q
         }
+        fn v_used(page: &[Self], row: usize, off: usize, n: usize) -> &[Self] {
+            &page[off * row..(off + n) * row]
+        }
     };
 }
 
-/// `$scores_dot` is the scores kernel of the ISAs with an int8 dot
-/// product (the same as `$scores` for float pages).
+/// `$scores_dot` and `$accum_dot` are the kernels of the ISAs with an
+/// int8 dot product (the same as `$scores` and `$accum` for float pages).
 macro_rules! page_elem {
-    ($t:ty, $k:ty, $vstore:ident, $kstore:ident, $scores:ident, $scores_dot:ident, $accum:ident, { $($query:tt)* }) => {
+    ($t:ty, $k:ty, $vstore:ident, $kstore:ident, $scores:ident, $scores_dot:ident, $accum:ident, $accum_dot:ident, { $($query:tt)* }) => {
         impl PageElem for $t {
             type K = $k;
             $($query)*
@@ -383,21 +407,21 @@ macro_rules! page_elem {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 | Isa::AvxVnni => Ops {
                         scores: if isa == Isa::AvxVnni { avx2::$scores_dot } else { avx2::$scores },
-                        accum: avx2::$accum,
+                        accum: if isa == Isa::AvxVnni { avx2::$accum_dot } else { avx2::$accum },
                         max: avx2::max,
                         exp_sum: avx2::exp_sum,
                     },
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 | Isa::Avx512Vnni => Ops {
                         scores: if isa == Isa::Avx512Vnni { avx512::$scores_dot } else { avx512::$scores },
-                        accum: avx512::$accum,
+                        accum: if isa == Isa::Avx512Vnni { avx512::$accum_dot } else { avx512::$accum },
                         max: avx512::max,
                         exp_sum: avx512::exp_sum,
                     },
                     #[cfg(target_arch = "aarch64")]
                     Isa::Neon | Isa::NeonDotprod => Ops {
                         scores: if isa == Isa::NeonDotprod { neon::$scores_dot } else { neon::$scores },
-                        accum: neon::$accum,
+                        accum: if isa == Isa::NeonDotprod { neon::$accum_dot } else { neon::$accum },
                         max: neon::max,
                         exp_sum: neon::exp_sum,
                     },
@@ -425,20 +449,41 @@ macro_rules! page_elem {
     };
 }
 
-page_elem!(f32, f32, F32, F32, scores_f32, scores_f32, accum_f32, {
-    float_query!();
-});
-page_elem!(f16, f16, F16, F16, scores_f16, scores_f16, accum_f16, {
-    float_query!();
-});
 page_elem!(
-    BlockQ8_0,
+    f32,
+    f32,
+    F32,
+    F32,
+    scores_f32,
+    scores_f32,
+    accum_f32,
+    accum_f32,
+    {
+        float_query!();
+    }
+);
+page_elem!(
+    f16,
+    f16,
+    F16,
+    F16,
+    scores_f16,
+    scores_f16,
+    accum_f16,
+    accum_f16,
+    {
+        float_query!();
+    }
+);
+page_elem!(
     Q8Col,
-    Q8,
+    Q8Col,
+    Q8Cols,
     Q8Cols,
     scores_q8,
     scores_q8_dot,
     accum_q8,
+    accum_q8_dot,
     {
         type Q = QBlock;
         fn q_per_head(hd: usize) -> usize {
@@ -473,11 +518,13 @@ struct Ctx<'a, T: PageElem> {
 }
 
 impl<T: PageElem> Ctx<'_, T> {
-    /// Value rows `off..off + n` of KV head `kvh` in logical page `page`.
+    /// The whole of KV head `kvh`'s logical V page `page` (`ps · v_row`
+    /// elements).
     #[inline]
-    fn v_rows(&self, page: usize, kvh: usize, off: usize, n: usize) -> &[T] {
-        let base = ((self.pages[page] as usize * self.n_kv + kvh) * self.ps + off) * self.v_row;
-        &self.v[base..base + n * self.v_row]
+    fn v_page(&self, page: usize, kvh: usize) -> &[T] {
+        let len = self.ps * self.v_row;
+        let base = (self.pages[page] as usize * self.n_kv + kvh) * len;
+        &self.v[base..base + len]
     }
 
     /// The whole of KV head `kvh`'s logical K page `page` (`ps · k_row`
@@ -538,7 +585,7 @@ impl<T: PageElem> Ctx<'_, T> {
         while t < t1 {
             let (page, off) = (t / self.ps, t % self.ps);
             let n = (self.ps - off).min(t1 - t);
-            let (kp, vr) = (self.k_page(page, kvh), self.v_rows(page, kvh, off, n));
+            let (kp, vp) = (self.k_page(page, kvh), self.v_page(page, kvh));
             let next = t + n;
             let nk: &[T::K] = if next < t1 {
                 self.k_page(next / self.ps, kvh)
@@ -546,10 +593,11 @@ impl<T: PageElem> Ctx<'_, T> {
                 &[]
             };
             let s = &mut scratch[..self.group * n];
+            let ahead = T::v_used(vp, self.v_row, off, n);
             // SAFETY: the ISA was resolved by the entry point; `page` is a
             // whole page and off + n <= ps, q holds group heads of hd
             // values, s group rows of n scores.
-            unsafe { (self.ops.scores)(q, hd, kp, self.ps, off, vr, self.scale, s) };
+            unsafe { (self.ops.scores)(q, hd, kp, self.ps, off, ahead, self.scale, s) };
             for ((sj, acc), st) in s
                 .chunks_exact_mut(n)
                 .zip(accs.chunks_exact_mut(hd))
@@ -574,7 +622,7 @@ impl<T: PageElem> Ctx<'_, T> {
                 st[1] = l;
             }
             // SAFETY: as above; accs holds group heads of hd values.
-            unsafe { (self.ops.accum)(accs, hd, s, vr, nk) };
+            unsafe { (self.ops.accum)(accs, hd, s, vp, self.ps, off, nk) };
             t = next;
         }
     }
@@ -1077,7 +1125,7 @@ pub fn paged_attention_scratch(
         KvDtype::F16 => run::<f16>(
             cache, pages, layer, query, kv_len, q, out, probs, isa, params, scratch,
         ),
-        KvDtype::Q8_0 => run::<BlockQ8_0>(
+        KvDtype::Q8_0 => run::<Q8Col>(
             cache, pages, layer, query, kv_len, q, out, probs, isa, params, scratch,
         ),
     }

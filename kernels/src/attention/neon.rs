@@ -83,6 +83,15 @@ impl Quads<Neon> for Dot {
     unsafe fn value(_: int32x4_t, _: usize) -> float32x4_t {
         unreachable!("sdot takes the quads whole")
     }
+    #[inline(always)]
+    unsafe fn narrow(y: float32x4_t, out: *mut i8) {
+        // SAFETY: 4 bytes at out (forwarded contract).
+        unsafe {
+            let h = vmovn_u32(vreinterpretq_u32_f32(y));
+            let b = vmovn_u16(vcombine_u16(h, h));
+            vst1_lane_u32::<0>(out.cast(), vreinterpret_u32_u8(b));
+        }
+    }
 }
 
 super::body::page_kernels! { isa: Neon, heads: 4, vecs: 4, quads: Widen, feature: "neon", needs: "NEON" }

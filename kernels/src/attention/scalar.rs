@@ -7,7 +7,7 @@
 use super::{AttnShape, Q8Col, QBlock, check_shape};
 use crate::Result;
 use crate::error::check_len;
-use crate::quant::{BlockQ8_0, QK};
+use crate::quant::QK;
 use half::f16;
 
 /// `out[t] = scale · q·k_(off + t)` for a page of `ps` keys stored by
@@ -92,15 +92,18 @@ fn accum_f16_head(acc: &mut [f32], p: &[f32], v: &[f16]) {
     }
 }
 
-/// `acc += Σ_t p[t] · v_t`, Q8_0 rows: `(p·d) · qs` per block.
-fn accum_q8_head(acc: &mut [f32], p: &[f32], v: &[BlockQ8_0]) {
-    let nb = acc.len() / QK;
-    debug_assert_eq!(v.len(), p.len() * nb);
-    for (&pt, vr) in p.iter().zip(v.chunks_exact(nb)) {
-        for (b, ab) in vr.iter().zip(acc.chunks_exact_mut(QK)) {
-            let pd = pt * b.d.to_f32();
-            for (a, &x) in ab.iter_mut().zip(&b.qs) {
-                *a += pd * x as f32;
+/// `acc += Σ_t p[t] · v_(off + t)` over a Q8_0 V page of `ps` positions
+/// ([`Q8Col::split`]'s `qs` and `sc`): `(p·d) · qs` per block, the f32
+/// weights as they are (the int8 ones of the dot-product variants are the
+/// same weights quantized, `body::accum_q8`).
+fn accum_q8_head(acc: &mut [f32], p: &[f32], qs: &[i8], sc: &[f16], ps: usize, off: usize) {
+    let hd = acc.len();
+    for (i, &pt) in p.iter().enumerate() {
+        let t = off + i;
+        for (b, ab) in acc.chunks_exact_mut(QK).enumerate() {
+            let pd = pt * sc[b * ps + t].to_f32();
+            for (j, a) in ab.iter_mut().enumerate() {
+                *a += pd * qs[Q8Col::pos_offset(hd, b * QK + j, t)] as f32;
             }
         }
     }
@@ -148,8 +151,19 @@ pub fn scores_f32(
     });
 }
 
-/// [`accum_f32_head`] for each head of a group: `p[j · n + t]`.
-pub fn accum_f32(acc: &mut [f32], hd: usize, p: &[f32], v: &[f32], _ahead: &[f32]) {
+/// [`accum_f32_head`] for each head of a group over rows `off..` of
+/// `page`: `p[j · n + t]`.
+pub fn accum_f32(
+    acc: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    page: &[f32],
+    _ps: usize,
+    off: usize,
+    _ahead: &[f32],
+) {
+    let n = p.len() / (acc.len() / hd);
+    let v = &page[off * hd..(off + n) * hd];
     each_head_accum(acc, hd, p, |a, p| accum_f32_head(a, p, v));
 }
 
@@ -170,8 +184,19 @@ pub fn scores_f16(
     });
 }
 
-/// [`accum_f16_head`] for each head of a group: `p[j · n + t]`.
-pub fn accum_f16(acc: &mut [f32], hd: usize, p: &[f32], v: &[f16], _ahead: &[f16]) {
+/// [`accum_f16_head`] for each head of a group over rows `off..` of
+/// `page`: `p[j · n + t]`.
+pub fn accum_f16(
+    acc: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    page: &[f16],
+    _ps: usize,
+    off: usize,
+    _ahead: &[f16],
+) {
+    let n = p.len() / (acc.len() / hd);
+    let v = &page[off * hd..(off + n) * hd];
     each_head_accum(acc, hd, p, |a, p| accum_f16_head(a, p, v));
 }
 
@@ -184,7 +209,7 @@ pub(crate) fn scores_q8(
     page: &[Q8Col],
     ps: usize,
     off: usize,
-    _ahead: &[BlockQ8_0],
+    _ahead: &[Q8Col],
     scale: f32,
     out: &mut [f32],
 ) {
@@ -198,8 +223,17 @@ pub(crate) fn scores_q8(
 }
 
 /// [`accum_q8_head`] for each head of a group: `p[j · n + t]`.
-pub(crate) fn accum_q8(acc: &mut [f32], hd: usize, p: &[f32], v: &[BlockQ8_0], _ahead: &[Q8Col]) {
-    each_head_accum(acc, hd, p, |a, p| accum_q8_head(a, p, v));
+pub(crate) fn accum_q8(
+    acc: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    page: &[Q8Col],
+    ps: usize,
+    off: usize,
+    _ahead: &[Q8Col],
+) {
+    let (qs, sc) = Q8Col::split(page, hd, ps);
+    each_head_accum(acc, hd, p, |a, p| accum_q8_head(a, p, qs, sc, ps, off));
 }
 
 /// Plain attention in f64 over contiguous K/V, the oracle for the paged
@@ -227,6 +261,114 @@ pub fn dense_reference(
         out.len(),
         probs.as_deref().map(<[f32]>::len),
     )?;
+    let (nkv, hd, q_rows, kv_len) = (shape.n_kv_heads, shape.head_dim, shape.q_rows, shape.kv_len);
+    each_softmax_row(
+        shape,
+        pos0,
+        scale,
+        q,
+        k,
+        v,
+        "dense_reference",
+        |i, h, s, l| {
+            let kvh = h / (shape.n_q_heads / nkv);
+            let vis = s.len();
+            let o = &mut out[(i * shape.n_q_heads + h) * hd..][..hd];
+            for (d, od) in o.iter_mut().enumerate() {
+                let acc: f64 = (0..vis)
+                    .map(|t| s[t] * v[(t * nkv + kvh) * hd + d] as f64)
+                    .sum();
+                *od = (acc / l) as f32;
+            }
+            if let Some(p) = probs.as_deref_mut() {
+                let row = &mut p[(h * q_rows + i) * kv_len..][..kv_len];
+                for (t, pt) in row.iter_mut().enumerate() {
+                    *pt = if t < vis { (s[t] / l) as f32 } else { 0.0 };
+                }
+            }
+        },
+    )
+}
+
+/// For a Q8_0 cache of `page_size` positions per page, the most that the
+/// dot-product variants' rounding of their value weights may move each
+/// output of [`dense_reference`] (`out`, its layout): per window of 32
+/// positions of a page (the kernels' windows, or the part of one a call
+/// sees) and value block `b`, the weights `p_t · d_t,b` (probability times
+/// the stored scale) are rounded to a step of `max_t p_t · max_t d_t,b /
+/// 127`, so each is off by at most half of it, times `|q_t,j|`, the stored
+/// int8.
+/// `v` is what the cache stores ([`super::PagedKvCache::gather`]), from
+/// which each block's scale and int8 are recovered.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_q8_value_bound(
+    shape: &AttnShape,
+    pos0: usize,
+    scale: f32,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    page_size: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    check_shape(shape, pos0, q.len(), out.len(), None)?;
+    let (nkv, hd) = (shape.n_kv_heads, shape.head_dim);
+    // Each stored block's scale: its largest magnitude is 127 steps.
+    let d: Vec<f64> = v
+        .chunks(QK)
+        .map(|b| b.iter().fold(0.0f64, |a, &x| a.max(x.abs() as f64)) / 127.0)
+        .collect();
+    let nb = hd.div_ceil(QK);
+    each_softmax_row(
+        shape,
+        pos0,
+        scale,
+        q,
+        k,
+        v,
+        "dense_q8_value_bound",
+        |i, h, s, l| {
+            let kvh = h / (shape.n_q_heads / nkv);
+            let o = &mut out[(i * shape.n_q_heads + h) * hd..][..hd];
+            o.fill(0.0);
+            let vis = s.len();
+            let pages = (0..vis).step_by(page_size.max(1));
+            for w0 in pages.flat_map(|p0| (p0..p0 + page_size).step_by(QK)) {
+                let win = w0..(w0 + QK)
+                    .min(w0 / page_size * page_size + page_size)
+                    .min(vis);
+                for (b, ob) in o.chunks_mut(QK).enumerate() {
+                    let db = |t: usize| d[(t * nkv + kvh) * nb + b];
+                    let wmax = win.clone().map(|t| s[t] / l).fold(0.0, f64::max)
+                        * win.clone().map(db).fold(0.0, f64::max);
+                    for (j, oj) in ob.iter_mut().enumerate() {
+                        let q: f64 = win
+                            .clone()
+                            .filter(|&t| db(t) > 0.0)
+                            .map(|t| (v[(t * nkv + kvh) * hd + b * QK + j] as f64 / db(t)).abs())
+                            .sum();
+                        *oj += (wmax / 254.0 * q) as f32;
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// Runs `f(i, h, e, l)` for each query row `i` and head `h` of
+/// [`dense_reference`], `e` the row's `e^(s_t - max)` over its visible
+/// positions and `l` their sum, after checking `k` and `v`.
+#[allow(clippy::too_many_arguments)]
+fn each_softmax_row(
+    shape: &AttnShape,
+    pos0: usize,
+    scale: f32,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    op: &'static str,
+    mut f: impl FnMut(usize, usize, &[f64], f64),
+) -> Result<()> {
     let AttnShape {
         n_q_heads: nq,
         n_kv_heads: nkv,
@@ -235,8 +377,8 @@ pub fn dense_reference(
         kv_len,
     } = *shape;
     let kv = kv_len * nkv * hd;
-    check_len("dense_reference", "k", k.len(), kv)?;
-    check_len("dense_reference", "v", v.len(), kv)?;
+    check_len(op, "k", k.len(), kv)?;
+    check_len(op, "v", v.len(), kv)?;
     let group = nq / nkv;
     let mut s = vec![0.0f64; kv_len];
     for i in 0..q_rows {
@@ -255,19 +397,7 @@ pub fn dense_reference(
                 *st = (*st - m).exp();
                 l += *st;
             }
-            let o = &mut out[(i * nq + h) * hd..][..hd];
-            for (d, od) in o.iter_mut().enumerate() {
-                let acc: f64 = (0..vis)
-                    .map(|t| s[t] * v[(t * nkv + kvh) * hd + d] as f64)
-                    .sum();
-                *od = (acc / l) as f32;
-            }
-            if let Some(p) = probs.as_deref_mut() {
-                let row = &mut p[(h * q_rows + i) * kv_len..][..kv_len];
-                for (t, pt) in row.iter_mut().enumerate() {
-                    *pt = if t < vis { (s[t] / l) as f32 } else { 0.0 };
-                }
-            }
+            f(i, h, &s[..vis], l);
         }
     }
     Ok(())

@@ -40,14 +40,6 @@ impl Simd for Avx2 {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
     }
     #[inline(always)]
-    unsafe fn splat_f16(h: f16) -> __m256 {
-        unsafe { _mm256_cvtph_ps(_mm_set1_epi16(h.to_bits() as i16)) }
-    }
-    #[inline(always)]
-    unsafe fn load_i8(p: *const i8) -> __m256 {
-        unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i))) }
-    }
-    #[inline(always)]
     unsafe fn add(a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_add_ps(a, b) }
     }

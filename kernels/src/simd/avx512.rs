@@ -49,14 +49,6 @@ impl Simd for Avx512 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
     }
     #[inline(always)]
-    unsafe fn splat_f16(h: f16) -> __m512 {
-        unsafe { _mm512_cvtph_ps(_mm256_set1_epi16(h.to_bits() as i16)) }
-    }
-    #[inline(always)]
-    unsafe fn load_i8(p: *const i8) -> __m512 {
-        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))) }
-    }
-    #[inline(always)]
     unsafe fn add(a: __m512, b: __m512) -> __m512 {
         unsafe { _mm512_add_ps(a, b) }
     }

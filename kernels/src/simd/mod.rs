@@ -50,14 +50,6 @@ pub(crate) trait Simd: Copy {
     unsafe fn store(p: *mut f32, v: Self::V);
     /// `LANES` f16 widened to f32.
     unsafe fn load_f16(p: *const f16) -> Self::V;
-    /// One f16 widened into every lane, with the ISA's own conversion
-    /// (`half` checks for F16C at run time on every call) and no merge
-    /// into a register's old contents: a scalar insert there would chain
-    /// each block scale to whatever last used that register, in a value
-    /// loop the accumulator of the row before.
-    unsafe fn splat_f16(h: f16) -> Self::V;
-    /// `LANES` i8 widened to f32.
-    unsafe fn load_i8(p: *const i8) -> Self::V;
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;

@@ -44,19 +44,6 @@ impl Simd for Neon {
         unsafe { vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p as *const u16))) }
     }
     #[inline(always)]
-    unsafe fn splat_f16(h: f16) -> float32x4_t {
-        unsafe { vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h.to_bits()))) }
-    }
-    /// Four bytes read as one word (an 8-byte `ld1` could cross the end of
-    /// the buffer), widened i8 → i16 → i32 → f32.
-    #[inline(always)]
-    unsafe fn load_i8(p: *const i8) -> float32x4_t {
-        unsafe {
-            let w = vreinterpret_s8_s32(vdup_n_s32((p as *const i32).read_unaligned()));
-            vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(w))))
-        }
-    }
-    #[inline(always)]
     unsafe fn add(a: float32x4_t, b: float32x4_t) -> float32x4_t {
         unsafe { vaddq_f32(a, b) }
     }
