@@ -2,15 +2,14 @@
 //! the macro that stamps them out per ISA.
 //!
 //! Both kernels take the whole group of query heads that share a KV head,
-//! so each key or value vector is loaded (and, for f16 and Q8_0, widened,
-//! and for Q8_0 scaled) once for a block of heads instead of once per
-//! head: blocks of up to `H = 4` heads `V` vectors wide, `V` the most whose
-//! accumulators fit the register file beside the key or value vectors (4
-//! with 32 registers, 2 with AVX2's 16), or, with 32 registers and a group
-//! of 5–8 heads, the whole group two vectors wide ([`wide`]). AVX2 takes
-//! four heads two vectors wide rather than two heads four wide: the same
-//! 8 accumulators, but each key or value vector is widened (Q8_0: and
-//! scaled, three instructions) for four heads instead of two.
+//! so each key or value vector is loaded (and, for f16 and Q8_0, widened)
+//! once for a block of heads instead of once per head: blocks of up to `H
+//! = 4` heads `V` vectors wide, `V` the most whose accumulators fit the
+//! register file beside the key or value vectors (4 with 32 registers, 2
+//! with AVX2's 16), or, with 32 registers and a group of 5–8 heads, the
+//! whole group two vectors wide ([`wide`]). AVX2 takes four heads two
+//! vectors wide rather than two heads four wide: the same 8 accumulators,
+//! but each key or value vector is widened for four heads instead of two.
 //!
 //! Scores ([`scores_cols`]) read keys stored by columns: the lanes are
 //! keys and each head's query value `d` is broadcast against key values
@@ -22,6 +21,9 @@
 //! is scaled once.
 //! The value axpy keeps a slice of each head's accumulator in registers
 //! across all rows of the page, so it is loaded and stored once per page.
+//! Q8_0 values ([`accum_q8`]) are stored in quads of positions, and the
+//! same instructions multiply four positions of `LANES` values by four
+//! weights rounded to int8 per window of 32 positions.
 //! Tails (keys, or head-dim for values) are masked vectors on AVX-512 and
 //! scalar loops elsewhere.
 
@@ -29,58 +31,6 @@ use super::{Q8Col, QBlock};
 use crate::prefetch::Stream;
 use crate::quant::QK;
 use crate::simd::{Elem, Simd};
-use half::f16;
-
-/// A float V page element type as the kernels read a head row of `hd`
-/// values (Q8_0 V pages are read by [`accum_q8`]).
-pub(super) trait PageRow: Copy {
-    /// Elements per head row.
-    fn stride(hd: usize) -> usize;
-    /// Values `i..i + LANES` of the row at `row`.
-    ///
-    /// # Safety
-    /// As [`Simd::load`]; the row holds them.
-    unsafe fn load<S: Simd>(row: *const Self, i: usize) -> S::V;
-    /// Values `i..i + n` (`n <= LANES`), zero after; only when
-    /// `MASKED_TAIL` and `hd` is not a multiple of `LANES`.
-    ///
-    /// # Safety
-    /// As [`Simd::load_tail`].
-    unsafe fn load_tail<S: Simd>(row: *const Self, i: usize, n: usize) -> S::V;
-    /// Value `j`, for the scalar tails.
-    ///
-    /// # Safety
-    /// The row holds it.
-    unsafe fn value(row: *const Self, j: usize) -> f32;
-}
-
-macro_rules! plain_row {
-    ($t:ty) => {
-        impl PageRow for $t {
-            #[inline(always)]
-            fn stride(hd: usize) -> usize {
-                hd
-            }
-            #[inline(always)]
-            unsafe fn load<S: Simd>(row: *const Self, i: usize) -> S::V {
-                // SAFETY: forwarded contract.
-                unsafe { <$t as Elem>::load::<S>(row.add(i)) }
-            }
-            #[inline(always)]
-            unsafe fn load_tail<S: Simd>(row: *const Self, i: usize, n: usize) -> S::V {
-                // SAFETY: forwarded contract.
-                unsafe { <$t as Elem>::load_tail::<S>(row.add(i), n) }
-            }
-            #[inline(always)]
-            unsafe fn value(row: *const Self, j: usize) -> f32 {
-                // SAFETY: forwarded contract.
-                unsafe { Elem::to_f32(*row.add(j)) }
-            }
-        }
-    };
-}
-plain_row!(f32);
-plain_row!(f16);
 
 /// Whether a group of `g` heads runs as one head block two vectors wide
 /// (`f::<g, 2>`) rather than in blocks of at most `H` heads `V` vectors
@@ -607,7 +557,7 @@ pub(super) unsafe fn exp_sum<S: Simd>(s: &mut [f32], m: f32) -> f32 {
 /// # Safety
 /// As [`accum`], for those `H` heads.
 #[inline(always)]
-unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
+unsafe fn accum_heads<S: Simd, T: Elem, const H: usize, const V: usize>(
     acc: *mut f32,
     hd: usize,
     p: *const f32,
@@ -615,10 +565,9 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
     v: *const T,
     pf: &mut Stream,
 ) {
-    let st = T::stride(hd);
     let mut i = 0;
     // SAFETY: lanes i..i + V·LANES (or i + LANES) are below hd, the tail is
-    // masked to hd; row t starts at t·st; head h's weights at h·n.
+    // masked to hd; row t starts at t·hd; head h's weights at h·n.
     unsafe {
         while i + V * S::LANES <= hd {
             let mut a = [[S::zero(); V]; H];
@@ -629,10 +578,10 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
             }
             for t in 0..n {
                 pf.turn();
-                let r = v.add(t * st);
+                let r = v.add(t * hd + i);
                 let mut x = [S::zero(); V];
                 for (u, xu) in x.iter_mut().enumerate() {
-                    *xu = T::load::<S>(r, i + S::LANES * u);
+                    *xu = T::load::<S>(r.add(S::LANES * u));
                 }
                 for (h, ah) in a.iter_mut().enumerate() {
                     let pv = S::splat(*p.add(h * n + t));
@@ -660,11 +609,11 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
             }
             for t in 0..n {
                 pf.turn();
-                let r = v.add(t * st);
+                let r = v.add(t * hd + i);
                 let x = if S::MASKED_TAIL && w < S::LANES {
-                    T::load_tail::<S>(r, i, w)
+                    T::load_tail::<S>(r, w)
                 } else {
-                    T::load::<S>(r, i)
+                    T::load::<S>(r)
                 };
                 for (h, ah) in a.iter_mut().enumerate() {
                     *ah = S::fma(S::splat(*p.add(h * n + t)), x, *ah);
@@ -683,7 +632,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
             for t in 0..n {
                 let pt = *p.add(h * n + t);
                 for j in i..hd {
-                    *acc.add(h * hd + j) += pt * T::value(v.add(t * st), j);
+                    *acc.add(h * hd + j) += pt * (*v.add(t * hd + j)).to_f32();
                 }
             }
         }
@@ -700,7 +649,7 @@ unsafe fn accum_heads<S: Simd, T: PageRow, const H: usize, const V: usize>(
 /// The CPU supports `S`; `H <= 4`, `V` 2 or 4; `off + n <= ps`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize, const V: usize>(
+pub(super) unsafe fn accum<S: Simd, T: Elem, A, const H: usize, const V: usize>(
     acc: &mut [f32],
     hd: usize,
     p: &[f32],
@@ -711,12 +660,11 @@ pub(super) unsafe fn accum<S: Simd, T: PageRow, A, const H: usize, const V: usiz
 ) {
     let g = acc.len() / hd;
     let n = p.len() / g;
-    let st = T::stride(hd);
     assert!(
-        off + n <= ps && page.len() == ps * st,
+        off + n <= ps && page.len() == ps * hd,
         "rows off..off + n of one page"
     );
-    let v = &page[off * st..(off + n) * st];
+    let v = &page[off * hd..(off + n) * hd];
     let (ap, pp, vp) = (acc.as_mut_ptr(), p.as_ptr(), v.as_ptr());
     let wide = wide::<H, V>(g);
     let (hb, vecs) = if wide { (g, 2) } else { (H, V) };

@@ -127,7 +127,8 @@ pub struct AttentionArgs {
     /// ROWS positions of the context).
     #[arg(long, default_value_t = 1)]
     pub rows: usize,
-    /// Tokens per KV page [default: the kernel's rule for the head size and dtype].
+    /// Tokens per KV page, a multiple of 4 for q8_0 [default: the kernel's rule for
+    /// the head size and dtype].
     #[arg(long)]
     pub page_size: Option<usize>,
 }
