@@ -767,6 +767,14 @@ unsafe fn accum_q8_heads<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
     let vb = V.min(QK / S::LANES);
     let (q0, q1) = (off & !3, (off + n).next_multiple_of(4));
     let mut w0 = off / QK * QK;
+    // Per window: the heads' weights where `window_row` copies them; per
+    // block, DOT: each head's int8 weights and their step, else the f32
+    // weights. Set up once: each window or block writes every entry it
+    // reads, and zeroing them per window cost more than the rounding.
+    let mut bufs = [[0.0f32; QK]; H];
+    let mut qw = [[0i8; QK]; H];
+    let mut step = [0.0f32; H];
+    let mut fw = [[0.0f32; QK]; H];
     // SAFETY: quads q0..q1 lie in the page; a window's rows hold `len`
     // floats (`window_row`); chunk c's vb vectors of values lie in block
     // b; acc and p as the contract says.
@@ -776,51 +784,64 @@ unsafe fn accum_q8_heads<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
             let wl = QK.min(ps - w0);
             let full = w0 >= off && w0 + wl <= off + n && wl.is_multiple_of(S::LANES);
             let len = if full { wl } else { QK };
-            let mut bufs = [[0.0f32; QK]; H];
+            let nv = len / S::LANES;
             let mut rows = [std::ptr::null::<f32>(); H];
+            // 1 / max p per head (0 where all are 0).
+            let mut ipmax = [0.0f32; H];
             let mut pmax = [0.0f32; H];
             for h in 0..H {
                 rows[h] = window_row(p.add(h * n), (off, n), (w0, wl), full, &mut bufs[h]);
                 if D::DOT {
                     pmax[h] = max_of::<S>(rows[h], len);
+                    ipmax[h] = if pmax[h] > 0.0 { 1.0 / pmax[h] } else { 0.0 };
                 }
             }
             for b in 0..hd / QK {
-                // The window's scales of block b as f32 (zeros out of range).
-                let mut d = [0.0f32; QK];
+                // The window's scales of block b as f32 (zeros out of
+                // range), `nv` vectors.
+                let mut dv = [S::zero(); 8];
+                debug_assert!(QK / S::LANES <= 8);
                 if full {
-                    for i in (0..wl).step_by(S::LANES) {
-                        let x = S::load_f16(Q8Col::scale_at(page, hd, ps, b, w0 + i));
-                        S::store(d.as_mut_ptr().add(i), x);
+                    for (k, x) in dv.iter_mut().enumerate().take(nv) {
+                        *x = S::load_f16(Q8Col::scale_at(page, hd, ps, b, w0 + k * S::LANES));
                     }
                 } else {
+                    let mut d = [0.0f32; QK];
                     for (i, x) in d.iter_mut().enumerate().take(wl) {
                         if (off..off + n).contains(&(w0 + i)) {
                             *x = (*Q8Col::scale_at(page, hd, ps, b, w0 + i)).to_f32();
                         }
                     }
+                    for (k, x) in dv.iter_mut().enumerate().take(nv) {
+                        *x = S::load(d.as_ptr().add(k * S::LANES));
+                    }
                 }
-                // DOT: each head's int8 weights and their step; else the
-                // f32 weights.
-                let mut qw = [[0i8; QK]; H];
-                let mut step = [0.0f32; H];
-                let mut fw = [[0.0f32; QK]; H];
                 if D::DOT {
-                    let dmax = max_of::<S>(d.as_ptr(), len);
+                    let mut m = S::zero();
+                    for &x in dv.iter().take(nv) {
+                        m = S::max(m, x);
+                    }
+                    let dmax = S::reduce_max(m);
                     let idm = if dmax > 0.0 { 127.0 / dmax } else { 0.0 };
                     for h in 0..H {
+                        // w ≤ max p · max d, so w · id ≤ 127 (up to a few
+                        // ulps, far from the 127.5 that would round up).
                         step[h] = pmax[h] * dmax / 127.0;
-                        let id = S::splat(if pmax[h] > 0.0 { idm / pmax[h] } else { 0.0 });
-                        for i in (0..len).step_by(S::LANES) {
-                            let w = S::mul(S::load(rows[h].add(i)), S::load(d.as_ptr().add(i)));
+                        let id = S::splat(idm * ipmax[h]);
+                        for (k, &x) in dv.iter().enumerate().take(nv) {
+                            let i = k * S::LANES;
+                            let w = S::mul(S::load(rows[h].add(i)), x);
                             D::narrow(S::fma(w, id, S::splat(MAGIC)), qw[h].as_mut_ptr().add(i));
                         }
                     }
                 } else {
                     for h in 0..H {
-                        for i in (0..len).step_by(S::LANES) {
-                            let w = S::mul(S::load(rows[h].add(i)), S::load(d.as_ptr().add(i)));
-                            S::store(fw[h].as_mut_ptr().add(i), w);
+                        for (k, &x) in dv.iter().enumerate().take(nv) {
+                            let i = k * S::LANES;
+                            S::store(
+                                fw[h].as_mut_ptr().add(i),
+                                S::mul(S::load(rows[h].add(i)), x),
+                            );
                         }
                     }
                 }
