@@ -709,23 +709,6 @@ unsafe fn window_row(
     buf.as_ptr()
 }
 
-/// The largest of the `len` floats at `x` (`len` a multiple of `LANES`;
-/// all `>= 0`).
-///
-/// # Safety
-/// The CPU supports `S`; `len` floats at `x`.
-#[inline(always)]
-unsafe fn max_of<S: Simd>(x: *const f32, len: usize) -> f32 {
-    // SAFETY: forwarded contract.
-    unsafe {
-        let mut m = S::zero();
-        for i in (0..len).step_by(S::LANES) {
-            m = S::max(m, S::load(x.add(i)));
-        }
-        S::reduce_max(m)
-    }
-}
-
 /// `acc_h += Σ_t p[h · n + t] · v[off + t]` for the `H` heads whose
 /// accumulators are at `acc` (`hd` apart) and whose weights are at `p`
 /// (`n` apart), over a Q8_0 V page in quads of positions ([`Q8Col`]).
@@ -769,8 +752,9 @@ unsafe fn accum_q8_heads<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
     let mut w0 = off / QK * QK;
     // Per window: the heads' weights where `window_row` copies them; per
     // block, DOT: each head's int8 weights and their step, else the f32
-    // weights. Set up once: each window or block writes every entry it
-    // reads, and zeroing them per window cost more than the rounding.
+    // weights. Set up once per call: each window or block writes every
+    // entry it reads, and zeroing ~1 KiB per window would cost about as
+    // much as rounding the weights.
     let mut bufs = [[0.0f32; QK]; H];
     let mut qw = [[0i8; QK]; H];
     let mut step = [0.0f32; H];
@@ -792,7 +776,7 @@ unsafe fn accum_q8_heads<S: Simd, D: Quads<S>, const H: usize, const V: usize>(
             for h in 0..H {
                 rows[h] = window_row(p.add(h * n), (off, n), (w0, wl), full, &mut bufs[h]);
                 if D::DOT {
-                    pmax[h] = max_of::<S>(rows[h], len);
+                    pmax[h] = max::<S>(std::slice::from_raw_parts(rows[h], len));
                     ipmax[h] = if pmax[h] > 0.0 { 1.0 / pmax[h] } else { 0.0 };
                 }
             }

@@ -270,8 +270,7 @@ pub fn dense_reference(
         k,
         v,
         "dense_reference",
-        |i, h, s, l| {
-            let kvh = h / (shape.n_q_heads / nkv);
+        |i, h, kvh, s, l| {
             let vis = s.len();
             let o = &mut out[(i * shape.n_q_heads + h) * hd..][..hd];
             for (d, od) in o.iter_mut().enumerate() {
@@ -327,8 +326,7 @@ pub fn dense_q8_value_bound(
         k,
         v,
         "dense_q8_value_bound",
-        |i, h, s, l| {
-            let kvh = h / (shape.n_q_heads / nkv);
+        |i, h, kvh, s, l| {
             let o = &mut out[(i * shape.n_q_heads + h) * hd..][..hd];
             o.fill(0.0);
             let vis = s.len();
@@ -355,9 +353,9 @@ pub fn dense_q8_value_bound(
     )
 }
 
-/// Runs `f(i, h, e, l)` for each query row `i` and head `h` of
-/// [`dense_reference`], `e` the row's `e^(s_t - max)` over its visible
-/// positions and `l` their sum, after checking `k` and `v`.
+/// Runs `f(i, h, kvh, e, l)` for each query row `i` and head `h` (reading
+/// KV head `kvh`) of [`dense_reference`], `e` the row's `e^(s_t - max)`
+/// over its visible positions and `l` their sum, after checking `k` and `v`.
 #[allow(clippy::too_many_arguments)]
 fn each_softmax_row(
     shape: &AttnShape,
@@ -367,7 +365,7 @@ fn each_softmax_row(
     k: &[f32],
     v: &[f32],
     op: &'static str,
-    mut f: impl FnMut(usize, usize, &[f64], f64),
+    mut f: impl FnMut(usize, usize, usize, &[f64], f64),
 ) -> Result<()> {
     let AttnShape {
         n_q_heads: nq,
@@ -397,7 +395,7 @@ fn each_softmax_row(
                 *st = (*st - m).exp();
                 l += *st;
             }
-            f(i, h, &s[..vis], l);
+            f(i, h, kvh, &s[..vis], l);
         }
     }
     Ok(())
