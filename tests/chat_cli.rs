@@ -20,12 +20,16 @@ mod common;
 
 /// A scratch folder holding [`byte_model`]; None (a skip) under qemu.
 fn scratch_model() -> Option<(tempfile::TempDir, PathBuf)> {
+    scratch_model_of(1)
+}
+
+fn scratch_model_of(layers: usize) -> Option<(tempfile::TempDir, PathBuf)> {
     if std::env::var_os("QEMU_CPU").is_some() {
         eprintln!("skipped under qemu: spawns the tiletune binary");
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let model = byte_model(dir.path(), 1);
+    let model = byte_model(dir.path(), layers);
     Some((dir, model))
 }
 
@@ -381,12 +385,14 @@ fn a_terminal_gets_line_editing_and_saved_history() {
 }
 
 /// Ctrl-C while a reply streams stops that reply, says `(stopped)`, and
-/// returns to the prompt. The reply may run to 8000 tokens, far longer than
-/// it takes to see its first bytes and press Ctrl-C; had it ended first, the
-/// Ctrl-C would have left the chat and the exit status would say so.
+/// returns to the prompt. The reply may run to 8000 tokens through 64 layers,
+/// seconds even on a fast machine, far longer than it takes to see its first
+/// bytes and press Ctrl-C (one layer streamed all 8000 before a Ctrl-C sent
+/// from a loaded 2-core machine landed); had it ended first, the Ctrl-C would
+/// have left the chat and the exit status would say so.
 #[test]
 fn ctrl_c_during_a_reply_stops_only_the_reply() {
-    let Some((dir, model)) = scratch_model() else {
+    let Some((dir, model)) = scratch_model_of(64) else {
         return;
     };
     let Some(mut t) = Pty::chat(dir.path(), &model, "-n 8000 --ctx 8192") else {
