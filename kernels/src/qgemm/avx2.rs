@@ -28,8 +28,8 @@
 //! `vpmaddwd`; 5-bit (and MXFP4's 0..24) products only over two chunks at
 //! a time (≤ 4 · 2 · 31 · 128 < 2¹⁵); Q6_K's 6-bit products (one chunk
 //! per half: ≤ 4 · 63 · 127) and int8 products go to i32 per chunk. Q6_K's
-//! sixth-bit plane is shifted afresh per chunk so bit c (low nibbles) or
-//! 4 + c (high) lands at bit 5, then masked and ORed in.
+//! planes of bit pairs (one per half) are shifted per chunk so the chunk's
+//! pair lands at bits 4 and 5, then masked and ORed in.
 //! Each block's i32 sums are converted and scaled with separately rounded
 //! multiplies and adds, as the scalar micro-kernel does (bit-equal results);
 //! Q6_K's two half-block sums are scaled and added one after the other. The
@@ -42,6 +42,19 @@ use super::pack::Kind;
 use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
 use super::{Job, PANEL_BLOCK, PANEL_COLS};
 use std::arch::x86_64::*;
+
+/// Q6_K's bit pairs of chunk `c` (bits `2c`, `2c + 1` of each plane byte)
+/// shifted to bits 4 and 5; the other bits are the caller's to mask.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q6_pairs(c: usize, plane: __m256i) -> __m256i {
+    match c {
+        0 => _mm256_slli_epi16::<4>(plane),
+        1 => _mm256_slli_epi16::<2>(plane),
+        2 => plane,
+        _ => _mm256_srli_epi16::<2>(plane),
+    }
+}
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
@@ -225,7 +238,7 @@ macro_rules! tiles {
         /// `8·V`; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles
         /// plus the fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN =
         /// false`; codes through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K
-        /// (`MIN = false`; nibbles plus the fifth- and sixth-bit planes,
+        /// (`MIN = false`; nibbles plus the planes of bit pairs,
         /// 0..63, one sum and scale per half). `SC`: how the scales are
         /// stored ([`SC_F16`], [`SC_E8M0`], [`SC_KSUB`]).
         ///
@@ -251,16 +264,16 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm256_set1_epi8(0x0F);
             let bit4 = _mm256_set1_epi8(0x10);
-            let bit5 = _mm256_set1_epi8(0x20);
-            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
+            let bits45 = _mm256_set1_epi8(0x30);
+            let (five, six, table) = (X == NIB_FIVE, X == NIB_SIX, X == NIB_LUT);
             // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
             // SAFETY: the table is 16 bytes.
             let lut =
                 _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-            // Bytes per block: nr rows × 16 nibble bytes (+ 4 bytes per
-            // row and plane); chunk c of the nibbles at 32V·c, plane p at
-            // 128V + 32V·p, each 32V bytes, v-th ymm 32v further.
-            let bs = (128 + 32 * (five as usize + six as usize)) * V;
+            // Bytes per block: nr rows × (4 bytes per plane + 16 nibble
+            // bytes); plane p at 32V·p, chunk c of the nibbles 32V·c after
+            // the planes, each 32V bytes, v-th ymm 32v further.
+            let bs = (128 + 32 * (five as usize + 2 * six as usize)) * V;
             let mut acc = [[_mm256_setzero_ps(); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // nr scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -293,19 +306,20 @@ macro_rules! tiles {
                 // shifts; 16-bit shifts keep bit 4 within its byte).
                 let mut hl = [_mm256_setzero_si256(); V];
                 let mut hh = [_mm256_setzero_si256(); V];
-                // Q6_K's sixth-bit plane, shifted per chunk below.
-                let mut h6 = [_mm256_setzero_si256(); V];
+                // Q6_K's planes of bit pairs (low and high halves), shifted
+                // per chunk below.
+                let mut pairs = [[_mm256_setzero_si256(); V]; 2];
                 for v in 0..V {
                     if five {
-                        // SAFETY: the 32V plane bytes follow the 128V nibble bytes.
-                        let h =
-                            unsafe { _mm256_loadu_si256(qb.add(b * bs + 128 * V + 32 * v).cast()) };
+                        // SAFETY: the 32V plane bytes open block b.
+                        let h = unsafe { _mm256_loadu_si256(qb.add(b * bs + 32 * v).cast()) };
                         (hl[v], hh[v]) = (_mm256_slli_epi16::<4>(h), h);
                     }
-                    if six {
-                        // SAFETY: the second plane follows the first.
-                        h6[v] =
-                            unsafe { _mm256_loadu_si256(qb.add(b * bs + 160 * V + 32 * v).cast()) };
+                    for (h, p) in pairs.iter_mut().enumerate().filter(|_| six) {
+                        // SAFETY: the two planes of 32V bytes open block b.
+                        p[v] = unsafe {
+                            _mm256_loadu_si256(qb.add(b * bs + 32 * h * V + 32 * v).cast())
+                        };
                     }
                 }
                 let mut s = [[_mm256_setzero_si256(); V]; MR];
@@ -318,9 +332,12 @@ macro_rules! tiles {
                     let mut lo = [_mm256_setzero_si256(); V];
                     let mut hi = [_mm256_setzero_si256(); V];
                     for v in 0..V {
-                        // SAFETY: chunk c of block b, its v-th 32 bytes, inside the group.
+                        // SAFETY: chunk c of block b (after its planes), its
+                        // v-th 32 bytes, inside the group.
                         let w = unsafe {
-                            _mm256_loadu_si256(qb.add(b * bs + 32 * V * c + 32 * v).cast())
+                            _mm256_loadu_si256(
+                                qb.add(b * bs + (bs - 128 * V) + 32 * V * c + 32 * v).cast(),
+                            )
                         };
                         lo[v] = _mm256_and_si256(w, mask);
                         hi[v] = _mm256_and_si256(_mm256_srli_epi16::<4>(w), mask);
@@ -335,17 +352,10 @@ macro_rules! tiles {
                             hh[v] = _mm256_srli_epi16::<1>(hh[v]);
                         }
                         if six {
-                            // Plane bit c (low nibbles) and 4 + c (high) to
-                            // bit 5, shifted afresh per chunk: a running shift
-                            // would push needed bits out of the 16-bit lane.
-                            let sl = _mm256_sll_epi16(h6[v], _mm_cvtsi32_si128(5 - c as i32));
-                            let sh = if c <= 1 {
-                                _mm256_sll_epi16(h6[v], _mm_cvtsi32_si128(1 - c as i32))
-                            } else {
-                                _mm256_srl_epi16(h6[v], _mm_cvtsi32_si128(c as i32 - 1))
-                            };
-                            lo[v] = _mm256_or_si256(lo[v], _mm256_and_si256(sl, bit5));
-                            hi[v] = _mm256_or_si256(hi[v], _mm256_and_si256(sh, bit5));
+                            let sl = q6_pairs(c, pairs[0][v]);
+                            let sh = q6_pairs(c, pairs[1][v]);
+                            lo[v] = _mm256_or_si256(lo[v], _mm256_and_si256(sl, bits45));
+                            hi[v] = _mm256_or_si256(hi[v], _mm256_and_si256(sh, bits45));
                         }
                     }
                     for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {

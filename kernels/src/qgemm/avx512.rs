@@ -10,13 +10,11 @@
 //! activations under the mask of negative weights (`vpmovb2m` +
 //! masked `vpsubb`). The 5-bit kinds merge each nibble vector with its
 //! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`);
-//! MXFP4 maps its nibble codes with one `vpshufb` each.
-//! Without VNNI the nibble products of a block are summed in i16 (no
+//! Q6_K takes each half's nibbles and its shifted bit pairs in one
+//! `vpternlogd` bit select; MXFP4 maps its nibble codes with one `vpshufb`
+//! each. Without VNNI the nibble products of a block are summed in i16 (no
 //! saturation, as on AVX2; 5-bit and MXFP4 products two chunks at a time,
-//! Q6_K's 6-bit ones one chunk; its sixth bits merge by a second
-//! `vpternlogd`)
-//! before
-//! `vpmaddwd`. Scaling uses
+//! Q6_K's 6-bit ones one chunk) before `vpmaddwd`. Scaling uses
 //! separately rounded multiplies and adds (bit-equal to the scalar
 //! micro-kernel).
 
@@ -25,6 +23,21 @@ use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, S
 use super::prefetch_scales;
 use super::{ActBlock, Job, PANEL_BLOCK_ZMM as PANEL_BLOCK};
 use std::arch::x86_64::*;
+
+/// Q6_K's bit pairs of chunk `c` moved to bits 4 and 5 of each byte, from
+/// a plane masked into its `even` pairs (chunks 0, 2: bits 0–1, 4–5) and
+/// its `odd` ones (1, 3: bits 2–3, 6–7). Bits 6 and 7 of the result are
+/// clear: what a 16-bit shift moves there comes from a masked-off pair.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn q6_pairs(c: usize, even: __m512i, odd: __m512i) -> __m512i {
+    match c {
+        0 => _mm512_slli_epi16::<4>(even),
+        1 => _mm512_slli_epi16::<2>(odd),
+        2 => even,
+        _ => _mm512_srli_epi16::<2>(odd),
+    }
+}
 
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
@@ -180,7 +193,7 @@ macro_rules! tiles {
         /// 16; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
         /// through [`MXFP4_LUT`]), or [`NIB_SIX`] for Q6_K (`MIN = false`;
-        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// nibbles plus the planes of bit pairs, 0..63, one sum and
         /// scale per half). `SC`: how the scales are stored ([`SC_F16`],
         /// [`SC_E8M0`], [`SC_KSUB`]).
         ///
@@ -199,13 +212,12 @@ macro_rules! tiles {
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm512_set1_epi8(0x0F);
             let bit4 = _mm512_set1_epi8(0x10);
-            let bit5 = _mm512_set1_epi8(0x20);
-            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
+            let (five, six, table) = (X == NIB_FIVE, X == NIB_SIX, X == NIB_LUT);
             // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
             // SAFETY: the table is 16 bytes.
             let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-            // Bytes per block: 16 rows × 16 nibble bytes (+ 4 bytes per plane).
-            let bs = 256 + 64 * (five as usize + six as usize);
+            // Bytes per block: 16 rows × (4 bytes per plane + 16 nibble bytes).
+            let bs = 256 + 64 * (five as usize + 2 * six as usize);
             let mut acc = [_mm512_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 16 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -235,18 +247,31 @@ macro_rules! tiles {
                 // (bit c of each byte → bit 4 at chunk c after c right
                 // shifts; 16-bit shifts keep bit 4 within its byte).
                 let (mut hl, mut hh) = if five {
-                    // SAFETY: the 64 plane bytes follow the 256 nibble bytes.
-                    let h = unsafe { _mm512_loadu_si512(qb.add(b * bs + 256).cast()) };
+                    // SAFETY: the 64 plane bytes open block b.
+                    let h = unsafe { _mm512_loadu_si512(qb.add(b * bs).cast()) };
                     (_mm512_slli_epi16::<4>(h), h)
                 } else {
                     (_mm512_setzero_si512(), _mm512_setzero_si512())
                 };
-                // Q6_K's sixth-bit plane, shifted per chunk below.
-                let h6 = if six {
-                    // SAFETY: the second 64 plane bytes follow the first.
-                    unsafe { _mm512_loadu_si512(qb.add(b * bs + 320).cast()) }
+                // Q6_K's planes of bit pairs, low and high halves, each
+                // masked into its even and odd pairs.
+                let pairs = if six {
+                    // SAFETY: the two planes of 64 bytes open block b.
+                    let (p0, p1) = unsafe {
+                        (
+                            _mm512_loadu_si512(qb.add(b * bs).cast()),
+                            _mm512_loadu_si512(qb.add(b * bs + 64).cast()),
+                        )
+                    };
+                    let (even, odd) = (_mm512_set1_epi8(0x33), _mm512_set1_epi8(0xCCu8 as i8));
+                    [
+                        _mm512_and_si512(p0, even),
+                        _mm512_and_si512(p0, odd),
+                        _mm512_and_si512(p1, even),
+                        _mm512_and_si512(p1, odd),
+                    ]
                 } else {
-                    _mm512_setzero_si512()
+                    [_mm512_setzero_si512(); 4]
                 };
                 let mut s = [_mm512_setzero_si512(); MR];
                 // Q6_K: sums of the high halves (values 16..32).
@@ -255,10 +280,31 @@ macro_rules! tiles {
                 // i16 would overflow over 4 chunks.
                 let mut part = [_mm512_setzero_si512(); MR];
                 for c in 0..4 {
-                    // SAFETY: chunk c of block b is 64 bytes inside the group.
-                    let v = unsafe { _mm512_loadu_si512(qb.add(b * bs + 64 * c).cast()) };
-                    let mut lo = _mm512_and_si512(v, mask);
-                    let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+                    // SAFETY: chunk c of block b (after its planes) is 64
+                    // bytes inside the group.
+                    let v =
+                        unsafe { _mm512_loadu_si512(qb.add(b * bs + (bs - 256) + 64 * c).cast()) };
+                    let (mut lo, mut hi) = if six {
+                        // Nibble bits from v, bits 4..7 from the pairs (whose
+                        // bits 6 and 7 are clear): c ? a : b, truth table 0xE4.
+                        (
+                            _mm512_ternarylogic_epi32::<0xE4>(
+                                v,
+                                q6_pairs(c, pairs[0], pairs[1]),
+                                mask,
+                            ),
+                            _mm512_ternarylogic_epi32::<0xE4>(
+                                _mm512_srli_epi16::<4>(v),
+                                q6_pairs(c, pairs[2], pairs[3]),
+                                mask,
+                            ),
+                        )
+                    } else {
+                        (
+                            _mm512_and_si512(v, mask),
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
+                        )
+                    };
                     if table {
                         lo = _mm512_shuffle_epi8(lut, lo);
                         hi = _mm512_shuffle_epi8(lut, hi);
@@ -269,19 +315,6 @@ macro_rules! tiles {
                         hi = _mm512_ternarylogic_epi32::<0xF8>(hi, hh, bit4);
                         hl = _mm512_srli_epi16::<1>(hl);
                         hh = _mm512_srli_epi16::<1>(hh);
-                    }
-                    if six {
-                        // Plane bit c (low nibbles) and 4 + c (high) to
-                        // bit 5, shifted afresh per chunk: a running shift
-                        // would push needed bits out of the 16-bit lane.
-                        let sl = _mm512_sll_epi16(h6, _mm_cvtsi32_si128(5 - c as i32));
-                        let sh = if c <= 1 {
-                            _mm512_sll_epi16(h6, _mm_cvtsi32_si128(1 - c as i32))
-                        } else {
-                            _mm512_srl_epi16(h6, _mm_cvtsi32_si128(c as i32 - 1))
-                        };
-                        lo = _mm512_ternarylogic_epi32::<0xF8>(lo, sl, bit5);
-                        hi = _mm512_ternarylogic_epi32::<0xF8>(hi, sh, bit5);
                     }
                     for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.

@@ -14,8 +14,8 @@
 //! each nibble chunk as the NEON tiles do (the plane shifted so the chunk's
 //! bit sits at bit 4, one `bsl`), MXFP4 maps its codes with `tbl`. Scaling
 //! is the NEON tiles' (bit-equal to
-//! the scalar micro-kernel; Q6_K, nibbles plus its fifth- and sixth-bit
-//! planes, runs its low-nibble steps first, so its half-block sums are
+//! the scalar micro-kernel; Q6_K, nibbles plus its planes of bit pairs
+//! (one shift and one `bsl` per chunk and half), runs its low-nibble steps first, so its half-block sums are
 //! scaled after the second and the fourth step). A tile of one row runs the `sdot` tile. `smmla` comes
 //! from `crate::qsimd` (its intrinsic is unstable).
 
@@ -58,20 +58,22 @@ fn unzip_rows(s01: int32x4_t, s23: int32x4_t) -> (int32x4_t, int32x4_t) {
     )
 }
 
-/// Chunk pair `(wa, wb)` with bit `bit` (for `wa`) and `bit + 1` (for
-/// `wb`) of each `plane` byte put in at bit `to` (`mask` = 1 << `to`): a
-/// shift left by `to − bit` (negative: right) and a bit select.
+/// Chunk pair `(wa, wb)` with the bits of each `plane` byte that `mask`
+/// selects once shifted left by `left` (for `wa`) and `left − step` (for
+/// `wb`; negative counts shift right) put in: two shifts and two bit
+/// selects. The fifth-bit plane steps by one bit a chunk, Q6_K's planes of
+/// bit pairs by two.
 #[inline]
 #[target_feature(enable = "neon,dotprod,i8mm")]
 fn merge_plane(
     plane: uint8x16_t,
-    bit: i8,
-    to: i8,
+    left: i8,
+    step: i8,
     mask: uint8x16_t,
     (wa, wb): (uint8x16_t, uint8x16_t),
 ) -> (uint8x16_t, uint8x16_t) {
-    let ha = vshlq_u8(plane, vdupq_n_s8(to - bit));
-    let hb = vshlq_u8(plane, vdupq_n_s8(to - 1 - bit));
+    let ha = vshlq_u8(plane, vdupq_n_s8(left));
+    let hb = vshlq_u8(plane, vdupq_n_s8(left - step));
     (vbslq_u8(mask, ha, wa), vbslq_u8(mask, hb, wb))
 }
 
@@ -81,7 +83,7 @@ const K_Q4_0: u8 = 0;
 const K_Q4_1: u8 = 1;
 /// Int8 (Q8_0).
 const K_I8: u8 = 2;
-/// Nibbles plus the fifth- and sixth-bit planes, offset 32, one scale per
+/// Nibbles plus the planes of bit pairs, offset 32, one scale per
 /// half-block (Q6_K).
 const K_Q6: u8 = 3;
 /// Nibbles plus the fifth-bit plane, offset 16 (Q5_0).
@@ -160,17 +162,15 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const SC: u
     debug_assert!(MR.is_multiple_of(2) && job.nr == nr && out.len() >= MR * nr);
     debug_assert!(job.acts.len() >= (i0 + MR) * nb);
     let int8 = KIND == K_I8;
-    let five = matches!(KIND, K_Q5_0 | K_Q5_1 | K_Q6);
+    let five = matches!(KIND, K_Q5_0 | K_Q5_1);
     let six = KIND == K_Q6;
-    // Quant bytes per row and block.
-    let rb = if int8 {
-        32
-    } else {
-        16 + 4 * (five as usize + six as usize)
-    };
+    // Quant bytes per row and block: the bit planes, then the nibbles or
+    // the int8 values.
+    let planes = 4 * (five as usize + 2 * six as usize);
+    let rb = planes + if int8 { 32 } else { 16 };
     let mask = vdupq_n_u8(0x0F);
     let bit4 = vdupq_n_u8(0x10);
-    let bit5 = vdupq_n_u8(0x20);
+    let bits45 = vdupq_n_u8(0x30);
     // SAFETY: the table is 16 bytes.
     let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
     let mut acc = [[vdupq_n_f32(0.0); V]; MR];
@@ -185,8 +185,9 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const SC: u
     // Each step: two chunks of weights (k offsets ka .. ka + 8 in the
     // activation block); int8 steps 0, 1 cover values 0..16, steps 2, 3
     // values 16..32, and so do Q6_K's (low nibbles first: one scale per
-    // half). Nibble chunk c's fifth (sixth) bits are plane bit c (low
-    // nibbles) or 4 + c (high).
+    // half). Nibble chunk c's fifth bits are plane bit c (low nibbles) or
+    // 4 + c (high); Q6_K's pairs are bits 2c, 2c + 1 of plane 0 (low) or 1
+    // (high).
     let steps: &[(usize, usize, bool)] = if int8 {
         &[(0, 0, false), (2, 8, false), (4, 16, false), (6, 24, false)]
     } else if six {
@@ -218,23 +219,28 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const SC: u
         let mut s = [[(vdupq_n_s32(0), vdupq_n_s32(0)); V]; MR];
         // The fifth-bit plane (rows 4v .. 4v + 4 in vector v).
         let plane: [uint8x16_t; V] = if five {
-            // SAFETY: the 4·nr plane bytes follow the 16·nr nibble bytes.
-            std::array::from_fn(|v| unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * nr + 16 * v)) })
+            // SAFETY: the 4·nr plane bytes open block b.
+            std::array::from_fn(|v| unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * v)) })
         } else {
             [vdupq_n_u8(0); V]
         };
-        // Q6_K's sixth-bit plane.
-        let plane6: [uint8x16_t; V] = if six {
-            // SAFETY: the second 4·nr plane bytes follow the first.
-            std::array::from_fn(|v| unsafe { vld1q_u8(qb.add(b * rb * nr + 20 * nr + 16 * v)) })
+        // Q6_K's planes of bit pairs, low and high halves.
+        let pairs6: [[uint8x16_t; V]; 2] = if six {
+            // SAFETY: the two planes of 4·nr bytes open block b.
+            std::array::from_fn(|h| {
+                std::array::from_fn(|v| unsafe {
+                    vld1q_u8(qb.add(b * rb * nr + 4 * h * nr + 16 * v))
+                })
+            })
         } else {
-            [vdupq_n_u8(0); V]
+            [[vdupq_n_u8(0); V]; 2]
         };
         for (step, &(c, ka, high)) in steps.iter().enumerate() {
             for v in 0..V {
-                // SAFETY: chunks c and c + 1 of block b, 16 bytes each.
+                // SAFETY: chunks c and c + 1 of block b (after its
+                // planes), 16 bytes each.
                 let (wa, wb) = unsafe {
-                    let p = qb.add(b * rb * nr + 4 * nr * c + 16 * v);
+                    let p = qb.add(b * rb * nr + planes * nr + 4 * nr * c + 16 * v);
                     (vld1q_u8(p), vld1q_u8(p.add(4 * nr)))
                 };
                 let (wa, wb) = if int8 {
@@ -249,16 +255,20 @@ unsafe fn tile_mmla<const MR: usize, const V: usize, const KIND: u8, const SC: u
                 } else {
                     (wa, wb)
                 };
-                // Plane bit `4·high + c` (chunk c) and the next one (chunk
-                // c + 1): the fifth-bit plane's to bit 4, the sixth's to 5.
-                let bit = 4 * high as i8 + c as i8;
+                // Chunks c and c + 1: the fifth-bit plane's bit `4·high +
+                // c` and the next to bit 4; Q6_K's pairs at bits 2c and
+                // 2c + 2 of its plane `high` to bits 4 and 5.
                 let (wa, wb) = if five {
-                    merge_plane(plane[v], bit, 4, bit4, (wa, wb))
-                } else {
-                    (wa, wb)
-                };
-                let (wa, wb) = if six {
-                    merge_plane(plane6[v], bit, 5, bit5, (wa, wb))
+                    let bit = 4 * high as i8 + c as i8;
+                    merge_plane(plane[v], 4 - bit, 1, bit4, (wa, wb))
+                } else if six {
+                    merge_plane(
+                        pairs6[high as usize][v],
+                        4 - 2 * c as i8,
+                        2,
+                        bits45,
+                        (wa, wb),
+                    )
                 } else {
                     (wa, wb)
                 };

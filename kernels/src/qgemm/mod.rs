@@ -536,23 +536,23 @@ impl Job<'_> {
         self.sc.m(g * self.nb + b, r)
     }
 
-    /// Quants of group `g`, block `b` (for the five-bit kinds the nibble
-    /// bytes and then the fifth-bit plane).
+    /// Quants of group `g`, block `b`: the nibble or int8 bytes (for the
+    /// kinds with bit planes, the bytes after the planes).
     #[inline]
     pub fn qs_at(&self, g: usize, b: usize) -> &[u8] {
         let len = self.nr * self.kind.row_bytes();
         let at = (g * self.nb + b) * len;
-        &self.qs[at..at + len]
+        &self.qs[at + self.nr * self.kind.planes()..at + len]
     }
 
     /// The bit planes of group `g`, block `b` (kinds with a fifth-bit
-    /// plane; `4·nr` bytes, Q6_K `8·nr`): byte `4·nr·p + 4r + t`, bit
-    /// `4h + c` is bit `4 + p` of the value in nibble byte `4·nr·c + 4r + t`,
-    /// half h (see [`pack`]).
+    /// plane; `4·nr` bytes, Q6_K `8·nr`), read by `pack::high_bits`.
     #[inline]
     pub fn qh_at(&self, g: usize, b: usize) -> &[u8] {
         debug_assert!(self.kind.five());
-        &self.qs_at(g, b)[16 * self.nr..]
+        let len = self.nr * self.kind.row_bytes();
+        let at = (g * self.nb + b) * len;
+        &self.qs[at..at + self.nr * self.kind.planes()]
     }
 
     /// Activation block `b` of row `i`.

@@ -11,9 +11,9 @@
 //! are broadcast with `ld1r`. The 5-bit kinds put each nibble's fifth bit
 //! in with one bit select (`bsl`, mask 0x10) from the block's bit-sliced
 //! plane, shifted per chunk so the chunk's bit sits at bit 4 (byte shifts:
-//! no lane crossing); Q6_K adds its sixth bits with a second `bsl` (mask
-//! 0x20) from its sixth-bit plane, shifted per chunk (`ushl`), and keeps
-//! one sum per half-block; MXFP4 maps its nibble codes with one `tbl` each.
+//! no lane crossing); Q6_K puts in bits 4 and 5 with one `bsl` (mask 0x30)
+//! per half from its planes of bit pairs, shifted per chunk (`ushl`), and
+//! keeps one sum per half-block; MXFP4 maps its nibble codes with one `tbl` each.
 //! Scaling uses separately rounded multiplies
 //! and adds (bit-equal to the scalar micro-kernel). Each tile is a block's
 //! integer sums (`sums`) and their scaling (`scale`), run by `unroll!`:
@@ -230,7 +230,7 @@ macro_rules! tiles {
         /// `4·V`; `X` `NIB`, or `NIB_FIVE` for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or `NIB_LUT` for MXFP4 (`MIN = false`; codes
         /// through `MXFP4_LUT`), or `NIB_SIX` for Q6_K (`MIN = false`;
-        /// nibbles plus the fifth- and sixth-bit planes, 0..63, one sum and
+        /// nibbles plus the planes of bit pairs, 0..63, one sum and
         /// scale per half). `SC`: how the scales are stored (`SC_F16`,
         /// `SC_E8M0`, `SC_KSUB`).
         ///
@@ -255,14 +255,14 @@ macro_rules! tiles {
             debug_assert!(job.nr == nr && out.len() >= MR * nr);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             use $crate::qgemm::pack::{MXFP4_LUT, NIB_FIVE, NIB_LUT, NIB_SIX};
-            let (five, six, table) = (X == NIB_FIVE || X == NIB_SIX, X == NIB_SIX, X == NIB_LUT);
+            let (five, six, table) = (X == NIB_FIVE, X == NIB_SIX, X == NIB_LUT);
             let mask = vdupq_n_u8(0x0F);
             let bit4 = vdupq_n_u8(0x10);
-            let bit5 = vdupq_n_u8(0x20);
+            let bits45 = vdupq_n_u8(0x30);
             // SAFETY: the table is 16 bytes.
             let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
-            // Quant bytes per row and block: 16 nibble bytes (+ 4 per plane).
-            let rb = 16 + 4 * (five as usize + six as usize);
+            // Quant bytes per row and block: 4 per plane, then 16 nibble bytes.
+            let rb = 16 + 4 * (five as usize + 2 * six as usize);
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of nr
             // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
@@ -281,12 +281,16 @@ macro_rules! tiles {
                 let mut s = [[$crate::qgemm::neon::zero_acc(); V]; MR];
                 // Q6_K: sums of the high halves (values 16..32).
                 let mut s2 = [[$crate::qgemm::neon::zero_acc(); V]; MR];
-                // Q6_K's sixth-bit plane, shifted per chunk below.
-                let mut h6 = [vdupq_n_u8(0); V];
+                // Q6_K's planes of bit pairs (low and high halves), shifted
+                // per chunk below.
+                let mut h6 = [[vdupq_n_u8(0); V]; 2];
                 if six {
-                    for (v, h) in h6.iter_mut().enumerate() {
-                        // SAFETY: the second 4·nr plane bytes follow the first.
-                        *h = unsafe { vld1q_u8(qb.add(b * rb * nr + 20 * nr + 16 * v)) };
+                    for (h, plane) in h6.iter_mut().enumerate() {
+                        for (v, p) in plane.iter_mut().enumerate() {
+                            // SAFETY: the two planes of 4·nr bytes open
+                            // block b.
+                            *p = unsafe { vld1q_u8(qb.add(b * rb * nr + 4 * h * nr + 16 * v)) };
+                        }
                     }
                 }
                 // The fifth-bit plane (rows 4v .. 4v + 4 in vector v), for
@@ -295,16 +299,18 @@ macro_rules! tiles {
                 let (mut hl, mut hh) = ([vdupq_n_u8(0); V], [vdupq_n_u8(0); V]);
                 if five {
                     for v in 0..V {
-                        // SAFETY: the 4·nr plane bytes follow the 16·nr
-                        // nibble bytes of block b.
-                        let h = unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * nr + 16 * v)) };
+                        // SAFETY: the 4·nr plane bytes open block b.
+                        let h = unsafe { vld1q_u8(qb.add(b * rb * nr + 16 * v)) };
                         (hl[v], hh[v]) = (vshlq_n_u8::<4>(h), h);
                     }
                 }
                 for c in 0..4 {
                     for v in 0..V {
-                        // SAFETY: 16 bytes of chunk c of block b.
-                        let u = unsafe { vld1q_u8(qb.add(b * rb * nr + 4 * nr * c + 16 * v)) };
+                        // SAFETY: 16 bytes of chunk c of block b (after
+                        // its planes).
+                        let u = unsafe {
+                            vld1q_u8(qb.add(b * rb * nr + (rb - 16) * nr + 4 * nr * c + 16 * v))
+                        };
                         let (mut lo, mut hi) = (vandq_u8(u, mask), vshrq_n_u8::<4>(u));
                         if table {
                             (lo, hi) = (vqtbl1q_u8(lut, lo), vqtbl1q_u8(lut, hi));
@@ -316,11 +322,11 @@ macro_rules! tiles {
                             hh[v] = vshrq_n_u8::<1>(hh[v]);
                         }
                         if six {
-                            // Plane bit c (low nibbles) and 4 + c (high) to
-                            // bit 5 (a negative count shifts right).
-                            let c = c as i8;
-                            lo = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(5 - c)), lo);
-                            hi = vbslq_u8(bit5, vshlq_u8(h6[v], vdupq_n_s8(1 - c)), hi);
+                            // Pair bits 2c, 2c + 1 to bits 4 and 5 (a
+                            // negative count shifts right).
+                            let left = vdupq_n_s8(4 - 2 * c as i8);
+                            lo = vbslq_u8(bits45, vshlq_u8(h6[0][v], left), lo);
+                            hi = vbslq_u8(bits45, vshlq_u8(h6[1][v], left), hi);
                         }
                         let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
                         for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {

@@ -12,7 +12,8 @@
 //! format is cut into 32-value blocks (a K-quant super-block of 256 gives 8).
 //! Per (group of NR rows, block b) a [`PackedQ`] holds NR scales `d`, NR
 //! second values `m` for the kinds that have one, and the quants,
-//! chunk-major: byte `4·NR·c + 4·r + t` is byte `4c + t` of row r's quants.
+//! chunk-major: byte `4·NR·c + 4·r + t` is byte `4c + t` of row r's quants
+//! (after the block's bit planes, for the kinds with planes).
 //! No scale is stored as f32: each is kept as GGUF stores it and decoded
 //! exactly in registers, so the packs are GGUF-sized (or nearly) and the
 //! decoded f32 values are the ones ggml computes. The tiles take the scale
@@ -38,10 +39,10 @@
 //! |---|---|---|---|---|---|---|
 //! | Q4_0 | Q4_0 | 16 nibble bytes | scale, f16 | – | `d·dx·(Σqx − 8Σx)` | 4.5 (4.5) |
 //! | Q4_1 | Q4_1; Q4_K | 16 nibble bytes | scale, f16; Q4_K `sc·d` | min, f16; Q4_K `m·(−dmin)` | `d·dx·Σqx + m·s_x` | 5 (5); Q4_K 4.625 (4.5) |
-//! | Q5_0 | Q5_0 | 16 nibble bytes + 4 fifth-bit bytes | scale, f16 | – | `d·dx·(Σqx − 16Σx)` | 5.5 (5.5) |
-//! | Q5_1 | Q5_1; Q5_K | 16 nibble bytes + 4 fifth-bit bytes | scale, f16; Q5_K `sc·d` | min, f16; Q5_K `m·(−dmin)` | `d·dx·Σqx + m·s_x` | 6 (6); Q5_K 5.625 (5.5) |
+//! | Q5_0 | Q5_0 | 4 fifth-bit bytes + 16 nibble bytes | scale, f16 | – | `d·dx·(Σqx − 16Σx)` | 5.5 (5.5) |
+//! | Q5_1 | Q5_1; Q5_K | 4 fifth-bit bytes + 16 nibble bytes | scale, f16; Q5_K `sc·d` | min, f16; Q5_K `m·(−dmin)` | `d·dx·Σqx + m·s_x` | 6 (6); Q5_K 5.625 (5.5) |
 //! | Mxfp4 | MXFP4 | 16 nibble bytes (E2M1 codes) | `2^(e−128)`, E8M0 byte | – | `d·dx·(Σux − 12Σx)` | 4.25 (4.25) |
-//! | Q6K | Q6_K | 16 nibble bytes + 4 fifth-bit + 4 sixth-bit bytes | scale of values 0..15, `sc₀·d` | scale of 16..31, `sc₁·d` | `d·dx·(Σ₀..₁₅ux − 32Σ₀..₁₅x)`, then `m·dx·(Σ₁₆..₃₁ux − 32Σ₁₆..₃₁x)` | 6.5625 (6.5625) |
+//! | Q6K | Q6_K | 8 bytes of bit pairs + 16 nibble bytes | scale of values 0..15, `sc₀·d` | scale of 16..31, `sc₁·d` | `d·dx·(Σ₀..₁₅ux − 32Σ₀..₁₅x)`, then `m·dx·(Σ₁₆..₃₁ux − 32Σ₁₆..₃₁x)` | 6.5625 (6.5625) |
 //! | I8 | Q8_0 | 32 int8 | scale, f16 | – | `d·dx·Σqx` | 8.5 (8.5) |
 //!
 //! (bits/value per padded row: scales, codes and super-scales included.)
@@ -56,7 +57,7 @@
 //!   become Q5_1 blocks the same way, each value's fifth bit (bit j of
 //!   Q5_K's `qh` byte l for value `32j + l`) moving to the fifth-bit plane.
 //! - Five-bit kinds (Q5_0, Q5_1) are the nibble kinds with values 0..31:
-//!   the 16·NR nibble bytes of a block are followed by a fifth-bit plane of
+//!   the 16·NR nibble bytes of a block are preceded by a fifth-bit plane of
 //!   4·NR bytes, bit-sliced so one byte-lane shift lines it up with a
 //!   nibble chunk: plane byte `4·r + t` holds in bit `4h + c` the fifth bit
 //!   of the value in nibble byte `4·NR·c + 4·r + t` (half h: 0 the low
@@ -67,10 +68,23 @@
 //!   (AVX-512) or one `bsl` (NEON). Q5_0's `−16` goes
 //!   through the activation block sum as Q4_0's `−8` does; Q5_1 is Q4_1.
 //!   Both give the same i32 block sums as the int8 values `q − 16` / `q`.
-//! - Q6_K keeps GGUF's 6-bit values `u = q + 32` (0..63) the same way: the
-//!   nibbles, then the fifth-bit plane (bit 4 of each value), then a
-//!   sixth-bit plane (bit 5) laid out exactly like it, so a block is
-//!   16·NR + 8·NR bytes, GGUF's 6 bits per value. A nibble byte's low
+//!   The planes come first because the tiles read them before a block's
+//!   first nibble chunk: so each block is read in address order, the order
+//!   the hardware prefetchers follow (read out of order, a GEMV from DRAM
+//!   streamed far below the nibble kinds; docs/PERF.md, "Q6_K's bit pairs").
+//! - Q6_K keeps GGUF's 6-bit values `u = q + 32` (0..63): two planes of
+//!   4·NR bytes that hold each value's top two bits side by side, as
+//!   GGUF's `qh` does, then the nibbles: byte `4·r + t` of plane h holds in
+//!   bits `2c` and `2c + 1` bits 4 and 5 of the value in nibble byte
+//!   `4·NR·c + 4·r + t`, half h. So a block is 16·NR + 8·NR bytes, GGUF's
+//!   6 bits per value, and a chunk's pairs are one shift from bits 4 and 5
+//!   (left by `4 − 2c`; right by 2 for c = 3) and one merge from their
+//!   nibbles: a fifth- and a sixth-bit plane sliced like Q5's would cost two
+//!   shifts and two merges per half and chunk, and that work, not the
+//!   reads, bounds a Q6_K GEMV from cache. Masked once per block into the
+//!   even pairs (c = 0, 2) and the odd ones, a shifted pair brings no
+//!   neighbour's bits into bits 6 and 7, so the merge can be a bit select
+//!   (one `vpternlogd` with the nibble mask, or `bsl`). A nibble byte's low
 //!   nibble is value `4c + t` (first half-scale), its high one `16 + 4c +
 //!   t` (second), so the tiles keep one i32 sum per half and subtract
 //!   `32·Σx` per half through the activation half sums (`ActBlock`'s
@@ -138,8 +152,8 @@ pub(crate) enum Kind {
     Mxfp4,
     /// Signed int8 values (Q8_0).
     I8,
-    /// Nibbles plus the fifth- and sixth-bit planes (0..63) with offset 32
-    /// and one scale per 16 values (Q6_K): `d` scales the low nibbles
+    /// Nibbles plus two planes of each value's bits 4 and 5 (0..63) with
+    /// offset 32 and one scale per 16 values (Q6_K): `d` scales the low nibbles
     /// (values 0..16 of a block), `m` the high ones (16..32).
     Q6K,
 }
@@ -150,8 +164,8 @@ pub(crate) const NIB: u8 = 0;
 pub(crate) const NIB_FIVE: u8 = 1;
 /// Nibble codes through [`MXFP4_LUT`] (MXFP4).
 pub(crate) const NIB_LUT: u8 = 2;
-/// Nibbles plus the fifth- and sixth-bit planes, two half-block sums and
-/// scales (Q6_K).
+/// Nibbles plus the planes of bits 4 and 5, two half-block sums and scales
+/// (Q6_K).
 pub(crate) const NIB_SIX: u8 = 3;
 
 /// MXFP4 code → ggml's doubled E2M1 value + 12 (0..24, unsigned).
@@ -184,14 +198,23 @@ impl Kind {
     pub(crate) fn row_bytes(self) -> usize {
         match self {
             Kind::Q4_0 | Kind::Q4_1 | Kind::Mxfp4 => QK / 2,
-            Kind::Q5_0 | Kind::Q5_1 => QK / 2 + QK / 8,
-            Kind::Q6K => QK / 2 + 2 * QK / 8,
+            Kind::Q5_0 | Kind::Q5_1 | Kind::Q6K => QK / 2 + self.planes(),
             Kind::I8 => QK,
         }
     }
 
+    /// Bytes per row and block of bit planes, which come first in a
+    /// block: 4 (Q5_0, Q5_1), 8 (Q6_K), else 0.
+    pub(crate) fn planes(self) -> usize {
+        match self {
+            Kind::Q5_0 | Kind::Q5_1 => QK / 8,
+            Kind::Q6K => 2 * QK / 8,
+            _ => 0,
+        }
+    }
+
     /// Whether the quants are nibble bytes (with or without bit planes
-    /// after them).
+    /// before them).
     pub(crate) fn nibbles(self) -> bool {
         self != Kind::I8
     }
@@ -209,12 +232,13 @@ impl Kind {
         }
     }
 
-    /// Whether a fifth-bit plane follows the nibble bytes of each block.
+    /// Whether bit planes follow the nibble bytes of each block (the fifth
+    /// bits; Q6_K's bits 4 and 5).
     pub(crate) fn five(self) -> bool {
         matches!(self, Kind::Q5_0 | Kind::Q5_1 | Kind::Q6K)
     }
 
-    /// Whether a sixth-bit plane follows the fifth-bit plane.
+    /// Whether the planes are Q6_K's two planes of bit pairs.
     pub(crate) fn six(self) -> bool {
         self == Kind::Q6K
     }
@@ -379,23 +403,22 @@ impl PackedQ {
     /// the nibble bytes).
     #[inline]
     fn byte(&self, gb: usize, r: usize, j: usize) -> u8 {
-        let (nr, rb) = (self.nr, self.kind().row_bytes());
-        self.qs[gb * nr * rb + 4 * nr * (j / 4) + 4 * r + j % 4]
+        let (nr, kind) = (self.nr, self.kind());
+        self.qs[gb * nr * kind.row_bytes() + nr * kind.planes() + 4 * nr * (j / 4) + 4 * r + j % 4]
     }
 
     /// Value `j` (0..32) of row `r` in group block `gb` of a kind with bit
-    /// planes: its nibble, its bit in the fifth-bit plane and (Q6_K) in the
-    /// sixth-bit plane (0..31, or 0..63).
+    /// planes: its nibble and its high bits from the planes (0..31, or
+    /// 0..63).
     #[inline]
     fn value5(&self, gb: usize, r: usize, j: usize) -> u8 {
-        let nr = self.nr;
+        let (nr, kind) = (self.nr, self.kind());
         let (h, c, t) = (j / 16, (j % 16) / 4, j % 4);
         let nib = self.byte(gb, r, j % 16);
         let nib = if h == 0 { nib & 0x0F } else { nib >> 4 };
-        let base = gb * nr * self.kind().row_bytes() + 16 * nr + 4 * r + t;
-        let bit = |plane: usize| (self.qs[base + 4 * nr * plane] >> (4 * h + c)) & 1;
-        let six = if self.kind().six() { bit(1) << 5 } else { 0 };
-        nib | (bit(0) << 4) | six
+        let at = gb * nr * kind.row_bytes();
+        let planes = &self.qs[at..at + kind.planes() * nr];
+        nib | high_bits(kind, planes, nr, r, t, c, h)
     }
 
     /// Row `row` of the weights dequantized into `out` (`k` values),
@@ -648,6 +671,27 @@ fn scale_min_k4_bytes(codes: &[(u8, u8); 8]) -> [u8; 12] {
     q
 }
 
+/// Bits 4 and up (in place) of the value in nibble byte `4·nr·c + 4r + t`,
+/// half `h`, from a block's bit `planes` (kinds with planes): Q5_0 and Q5_1
+/// keep bit 4 in bit `4h + c` of byte `4r + t`; Q6_K keeps bits 4 and 5 in
+/// bits `2c`, `2c + 1` of byte `4r + t` of plane h (`4·nr` bytes each).
+#[inline]
+pub(crate) fn high_bits(
+    kind: Kind,
+    planes: &[u8],
+    nr: usize,
+    r: usize,
+    t: usize,
+    c: usize,
+    h: usize,
+) -> u8 {
+    if kind.six() {
+        ((planes[4 * nr * h + 4 * r + t] >> (2 * c)) & 3) << 4
+    } else {
+        ((planes[4 * r + t] >> (4 * h + c)) & 1) << 4
+    }
+}
+
 /// Sets Q6_K value `j` (stored form `u` = q + 32, 0..63) in `ql`/`qh`, the
 /// layout `kquants::q6_k_value` reads.
 fn set_q6_k_value(b: &mut BlockQ6K, j: usize, u: u8) {
@@ -737,7 +781,7 @@ fn fill(
             // for every weight byte.
             let mut chunks = |bytes: &[u8]| {
                 for (c, four) in bytes.chunks_exact(4).enumerate() {
-                    let at = base + 4 * nr * c + 4 * r;
+                    let at = base + kind.planes() * nr + 4 * nr * c + 4 * r;
                     qs[at..at + 4].copy_from_slice(four);
                 }
             };
@@ -745,18 +789,24 @@ fn fill(
                 let nib: [u8; QK / 2] =
                     std::array::from_fn(|j| (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4));
                 chunks(&nib);
-                // Plane 0 holds bit 4 of each value, plane 1 (Q6_K) bit 5.
-                let planes = if kind.six() { 2 } else { 1 };
-                for plane in 0..planes {
-                    for t in 0..4 {
+                for t in 0..4 {
+                    if kind.six() {
+                        // Plane h: the pairs of bits 4 and 5 of half h.
+                        for h in 0..2 {
+                            let mut p = 0u8;
+                            for c in 0..4 {
+                                p |= ((q[16 * h + 4 * c + t] >> 4) & 3) << (2 * c);
+                            }
+                            qs[base + 4 * h * nr + 4 * r + t] = p;
+                        }
+                    } else {
                         let mut p = 0u8;
                         for h in 0..2 {
                             for c in 0..4 {
-                                let v = q[16 * h + 4 * c + t];
-                                p |= ((v >> (4 + plane)) & 1) << (4 * h + c);
+                                p |= ((q[16 * h + 4 * c + t] >> 4) & 1) << (4 * h + c);
                             }
                         }
-                        qs[base + (16 + 4 * plane) * nr + 4 * r + t] = p;
+                        qs[base + 4 * r + t] = p;
                     }
                 }
             } else {

@@ -5,7 +5,7 @@
 //! as the ISA kernels do.
 
 use super::Job;
-use super::pack::{Kind, MXFP4_LUT};
+use super::pack::{Kind, MXFP4_LUT, high_bits};
 use super::{QGemm, QGemmParams, repack};
 use crate::Isa;
 use crate::Result;
@@ -86,16 +86,12 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
     acc.fill(0.0);
     for b in 0..job.nb {
         let q = job.qs_at(g, b);
-        let (five, six) = (job.kind.five(), job.kind.six());
-        // The fifth and sixth bits (as 16, 32) of the value in nibble byte
-        // `4·nr·c + 4r + t`, half h; zero for the kinds without them.
+        // Bits 4 and up of the value in nibble byte `4·nr·c + 4r + t`,
+        // half h; zero for the kinds without planes.
         let bit5 = |c: usize, r: usize, t: usize, h: usize| -> i32 {
-            let bit =
-                |p: usize| ((job.qh_at(g, b)[4 * nr * p + 4 * r + t] >> (4 * h + c)) & 1) as i32;
-            match (five, six) {
-                (true, true) => (bit(0) << 4) | (bit(1) << 5),
-                (true, false) => bit(0) << 4,
-                _ => 0,
+            match job.kind.five() {
+                true => high_bits(job.kind, job.qh_at(g, b), nr, r, t, c, h) as i32,
+                false => 0,
             }
         };
         // A nibble's value (MXFP4: its code through the table).
@@ -114,7 +110,7 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                 // Sums of values 0..16 and 16..32 (Q6_K, one scale each);
                 // the other kinds add both into s[0].
                 let mut s = [0i32; 2];
-                let hi_half = usize::from(six);
+                let hi_half = usize::from(job.kind.six());
                 if job.kind.nibbles() {
                     for c in 0..4 {
                         for t in 0..4 {
