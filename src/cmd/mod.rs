@@ -31,6 +31,12 @@ pub struct Global {
     pub verbose: bool,
 }
 
+/// A `--dtype`/`--dtypes` value: the kernels' dtype names are lower case,
+/// and llama.cpp spells the K-quants `q4_K`, `q6_K`, so either is taken.
+pub fn parse_dtype(s: &str) -> Result<String, String> {
+    Ok(s.to_ascii_lowercase())
+}
+
 /// Most worker threads a command accepts: more than any machine tiletune
 /// runs on has cores, and few enough that a typo is refused, not spawned.
 pub const MAX_THREADS: usize = 1024;

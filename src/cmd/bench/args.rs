@@ -51,7 +51,7 @@ pub struct KernelArgs {
     #[arg(long)]
     pub shape: String,
     /// Element type [default: f32; q4_0 for qgemv, i8 for i8gemm, u4 for embed].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cmd::parse_dtype)]
     pub dtype: Option<String>,
     /// Force an ISA variant (scalar, avx2, avx_vnni, avx512, avx512_vnni,
     /// neon, neon_dotprod, neon_i8mm) [default: the best available].

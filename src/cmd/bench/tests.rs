@@ -55,6 +55,10 @@ fn family_flags_map_to_ops_and_configs() {
         "--cold",
     ]);
     assert_eq!(op, "qgemv_a8");
+    assert_eq!(k.dtype.as_deref(), Some("q8_0"));
+    // llama.cpp's spelling of the K-quants.
+    let (_, kq) = kernel(&["gemm", "--shape", "1x16x256", "--dtype", "q6_K"]);
+    assert_eq!(kq.dtype.as_deref(), Some("q6_k"));
     let one = one_config(&k).unwrap();
     assert_eq!(one.isa, Some(Isa::Scalar));
     assert_eq!(one.threads, Some(2));

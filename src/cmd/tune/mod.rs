@@ -45,12 +45,12 @@ pub struct Args {
     /// `tiletune convert` writes a Qwen2.5-VL folder, needs none).
     #[arg(long, value_name = "FILE", requires = "model")]
     pub mmproj: Option<PathBuf>,
-    #[arg(long, default_value = "f32", value_delimiter = ',', help = dtypes_help("Weight dtypes the suite is tuned for, comma-separated"))]
+    #[arg(long, default_value = "f32", value_delimiter = ',', value_parser = crate::cmd::parse_dtype, help = dtypes_help("Weight dtypes the suite is tuned for, comma-separated"))]
     pub dtypes: Vec<String>,
     /// One problem: the op (gemv, gemm or i8gemm) ...
     #[arg(long, requires_all = ["dtype", "shape"])]
     pub op: Option<String>,
-    #[arg(long, help = dtypes_help("... its weight dtype (i8gemm: i8 or i8_zp)"))]
+    #[arg(long, value_parser = crate::cmd::parse_dtype, help = dtypes_help("... its weight dtype (i8gemm: i8 or i8_zp)"))]
     pub dtype: Option<String>,
     /// ... and its shape: NxK for gemv, MxNxK for gemm and i8gemm (e.g.
     /// 4864x896).
