@@ -232,8 +232,8 @@ impl Kind {
         }
     }
 
-    /// Whether bit planes follow the nibble bytes of each block (the fifth
-    /// bits; Q6_K's bits 4 and 5).
+    /// Whether bit planes open each block, before its nibble bytes (the
+    /// fifth bits; Q6_K's bits 4 and 5).
     pub(crate) fn five(self) -> bool {
         matches!(self, Kind::Q5_0 | Kind::Q5_1 | Kind::Q6K)
     }
