@@ -386,10 +386,9 @@ fn a_terminal_gets_line_editing_and_saved_history() {
 
 /// Ctrl-C while a reply streams stops that reply, says `(stopped)`, and
 /// returns to the prompt. The reply may run to 8000 tokens through 64 layers,
-/// seconds even on a fast machine, far longer than it takes to see its first
-/// bytes and press Ctrl-C (one layer streamed all 8000 before a Ctrl-C sent
-/// from a loaded 2-core machine landed); had it ended first, the Ctrl-C would
-/// have left the chat and the exit status would say so.
+/// seconds even on a fast machine, so it cannot end before the Ctrl-C lands
+/// even when a loaded machine delays the test; had it ended first, the Ctrl-C
+/// would have left the chat and the exit status would say so.
 #[test]
 fn ctrl_c_during_a_reply_stops_only_the_reply() {
     let Some((dir, model)) = scratch_model_of(64) else {

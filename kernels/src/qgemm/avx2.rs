@@ -273,7 +273,8 @@ macro_rules! tiles {
             // Bytes per block: nr rows × (4 bytes per plane + 16 nibble
             // bytes); plane p at 32V·p, chunk c of the nibbles 32V·c after
             // the planes, each 32V bytes, v-th ymm 32v further.
-            let bs = (128 + 32 * (five as usize + 2 * six as usize)) * V;
+            let planes = 32 * (five as usize + 2 * six as usize) * V;
+            let bs = planes + 128 * V;
             let mut acc = [[_mm256_setzero_ps(); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // nr scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -315,11 +316,13 @@ macro_rules! tiles {
                         let h = unsafe { _mm256_loadu_si256(qb.add(b * bs + 32 * v).cast()) };
                         (hl[v], hh[v]) = (_mm256_slli_epi16::<4>(h), h);
                     }
-                    for (h, p) in pairs.iter_mut().enumerate().filter(|_| six) {
-                        // SAFETY: the two planes of 32V bytes open block b.
-                        p[v] = unsafe {
-                            _mm256_loadu_si256(qb.add(b * bs + 32 * h * V + 32 * v).cast())
-                        };
+                    if six {
+                        for (h, p) in pairs.iter_mut().enumerate() {
+                            // SAFETY: the two planes of 32V bytes open block b.
+                            p[v] = unsafe {
+                                _mm256_loadu_si256(qb.add(b * bs + 32 * h * V + 32 * v).cast())
+                            };
+                        }
                     }
                 }
                 let mut s = [[_mm256_setzero_si256(); V]; MR];
@@ -335,9 +338,7 @@ macro_rules! tiles {
                         // SAFETY: chunk c of block b (after its planes), its
                         // v-th 32 bytes, inside the group.
                         let w = unsafe {
-                            _mm256_loadu_si256(
-                                qb.add(b * bs + (bs - 128 * V) + 32 * V * c + 32 * v).cast(),
-                            )
+                            _mm256_loadu_si256(qb.add(b * bs + planes + 32 * V * c + 32 * v).cast())
                         };
                         lo[v] = _mm256_and_si256(w, mask);
                         hi[v] = _mm256_and_si256(_mm256_srli_epi16::<4>(w), mask);

@@ -217,7 +217,8 @@ macro_rules! tiles {
             // SAFETY: the table is 16 bytes.
             let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
             // Bytes per block: 16 rows × (4 bytes per plane + 16 nibble bytes).
-            let bs = 256 + 64 * (five as usize + 2 * six as usize);
+            let planes = 64 * (five as usize + 2 * six as usize);
+            let bs = planes + 256;
             let mut acc = [_mm512_setzero_ps(); MR];
             // SAFETY (pointer offsets below): group g has nb blocks of
             // 16 scales (and mins) and bs quant bytes; rows i0 + i < i0 + MR
@@ -282,8 +283,7 @@ macro_rules! tiles {
                 for c in 0..4 {
                     // SAFETY: chunk c of block b (after its planes) is 64
                     // bytes inside the group.
-                    let v =
-                        unsafe { _mm512_loadu_si512(qb.add(b * bs + (bs - 256) + 64 * c).cast()) };
+                    let v = unsafe { _mm512_loadu_si512(qb.add(b * bs + planes + 64 * c).cast()) };
                     let (mut lo, mut hi) = if six {
                         // Nibble bits from v, bits 4..7 from the pairs (whose
                         // bits 6 and 7 are clear): c ? a : b, truth table 0xE4.

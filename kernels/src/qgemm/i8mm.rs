@@ -15,8 +15,9 @@
 //! bit sits at bit 4, one `bsl`), MXFP4 maps its codes with `tbl`. Scaling
 //! is the NEON tiles' (bit-equal to
 //! the scalar micro-kernel; Q6_K, nibbles plus its planes of bit pairs
-//! (one shift and one `bsl` per chunk and half), runs its low-nibble steps first, so its half-block sums are
-//! scaled after the second and the fourth step). A tile of one row runs the `sdot` tile. `smmla` comes
+//! (one shift and one `bsl` per chunk and half), runs its low-nibble steps
+//! first, so its half-block sums are scaled after the second and the
+//! fourth step). A tile of one row runs the `sdot` tile. `smmla` comes
 //! from `crate::qsimd` (its intrinsic is unstable).
 
 use super::Job;

@@ -536,13 +536,20 @@ impl Job<'_> {
         self.sc.m(g * self.nb + b, r)
     }
 
+    /// Group `g`, block `b` split into its bit planes (empty for the kinds
+    /// without) and its nibble or int8 bytes.
+    #[inline]
+    fn block_at(&self, g: usize, b: usize) -> (&[u8], &[u8]) {
+        let len = self.nr * self.kind.row_bytes();
+        let at = (g * self.nb + b) * len;
+        self.qs[at..at + len].split_at(self.nr * self.kind.planes())
+    }
+
     /// Quants of group `g`, block `b`: the nibble or int8 bytes (for the
     /// kinds with bit planes, the bytes after the planes).
     #[inline]
     pub fn qs_at(&self, g: usize, b: usize) -> &[u8] {
-        let len = self.nr * self.kind.row_bytes();
-        let at = (g * self.nb + b) * len;
-        &self.qs[at + self.nr * self.kind.planes()..at + len]
+        self.block_at(g, b).1
     }
 
     /// The bit planes of group `g`, block `b` (kinds with a fifth-bit
@@ -550,9 +557,7 @@ impl Job<'_> {
     #[inline]
     pub fn qh_at(&self, g: usize, b: usize) -> &[u8] {
         debug_assert!(self.kind.five());
-        let len = self.nr * self.kind.row_bytes();
-        let at = (g * self.nb + b) * len;
-        &self.qs[at..at + self.nr * self.kind.planes()]
+        self.block_at(g, b).0
     }
 
     /// Activation block `b` of row `i`.

@@ -262,7 +262,8 @@ macro_rules! tiles {
             // SAFETY: the table is 16 bytes.
             let lut = unsafe { vld1q_u8(MXFP4_LUT.as_ptr()) };
             // Quant bytes per row and block: 4 per plane, then 16 nibble bytes.
-            let rb = 16 + 4 * (five as usize + 2 * six as usize);
+            let planes = 4 * (five as usize + 2 * six as usize);
+            let rb = planes + 16;
             let mut acc = [[vdupq_n_f32(0.0); V]; MR];
             // SAFETY (pointer offsets below): group g has nb blocks of nr
             // scales (and mins) and rb·nr quant bytes; rows i0 + i < i0 + MR
@@ -309,7 +310,7 @@ macro_rules! tiles {
                         // SAFETY: 16 bytes of chunk c of block b (after
                         // its planes).
                         let u = unsafe {
-                            vld1q_u8(qb.add(b * rb * nr + (rb - 16) * nr + 4 * nr * c + 16 * v))
+                            vld1q_u8(qb.add(b * rb * nr + planes * nr + 4 * nr * c + 16 * v))
                         };
                         let (mut lo, mut hi) = (vandq_u8(u, mask), vshrq_n_u8::<4>(u));
                         if table {

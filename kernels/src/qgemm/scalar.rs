@@ -88,7 +88,7 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
         let q = job.qs_at(g, b);
         // Bits 4 and up of the value in nibble byte `4·nr·c + 4r + t`,
         // half h; zero for the kinds without planes.
-        let bit5 = |c: usize, r: usize, t: usize, h: usize| -> i32 {
+        let high = |c: usize, r: usize, t: usize, h: usize| -> i32 {
             match job.kind.five() {
                 true => high_bits(job.kind, job.qh_at(g, b), nr, r, t, c, h) as i32,
                 false => 0,
@@ -115,8 +115,8 @@ pub(crate) fn tile(job: &Job<'_>, g: usize, i0: usize, mr: usize, out: &mut [f32
                     for c in 0..4 {
                         for t in 0..4 {
                             let v = q[4 * nr * c + 4 * r + t];
-                            let lo = val(v & 0x0F) | bit5(c, r, t, 0);
-                            let hi = val(v >> 4) | bit5(c, r, t, 1);
+                            let lo = val(v & 0x0F) | high(c, r, t, 0);
+                            let hi = val(v >> 4) | high(c, r, t, 1);
                             s[0] += lo * x.qs[4 * c + t] as i32;
                             s[hi_half] += hi * x.qs[16 + 4 * c + t] as i32;
                         }
