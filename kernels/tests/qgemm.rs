@@ -761,6 +761,94 @@ fn prequantized_activations_give_the_same_result() {
     }
 }
 
+/// C in parts side by side is C cut by columns, bit for bit, on every
+/// variant (register tile and panel), with part boundaries inside a tile
+/// and on one, and at 1 and 3 threads; bad parts are refused.
+#[test]
+fn parts_of_c_are_its_columns() {
+    let mut rng = Rng::new(27);
+    let mut ran = 0;
+    for f in [QuantFormat::Q4_0, QuantFormat::Q4_1, QuantFormat::Q6K] {
+        let k = 2 * f.block_size();
+        for isa in available(f) {
+            for &nr in interleaves(isa) {
+                for (j, widths) in [vec![5, 16, 11], vec![2 * nr, nr, 1], vec![nr + 3, 4 * nr]]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let n: usize = widths.iter().sum();
+                    let m = [1, 3, 17][j];
+                    let c = case(&mut rng, f, m, n, k);
+                    for panel in [false, true] {
+                        if panel && !panels(isa, f) {
+                            continue;
+                        }
+                        let q = QGemm::new(f)
+                            .isa(isa)
+                            .params(QGemmParams {
+                                mr: 4,
+                                nr,
+                                pf: 8,
+                                ku: 1,
+                                panel,
+                            })
+                            .threads(1 + 2 * (j % 2));
+                        let want = run(&q, &c);
+                        let p = q.pack(&c.w, n, k).unwrap();
+                        let aq = quantize_activations(&c.a, m, k).unwrap();
+                        let mut bufs: Vec<Vec<f32>> =
+                            widths.iter().map(|w| vec![f32::NAN; m * w]).collect();
+                        let mut parts: Vec<&mut [f32]> =
+                            bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+                        q.run_prequantized_parts(&p, &aq, m, &mut parts).unwrap();
+                        let mut c0 = 0;
+                        for (b, &w) in bufs.iter().zip(&widths) {
+                            for i in 0..m {
+                                assert!(
+                                    same_bits(
+                                        &b[i * w..(i + 1) * w],
+                                        &want[i * n + c0..i * n + c0 + w]
+                                    ),
+                                    "{f} {isa} nr={nr} panel={panel} widths={widths:?} m={m} row {i}"
+                                );
+                            }
+                            c0 += w;
+                        }
+                        ran += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(ran >= 9, "only {ran} cases ran");
+    let f = QuantFormat::Q8_0;
+    let c = case(&mut rng, f, 2, 8, 32);
+    let q = QGemm::new(f);
+    let p = q.pack(&c.w, c.n, c.k).unwrap();
+    let aq = quantize_activations(&c.a, c.m, c.k).unwrap();
+    let (mut a, mut b) = (vec![0.0; 2 * 5], vec![0.0; 2 * 3]);
+    assert!(
+        q.run_prequantized_parts(&p, &aq, 2, &mut [&mut a, &mut b])
+            .is_ok()
+    );
+    // Columns that do not add up, a part of no whole rows, too many or
+    // no parts.
+    let mut short = vec![0.0; 2 * 2];
+    assert!(
+        q.run_prequantized_parts(&p, &aq, 2, &mut [&mut a, &mut short])
+            .is_err()
+    );
+    let mut odd = vec![0.0; 7];
+    assert!(
+        q.run_prequantized_parts(&p, &aq, 2, &mut [&mut a, &mut odd])
+            .is_err()
+    );
+    let mut ones: Vec<Vec<f32>> = (0..8).map(|_| vec![0.0; 2]).collect();
+    let mut many: Vec<&mut [f32]> = ones.iter_mut().map(|b| b.as_mut_slice()).collect();
+    assert!(q.run_prequantized_parts(&p, &aq, 2, &mut many).is_err());
+    assert!(q.run_prequantized_parts(&p, &aq, 2, &mut []).is_err());
+}
+
 #[test]
 fn bad_configurations_are_refused() {
     let mut rng = Rng::new(26);

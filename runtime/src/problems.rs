@@ -1,6 +1,8 @@
 //! The kernel problems a model runs: one GEMV per linear weight for decode
 //! (m = 1) and one GEMM per weight and prefill row bucket, keyed as the
-//! selector table keys them.
+//! selector table keys them. A layer's weights that read the same
+//! activations (q, k and v; gate and up) are one weight where their element
+//! types agree ([`STACKS`]): stacked by rows, they are one kernel call.
 //!
 //! This is the list the tuner sweeps for `tiletune tune --model` and the
 //! list the runtime looks up once at load: both come from here, so what is
@@ -8,20 +10,31 @@
 
 use crate::gguf::{GgmlType, GgufFile};
 use crate::{LoadError, Result};
+use std::collections::HashSet;
+use std::ops::Range;
 use tiletune_tables::Problem;
 
 /// Prefill row buckets: a prompt of length `m` uses the plan of the smallest
 /// bucket ≥ `m` (the largest for longer prompts).
 pub const PREFILL_BUCKETS: [usize; 3] = [16, 64, 256];
 
+/// Groups of a layer's weights (GGUF names after `blk.N.`) that read the
+/// same activations, in the order their rows are stacked. Decode reads
+/// each weight once per token, and a small one is mostly the start of a
+/// stream: SmolLM2's k and v (192 × 576 Q4_1) decode at 19 GB/s alone, its
+/// q, k and v stacked at 28 (docs/PERF.md, "One call for q, k and v").
+pub const STACKS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
+
 /// One linear layer's weight as the kernels see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinearWeight {
-    pub tensor: String,
+    /// The tensors stacked by rows into this matrix ([`STACKS`]; most
+    /// weights are one tensor).
+    pub tensors: Vec<String>,
     /// The weight's element type (keyed in problems as `f32`, `q4_0`,
     /// `q6_k`, ...).
     pub dtype: GgmlType,
-    /// Output features (rows of W).
+    /// Output features (rows of W; of all its tensors).
     pub n: usize,
     /// Input features (columns of W).
     pub k: usize,
@@ -29,12 +42,15 @@ pub struct LinearWeight {
 
 /// Every weight the model multiplies activations by: all 2-D tensors but the
 /// token embedding, which is a lookup; when the model has no `output.weight`
-/// the embedding doubles as the (tied) LM head and is listed as such.
+/// the embedding doubles as the (tied) LM head and is listed as such. The
+/// tensors of a stack ([`stack_runs`]) are listed as one weight, where the
+/// first of them is in the file.
 pub fn linear_weights(g: &GgufFile) -> Result<Vec<LinearWeight>> {
     let has_output = g.tensor_info("output.weight").is_some();
     let mut out = Vec::new();
+    let mut listed: HashSet<&str> = HashSet::new();
     for t in g.tensors() {
-        if t.dims.len() != 2 {
+        if t.dims.len() != 2 || listed.contains(t.name.as_str()) {
             continue;
         }
         if t.name == "token_embd.weight" && has_output {
@@ -46,22 +62,82 @@ pub fn linear_weights(g: &GgufFile) -> Result<Vec<LinearWeight>> {
         if is_vision_tensor(&t.name) {
             continue;
         }
-        // GGUF lists dims innermost first: ne0 = k (contiguous), ne1 = n.
-        let to_usize = |d: u64| {
-            usize::try_from(d).map_err(|_| LoadError::BadTensor {
-                path: g.path().to_path_buf(),
-                tensor: t.name.clone(),
-                what: format!("dimension {d} does not fit this machine's address space"),
-            })
-        };
-        out.push(LinearWeight {
-            tensor: t.name.clone(),
-            dtype: t.ggml_type,
-            n: to_usize(t.dims[1])?,
-            k: to_usize(t.dims[0])?,
-        });
+        let names = stack_of(&t.name).unwrap_or_else(|| vec![t.name.clone()]);
+        for run in stack_runs(g, &names) {
+            let infos: Vec<_> = names[run]
+                .iter()
+                .filter_map(|n| g.tensor_info(n))
+                .filter(|t| t.dims.len() == 2)
+                .collect();
+            if infos.is_empty() {
+                continue;
+            }
+            // GGUF lists dims innermost first: ne0 = k (contiguous), ne1 = n.
+            let mut n = 0usize;
+            for i in &infos {
+                listed.insert(i.name.as_str());
+                n = n
+                    .checked_add(to_usize(g, &i.name, i.dims[1])?)
+                    .ok_or_else(|| bad_dim(g, &i.name, i.dims[1]))?;
+            }
+            out.push(LinearWeight {
+                tensors: infos.iter().map(|i| i.name.clone()).collect(),
+                dtype: infos[0].ggml_type,
+                n,
+                k: to_usize(g, &infos[0].name, infos[0].dims[0])?,
+            });
+        }
     }
     Ok(out)
+}
+
+/// The stack tensor `name` is in ([`STACKS`]), all its tensors' names in
+/// stacking order; `None` for a tensor in none.
+fn stack_of(name: &str) -> Option<Vec<String>> {
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, base) = rest.split_once('.')?;
+    let base = base.strip_suffix(".weight")?;
+    let layer: usize = layer.parse().ok()?;
+    let stack = STACKS.iter().find(|s| s.contains(&base))?;
+    Some(
+        stack
+            .iter()
+            .map(|b| format!("blk.{layer}.{b}.weight"))
+            .collect(),
+    )
+}
+
+/// How the tensors `names` (a stack, in order) are run: each range is one
+/// matrix, the longest runs of consecutive 2-D tensors with one element
+/// type and row length. A name the file lacks is a run of its own (the
+/// loader then says it is missing). The loader and the problem list both
+/// cut stacks here, so what is tuned is what runs.
+pub fn stack_runs(g: &GgufFile, names: &[String]) -> Vec<Range<usize>> {
+    let key = |n: &String| {
+        g.tensor_info(n)
+            .filter(|t| t.dims.len() == 2)
+            .map(|t| (t.ggml_type, t.dims[0]))
+    };
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        match runs.last_mut() {
+            Some(r) if key(name).is_some() && key(name) == key(&names[r.start]) => r.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
+fn bad_dim(g: &GgufFile, tensor: &str, d: u64) -> LoadError {
+    LoadError::BadTensor {
+        path: g.path().to_path_buf(),
+        tensor: tensor.to_string(),
+        what: format!("dimension {d} does not fit this machine's address space"),
+    }
+}
+
+fn to_usize(g: &GgufFile, tensor: &str, d: u64) -> Result<usize> {
+    usize::try_from(d).map_err(|_| bad_dim(g, tensor, d))
 }
 
 /// The distinct kernel problems of a model: `gemv(n, k)` per weight shape and
@@ -124,6 +200,11 @@ mod tests {
     use crate::gguf::write::GgufWriter;
 
     fn model(tied: bool) -> GgufFile {
+        model_with(tied, false)
+    }
+
+    /// One layer; `v16` stores v as f16, the others f32.
+    fn model_with(tied: bool, v16: bool) -> GgufFile {
         let mut w = GgufWriter::new();
         w.kv("general.architecture", "llama");
         let z = |n: usize| vec![0.0f32; n];
@@ -134,8 +215,13 @@ mod tests {
             .unwrap();
         w.tensor_f32("blk.0.attn_k.weight", &[8, 4], &z(32))
             .unwrap();
-        w.tensor_f32("blk.0.attn_v.weight", &[8, 4], &z(32))
-            .unwrap();
+        if v16 {
+            w.tensor("blk.0.attn_v.weight", &[8, 4], GgmlType::F16, vec![0; 64])
+                .unwrap();
+        } else {
+            w.tensor_f32("blk.0.attn_v.weight", &[8, 4], &z(32))
+                .unwrap();
+        }
         w.tensor_f32("blk.0.ffn_down.weight", &[16, 8], &z(128))
             .unwrap();
         if !tied {
@@ -147,39 +233,70 @@ mod tests {
     #[test]
     fn linear_weights_skip_norms_and_untied_embedding() {
         let g = model(false);
-        let names: Vec<String> = linear_weights(&g)
+        let names: Vec<Vec<String>> = linear_weights(&g)
             .unwrap()
             .into_iter()
-            .map(|w| w.tensor)
+            .map(|w| w.tensors)
             .collect();
         assert_eq!(
             names,
             [
-                "blk.0.attn_q.weight",
-                "blk.0.attn_k.weight",
-                "blk.0.attn_v.weight",
-                "blk.0.ffn_down.weight",
-                "output.weight"
+                vec![
+                    "blk.0.attn_q.weight",
+                    "blk.0.attn_k.weight",
+                    "blk.0.attn_v.weight"
+                ],
+                vec!["blk.0.ffn_down.weight"],
+                vec!["output.weight"]
             ]
         );
-        let down = &linear_weights(&g).unwrap()[3];
-        assert_eq!((down.n, down.k, down.dtype), (8, 16, GgmlType::F32));
+        let w = linear_weights(&g).unwrap();
+        assert_eq!((w[0].n, w[0].k, w[0].dtype), (16, 8, GgmlType::F32));
+        assert_eq!((w[1].n, w[1].k, w[1].dtype), (8, 16, GgmlType::F32));
+    }
+
+    #[test]
+    fn a_type_change_cuts_a_stack() {
+        let g = model_with(false, true);
+        let w = linear_weights(&g).unwrap();
+        let qkv: Vec<_> = w
+            .iter()
+            .filter(|w| w.tensors[0].contains("attn"))
+            .map(|w| (w.tensors.len(), w.n, w.dtype))
+            .collect();
+        assert_eq!(qkv, [(2, 12, GgmlType::F32), (1, 4, GgmlType::F16)]);
+        let names: Vec<String> = ["attn_q", "attn_k", "attn_v", "attn_gone"]
+            .iter()
+            .map(|t| format!("blk.0.{t}.weight"))
+            .collect();
+        // A tensor the file lacks is a run of its own.
+        assert_eq!(stack_runs(&g, &names), [0..2, 2..3, 3..4]);
+        assert_eq!(stack_of("blk.0.attn_output.weight"), None);
+        assert_eq!(stack_of("blk.x.attn_q.weight"), None);
+        assert_eq!(
+            stack_of("blk.3.ffn_up.weight").unwrap(),
+            ["blk.3.ffn_gate.weight", "blk.3.ffn_up.weight"]
+        );
     }
 
     #[test]
     fn tied_embedding_is_the_lm_head() {
         let w = linear_weights(&model(true)).unwrap();
-        let head = w.iter().find(|w| w.tensor == "token_embd.weight").unwrap();
+        let head = w
+            .iter()
+            .find(|w| w.tensors == ["token_embd.weight"])
+            .unwrap();
         assert_eq!((head.n, head.k), (32, 8));
     }
 
     #[test]
-    fn problems_are_deduplicated_per_shape() {
+    fn problems_are_one_per_weight_shape() {
         let p = kernel_problems(&model(false)).unwrap();
-        // k and v share a shape: 4 distinct gemv shapes, each in 3 buckets.
-        assert_eq!(p.iter().filter(|p| p.op() == "gemv").count(), 4);
-        assert_eq!(p.len(), 4 * (1 + PREFILL_BUCKETS.len()));
-        assert!(p.contains(&Problem::new("gemv", "f32", [("n", 4), ("k", 8)]).unwrap()));
+        // q, k and v stacked, down and the head: 3 gemv shapes, each in
+        // 3 buckets.
+        assert_eq!(p.iter().filter(|p| p.op() == "gemv").count(), 3);
+        assert_eq!(p.len(), 3 * (1 + PREFILL_BUCKETS.len()));
+        assert!(p.contains(&Problem::new("gemv", "f32", [("n", 16), ("k", 8)]).unwrap()));
     }
 
     #[test]

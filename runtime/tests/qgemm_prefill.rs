@@ -364,8 +364,9 @@ fn the_plan_is_what_runs() {
         fast.forward(&tokens[19..26], &mut st, false).unwrap();
         fast.forward(&tokens[26..], &mut st, false).unwrap();
         let calls = st.take_calls();
-        // 2 layers × 7 linear layers + the tied LM head, three passes.
-        assert_eq!(calls.len(), 3 * (2 * 7 + 1), "{name}");
+        // 2 layers × 4 calls (q, k and v stacked; o; gate and up
+        // stacked; down) + the tied LM head, three passes.
+        assert_eq!(calls.len(), 3 * (2 * 4 + 1), "{name}");
         let mut seen = std::collections::HashSet::new();
         for c in &calls {
             let p = c.problem();

@@ -25,6 +25,7 @@ use super::KvDtype;
 use crate::quant::{BlockQ8_0, QK, RawBlock, legacy};
 use crate::{KernelError, Result};
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// Page sizes (tokens) worth sweeping when tuning a cache layout.
 pub const PAGE_SIZES: [usize; 4] = [16, 32, 64, 128];
@@ -572,11 +573,7 @@ fn unknown(seq: SeqId) -> KernelError {
 fn write_row(store: &mut Store, page: usize, (hd, ps): (usize, usize), t: usize, x: &[f32]) {
     match store {
         Store::F32(s) => s[page + t * hd..page + (t + 1) * hd].copy_from_slice(x),
-        Store::F16(s) => {
-            for (d, &v) in s[page + t * hd..page + (t + 1) * hd].iter_mut().zip(x) {
-                *d = f16::from_f32(v);
-            }
-        }
+        Store::F16(s) => s[page + t * hd..page + (t + 1) * hd].convert_from_f32_slice(x),
         Store::Q8Cols(s) => {
             let words = &mut s[page..page + ps * Q8Col::per_key(hd)];
             let (qs, sc) = Q8Col::split_mut(words, hd, ps);
@@ -601,8 +598,16 @@ fn write_col(store: &mut Store, page: usize, (hd, ps): (usize, usize), t: usize,
             }
         }
         Store::F16(s) => {
-            for (d, &v) in x.iter().enumerate() {
-                s[page + d * ps + t] = f16::from_f32(v);
+            // Converted a slice at a time: `f16::from_f32` alone checks
+            // the CPU and calls out for each value, which cost a SmolLM2
+            // decode step 2% (docs/PERF.md, "One call for q, k and v").
+            let mut h = [f16::ZERO; 64];
+            for (i, x) in x.chunks(h.len()).enumerate() {
+                let h = &mut h[..x.len()];
+                h.convert_from_f32_slice(x);
+                for (d, &v) in h.iter().enumerate() {
+                    s[page + (i * 64 + d) * ps + t] = v;
+                }
             }
         }
         Store::Q8Cols(s) => {

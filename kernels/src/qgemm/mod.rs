@@ -327,6 +327,19 @@ impl QGemmParams {
             // Scalar ignores the tile; SME has no variant to run it.
             Isa::Scalar | Isa::Sme => (8, 4, 0),
         };
+        // A Q8_0 GEMV (decode, m = 1) on AVX-512 streams its blocks in
+        // address order, which the hardware prefetchers follow: software
+        // prefetch only took issue slots (Zen 4, the tied LM heads of
+        // SmolLM2 and Qwen2.5-0.5B, 1.03–1.26× faster without; docs/PERF.md,
+        // "One call for q, k and v").
+        let pf = if matches!(isa, Isa::Avx512 | Isa::Avx512Vnni)
+            && shape.format == QuantFormat::Q8_0
+            && shape.m == 1
+        {
+            0
+        } else {
+            pf
+        };
         debug_assert!(pf == 0 || prefetch::measured(isa));
         let mr = MRS
             .iter()
@@ -628,53 +641,171 @@ fn tile_rows(rem: usize, mr: usize) -> usize {
     }
 }
 
-/// C's base pointer, shared by workers that write disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: workers write disjoint column ranges of C (one range of weight
-// groups each), and the scope ends before C's borrow does.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
+/// Most parts [`QGemm::run_prequantized_parts`] splits C's columns into.
+pub const MAX_PARTS: usize = 4;
 
-impl OutPtr {
+/// Where the drivers put a tile's results. C is shared by workers that
+/// write disjoint columns (one range of weight groups each), and the scope
+/// ends before C's borrow does.
+trait Out: Copy + Send + Sync {
     /// Copies a tile's `rows` × `cols` results (row stride `w` in `buf`)
-    /// into C (row stride `n`) at row `i0`, column `c0`. A whole row of an
-    /// 8- or 16-column tile is one fixed-size copy: element by element,
-    /// with the pointer reloaded for each (it may alias), the copy costs
-    /// a prefill 7% (docs/PERF.md, "the tile's results into C").
+    /// into C at row `i0`, column `c0`.
     ///
     /// # Safety
     /// `buf` holds `rows` rows of `w ≥ cols` values; rows `i0 .. i0 +
     /// rows` and columns `c0 .. c0 + cols` are inside C, and no other
     /// thread writes them meanwhile.
-    #[inline]
+    unsafe fn put(self, buf: &[f32], w: usize, rows: (usize, usize), cols: (usize, usize));
+}
+
+/// C as one row-major matrix: its base and row stride `n`.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32, usize);
+// SAFETY: see `Out`.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl Out for OutPtr {
+    #[inline(always)]
+    unsafe fn put(self, buf: &[f32], w: usize, rows: (usize, usize), (c0, cols): (usize, usize)) {
+        // SAFETY: forwarded.
+        unsafe { copy_tile(buf, w, rows, cols, self.0.add(c0), self.1) }
+    }
+}
+
+/// C in up to [`MAX_PARTS`] row-major parts side by side, `(base, width)`
+/// each, the first holding columns `0 .. width₀`, the next the following
+/// ones. A type of its own, not a one-part case of it, keeps `OutPtr`'s
+/// copy as it was: finding the part cost every tile of a one-matrix call
+/// 1–3% (docs/PERF.md, "One call for q, k and v").
+#[derive(Clone, Copy)]
+struct OutParts {
+    parts: [(*mut f32, usize); MAX_PARTS],
+    len: usize,
+}
+// SAFETY: see `Out`.
+unsafe impl Send for OutParts {}
+// SAFETY: as above.
+unsafe impl Sync for OutParts {}
+
+impl OutParts {
+    /// `c[i]` holds `widths[i]` columns; at most [`MAX_PARTS`] parts.
+    fn new(c: &mut [&mut [f32]], widths: &[usize]) -> Self {
+        assert!(c.len() == widths.len() && c.len() <= MAX_PARTS);
+        let mut parts = [(std::ptr::null_mut(), 0); MAX_PARTS];
+        for ((p, c), &w) in parts.iter_mut().zip(c.iter_mut()).zip(widths) {
+            *p = (c.as_mut_ptr(), w);
+        }
+        OutParts {
+            parts,
+            len: c.len(),
+        }
+    }
+}
+
+impl Out for OutParts {
+    /// A tile inside one part is one copy; one across a boundary (parts
+    /// whose widths are not multiples of the tile's) is copied part by
+    /// part.
+    #[inline(always)]
     unsafe fn put(
         self,
         buf: &[f32],
         w: usize,
         (i0, rows): (usize, usize),
         (c0, cols): (usize, usize),
-        n: usize,
     ) {
-        assert!(cols <= w && rows * w <= buf.len());
-        for i in 0..rows {
-            let src = buf[i * w..].as_ptr();
-            // SAFETY: forwarded from the caller; the source is row i of buf.
-            unsafe {
-                let dst = self.0.add((i0 + i) * n + c0);
-                match cols {
-                    16 => dst
-                        .cast::<[f32; 16]>()
-                        .write_unaligned(src.cast::<[f32; 16]>().read()),
-                    8 => dst
-                        .cast::<[f32; 8]>()
-                        .write_unaligned(src.cast::<[f32; 8]>().read()),
-                    _ => std::ptr::copy_nonoverlapping(src, dst, cols),
-                }
+        let (mut p, mut start) = (0, 0);
+        while p + 1 < self.len && c0 >= start + self.parts[p].1 {
+            start += self.parts[p].1;
+            p += 1;
+        }
+        let mut done = 0;
+        while done < cols {
+            let (base, n) = self.parts[p];
+            let c = c0 + done - start;
+            let take = (n - c).min(cols - done);
+            // SAFETY: forwarded; columns c .. c + take of part p, which
+            // C's column range includes, from column `done` of buf's rows.
+            unsafe { copy_tile(&buf[done..], w, (i0, rows), take, base.add(c), n) };
+            done += take;
+            start += n;
+            p += 1;
+        }
+    }
+}
+
+/// Copies `rows` rows of `cols` values (row stride `w` in `buf`) to rows
+/// `i0 ..` of a matrix of row stride `n` whose column 0 is at `dst`. A
+/// whole row of an 8- or 16-column tile is one fixed-size copy: element by
+/// element, with the pointer reloaded for each (it may alias), the copy
+/// cost a prefill 7% (docs/PERF.md, "the tile's results into C").
+///
+/// # Safety
+/// `buf` holds the rows' values; the destination rows and columns are
+/// inside the matrix, and no other thread writes them meanwhile.
+#[inline(always)]
+unsafe fn copy_tile(
+    buf: &[f32],
+    w: usize,
+    (i0, rows): (usize, usize),
+    cols: usize,
+    dst: *mut f32,
+    n: usize,
+) {
+    assert!(cols <= w && (rows == 0 || (rows - 1) * w + cols <= buf.len()));
+    for i in 0..rows {
+        let src = buf[i * w..].as_ptr();
+        // SAFETY: forwarded from the caller; the source is row i of buf.
+        unsafe {
+            let dst = dst.add((i0 + i) * n);
+            match cols {
+                16 => dst
+                    .cast::<[f32; 16]>()
+                    .write_unaligned(src.cast::<[f32; 16]>().read()),
+                8 => dst
+                    .cast::<[f32; 8]>()
+                    .write_unaligned(src.cast::<[f32; 8]>().read()),
+                _ => std::ptr::copy_nonoverlapping(src, dst, cols),
             }
         }
     }
+}
+
+/// The column widths of C's parts for [`QGemm::run_prequantized_parts`]:
+/// each part holds `m` whole rows, and the parts `n` columns in all.
+fn split_widths(c: &[&mut [f32]], m: usize, n: usize) -> Result<[usize; MAX_PARTS]> {
+    if c.is_empty() || c.len() > MAX_PARTS {
+        return Err(KernelError::InvalidParams {
+            op: OP,
+            reason: format!("C in {} parts; give 1 to {MAX_PARTS}", c.len()),
+        });
+    }
+    let mut widths = [0; MAX_PARTS];
+    if m == 0 {
+        for c in c {
+            check_len(OP, "c", c.len(), 0)?;
+        }
+        return Ok(widths);
+    }
+    for (w, c) in widths.iter_mut().zip(c) {
+        if !c.len().is_multiple_of(m) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!("a part of C holds {} values, not {m} whole rows", c.len()),
+            });
+        }
+        *w = c.len() / m;
+    }
+    let total: usize = widths.iter().sum();
+    if total != n {
+        return Err(KernelError::InvalidParams {
+            op: OP,
+            reason: format!("C's parts hold {total} columns, the weights have {n}"),
+        });
+    }
+    Ok(widths)
 }
 
 /// A configured quantized GEMM (builder style).
@@ -786,20 +917,47 @@ impl QGemm {
             scratch.resize(bytes, 0);
         }
         quantize_activations_on(a, m, k, &mut scratch[..bytes], self.threads)?;
-        self.run_unchecked(w, &scratch[..bytes], m, c);
-        Ok(())
+        self.run_prequantized(w, &scratch[..bytes], m, c)
     }
 
     /// As [`run`](Self::run) with activations already quantized by
     /// [`quantize_activations`].
     pub fn run_prequantized(&self, w: &PackedQ, aq: &[u8], m: usize, c: &mut [f32]) -> Result<()> {
-        self.check_operands(w, m, c)?;
+        self.run_prequantized_parts(w, aq, m, &mut [c])
+    }
+
+    /// As [`run_prequantized`](Self::run_prequantized) with C's columns
+    /// in up to [`MAX_PARTS`] parts side by side: `c[i]` gets the `m` rows
+    /// (row stride `c[i].len() / m`) of the columns after `c[..i]`'s. So
+    /// weights stacked by rows that read the same activations (a layer's
+    /// q, k and v) run as one call, and each one's results land in its
+    /// own buffer with no copy.
+    pub fn run_prequantized_parts(
+        &self,
+        w: &PackedQ,
+        aq: &[u8],
+        m: usize,
+        c: &mut [&mut [f32]],
+    ) -> Result<()> {
+        self.check_weights(w)?;
         check_len(OP, "aq", aq.len(), act_bytes(m, w.k()))?;
-        self.run_unchecked(w, aq, m, c);
+        let widths = split_widths(c, m, w.n())?;
+        if w.k() < QK {
+            c.iter_mut().for_each(|c| c.fill(0.0));
+        }
+        match c {
+            [c] => self.run_unchecked(w, aq, m, OutPtr(c.as_mut_ptr(), w.n())),
+            _ => self.run_unchecked(w, aq, m, OutParts::new(c, &widths[..c.len()])),
+        }
         Ok(())
     }
 
     fn check_operands(&self, w: &PackedQ, m: usize, c: &[f32]) -> Result<()> {
+        self.check_weights(w)?;
+        check_len(OP, "c", c.len(), m * w.n())
+    }
+
+    fn check_weights(&self, w: &PackedQ) -> Result<()> {
         self.check_config()?;
         if w.format() != self.format || w.nr() != self.params.nr {
             return Err(KernelError::InvalidParams {
@@ -813,7 +971,7 @@ impl QGemm {
                 ),
             });
         }
-        check_len(OP, "c", c.len(), m * w.n())
+        Ok(())
     }
 
     fn tile_fn(&self) -> TileFn {
@@ -836,15 +994,12 @@ impl QGemm {
         }
     }
 
-    /// The driver; operands checked by the caller.
-    fn run_unchecked(&self, w: &PackedQ, aq: &[u8], m: usize, c: &mut [f32]) {
+    /// The driver; operands checked by the caller, C zeroed by it when
+    /// `k` holds no block.
+    fn run_unchecked(&self, w: &PackedQ, aq: &[u8], m: usize, out: impl Out) {
         let (n, nr) = (w.n(), w.nr());
         let nb = w.k() / QK;
-        if m == 0 || n == 0 {
-            return;
-        }
-        if nb == 0 {
-            c.fill(0.0);
+        if m == 0 || n == 0 || nb == 0 {
             return;
         }
         let job = Job {
@@ -859,12 +1014,11 @@ impl QGemm {
         };
         #[cfg(target_arch = "x86_64")]
         if self.params.panel {
-            self.run_panels(&job, n, m, c);
+            self.run_panels(&job, n, m, out);
             return;
         }
         let tile = self.tile_fn();
         let mr = self.params.mr;
-        let out = OutPtr(c.as_mut_ptr());
         parallel_ranges(w.groups(), self.threads, 1, |groups| {
             let mut buf = [0.0f32; MAX_TILE];
             for g in groups {
@@ -879,7 +1033,7 @@ impl QGemm {
                     // SAFETY: rows i0 .. i0 + rows < m and columns
                     // g·nr .. g·nr + cols <= n are inside C (m × n); this
                     // worker alone writes the columns of its groups.
-                    unsafe { out.put(&buf, nr, (i0, rows), (g * nr, cols), n) };
+                    unsafe { out.put(&buf, nr, (i0, rows), (g * nr, cols)) };
                     i0 += rows;
                 }
             }
@@ -906,7 +1060,7 @@ impl QGemm {
     /// The panel driver ([`QGemmParams::panel`]): the activations biased
     /// to unsigned once, then per weight group its panel filled once and
     /// read by every row tile.
-    fn run_panels(&self, job: &Job<'_>, n: usize, m: usize, c: &mut [f32]) {
+    fn run_panels(&self, job: &Job<'_>, n: usize, m: usize, out: impl Out) {
         let (nr, nb, isa) = (job.nr, job.nb, self.isa);
         let lines = |bytes: usize| bytes.div_ceil(size_of::<Line>());
         // Only AVX2's tile reads biased activations: AVX-512 VNNI takes
@@ -943,7 +1097,6 @@ impl QGemm {
             });
         }
         let mr = self.params.mr;
-        let out = OutPtr(c.as_mut_ptr());
         let (groups, w) = (n.div_ceil(nr), PANEL_COLS);
         parallel_ranges(n.div_ceil(w), self.threads, 1, |units| {
             let mut buf = [0.0f32; MAX_TILE];
@@ -978,7 +1131,7 @@ impl QGemm {
                     // SAFETY: rows i0 .. i0 + rows < m and columns
                     // u·16 .. u·16 + cols <= n are inside C; this worker
                     // alone writes the columns of its units.
-                    unsafe { out.put(&buf, w, (i0, rows), (u * w, cols), n) };
+                    unsafe { out.put(&buf, w, (i0, rows), (u * w, cols)) };
                     i0 += rows;
                 }
             }

@@ -72,12 +72,16 @@ enum WData {
 }
 
 /// One linear layer with its kernels: decode (m = 1) and one per prefill
-/// bucket.
+/// bucket. A stack of layers that read the same activations
+/// ([`crate::problems::STACKS`]) is one `Linear` whose rows are theirs in
+/// turn and whose results go to one buffer per layer (`parts`).
 #[derive(Clone, Debug)]
 pub(crate) struct Linear {
     w: WData,
     n: usize,
     k: usize,
+    /// Output features of each stacked layer (`[n]` for one layer).
+    parts: Vec<usize>,
     pub(crate) bias: Option<Vec<f32>>,
     /// The weight's element type.
     dtype: GgmlType,
@@ -112,20 +116,68 @@ impl Linear {
         matmul: bool,
         rows: Option<usize>,
     ) -> Result<Self> {
-        let name = name.to_string();
-        let (info, data) = g.tensor_data(&name)?;
-        let bad = |what: String| LoadError::BadTensor {
+        Self::load_stacked(g, plan, &[(name.to_string(), n)], k, matmul, rows)
+    }
+
+    /// Loads tensors `parts` (name, rows) stacked by rows as one `(Σ rows,
+    /// k)` matrix, as [`Self::load_named`] loads one; they must share one
+    /// element type ([`crate::problems::stack_runs`] cuts stacks so).
+    fn load_stacked(
+        g: &GgufFile,
+        plan: &ExecutionPlan,
+        parts: &[(String, usize)],
+        k: usize,
+        matmul: bool,
+        rows: Option<usize>,
+    ) -> Result<Self> {
+        let name = parts
+            .iter()
+            .map(|p| p.0.as_str())
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let bad = |tensor: &str, what: String| LoadError::BadTensor {
             path: g.path().to_path_buf(),
-            tensor: name.clone(),
+            tensor: tensor.to_string(),
             what,
         };
-        if info.dims.len() != 2 || info.dims[0] != k as u64 || info.dims[1] != n as u64 {
-            return Err(bad(format!(
-                "dims {:?}, the config implies [{k}, {n}]; the weights do not match the config",
-                info.dims
-            )));
+        let mut datas = Vec::with_capacity(parts.len());
+        let mut dtype = None;
+        for (part, n) in parts {
+            let (info, data) = g.tensor_data(part)?;
+            if info.dims.len() != 2 || info.dims[0] != k as u64 || info.dims[1] != *n as u64 {
+                return Err(bad(
+                    part,
+                    format!(
+                        "dims {:?}, the config implies [{k}, {n}]; the weights do not match the config",
+                        info.dims
+                    ),
+                ));
+            }
+            if dtype.is_some_and(|t| t != info.ggml_type) {
+                return Err(bad(
+                    part,
+                    "stacked with a tensor of another type; report this as a bug".into(),
+                ));
+            }
+            dtype = Some(info.ggml_type);
+            datas.push(data);
         }
-        let dtype = info.ggml_type;
+        let (Some(dtype), Some(&first)) = (dtype, datas.first()) else {
+            return Err(LoadError::Config(
+                "a linear layer of no tensors; report this as a bug".into(),
+            ));
+        };
+        let n: usize = parts.iter().map(|p| p.1).sum();
+        // One tensor is read where it lies; a stack is copied once, its
+        // rows one after the other, for the repack.
+        let joined;
+        let data: &[u8] = if datas.len() == 1 {
+            first
+        } else {
+            joined = datas.concat();
+            &joined
+        };
+        let bad = |what: String| bad(&name, what);
         let (decode, prefill) = match rows {
             Some(m) => {
                 let c = plan.kernel(Op::Gemm, dtype, m, n, k);
@@ -177,10 +229,10 @@ impl Linear {
                 }
             }
             WeightKind::Dequantized => WData::F32(HugeBuf::from_slice(
-                &dequant::dequantize(info.ggml_type, data).ok_or_else(|| {
+                &dequant::dequantize(dtype, data).ok_or_else(|| {
                     bad(format!(
                         "type {} is not supported; re-quantize to q4_0, q8_0, q4_K, q6_K, f16 or f32",
-                        info.ggml_type
+                        dtype
                     ))
                 })?,
             )),
@@ -193,11 +245,14 @@ impl Linear {
         if !ok {
             return Err(bad(format!("data does not hold {n} rows of {k} elements")));
         }
-        g.release(data);
+        for d in datas {
+            g.release(d);
+        }
         Ok(Linear {
             w: wd,
             n,
             k,
+            parts: parts.iter().map(|p| p.1).collect(),
             bias: None,
             dtype,
             decode,
@@ -221,6 +276,7 @@ impl Linear {
             w: WData::F32(HugeBuf::from_slice(&w)),
             n,
             k,
+            parts: vec![n],
             bias: None,
             dtype: GgmlType::F32,
             decode: c,
@@ -282,25 +338,35 @@ impl Linear {
         y: &mut [f32],
         cx: &mut LinScratch,
     ) -> Result<()> {
-        self.forward_shared(x, m, y, cx, &mut false)
+        self.forward_parts(x, m, &mut [y], cx, &mut false)
     }
 
-    /// [`forward`](Self::forward) for layers that read the same `x` one
-    /// after another (q, k, v; gate, up): `quantized` says that `xq`
+    /// [`forward`](Self::forward) with one buffer per stacked layer: `y[i]`
+    /// gets layer i's `(m, parts[i])` results. `quantized` says that `xq`
     /// already holds `x` quantized for the quantized GEMM (every format's
-    /// GEMM takes the same activation blocks), so only the first layer
-    /// quantizes. Set it false whenever `x` changes.
-    fn forward_shared(
+    /// GEMM takes the same activation blocks): a stack cut in two by a type
+    /// change quantizes its input once. Set it false whenever `x` changes.
+    fn forward_parts(
         &self,
         x: &[f32],
         m: usize,
-        y: &mut [f32],
+        y: &mut [&mut [f32]],
         cx: &mut LinScratch,
         quantized: &mut bool,
     ) -> Result<()> {
         let (n, k) = (self.n, self.k);
         let x = &x[..m * k];
-        let y = &mut y[..m * n];
+        if y.len() != self.parts.len() {
+            return Err(LoadError::Config(format!(
+                "{} output buffers for a stack of {} layers; report this as a bug",
+                y.len(),
+                self.parts.len()
+            )));
+        }
+        for (y, &w) in y.iter_mut().zip(&self.parts) {
+            let all = std::mem::take(y);
+            *y = &mut all[..m * w];
+        }
         let kernel = if m == 1 {
             &self.decode
         } else {
@@ -317,7 +383,74 @@ impl Linear {
                 kernel: *kernel,
             });
         }
-        let xq = &mut cx.xq;
+        match (&self.w, kernel) {
+            (
+                WData::Quant {
+                    format,
+                    packed: Some(p),
+                    ..
+                },
+                KernelChoice::QGemm(q),
+            ) if q.format == *format && p.nr() == q.params.nr => {
+                let xq = &mut cx.xq;
+                let bytes = qgemm::act_bytes(m, k);
+                if !*quantized {
+                    if xq.len() < bytes {
+                        xq.resize(bytes, 0);
+                    }
+                    qgemm::quantize_activations_on(x, m, k, &mut xq[..bytes], q.threads)
+                        .map_err(kerr)?;
+                    *quantized = true;
+                }
+                // Each stacked layer's results straight into its buffer.
+                q.run_prequantized_parts(p, &xq[..bytes], m, y)
+                    .map_err(kerr)?;
+                if let Some(b) = &self.bias {
+                    let mut off = 0;
+                    for (y, &w) in y.iter_mut().zip(&self.parts) {
+                        for i in 0..m {
+                            eltwise::add_from(&mut y[i * w..(i + 1) * w], &b[off..off + w])
+                                .map_err(kerr)?;
+                        }
+                        off += w;
+                    }
+                }
+                Ok(())
+            }
+            _ => match y {
+                [y] => self.run_whole(kernel, x, m, y, &mut cx.xq, quantized),
+                _ => {
+                    // The other kernels write one (m, n) matrix: into
+                    // scratch, then each layer's columns out of it.
+                    let mut all = std::mem::take(&mut cx.stacked);
+                    resize(&mut all, m * n);
+                    let r = self.run_whole(kernel, x, m, &mut all[..m * n], &mut cx.xq, quantized);
+                    let mut off = 0;
+                    for (y, &w) in y.iter_mut().zip(&self.parts) {
+                        for i in 0..m {
+                            y[i * w..(i + 1) * w]
+                                .copy_from_slice(&all[i * n + off..i * n + off + w]);
+                        }
+                        off += w;
+                    }
+                    cx.stacked = all;
+                    r
+                }
+            },
+        }
+    }
+
+    /// `y (m, n)` by a kernel other than the packed quantized GEMM.
+    fn run_whole(
+        &self,
+        kernel: &KernelChoice,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        xq: &mut Vec<u8>,
+        quantized: &mut bool,
+    ) -> Result<()> {
+        let (n, k) = (self.n, self.k);
         let bias = self.bias.as_deref();
         match (&self.w, kernel) {
             (WData::F32(w), KernelChoice::Gemv(c)) if m == 1 => {
@@ -342,31 +475,6 @@ impl Linear {
             ) if q.format == *format => {
                 *quantized = false;
                 qgemv_rows(q, w, x, k, n, y, bias, xq)
-            }
-            (
-                WData::Quant {
-                    format,
-                    packed: Some(p),
-                    ..
-                },
-                KernelChoice::QGemm(q),
-            ) if q.format == *format && p.nr() == q.params.nr => {
-                let bytes = qgemm::act_bytes(m, k);
-                if !*quantized {
-                    if xq.len() < bytes {
-                        xq.resize(bytes, 0);
-                    }
-                    qgemm::quantize_activations_on(x, m, k, &mut xq[..bytes], q.threads)
-                        .map_err(kerr)?;
-                    *quantized = true;
-                }
-                q.run_prequantized(p, &xq[..bytes], m, y).map_err(kerr)?;
-                if let Some(b) = bias {
-                    for yr in y.chunks_exact_mut(n) {
-                        eltwise::add_from(yr, b).map_err(kerr)?;
-                    }
-                }
-                Ok(())
             }
             (_, k) => Err(LoadError::Config(format!(
                 "the plan gave {} to a weight it cannot run; report this as a bug",
@@ -409,6 +517,8 @@ impl KernelCall {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LinScratch {
     xq: Vec<u8>,
+    /// A stack's `(m, n)` results where its kernel writes one matrix.
+    stacked: Vec<f32>,
     calls: Option<Vec<KernelCall>>,
 }
 
@@ -465,15 +575,65 @@ fn qgemv_rows(
 #[derive(Clone, Debug)]
 struct Layer {
     attn_norm: Vec<f32>,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// q, k and v, stacked where their types agree: one to three matrices.
+    qkv: Vec<Linear>,
     o: Linear,
     qk_norm: Option<[Vec<f32>; 2]>,
     ffn_norm: Vec<f32>,
-    gate: Linear,
-    up: Linear,
+    /// gate and up, likewise.
+    gate_up: Vec<Linear>,
     down: Linear,
+}
+
+/// Loads a stack of layers that read the same activations: `(weight,
+/// output features, bias)` each, in stacking order, `k` input features;
+/// [`crate::problems::stack_runs`] says which run as one matrix.
+fn load_stack(
+    g: &GgufFile,
+    plan: &ExecutionPlan,
+    layers: &[(Weight, usize, Option<Weight>)],
+    k: usize,
+) -> Result<Vec<Linear>> {
+    let names: Vec<String> = layers.iter().map(|l| l.0.gguf_name()).collect();
+    let mut out = Vec::new();
+    for run in crate::problems::stack_runs(g, &names) {
+        let parts: Vec<(String, usize)> = run
+            .clone()
+            .map(|i| (names[i].clone(), layers[i].1))
+            .collect();
+        let mut lin = Linear::load_stacked(g, plan, &parts, k, true, None)?;
+        if layers[run.clone()].iter().any(|l| l.2.is_some()) {
+            let mut bias = Vec::with_capacity(lin.n);
+            for &(_, n, b) in &layers[run] {
+                match b {
+                    Some(b) => bias.extend(load_vec(g, b, n)?),
+                    None => bias.resize(bias.len() + n, 0.0),
+                }
+            }
+            lin.bias = Some(bias);
+        }
+        out.push(lin);
+    }
+    Ok(out)
+}
+
+/// Runs a stack's matrices in turn on `x`, each into the next of `y`'s
+/// buffers (one per stacked layer).
+fn forward_stack(
+    stack: &[Linear],
+    x: &[f32],
+    m: usize,
+    y: &mut [&mut [f32]],
+    cx: &mut LinScratch,
+) -> Result<()> {
+    let mut quantized = false;
+    let mut rest = y;
+    for lin in stack {
+        let (now, later) = rest.split_at_mut(lin.parts.len().min(rest.len()));
+        lin.forward_parts(x, m, now, cx, &mut quantized)?;
+        rest = later;
+    }
+    Ok(())
 }
 
 /// How q and k are rotated. One way today: the kernel crate's RoPE on a
@@ -665,14 +825,17 @@ impl FastModel {
         let max_ctx = max_ctx.min(cfg.max_pos).max(1);
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
-            let mut q = Linear::load(g, plan, Weight::Q(l), qd, d, true)?;
-            let mut k = Linear::load(g, plan, Weight::K(l), kvd, d, true)?;
-            let mut v = Linear::load(g, plan, Weight::V(l), kvd, d, true)?;
-            if cfg.qkv_bias {
-                q.bias = Some(load_vec(g, Weight::QBias(l), qd)?);
-                k.bias = Some(load_vec(g, Weight::KBias(l), kvd)?);
-                v.bias = Some(load_vec(g, Weight::VBias(l), kvd)?);
-            }
+            let bias = |b: Weight| cfg.qkv_bias.then_some(b);
+            let qkv = load_stack(
+                g,
+                plan,
+                &[
+                    (Weight::Q(l), qd, bias(Weight::QBias(l))),
+                    (Weight::K(l), kvd, bias(Weight::KBias(l))),
+                    (Weight::V(l), kvd, bias(Weight::VBias(l))),
+                ],
+                d,
+            )?;
             let qk_norm = if cfg.qk_norm {
                 Some([
                     load_vec(g, Weight::QNorm(l), hd)?,
@@ -683,14 +846,16 @@ impl FastModel {
             };
             layers.push(Layer {
                 attn_norm: load_vec(g, Weight::AttnNorm(l), d)?,
-                q,
-                k,
-                v,
+                qkv,
                 o: Linear::load(g, plan, Weight::O(l), d, qd, true)?,
                 qk_norm,
                 ffn_norm: load_vec(g, Weight::FfnNorm(l), d)?,
-                gate: Linear::load(g, plan, Weight::Gate(l), f, d, true)?,
-                up: Linear::load(g, plan, Weight::Up(l), f, d, true)?,
+                gate_up: load_stack(
+                    g,
+                    plan,
+                    &[(Weight::Gate(l), f, None), (Weight::Up(l), f, None)],
+                    d,
+                )?,
                 down: Linear::load(g, plan, Weight::Down(l), d, f, true)?,
             });
         }
@@ -777,9 +942,11 @@ impl FastModel {
             .layers
             .iter()
             .map(|l| {
-                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                l.qkv
                     .iter()
-                    .map(|w| w.weight_bytes())
+                    .chain(&l.gate_up)
+                    .chain([&l.o, &l.down])
+                    .map(Linear::weight_bytes)
                     .sum::<usize>()
             })
             .sum();
@@ -986,16 +1153,13 @@ impl FastModel {
             Norm::rms(&layer.attn_norm, eps)
                 .forward(x, h, n)
                 .map_err(kerr)?;
-            let mut quantized = false;
-            layer
-                .q
-                .forward_shared(h, n, &mut st.q, &mut st.lin, &mut quantized)?;
-            layer
-                .k
-                .forward_shared(h, n, &mut st.kk, &mut st.lin, &mut quantized)?;
-            layer
-                .v
-                .forward_shared(h, n, &mut st.vv, &mut st.lin, &mut quantized)?;
+            forward_stack(
+                &layer.qkv,
+                h,
+                n,
+                &mut [&mut st.q, &mut st.kk, &mut st.vv],
+                &mut st.lin,
+            )?;
             let (q, k) = (&mut st.q[..n * qd], &mut st.kk[..n * kvd]);
             if let Some([qn, kn]) = &layer.qk_norm {
                 Norm::rms(qn, eps)
@@ -1047,13 +1211,13 @@ impl FastModel {
             Norm::rms(&layer.ffn_norm, eps)
                 .forward(x, h, n)
                 .map_err(kerr)?;
-            let mut quantized = false;
-            layer
-                .gate
-                .forward_shared(h, n, &mut st.g, &mut st.lin, &mut quantized)?;
-            layer
-                .up
-                .forward_shared(h, n, &mut st.u, &mut st.lin, &mut quantized)?;
+            forward_stack(
+                &layer.gate_up,
+                h,
+                n,
+                &mut [&mut st.g, &mut st.u],
+                &mut st.lin,
+            )?;
             eltwise::swiglu(&mut st.g[..n * f], &st.u[..n * f]).map_err(kerr)?;
             layer
                 .down
