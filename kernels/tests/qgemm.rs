@@ -23,7 +23,7 @@
 
 use tiletune_kernels::qgemm::{
     self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves, panels,
-    quantize_activations, repack, repack_on, scalar, unrolls,
+    quantize_activations, repack, repack_on, repack_stacked_on, scalar, unrolls,
 };
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
 use tiletune_kernels::quant::kquants::get_scale_min_k4;
@@ -117,6 +117,26 @@ fn assert_rows_exact(f: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) {
     for threads in [2, 3, 4] {
         let q = repack_on(f, w, n, k, nr, threads).unwrap();
         assert!(q == p, "{f} nr={nr} n={n} k={k} threads={threads}");
+    }
+    // The same rows stacked from parts (cut inside and on a group, with an
+    // empty part) pack the same bytes as the joined matrix.
+    let rb = f.row_bytes(k);
+    for cuts in [
+        vec![0],
+        vec![1.min(n)],
+        vec![nr.min(n), n],
+        vec![n / 3, n / 2],
+    ] {
+        let mut parts = Vec::new();
+        let mut at = 0;
+        for c in cuts.into_iter().chain([n]) {
+            parts.push(&w[at * rb..c * rb]);
+            at = c;
+        }
+        for threads in [1, 3] {
+            let q = repack_stacked_on(f, &parts, n, k, nr, threads).unwrap();
+            assert!(q == p, "{f} nr={nr} n={n} k={k} parts {}", parts.len());
+        }
     }
     let mut want = vec![0.0f32; n * k];
     quant::dequantize(f, w, &mut want).unwrap();
@@ -526,6 +546,18 @@ fn repack_rejects_bad_input() {
     assert!(repack(QuantFormat::Q4K, &w, 1, 32, 8).is_err());
     assert!(matches!(
         repack(QuantFormat::Q4_0, &w, 3, 32, 8),
+        Err(KernelError::ShapeMismatch { .. })
+    ));
+    // Stacked parts: each of whole rows, all of them the matrix's.
+    let (a, b) = w.split_at(9);
+    assert!(matches!(
+        repack_stacked_on(QuantFormat::Q4_0, &[a, b], 2, 32, 8, 1),
+        Err(KernelError::InvalidShape { .. })
+    ));
+    let (a, b) = w.split_at(18);
+    assert!(repack_stacked_on(QuantFormat::Q4_0, &[a, b], 2, 32, 8, 1).is_ok());
+    assert!(matches!(
+        repack_stacked_on(QuantFormat::Q4_0, &[a, b, a], 2, 32, 8, 1),
         Err(KernelError::ShapeMismatch { .. })
     ));
 }

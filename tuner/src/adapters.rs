@@ -298,7 +298,10 @@ mod tests {
             seed: 1,
             memory: None,
         };
-        let spec = parse_bench_problem("gemv", "f32", "512x1024").unwrap();
+        // The blocked caller costs a wake-up per run (5 µs quiet, 10 µs on
+        // a loaded machine), whatever the kernel: an 8 MB matrix keeps the
+        // work many times that, so "several times" holds under load too.
+        let spec = parse_bench_problem("gemv", "f32", "2048x1024").unwrap();
         let one = OneConfig {
             threads: Some(2),
             ..OneConfig::default()

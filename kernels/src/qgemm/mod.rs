@@ -119,7 +119,7 @@ pub mod scalar;
 pub use act::{
     ActBlock, act_bytes, quantize_activations, quantize_activations_into, quantize_activations_on,
 };
-pub use pack::{INTERLEAVES, PackedQ, repack, repack_on};
+pub use pack::{INTERLEAVES, PackedQ, repack, repack_on, repack_stacked_on};
 
 use crate::error::check_len;
 use crate::pool::{check_threads, parallel_ranges};
@@ -676,9 +676,9 @@ impl Out for OutPtr {
 
 /// C in up to [`MAX_PARTS`] row-major parts side by side, `(base, width)`
 /// each, the first holding columns `0 .. width₀`, the next the following
-/// ones. A type of its own, not a one-part case of it, keeps `OutPtr`'s
-/// copy as it was: finding the part cost every tile of a one-matrix call
-/// 1–3% (docs/PERF.md, "One call for q, k and v").
+/// ones. A type of its own, not a one-part case of it, so that a call of
+/// one matrix pays no part lookup: finding the part in every tile's copy
+/// made those calls 1–3% slower (docs/PERF.md, "One call for q, k and v").
 #[derive(Clone, Copy)]
 struct OutParts {
     parts: [(*mut f32, usize); MAX_PARTS],

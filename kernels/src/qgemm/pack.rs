@@ -729,14 +729,57 @@ fn shares<'a, T>(v: &'a mut [T], ranges: &[Range<usize>], groups: usize) -> Vec<
         .collect()
 }
 
+/// The rows of matrices stacked by rows, read where they lie.
+struct Rows<'a> {
+    parts: &'a [&'a [u8]],
+    row_bytes: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// `n` rows of `row_bytes` in `parts`, each of whole rows.
+    fn new(parts: &'a [&'a [u8]], n: usize, row_bytes: usize) -> Result<Self> {
+        if let Some((i, p)) = parts
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.len().checked_rem(row_bytes).is_some_and(|r| r != 0))
+        {
+            return Err(KernelError::InvalidShape {
+                op: OP,
+                reason: format!(
+                    "part {i} of the stacked weights holds {} bytes, not whole rows of {row_bytes}",
+                    p.len()
+                ),
+            });
+        }
+        check_len(OP, "w", parts.iter().map(|p| p.len()).sum(), n * row_bytes)?;
+        Ok(Rows { parts, row_bytes })
+    }
+
+    /// Row `row` of the stack (a scan of at most a few parts: a row's
+    /// repack costs far more).
+    fn row(&self, mut row: usize) -> &'a [u8] {
+        if self.row_bytes == 0 {
+            return &[];
+        }
+        for p in self.parts {
+            let rows = p.len() / self.row_bytes;
+            if row < rows {
+                return &p[row * self.row_bytes..(row + 1) * self.row_bytes];
+            }
+            row -= rows;
+        }
+        unreachable!("row beyond the stack's checked rows")
+    }
+}
+
 /// Repacks the rows of `groups` (of `n` rows of `nb` blocks in `format`)
 /// into `p`, their groups' shares of the outputs; shapes checked by
-/// [`repack_on`].
+/// [`repack_stacked_on`].
 #[allow(clippy::too_many_arguments)]
 fn fill(
     format: QuantFormat,
     kind: Kind,
-    w: &[u8],
+    w: &Rows<'_>,
     n: usize,
     k: usize,
     nr: usize,
@@ -745,7 +788,6 @@ fn fill(
 ) {
     let nb = k / QK;
     let rb = kind.row_bytes();
-    let row_bytes = format.row_bytes(k);
     let Parts {
         dh,
         mh,
@@ -758,7 +800,7 @@ fn fill(
     for row in groups.start * nr..(groups.end * nr).min(n) {
         // g counts from the range's first group: the slices start there.
         let (g, r) = (row / nr - groups.start, row % nr);
-        let src = &w[row * row_bytes..(row + 1) * row_bytes];
+        let src = w.row(row);
         // Stores block b of this row: scale, second value, quant bytes
         // (five-bit kinds: `q` holds the 32 values 0..31, split here into
         // nibble bytes and the fifth-bit plane).
@@ -930,6 +972,22 @@ pub fn repack_on(
     nr: usize,
     threads: usize,
 ) -> Result<PackedQ> {
+    repack_stacked_on(format, &[w], n, k, nr, threads)
+}
+
+/// [`repack_on`] of matrices stacked by rows, each read where it lies: the
+/// result is that of repacking their bytes joined, with no joined copy (a
+/// model's q, k and v are stacked at load, and most of its weight bytes are
+/// in such stacks). The parts hold `n` rows of `k` values, each part whole
+/// rows.
+pub fn repack_stacked_on(
+    format: QuantFormat,
+    ws: &[&[u8]],
+    n: usize,
+    k: usize,
+    nr: usize,
+    threads: usize,
+) -> Result<PackedQ> {
     let kind = Kind::of(format).ok_or(KernelError::InvalidShape {
         op: OP,
         reason: format!(
@@ -943,7 +1001,7 @@ pub fn repack_on(
         });
     }
     format.check_k(OP, k)?;
-    check_len(OP, "w", w.len(), n * format.row_bytes(k))?;
+    let w = &Rows::new(ws, n, format.row_bytes(k))?;
     let nb = k / QK;
     let groups = n.div_ceil(nr);
     let rb = kind.row_bytes();

@@ -162,21 +162,15 @@ impl Linear {
             dtype = Some(info.ggml_type);
             datas.push(data);
         }
-        let (Some(dtype), Some(&first)) = (dtype, datas.first()) else {
+        let Some(dtype) = dtype else {
             return Err(LoadError::Config(
                 "a linear layer of no tensors; report this as a bug".into(),
             ));
         };
         let n: usize = parts.iter().map(|p| p.1).sum();
-        // One tensor is read where it lies; a stack is copied once, its
-        // rows one after the other, for the repack.
-        let joined;
-        let data: &[u8] = if datas.len() == 1 {
-            first
-        } else {
-            joined = datas.concat();
-            &joined
-        };
+        // Each tensor is read where it lies, a stack's one after the other:
+        // joining them first would copy most of the model's bytes once more.
+        let len: usize = datas.iter().map(|d| d.len()).sum();
         let bad = |what: String| bad(&name, what);
         let (decode, prefill) = match rows {
             Some(m) => {
@@ -190,22 +184,24 @@ impl Linear {
         };
         let wd = match WeightKind::of(dtype) {
             WeightKind::F32 => {
-                let mut w = HugeBuf::zeroed(data.len() / 4);
-                for (o, b) in w.iter_mut().zip(data.chunks_exact(4)) {
+                let mut w = HugeBuf::zeroed(len / 4);
+                let values = datas.iter().flat_map(|d| d.chunks_exact(4));
+                for (o, b) in w.iter_mut().zip(values) {
                     *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
                 WData::F32(w)
             }
             WeightKind::F16 => {
-                let mut w = HugeBuf::zeroed(data.len() / 2);
-                for (o, b) in w.iter_mut().zip(data.chunks_exact(2)) {
+                let mut w = HugeBuf::zeroed(len / 2);
+                let values = datas.iter().flat_map(|d| d.chunks_exact(2));
+                for (o, b) in w.iter_mut().zip(values) {
                     *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
                 }
                 WData::F16(w)
             }
             WeightKind::Quant(f) => {
                 f.check_k("load", k).map_err(|e| bad(e.to_string()))?;
-                if data.len() != n * f.row_bytes(k) {
+                if len != n * f.row_bytes(k) {
                     return Err(bad(format!("data does not hold {n} rows of {k} elements")));
                 }
                 // The plan gives every kernel of a weight one layout
@@ -217,25 +213,48 @@ impl Linear {
                 };
                 let packed = match layout {
                     Some(Layout::Packed { nr }) => Some(Box::new(
-                        qgemm::repack_on(f, data, n, k, nr, plan.threads)
+                        qgemm::repack_stacked_on(f, &datas, n, k, nr, plan.threads)
                             .map_err(|e| bad(e.to_string()))?,
                     )),
                     _ => None,
                 };
+                let blocks = packed.is_none().then(|| {
+                    let mut b = HugeBuf::zeroed(len);
+                    let mut at = 0;
+                    for d in &datas {
+                        b[at..at + d.len()].copy_from_slice(d);
+                        at += d.len();
+                    }
+                    b
+                });
                 WData::Quant {
                     format: f,
-                    blocks: packed.is_none().then(|| HugeBuf::from_slice(data)),
+                    blocks,
                     packed,
                 }
             }
-            WeightKind::Dequantized => WData::F32(HugeBuf::from_slice(
-                &dequant::dequantize(dtype, data).ok_or_else(|| {
-                    bad(format!(
-                        "type {} is not supported; re-quantize to q4_0, q8_0, q4_K, q6_K, f16 or f32",
-                        dtype
-                    ))
-                })?,
-            )),
+            WeightKind::Dequantized => {
+                let mut w = HugeBuf::zeroed(n * k);
+                let mut at = 0;
+                for d in &datas {
+                    let v = dequant::dequantize(dtype, d).ok_or_else(|| {
+                        bad(format!(
+                            "type {} is not supported; re-quantize to q4_0, q8_0, q4_K, q6_K, f16 or f32",
+                            dtype
+                        ))
+                    })?;
+                    let end = at + v.len();
+                    if end > w.len() {
+                        return Err(bad(format!("data does not hold {n} rows of {k} elements")));
+                    }
+                    w[at..end].copy_from_slice(&v);
+                    at = end;
+                }
+                if at != w.len() {
+                    return Err(bad(format!("data does not hold {n} rows of {k} elements")));
+                }
+                WData::F32(w)
+            }
         };
         let ok = match &wd {
             WData::F32(v) => v.len() == n * k,
