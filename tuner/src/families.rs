@@ -420,6 +420,10 @@ mod tests {
             Problem::new("gemm", "q4_k", [("m", 2), ("n", 9), ("k", 512)]).unwrap(),
             Problem::new("gemm", "q5_1", [("m", 5), ("n", 7), ("k", 64)]).unwrap(),
             Problem::new("gemm", "mxfp4", [("m", 3), ("n", 5), ("k", 96)]).unwrap(),
+            // Checked on a sample of rows (the K-quant on its own GEMM
+            // definition), with a tail tile at the end.
+            Problem::new("gemm", "q4_0", [("m", 77), ("n", 21), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "q4_k", [("m", 61), ("n", 17), ("k", 256)]).unwrap(),
         ] {
             let mut p = instantiate(&spec, &machine()).unwrap();
             assert!(!p.candidates().is_empty());

@@ -6,6 +6,8 @@ use crate::TunerError;
 use half::f16;
 use tiletune_kernels::choice::KernelChoice;
 use tiletune_kernels::gemv::GemvShape;
+use tiletune_kernels::quant::{self, QuantFormat};
+use tiletune_kernels::testing::Rng;
 use tiletune_kernels::{CpuCaps, Isa};
 use tiletune_tables::{Candidate, Problem};
 
@@ -199,6 +201,51 @@ pub(super) fn candidate_of(c: &KernelChoice) -> Candidate {
         .expect("kernel choices name valid candidate keys")
 }
 
+/// Rows of the random weights made from one random stream, seeded by the
+/// problem's seed and the piece: the weights are the same whatever the
+/// number of threads making them.
+const PIECE_ROWS: usize = 512;
+
+/// `n` rows of `k` random values in `format`, quantized a piece at a time
+/// on `threads` threads: an LM head's weights as f32 would be a gigabyte,
+/// and quantizing them (Q6_K's search) took ten seconds on one thread.
+pub(super) fn random_weights(
+    format: QuantFormat,
+    n: usize,
+    k: usize,
+    seed: u64,
+    threads: usize,
+) -> Result<Vec<u8>, TunerError> {
+    let rb = format.row_bytes(k);
+    let mut w = vec![0u8; n * rb];
+    if rb == 0 {
+        return Ok(w);
+    }
+    let mut pieces: Vec<(usize, &mut [u8])> = w.chunks_mut(PIECE_ROWS * rb).enumerate().collect();
+    let per = pieces.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = pieces
+            .chunks_mut(per)
+            .map(|mine| {
+                s.spawn(move || -> Result<(), TunerError> {
+                    for (i, piece) in mine.iter_mut() {
+                        let mut rng =
+                            Rng::new(seed ^ (*i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                        for row in piece.chunks_exact_mut(rb) {
+                            row.copy_from_slice(&quant::quantize(format, &rng.vec_f32(k))?);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|h| h.join().expect("a weight piece's thread panicked"))
+    })?;
+    Ok(w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +282,28 @@ mod tests {
         assert_eq!(c.held(), 1);
         c.next();
         assert_eq!(c.held(), 5, "used again after release: made again");
+    }
+
+    #[test]
+    fn random_weights_do_not_depend_on_the_threads_making_them() {
+        let (n, k) = (2 * PIECE_ROWS + 3, 64);
+        let one = random_weights(QuantFormat::Q4_0, n, k, 7, 1).unwrap();
+        assert_eq!(one.len(), n * QuantFormat::Q4_0.row_bytes(k));
+        for threads in [2, 3, 8] {
+            assert_eq!(
+                random_weights(QuantFormat::Q4_0, n, k, 7, threads).unwrap(),
+                one
+            );
+        }
+        // Pieces and seeds give rows of their own.
+        let rb = QuantFormat::Q4_0.row_bytes(k);
+        assert_ne!(one[..rb], one[PIECE_ROWS * rb..(PIECE_ROWS + 1) * rb]);
+        assert_ne!(random_weights(QuantFormat::Q4_0, n, k, 8, 2).unwrap(), one);
+        assert!(
+            random_weights(QuantFormat::Q4_0, 5, 0, 7, 2)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(random_weights(QuantFormat::Q4_0, 5, 33, 7, 2).is_err());
     }
 }

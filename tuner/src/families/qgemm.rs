@@ -18,7 +18,9 @@
 //! inside the timed run, as the runtime does per call; weights are repacked
 //! once per interleave outside it (the runtime repacks at load).
 
-use super::common::{Copies, candidate_of, cold_copies, row_scaled_err, thread_counts};
+use super::common::{
+    Copies, candidate_of, cold_copies, random_weights, row_scaled_err, thread_counts,
+};
 use super::spec::Machine;
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
@@ -37,47 +39,95 @@ enum Config {
     Rows(QGemv),
 }
 
-/// The random operands and the scalar reference of one problem.
+/// The random operands and the scalar reference of one problem, on the
+/// outputs [`checked`] picks.
 struct Operands {
     w: Vec<u8>,
     a: Vec<f32>,
     c: Vec<f32>,
+    /// The checked outputs: these rows of C, and in each these columns.
+    rows: Vec<usize>,
+    cols: Vec<usize>,
     reference: Vec<f64>,
     /// The GEMM's definition where it differs from `reference` (K-quants).
     gemm_reference: Option<Vec<f64>>,
     magnitude: Vec<f64>,
 }
 
+/// The indices of `0..len` a candidate's output is checked on: all of a
+/// short dimension; of a long one the first and last `edge` (the first
+/// tiles, and the tail tiles a length that is no multiple of the tile
+/// leaves at the end) and `edge` between them at random. Tiles of one
+/// size run the same code, so the sample sees every kind of tile; and a
+/// tile not written at all is caught anywhere, as C is filled with NaN
+/// before each check and every output must be finite. The scalar
+/// references cost `k` per checked output: for every output, a model's
+/// largest prefill problem (the LM head at m = 256, 151936 × 1536) took
+/// minutes and a gigabyte, beyond any budget.
+fn checked(len: usize, edge: usize, rng: &mut Rng) -> Vec<usize> {
+    if len <= 3 * edge {
+        return (0..len).collect();
+    }
+    let mut at: Vec<usize> = (0..edge).chain(len - edge..len).collect();
+    while at.len() < 3 * edge {
+        let i = edge + rng.below(len - 2 * edge);
+        if !at.contains(&i) {
+            at.push(i);
+        }
+    }
+    at.sort_unstable();
+    at
+}
+
+/// Rows of C checked: more than the largest row tile (8) at each end.
+const ROW_EDGE: usize = 16;
+/// Columns of C checked: two interleave groups of 16 at each end.
+const COL_EDGE: usize = 32;
+
 impl Operands {
     fn new(
         format: QuantFormat,
-        m: usize,
-        n: usize,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
         seed: u64,
+        threads: usize,
     ) -> Result<Self, TunerError> {
+        let w = random_weights(format, n, k, seed, threads)?;
         let mut rng = Rng::new(seed);
-        let w = quant::quantize(format, &rng.vec_f32(n * k))?;
         let a = rng.vec_f32(m * k);
-        let mut c = vec![0.0f32; m * n];
-        qgemm::scalar::reference(format, &w, &a, m, n, k, &mut c)?;
+        let rows = checked(m, ROW_EDGE, &mut rng);
+        let cols = checked(n, COL_EDGE, &mut rng);
+        let xs: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| &a[r * k..(r + 1) * k])
+            .copied()
+            .collect();
+        let rb = format.row_bytes(k);
+        let ws: Vec<u8> = cols
+            .iter()
+            .flat_map(|&j| &w[j * rb..(j + 1) * rb])
+            .copied()
+            .collect();
+        let (r, nc) = (rows.len(), cols.len());
+        let mut c = vec![0.0f32; r * nc];
+        qgemm::scalar::reference(format, &ws, &xs, r, nc, k, &mut c)?;
         let reference = c.iter().map(|&v| v as f64).collect();
         let gemm_reference = if qgemm::supports(format) && !qgemm::scalar::matches_reference(format)
         {
-            qgemm::scalar::definition(format, &w, &a, m, n, k, &mut c)?;
+            qgemm::scalar::definition(format, &ws, &xs, r, nc, k, &mut c)?;
             Some(c.iter().map(|&v| v as f64).collect())
         } else {
             None
         };
-        // Σ|w·x| per output from the dequantized operands the kernels see.
-        let mut wd = vec![0.0f32; n * k];
-        quant::dequantize(format, &w, &mut wd)?;
-        let mut magnitude = Vec::with_capacity(m * n);
-        for row in a.chunks_exact(k.max(1)).take(m) {
+        // Σ|w·x| per checked output from the dequantized operands the
+        // kernels see.
+        let mut wd = vec![0.0f32; nc * k];
+        quant::dequantize(format, &ws, &mut wd)?;
+        let mut magnitude = Vec::with_capacity(r * nc);
+        for row in xs.chunks_exact(k.max(1)).take(r) {
             let xq = qgemv::quantize_activations(format, row)?;
             let mut xd = vec![0.0f32; k];
             quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
-            for wr in wd.chunks_exact(k.max(1)).take(n) {
+            for wr in wd.chunks_exact(k.max(1)).take(nc) {
                 magnitude.push(
                     wr.iter()
                         .zip(&xd)
@@ -86,16 +136,32 @@ impl Operands {
                 );
             }
         }
-        magnitude.resize(m * n, 0.0);
+        magnitude.resize(r * nc, 0.0);
         Ok(Operands {
             w,
             a,
-            c,
+            c: vec![0.0f32; m * n],
+            rows,
+            cols,
             reference,
             gemm_reference,
             magnitude,
         })
     }
+}
+
+/// The checked outputs of `c` (rows of `n`) into `out`, row by row; `None`
+/// when any output of `c` is not finite (a tile left unwritten).
+fn picked(rows: &[usize], cols: &[usize], c: &[f32], n: usize, out: &mut Vec<f32>) -> Option<()> {
+    if !c.iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    out.clear();
+    out.extend(
+        rows.iter()
+            .flat_map(|&r| cols.iter().map(move |&j| c[r * n + j])),
+    );
+    Some(())
 }
 
 pub(super) struct QGemmTune {
@@ -105,6 +171,8 @@ pub(super) struct QGemmTune {
     k: usize,
     format: QuantFormat,
     seed: u64,
+    /// Threads making the operands (the machine's).
+    threads: usize,
     caps: tiletune_kernels::CpuCaps,
     /// Rotate weight copies through more memory than the last-level cache
     /// (decode: weights streamed from DRAM, as the runtime's decode reads
@@ -128,6 +196,10 @@ struct Data {
     a: Vec<f32>,
     c: Vec<f32>,
     scratch: Vec<u8>,
+    /// The outputs `reference` holds, and a buffer for the candidate's.
+    rows: Vec<usize>,
+    cols: Vec<usize>,
+    got: Vec<f32>,
     reference: Vec<f64>,
     gemm_reference: Option<Vec<f64>>,
     magnitude: Vec<f64>,
@@ -232,6 +304,7 @@ impl QGemmTune {
             k,
             format,
             seed: mach.seed,
+            threads: mach.max_threads,
             caps: mach.caps,
             cold,
             data: None,
@@ -248,10 +321,12 @@ impl QGemmTune {
                 w,
                 a,
                 c,
+                rows,
+                cols,
                 reference,
                 gemm_reference,
                 magnitude,
-            } = Operands::new(self.format, m, n, k, self.seed)?;
+            } = Operands::new(self.format, (m, n, k), self.seed, self.threads)?;
             let mut packed: Vec<PackedQ> = Vec::new();
             for cfg in &self.configs {
                 if let Config::Gemm(q) = cfg
@@ -276,6 +351,9 @@ impl QGemmTune {
                 a,
                 c,
                 scratch: Vec::new(),
+                rows,
+                cols,
+                got: Vec::new(),
                 reference,
                 gemm_reference,
                 magnitude,
@@ -328,12 +406,16 @@ impl KernelProblem for QGemmTune {
         self.data().map_err(|e| e.to_string())?.c.fill(f32::NAN);
         self.call(i, false).map_err(|e| e.to_string())?;
         let gemm = matches!(self.configs[i], Config::Gemm(_));
+        let n = self.n;
         let d = self.data().map_err(|e| e.to_string())?;
         let want = match (gemm, &d.gemm_reference) {
             (true, Some(g)) => g,
             _ => &d.reference,
         };
-        Ok(row_scaled_err(&d.c, want, &d.magnitude))
+        if picked(&d.rows, &d.cols, &d.c, n, &mut d.got).is_none() {
+            return Ok(f32::INFINITY);
+        }
+        Ok(row_scaled_err(&d.got, want, &d.magnitude))
     }
     fn tolerance(&self) -> f32 {
         1e-5
@@ -353,6 +435,68 @@ impl KernelProblem for QGemmTune {
         Work {
             bytes: (self.n * self.format.row_bytes(self.k)) as u64 + 4 * m * k + 4 * m * n,
             flops: 2 * m * n * k,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_outputs_hold_the_edges_and_a_sample_between() {
+        let mut rng = Rng::new(3);
+        for len in [0, 1, 17, 48, 49, 77, 512] {
+            let at = checked(len, 16, &mut rng);
+            assert!(at.windows(2).all(|p| p[0] < p[1]), "len={len}: {at:?}");
+            assert!(at.iter().all(|&r| r < len));
+            if len <= 48 {
+                assert_eq!(at, (0..len).collect::<Vec<_>>());
+            } else {
+                assert_eq!(at.len(), 48);
+                assert!(
+                    (0..16).chain(len - 16..len).all(|r| at.contains(&r)),
+                    "len={len}"
+                );
+            }
+        }
+    }
+
+    /// The references on the checked outputs are those outputs of the
+    /// whole GEMM's, and a candidate's are read from where they are in C:
+    /// a C shifted by one row, or by one column, is far out of tolerance,
+    /// and one output left NaN anywhere fails.
+    #[test]
+    fn the_checked_outputs_are_the_whole_references() {
+        let (m, n, k) = (70, 101, 256);
+        for format in [QuantFormat::Q4_0, QuantFormat::Q4K] {
+            let o = Operands::new(format, (m, n, k), 5, 2).unwrap();
+            assert_eq!((o.rows.len(), o.cols.len()), (48, 96));
+            let mut whole = vec![0.0f32; m * n];
+            qgemm::scalar::reference(format, &o.w, &o.a, m, n, k, &mut whole).unwrap();
+            for (i, &r) in o.rows.iter().enumerate() {
+                for (j, &c) in o.cols.iter().enumerate() {
+                    let want = whole[r * n + c] as f64;
+                    assert_eq!(o.reference[i * 96 + j], want, "{format} ({r}, {c})");
+                }
+            }
+            let err = |c: &[f32]| {
+                let mut got = Vec::new();
+                match picked(&o.rows, &o.cols, c, n, &mut got) {
+                    Some(()) => row_scaled_err(&got, &o.reference, &o.magnitude),
+                    None => f32::INFINITY,
+                }
+            };
+            assert_eq!(err(&whole), 0.0);
+            let by_row: Vec<f32> = whole[n..].iter().chain(&whole[..n]).copied().collect();
+            assert!(err(&by_row) > 1e-2, "{format}");
+            let by_col: Vec<f32> = whole[1..].iter().chain(&whole[..1]).copied().collect();
+            assert!(err(&by_col) > 1e-2, "{format}");
+            // An output in a column the sample leaves out, left NaN.
+            let mut hole = whole.clone();
+            let j = (0..n).find(|j| !o.cols.contains(j)).unwrap();
+            hole[20 * n + j] = f32::NAN;
+            assert_eq!(err(&hole), f32::INFINITY, "{format}");
         }
     }
 }

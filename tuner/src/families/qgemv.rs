@@ -18,7 +18,8 @@
 //! reads them).
 
 use super::common::{
-    Copies, candidate, candidate_of, cold_copies, copies, row_scaled_err, thread_counts,
+    Copies, candidate, candidate_of, cold_copies, copies, random_weights, row_scaled_err,
+    thread_counts,
 };
 use super::pinned::{Check, Pinned, PinnedKernel, products};
 use super::spec::{Machine, OpName, OpSpec, PinRequest};
@@ -76,12 +77,9 @@ fn pin(req: &PinRequest, mode: QMode) -> Result<Box<dyn KernelProblem>, TunerErr
         q = q.isa(isa);
     }
     let (n, k) = (shape.n, shape.k);
+    let w0 = random_weights(format, n, k, m.seed, m.max_threads)?;
     let mut rng = Rng::new(m.seed);
-    let wf: Vec<f32> = (0..n * k).map(|_| rng.uniform(-1.0, 1.0)).collect();
     let x = rng.vec_f32(k);
-    let w0 = quant::quantize(format, &wf)?;
-    let mut wd = vec![0.0f32; n * k];
-    quant::dequantize(format, &w0, &mut wd)?;
     let (xq, xd) = match mode {
         QMode::A32 => (Vec::new(), x.clone()),
         QMode::A8 => {
@@ -91,10 +89,19 @@ fn pin(req: &PinRequest, mode: QMode) -> Result<Box<dyn KernelProblem>, TunerErr
             (xq, xd)
         }
     };
-    let (mut reference, magnitude) = products((0..n).map(|r| {
-        let row = &wd[r * k..(r + 1) * k];
-        row.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64)
-    }));
+    // One weight row dequantized at a time: an LM head's as f32 would be a
+    // gigabyte.
+    let rb = format.row_bytes(k);
+    let mut wd = vec![0.0f32; k];
+    let (mut reference, mut magnitude) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for r in 0..n {
+        quant::dequantize(format, &w0[r * rb..(r + 1) * rb], &mut wd)?;
+        let (sum, size) = products(std::iter::once(
+            wd.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64),
+        ));
+        reference.extend(sum);
+        magnitude.extend(size);
+    }
     if mode == QMode::A8 {
         offset_term_with_stored_s(format, &w0, &xq, &xd, k, &mut reference);
     }
@@ -224,30 +231,29 @@ impl QGemvTune {
         k: usize,
         m: &Machine,
     ) -> Result<Self, TunerError> {
+        let w0 = random_weights(format, n, k, m.seed, m.max_threads)?;
         let mut rng = Rng::new(m.seed);
-        let wf: Vec<f32> = (0..n * k).map(|_| rng.uniform(-1.0, 1.0)).collect();
         let x = rng.vec_f32(k);
-        let w0 = quant::quantize(format, &wf)?;
-        let mut wd = vec![0.0f32; n * k];
-        quant::dequantize(format, &w0, &mut wd)?;
-        // Σ|w·x| per row scales the tolerance; the exact answer of each mode
-        // comes from the scalar reference kernel.
-        let magnitude = |xd: &[f32]| -> Vec<f64> {
-            wd.chunks_exact(k.max(1))
-                .take(n)
-                .map(|row| {
-                    row.iter()
-                        .zip(xd)
-                        .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                        .sum()
-                })
-                .collect()
-        };
-        let m32 = magnitude(&x);
         let xq = qgemv::quantize_activations(format, &x)?;
         let mut xd = vec![0.0f32; k];
         quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
-        let m8 = magnitude(&xd);
+        // Σ|w·x| per row scales the tolerance (one weight row dequantized
+        // at a time: an LM head's as f32 would be a gigabyte); the exact
+        // answer of each mode comes from the scalar reference kernel.
+        let (mut m32, mut m8) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut wd = vec![0.0f32; k];
+        let rb = format.row_bytes(k);
+        for r in 0..n {
+            quant::dequantize(format, &w0[r * rb..(r + 1) * rb], &mut wd)?;
+            let sum = |x: &[f32]| -> f64 {
+                wd.iter()
+                    .zip(x)
+                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                    .sum()
+            };
+            m32.push(sum(&x));
+            m8.push(sum(&xd));
+        }
         let mut y = vec![0.0f32; n];
         QGemv::new(format, QMode::A32)
             .isa(Isa::Scalar)
