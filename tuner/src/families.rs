@@ -389,6 +389,7 @@ mod tests {
             Problem::new("gemm", "q4_k", [("m", 3), ("n", 5), ("k", 256)]).unwrap(),
             Problem::new("gemv", "f32", [("n", 7), ("k", 33)]).unwrap(),
             Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
+            Problem::new("gemm", "f32", [("m", 201), ("n", 389), ("k", 23)]).unwrap(),
         ] {
             let mut p = instantiate(&spec, &machine()).unwrap();
             p.prepare();
@@ -414,16 +415,17 @@ mod tests {
             Problem::new("gemv", "f16", [("n", 16), ("k", 33)]).unwrap(),
             Problem::new("gemm", "f32", [("m", 5), ("n", 19), ("k", 23)]).unwrap(),
             Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
+            Problem::new("gemm", "f32", [("m", 201), ("n", 389), ("k", 23)]).unwrap(),
             Problem::new("gemm", "q4_1", [("m", 5), ("n", 19), ("k", 64)]).unwrap(),
             Problem::new("gemm", "q5_0", [("m", 17), ("n", 9), ("k", 96)]).unwrap(),
             Problem::new("gemm", "q6_k", [("m", 3), ("n", 4), ("k", 256)]).unwrap(),
             Problem::new("gemm", "q4_k", [("m", 2), ("n", 9), ("k", 512)]).unwrap(),
             Problem::new("gemm", "q5_1", [("m", 5), ("n", 7), ("k", 64)]).unwrap(),
             Problem::new("gemm", "mxfp4", [("m", 3), ("n", 5), ("k", 96)]).unwrap(),
-            // Checked on a sample of rows (the K-quant on its own GEMM
-            // definition), with a tail tile at the end.
-            Problem::new("gemm", "q4_0", [("m", 77), ("n", 21), ("k", 64)]).unwrap(),
-            Problem::new("gemm", "q4_k", [("m", 61), ("n", 17), ("k", 256)]).unwrap(),
+            // Checked on a sample of C (the K-quant on its own GEMM
+            // definition), with tail tiles at both ends of the sample.
+            Problem::new("gemm", "q4_0", [("m", 197), ("n", 389), ("k", 64)]).unwrap(),
+            Problem::new("gemm", "q4_k", [("m", 193), ("n", 387), ("k", 256)]).unwrap(),
         ] {
             let mut p = instantiate(&spec, &machine()).unwrap();
             assert!(!p.candidates().is_empty());
@@ -487,6 +489,7 @@ mod tests {
         for spec in [
             Problem::new("gemm", "f32", [("m", 20), ("n", 33), ("k", 40)]).unwrap(),
             Problem::new("gemm", "f16", [("m", 3), ("n", 9), ("k", 17)]).unwrap(),
+            Problem::new("gemm", "f32", [("m", 201), ("n", 389), ("k", 23)]).unwrap(),
             Problem::new("i8gemm", "i8", [("m", 1), ("n", 40), ("k", 70)]).unwrap(),
             Problem::new("i8gemm", "i8_zp", [("m", 19), ("n", 9), ("k", 33)]).unwrap(),
         ] {

@@ -246,6 +246,59 @@ pub(super) fn random_weights(
     Ok(w)
 }
 
+/// The indices of `0..len` a candidate's output is checked on: all of a
+/// short dimension; of a long one the first and last `edge` (the first
+/// tiles, and the tail tiles a length that is no multiple of the tile
+/// leaves at the end) and `edge` between them at random. Tiles of one
+/// size run the same code, so the sample sees every kind of tile; and a
+/// tile not written at all is caught anywhere, as C is filled with NaN
+/// before each check and every output must be finite. The scalar
+/// references cost `k` per checked output: for every output, a model's
+/// largest prefill problem (the LM head at m = 256, 151936 × 1536) took
+/// minutes and a gigabyte, beyond any budget.
+pub(super) fn checked(len: usize, edge: usize, rng: &mut Rng) -> Vec<usize> {
+    if len <= 3 * edge {
+        return (0..len).collect();
+    }
+    let mut at: Vec<usize> = (0..edge).chain(len - edge..len).collect();
+    while at.len() < 3 * edge {
+        let i = edge + rng.below(len - 2 * edge);
+        if !at.contains(&i) {
+            at.push(i);
+        }
+    }
+    at.sort_unstable();
+    at
+}
+
+/// Rows of C checked at each end of a long GEMM: a whole tile of the
+/// tallest register tile here (SME's f32 tile at a 512-bit streaming
+/// vector, 64 rows; the quantized GEMM's 8).
+pub(super) const ROW_EDGE: usize = 64;
+/// Columns of C checked at each end of a wide GEMM: two of the widest
+/// tiles (SME's 64 columns; the quantized GEMM's groups of 16).
+pub(super) const COL_EDGE: usize = 128;
+
+/// The checked outputs of `c` (rows of `n`) into `out`, row by row; `None`
+/// when any output of `c` is not finite (a tile left unwritten).
+pub(super) fn picked(
+    rows: &[usize],
+    cols: &[usize],
+    c: &[f32],
+    n: usize,
+    out: &mut Vec<f32>,
+) -> Option<()> {
+    if !c.iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    out.clear();
+    out.extend(
+        rows.iter()
+            .flat_map(|&r| cols.iter().map(move |&j| c[r * n + j])),
+    );
+    Some(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,19 +7,21 @@
 //! The runtime's plan reads the kind back from the variant name.
 //!
 //! Each kind is checked against its own scalar definition with the W·A8
-//! bound `|got − want| ≤ 1e-6 + 1e-5 · Σ|w·x|` per output: the per-row GEMV
+//! bound `|got − want| ≤ 1e-6 + 1e-5 · Σ|w·x|` per checked output: the per-row GEMV
 //! against the scalar GEMV on each row (`qgemm::scalar::reference`), the
 //! GEMM against `qgemm::scalar::definition` — the same thing for every
 //! format but Q4_K and Q6_K, whose GEMV quantizes activations to Q8_K while
 //! the GEMM uses Q8_1, so there the GEMM's definition is the scalar GEMM
 //! (`Σ|w·x|` is taken with the GEMV's activations for both; it only scales
 //! the bound, which GEMM variants, bit-identical to their definition, meet
-//! with zero error). Activations are quantized
+//! with zero error), on the outputs `common::checked` samples (and every
+//! output finite). Activations are quantized
 //! inside the timed run, as the runtime does per call; weights are repacked
 //! once per interleave outside it (the runtime repacks at load).
 
 use super::common::{
-    Copies, candidate_of, cold_copies, random_weights, row_scaled_err, thread_counts,
+    COL_EDGE, Copies, ROW_EDGE, candidate_of, checked, cold_copies, picked, random_weights,
+    row_scaled_err, thread_counts,
 };
 use super::spec::Machine;
 use crate::TunerError;
@@ -53,36 +55,6 @@ struct Operands {
     gemm_reference: Option<Vec<f64>>,
     magnitude: Vec<f64>,
 }
-
-/// The indices of `0..len` a candidate's output is checked on: all of a
-/// short dimension; of a long one the first and last `edge` (the first
-/// tiles, and the tail tiles a length that is no multiple of the tile
-/// leaves at the end) and `edge` between them at random. Tiles of one
-/// size run the same code, so the sample sees every kind of tile; and a
-/// tile not written at all is caught anywhere, as C is filled with NaN
-/// before each check and every output must be finite. The scalar
-/// references cost `k` per checked output: for every output, a model's
-/// largest prefill problem (the LM head at m = 256, 151936 × 1536) took
-/// minutes and a gigabyte, beyond any budget.
-fn checked(len: usize, edge: usize, rng: &mut Rng) -> Vec<usize> {
-    if len <= 3 * edge {
-        return (0..len).collect();
-    }
-    let mut at: Vec<usize> = (0..edge).chain(len - edge..len).collect();
-    while at.len() < 3 * edge {
-        let i = edge + rng.below(len - 2 * edge);
-        if !at.contains(&i) {
-            at.push(i);
-        }
-    }
-    at.sort_unstable();
-    at
-}
-
-/// Rows of C checked: more than the largest row tile (8) at each end.
-const ROW_EDGE: usize = 16;
-/// Columns of C checked: two interleave groups of 16 at each end.
-const COL_EDGE: usize = 32;
 
 impl Operands {
     fn new(
@@ -148,20 +120,6 @@ impl Operands {
             magnitude,
         })
     }
-}
-
-/// The checked outputs of `c` (rows of `n`) into `out`, row by row; `None`
-/// when any output of `c` is not finite (a tile left unwritten).
-fn picked(rows: &[usize], cols: &[usize], c: &[f32], n: usize, out: &mut Vec<f32>) -> Option<()> {
-    if !c.iter().all(|v| v.is_finite()) {
-        return None;
-    }
-    out.clear();
-    out.extend(
-        rows.iter()
-            .flat_map(|&r| cols.iter().map(move |&j| c[r * n + j])),
-    );
-    Some(())
 }
 
 pub(super) struct QGemmTune {
@@ -468,16 +426,17 @@ mod tests {
     /// and one output left NaN anywhere fails.
     #[test]
     fn the_checked_outputs_are_the_whole_references() {
-        let (m, n, k) = (70, 101, 256);
+        let (m, n, k) = (200, 401, 64usize);
         for format in [QuantFormat::Q4_0, QuantFormat::Q4K] {
+            let k = k.next_multiple_of(format.block_size());
             let o = Operands::new(format, (m, n, k), 5, 2).unwrap();
-            assert_eq!((o.rows.len(), o.cols.len()), (48, 96));
+            assert_eq!((o.rows.len(), o.cols.len()), (192, 384));
             let mut whole = vec![0.0f32; m * n];
             qgemm::scalar::reference(format, &o.w, &o.a, m, n, k, &mut whole).unwrap();
             for (i, &r) in o.rows.iter().enumerate() {
                 for (j, &c) in o.cols.iter().enumerate() {
                     let want = whole[r * n + c] as f64;
-                    assert_eq!(o.reference[i * 96 + j], want, "{format} ({r}, {c})");
+                    assert_eq!(o.reference[i * 384 + j], want, "{format} ({r}, {c})");
                 }
             }
             let err = |c: &[f32]| {
