@@ -234,26 +234,16 @@ impl Linear {
                 }
             }
             WeightKind::Dequantized => {
-                let mut w = HugeBuf::zeroed(n * k);
-                let mut at = 0;
+                let mut w = Vec::with_capacity(n * k);
                 for d in &datas {
-                    let v = dequant::dequantize(dtype, d).ok_or_else(|| {
+                    w.extend(dequant::dequantize(dtype, d).ok_or_else(|| {
                         bad(format!(
                             "type {} is not supported; re-quantize to q4_0, q8_0, q4_K, q6_K, f16 or f32",
                             dtype
                         ))
-                    })?;
-                    let end = at + v.len();
-                    if end > w.len() {
-                        return Err(bad(format!("data does not hold {n} rows of {k} elements")));
-                    }
-                    w[at..end].copy_from_slice(&v);
-                    at = end;
+                    })?);
                 }
-                if at != w.len() {
-                    return Err(bad(format!("data does not hold {n} rows of {k} elements")));
-                }
-                WData::F32(w)
+                WData::F32(HugeBuf::from_slice(&w))
             }
         };
         let ok = match &wd {

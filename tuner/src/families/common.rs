@@ -208,7 +208,7 @@ const PIECE_ROWS: usize = 512;
 
 /// `n` rows of `k` random values in `format`, quantized a piece at a time
 /// on `threads` threads: an LM head's weights as f32 would be a gigabyte,
-/// and quantizing them (Q6_K's search) took ten seconds on one thread.
+/// and quantizing them (Q6_K's search) is most of a `bench gemm` of one.
 pub(super) fn random_weights(
     format: QuantFormat,
     n: usize,
@@ -246,6 +246,24 @@ pub(super) fn random_weights(
     Ok(w)
 }
 
+/// Calls `f` with each of the `n` rows of `k` values of `w` (in `format`)
+/// dequantized, one at a time: an LM head's rows all at once as f32 would
+/// be a gigabyte.
+pub(super) fn for_each_dequantized_row(
+    format: QuantFormat,
+    w: &[u8],
+    (n, k): (usize, usize),
+    mut f: impl FnMut(&[f32]),
+) -> Result<(), TunerError> {
+    let rb = format.row_bytes(k);
+    let mut row = vec![0.0f32; k];
+    for r in 0..n {
+        quant::dequantize(format, &w[r * rb..(r + 1) * rb], &mut row)?;
+        f(&row);
+    }
+    Ok(())
+}
+
 /// The indices of `0..len` a candidate's output is checked on: all of a
 /// short dimension; of a long one the first and last `edge` (the first
 /// tiles, and the tail tiles a length that is no multiple of the tile
@@ -254,8 +272,8 @@ pub(super) fn random_weights(
 /// tile not written at all is caught anywhere, as C is filled with NaN
 /// before each check and every output must be finite. The scalar
 /// references cost `k` per checked output: for every output, a model's
-/// largest prefill problem (the LM head at m = 256, 151936 × 1536) took
-/// minutes and a gigabyte, beyond any budget.
+/// largest prefill problem (the LM head at m = 256, 151936 × 1536) would
+/// take minutes and a gigabyte, beyond any budget.
 pub(super) fn checked(len: usize, edge: usize, rng: &mut Rng) -> Vec<usize> {
     if len <= 3 * edge {
         return (0..len).collect();

@@ -18,10 +18,10 @@
 //! reads them).
 
 use super::common::{
-    Copies, candidate, candidate_of, cold_copies, copies, random_weights, row_scaled_err,
-    thread_counts,
+    Copies, candidate, candidate_of, cold_copies, copies, for_each_dequantized_row, random_weights,
+    row_scaled_err, thread_counts,
 };
-use super::pinned::{Check, Pinned, PinnedKernel, products};
+use super::pinned::{Check, Pinned, PinnedKernel};
 use super::spec::{Machine, OpName, OpSpec, PinRequest};
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
@@ -89,19 +89,12 @@ fn pin(req: &PinRequest, mode: QMode) -> Result<Box<dyn KernelProblem>, TunerErr
             (xq, xd)
         }
     };
-    // One weight row dequantized at a time: an LM head's as f32 would be a
-    // gigabyte.
-    let rb = format.row_bytes(k);
-    let mut wd = vec![0.0f32; k];
     let (mut reference, mut magnitude) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for r in 0..n {
-        quant::dequantize(format, &w0[r * rb..(r + 1) * rb], &mut wd)?;
-        let (sum, size) = products(std::iter::once(
-            wd.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64),
-        ));
-        reference.extend(sum);
-        magnitude.extend(size);
-    }
+    for_each_dequantized_row(format, &w0, (n, k), |row| {
+        let terms = row.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64);
+        reference.push(terms.clone().sum::<f64>());
+        magnitude.push(terms.map(f64::abs).sum::<f64>());
+    })?;
     if mode == QMode::A8 {
         offset_term_with_stored_s(format, &w0, &xq, &xd, k, &mut reference);
     }
@@ -237,23 +230,19 @@ impl QGemvTune {
         let xq = qgemv::quantize_activations(format, &x)?;
         let mut xd = vec![0.0f32; k];
         quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
-        // Σ|w·x| per row scales the tolerance (one weight row dequantized
-        // at a time: an LM head's as f32 would be a gigabyte); the exact
-        // answer of each mode comes from the scalar reference kernel.
+        // Σ|w·x| per row scales the tolerance; the exact answer of each mode
+        // comes from the scalar reference kernel.
         let (mut m32, mut m8) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        let mut wd = vec![0.0f32; k];
-        let rb = format.row_bytes(k);
-        for r in 0..n {
-            quant::dequantize(format, &w0[r * rb..(r + 1) * rb], &mut wd)?;
-            let sum = |x: &[f32]| -> f64 {
-                wd.iter()
-                    .zip(x)
-                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                    .sum()
-            };
-            m32.push(sum(&x));
-            m8.push(sum(&xd));
-        }
+        let size = |w: &[f32], x: &[f32]| -> f64 {
+            w.iter()
+                .zip(x)
+                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                .sum()
+        };
+        for_each_dequantized_row(format, &w0, (n, k), |row| {
+            m32.push(size(row, &x));
+            m8.push(size(row, &xd));
+        })?;
         let mut y = vec![0.0f32; n];
         QGemv::new(format, QMode::A32)
             .isa(Isa::Scalar)
