@@ -105,10 +105,15 @@ fn model_compare_reports_every_peer_and_stores_what_was_measured() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("not-a-model.gguf");
     std::fs::write(&model, b"GGUF but not really").unwrap();
+    let argv = dir.path().join("argv.txt");
     let llama = script(
         dir.path(),
         "llama-bench",
-        &format!("cat '{}'", fixture("llama-bench-smollm2.json").display()),
+        &format!(
+            "echo \"$@\" >> '{}'; cat '{}'",
+            argv.display(),
+            fixture("llama-bench-smollm2.json").display()
+        ),
     );
     let db = dir.path().join("sel.db");
     let out_json = dir.path().join("cmp.json");
@@ -119,6 +124,8 @@ fn model_compare_reports_every_peer_and_stores_what_was_measured() {
             model.to_str().unwrap(),
             "--llama-bench",
             llama.to_str().unwrap(),
+            "--llama-args",
+            "--repack 0",
             "--mnn-config",
             dir.path().join("absent-config.json").to_str().unwrap(),
             "--mnn-bench",
@@ -151,6 +158,14 @@ fn model_compare_reports_every_peer_and_stores_what_was_measured() {
         assert!(out.contains(row), "{out}");
     }
     assert!(err.contains("round 2/2: llama.cpp"), "{err}");
+    // --llama-args reach llama-bench after the tests' own, in every round.
+    let argv = std::fs::read_to_string(&argv).unwrap();
+    assert_eq!(argv.lines().count(), 2, "{argv}");
+    assert!(
+        argv.lines()
+            .all(|l| l.contains("-p 64") && l.ends_with("--repack 0")),
+        "{argv}"
+    );
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
     let rows = doc["rows"].as_array().unwrap();

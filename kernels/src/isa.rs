@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 
 /// One instruction-set level a kernel variant can be written for.
 ///
-/// The levels are cumulative within an architecture: `Avx512Vnni` implies
-/// `Avx512` implies `Avx2` (with FMA and F16C); `NeonI8mm` implies
+/// The levels are cumulative within an architecture: `Amx` implies
+/// `Avx512Vnni` implies `Avx512` implies `Avx2` (with FMA and F16C); `NeonI8mm` implies
 /// `NeonDotprod` implies `Neon`. `Sme` stands beside the NEON levels: it
 /// implies `Neon` only (its kernels pack with NEON outside streaming mode),
 /// and it is never what [`Isa::best`] or [`Isa::best_of`] pick (see
@@ -31,6 +31,12 @@ pub enum Isa {
     Avx512,
     /// x86-64 AVX-512 + AVX512_VNNI.
     Avx512Vnni,
+    /// x86-64 AMX-INT8 tiles (`tdpbssd`, Sapphire Rapids and later) with
+    /// the AVX-512 VNNI level. Usable only once Linux has granted the
+    /// process the tile data state, which detection requests
+    /// (`arch_prctl(ARCH_REQ_XCOMP_PERM)`): without it the first tile
+    /// instruction faults.
+    Amx,
     /// aarch64 Advanced SIMD (always present on aarch64).
     Neon,
     /// aarch64 NEON + dot product (`sdot`/`udot`).
@@ -46,12 +52,13 @@ pub enum Isa {
 impl Isa {
     /// Every variant tiletune knows, in order of increasing capability per
     /// architecture.
-    pub const ALL: [Isa; 9] = [
+    pub const ALL: [Isa; 10] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::AvxVnni,
         Isa::Avx512,
         Isa::Avx512Vnni,
+        Isa::Amx,
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::NeonI8mm,
@@ -66,6 +73,7 @@ impl Isa {
             Isa::AvxVnni => "avx_vnni",
             Isa::Avx512 => "avx512",
             Isa::Avx512Vnni => "avx512_vnni",
+            Isa::Amx => "amx",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon_dotprod",
             Isa::NeonI8mm => "neon_i8mm",
@@ -80,7 +88,7 @@ impl Isa {
     pub fn is_native_arch(self) -> bool {
         match self {
             Isa::Scalar => true,
-            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni => {
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => {
                 cfg!(target_arch = "x86_64")
             }
             Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm | Isa::Sme => {
@@ -139,7 +147,7 @@ impl fmt::Display for Isa {
 /// Error returned when parsing an unknown ISA name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown ISA `{0}`; expected one of scalar, avx2, avx_vnni, avx512, avx512_vnni, neon, neon_dotprod, neon_i8mm, sme"
+    "unknown ISA `{0}`; expected one of scalar, avx2, avx_vnni, avx512, avx512_vnni, amx, neon, neon_dotprod, neon_i8mm, sme"
 )]
 pub struct ParseIsaError(pub String);
 
@@ -178,10 +186,41 @@ fn detect() -> Vec<Isa> {
             v.push(Isa::Avx512);
             if is_x86_feature_detected!("avx512vnni") {
                 v.push(Isa::Avx512Vnni);
+                if amx_granted() {
+                    v.push(Isa::Amx);
+                }
             }
         }
     }
     v
+}
+
+/// Whether the CPU has the AMX tile and int8 units (CPUID leaf 7: EDX bits
+/// 24 and 25) and Linux grants this process the tile data state (XFEATURE
+/// 18), which it hands out only on request; the grant holds for every
+/// thread of the process.
+#[cfg(target_arch = "x86_64")]
+fn amx_granted() -> bool {
+    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+    if edx & (0b11 << 24) != 0b11 << 24 {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: arch_prctl with an integer argument reads no memory; a
+        // kernel without AMX support refuses it.
+        unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            ) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -222,6 +261,9 @@ mod tests {
         assert_eq!(d[0], Isa::Scalar);
         if d.contains(&Isa::Avx512) {
             assert!(d.contains(&Isa::Avx2));
+        }
+        if d.contains(&Isa::Amx) {
+            assert!(d.contains(&Isa::Avx512Vnni));
         }
         if d.contains(&Isa::NeonI8mm) {
             assert!(d.contains(&Isa::NeonDotprod));

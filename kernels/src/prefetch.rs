@@ -32,7 +32,7 @@ pub(crate) fn reads(isa: Isa) -> bool {
 pub(crate) fn measured(isa: Isa) -> bool {
     matches!(
         isa,
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx
     )
 }
 
@@ -243,7 +243,7 @@ mod tests {
         for isa in Isa::ALL {
             let x86 = matches!(
                 isa,
-                Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+                Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx
             );
             let neon = matches!(isa, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm);
             assert_eq!(reads(isa), x86 || neon, "{isa}");

@@ -119,7 +119,7 @@ pub fn assert_prefetch_contract(
     }
     let x86 = matches!(
         best,
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx
     );
     assert_eq!(default_pf, if x86 { 8192 } else { 0 }, "{best}: default pf");
 }

@@ -22,8 +22,8 @@
 //!   `Σ|w|·|x_Q8_1 − x_Q8_K|`.
 
 use tiletune_kernels::qgemm::{
-    self, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, interleaves, panels,
-    quantize_activations, repack, repack_on, repack_stacked_on, scalar, unrolls,
+    self, AMX_MR, ActBlock, FORMATS, MRS, PREFETCHES, QGemm, QGemmParams, heights, interleaves,
+    panels, quantize_activations, repack, repack_on, repack_stacked_on, scalar, unrolls,
 };
 use tiletune_kernels::qgemv::{self, QGemv, QMode};
 use tiletune_kernels::quant::kquants::get_scale_min_k4;
@@ -149,7 +149,8 @@ fn assert_rows_exact(f: QuantFormat, w: &[u8], n: usize, k: usize, nr: usize) {
 }
 
 /// Every variant this CPU runs that reads interleave `nr`, at every `mr`
-/// and k-unroll it reads, gives `want` bit for bit on `c`.
+/// and k-unroll it reads (and every height of its panel tile), gives
+/// `want` bit for bit on `c`.
 fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
     for isa in available(f) {
         if !interleaves(isa).contains(&nr) {
@@ -172,7 +173,10 @@ fn assert_every_variant(f: QuantFormat, nr: usize, c: &Case, want: &[f32]) {
                     "{f} {isa} nr={nr} mr={mr} pf={pf} ku={ku}"
                 );
             }
-            if panels(isa, f) {
+        }
+        if panels(isa, f) {
+            for (i, &mr) in heights(isa, true).iter().enumerate() {
+                let pf = PREFETCHES[i % PREFETCHES.len()];
                 let q = QGemm::new(f).isa(isa).params(QGemmParams {
                     mr,
                     nr,
@@ -575,8 +579,13 @@ fn every_variant_is_bit_identical_to_the_definition() {
                 for m in [1, 2, 3, 5, 17, 64] {
                     shapes.push((m, 4));
                 }
-                for &mr in &MRS {
+                // The panel tile's own heights too (AMX: 16, over one
+                // tile with a tail of 1, and two whole ones).
+                for &mr in heights(isa, panels(isa, f)) {
                     shapes.push((17, mr));
+                }
+                if heights(isa, panels(isa, f)).contains(&AMX_MR) {
+                    shapes.push((32, AMX_MR));
                 }
                 for (j, &(m, mr)) in shapes.iter().enumerate() {
                     let n = [nr - 1, 2 * nr + 3, nr, 1][j % 4];
@@ -597,6 +606,9 @@ fn every_variant_is_bit_identical_to_the_definition() {
                         &[false]
                     };
                     for &panel in panel_too {
+                        if !heights(isa, panel).contains(&mr) {
+                            continue;
+                        }
                         let q = QGemm::new(f)
                             .isa(isa)
                             .params(QGemmParams {
@@ -947,6 +959,23 @@ fn bad_configurations_are_refused() {
                 ..QGemmParams::default()
             });
         assert!(refused(&q4));
+    }
+    // The AMX panel tile's height is its alone: refused on every other
+    // tile, on the CPU that runs it or not.
+    for isa in available(QuantFormat::Q4_0) {
+        let nr = interleaves(isa)[0];
+        for panel in [false, true] {
+            let q5 = QGemm::new(QuantFormat::Q4_0).isa(isa).params(QGemmParams {
+                mr: AMX_MR,
+                nr,
+                pf: 16,
+                ku: 1,
+                panel,
+            });
+            let amx_panel = isa == Isa::Amx && panel;
+            assert_eq!(q5.check_config().is_ok(), amx_panel, "{isa} panel={panel}");
+            assert_eq!(refused(&q5), !amx_panel, "{isa} panel={panel}");
+        }
     }
     // Shape mismatches and zero threads.
     assert!(q.run(&p, &c.a[1..], c.m, &mut out, &mut s).is_err());

@@ -597,19 +597,30 @@ pub(super) unsafe fn panel_tile(
 }
 
 /// Unpacks group `g` (16 columns) of a Q4_0 job into `panel`, once for
-/// every row tile of the call. Block `b` at `576·b`: chunk `c`'s low
-/// nibbles at `128c` and high nibbles at `128c + 64` as bytes 0..15, the
-/// register tile's operands, then the 16 scales as f32 (`vcvtph2ps`,
-/// exact).
+/// every row tile of the call. Block `b` at `576·b`: 512 bytes of values,
+/// then the 16 scales as f32 (`vcvtph2ps`, exact). The values, for the
+/// register tile (`AMX` false): chunk `c`'s low nibbles at `128c` and high
+/// nibbles at `128c + 64` as bytes 0..15, its operands; for the AMX tile
+/// (`AMX` true, `amx.rs`): the low nibbles at `64c` and the high ones at
+/// `256 + 64c`, as `q − 8` (signed), so the 8 rows of 64 bytes hold values
+/// `4r .. 4r + 4` of the block in row `r`, the tile instruction's layout.
 ///
 /// # Safety
 /// Needs AVX-512 F/BW; `job` is Q4_0 with f16 scales at interleave 16,
 /// `g` one of its groups; `panel` holds `nb` blocks, 64-byte aligned.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
+pub(super) unsafe fn fill_panel<const AMX: bool>(job: &Job<'_>, g: usize, panel: *mut u8) {
     debug_assert!(job.kind == Kind::Q4_0 && job.sc.mode == SC_F16 && job.nr == 16);
     let nb = job.nb;
     let mask = _mm512_set1_epi8(0x0F);
+    let value = |v: __m512i| {
+        if AMX {
+            _mm512_sub_epi8(v, _mm512_set1_epi8(8))
+        } else {
+            v
+        }
+    };
+    let (lo_at, hi_at) = if AMX { (64, 256) } else { (128, 64) };
     // SAFETY: group g holds nb blocks of 256 quant bytes.
     let qb = unsafe { job.qs.as_ptr().add(g * nb * 256) };
     for b in 0..nb {
@@ -619,14 +630,16 @@ pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
             }
         }
         // SAFETY: chunk c of block b inside group g; the stores stay
-        // inside block b of the panel; the 16 scales of block b.
+        // inside block b of the panel (c < 4: at most 448 + 64 bytes);
+        // the 16 scales of block b.
         unsafe {
             let pb = panel.add(b * PANEL_BLOCK);
             for c in 0..4 {
                 let v = _mm512_loadu_si512(qb.add(b * 256 + 64 * c).cast());
-                _mm512_store_si512(pb.add(128 * c).cast(), _mm512_and_si512(v, mask));
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
-                _mm512_store_si512(pb.add(128 * c + 64).cast(), hi);
+                let lo = value(_mm512_and_si512(v, mask));
+                _mm512_store_si512(pb.add(lo_at * c).cast(), lo);
+                let hi = value(_mm512_and_si512(_mm512_srli_epi16::<4>(v), mask));
+                _mm512_store_si512(pb.add(lo_at * c + hi_at).cast(), hi);
             }
             let d = f16x16(job.sc.dh.as_ptr().add((g * nb + b) * 16));
             _mm512_store_ps(pb.add(512).cast(), d);

@@ -27,6 +27,7 @@
 //! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk; for Q4_0 also a 16-column panel tile, [`QGemmParams::panel`]) |
 //! | avx_vnni | 8 | `vpdpbusd` (ymm) |
 //! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm; avx512_vnni Q4_0 also a panel tile) |
+//! | amx | 16 | Q4_0 only: `tdpbssd` on a panel (up to 16 rows per tile); its register tiles are avx512_vnni's |
 //! | neon | 4, 8 | `smull`+`sadalp` |
 //! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
 //! | neon_i8mm | 4, 8 | `smmla` on activation row pairs (`asm!`; 1-row tiles use `sdot`) |
@@ -104,6 +105,8 @@ macro_rules! by_v_mr_ku {
 
 pub mod act;
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -151,20 +154,36 @@ pub fn supports(format: QuantFormat) -> bool {
 }
 
 /// The ISA variants for `format` (scalar first; empty without a GEMM).
+/// AMX only where it has a panel tile ([`panels`]): elsewhere it would run
+/// avx512_vnni's tiles under another name.
 pub fn variants(format: QuantFormat) -> &'static [Isa] {
-    if supports(format) {
-        &[
-            Isa::Scalar,
-            Isa::Avx2,
-            Isa::AvxVnni,
-            Isa::Avx512,
-            Isa::Avx512Vnni,
-            Isa::Neon,
-            Isa::NeonDotprod,
-            Isa::NeonI8mm,
-        ]
-    } else {
+    const ALL: [Isa; 9] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512,
+        Isa::Avx512Vnni,
+        Isa::Amx,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::NeonI8mm,
+    ];
+    const NO_AMX: [Isa; 8] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512,
+        Isa::Avx512Vnni,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::NeonI8mm,
+    ];
+    if !supports(format) {
         &[]
+    } else if panels(Isa::Amx, format) {
+        &ALL
+    } else {
+        &NO_AMX
     }
 }
 
@@ -178,7 +197,7 @@ pub fn interleaves(isa: Isa) -> &'static [usize] {
         // interleave they were tested at.
         Isa::Avx2 => &[8, 16],
         Isa::AvxVnni => &[8],
-        Isa::Avx512 | Isa::Avx512Vnni => &[16],
+        Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => &[16],
         Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => &[4, 8],
         // No SME variant: nothing it could read.
         Isa::Sme => &[],
@@ -187,6 +206,16 @@ pub fn interleaves(isa: Isa) -> &'static [usize] {
 
 /// Activation rows per register tile that have a compiled micro-kernel.
 pub const MRS: [usize; 4] = [1, 2, 4, 8];
+
+/// The AMX panel tile's own height beside [`MRS`]: a tile register's 16
+/// rows (its sums' accumulators fit in the 32 zmm registers).
+pub const AMX_MR: usize = 16;
+
+/// The tile heights `isa` reads with or without a panel.
+pub fn heights(isa: Isa, panel: bool) -> &'static [usize] {
+    const AMX: [usize; 5] = [1, 2, 4, 8, AMX_MR];
+    if isa == Isa::Amx && panel { &AMX } else { &MRS }
+}
 
 /// Tile parameters of the quantized GEMM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,7 +288,7 @@ pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
 
 /// Whether `isa` has a panel tile ([`QGemmParams::panel`]) for `format`.
 pub fn panels(isa: Isa, format: QuantFormat) -> bool {
-    matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && format == QuantFormat::Q4_0
+    matches!(isa, Isa::Avx2 | Isa::Avx512Vnni | Isa::Amx) && format == QuantFormat::Q4_0
 }
 
 /// Bytes of one block of the AVX2 panel ([`QGemmParams::panel`]): 16
@@ -322,7 +351,7 @@ impl QGemmParams {
         // here to choose one; the tuner times them all).
         let (nr, cap, pf) = match isa {
             Isa::Avx2 | Isa::AvxVnni => (8, 4, default_pf()),
-            Isa::Avx512 | Isa::Avx512Vnni => (16, 8, default_pf()),
+            Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx => (16, 8, default_pf()),
             Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (8, 4, 0),
             // Scalar ignores the tile; SME has no variant to run it.
             Isa::Scalar | Isa::Sme => (8, 4, 0),
@@ -332,7 +361,7 @@ impl QGemmParams {
         // prefetch only took issue slots (Zen 4, the tied LM heads of
         // SmolLM2 and Qwen2.5-0.5B, 1.03–1.26× faster without; docs/PERF.md,
         // "One call for q, k and v").
-        let pf = if matches!(isa, Isa::Avx512 | Isa::Avx512Vnni)
+        let pf = if matches!(isa, Isa::Avx512 | Isa::Avx512Vnni | Isa::Amx)
             && shape.format == QuantFormat::Q8_0
             && shape.m == 1
         {
@@ -370,6 +399,15 @@ impl QGemmParams {
         // 64 (docs/PERF.md, "the panel on AVX-512"): it saves only the
         // unpacking, and the tile's 8 rows keep their sums in registers
         // whatever the panel's size.
+        if isa == Isa::Amx && panels(isa, shape.format) && shape.m >= 16 {
+            return QGemmParams {
+                mr: AMX_MR,
+                nr,
+                pf,
+                ku: default_ku(),
+                panel: true,
+            };
+        }
         if isa == Isa::Avx512Vnni && panels(isa, shape.format) && shape.m >= 128 {
             return QGemmParams {
                 mr,
@@ -395,12 +433,25 @@ impl QGemmParams {
     /// panel).
     pub fn candidates_for_isa(shape: &QGemmShape, cpu: &CpuCaps, isa: Isa) -> Vec<Self> {
         let mut v = Vec::new();
+        // AMX's register tiles are avx512_vnni's, timed there: only its
+        // panel tile is its own.
+        if isa == Isa::Amx {
+            for &mr in heights(isa, true).iter().filter(|&&r| r <= shape.m.max(1)) {
+                v.push(QGemmParams {
+                    mr,
+                    nr: 16,
+                    pf: default_pf(),
+                    ku: 1,
+                    panel: true,
+                });
+            }
+        }
         let pfs: &[usize] = if prefetch::reads(isa) {
             &PREFETCHES
         } else {
             &[0]
         };
-        for &nr in interleaves(isa) {
+        for &nr in interleaves(isa).iter().filter(|_| isa != Isa::Amx) {
             for &mr in &MRS {
                 for &pf in pfs {
                     for &ku in unrolls(isa, mr) {
@@ -475,10 +526,10 @@ impl Tunable for QGemmParams {
     }
 
     fn validate(&self) -> Result<()> {
-        if !MRS.contains(&self.mr) {
+        if !MRS.contains(&self.mr) && self.mr != AMX_MR {
             return Err(KernelError::InvalidParams {
                 op: OP,
-                reason: format!("mr {} must be one of 1, 2, 4, 8", self.mr),
+                reason: format!("mr {} must be one of 1, 2, 4, 8 (16: AMX panel)", self.mr),
             });
         }
         if !INTERLEAVES.contains(&self.nr) {
@@ -628,8 +679,8 @@ fn prefetch_scales<const SC: u8, const NR: usize>(job: &Job<'_>, gb: usize, min:
 /// written to `out[i · nr + r]`.
 pub(crate) type TileFn = unsafe fn(&Job<'_>, usize, usize, usize, &mut [f32]);
 
-/// The widest micro-tile (8 rows × 16 columns).
-const MAX_TILE: usize = 8 * 16;
+/// The widest micro-tile (the AMX panel tile's 16 rows × 16 columns).
+const MAX_TILE: usize = AMX_MR * 16;
 
 /// Rows of the next tile: `mr` while that many remain, then the largest
 /// compiled size that fits.
@@ -883,6 +934,15 @@ impl QGemm {
                 ),
             });
         }
+        if !heights(self.isa, self.params.panel).contains(&self.params.mr) {
+            return Err(KernelError::InvalidParams {
+                op: OP,
+                reason: format!(
+                    "mr {} is the AMX panel tile's alone; use one of 1, 2, 4, 8",
+                    self.params.mr
+                ),
+            });
+        }
         if self.params.panel && self.params.ku != 1 {
             return Err(KernelError::InvalidParams {
                 op: OP,
@@ -983,7 +1043,7 @@ impl QGemm {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => avx512::tile,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => avx512::tile_vnni,
+            Isa::Avx512Vnni | Isa::Amx => avx512::tile_vnni,
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => neon::tile,
             #[cfg(target_arch = "aarch64")]
@@ -1097,10 +1157,22 @@ impl QGemm {
             });
         }
         let mr = self.params.mr;
+        // AMX's last rows, when fewer than its tile's, as a whole tile
+        // (zero blocks below them).
+        let mut tail = Vec::new();
+        if isa == Isa::Amx && !m.is_multiple_of(mr) {
+            tail = vec![ActBlock::default(); mr * nb];
+            let first = (m - m % mr) * nb;
+            tail[..m % mr * nb].copy_from_slice(&job.acts[first..m * nb]);
+        }
         let (groups, w) = (n.div_ceil(nr), PANEL_COLS);
         parallel_ranges(n.div_ceil(w), self.threads, 1, |units| {
             let mut buf = [0.0f32; MAX_TILE];
             let mut panel = vec![Line([0; 64]); lines(nb * panel_block(isa))];
+            // SAFETY: check_config verified the CPU runs AMX and that mr
+            // is one of its heights (≤ 16). Released when the worker's
+            // units are done.
+            let _tiles = (isa == Isa::Amx).then(|| unsafe { amx::Tiles::new(mr) });
             for u in units {
                 let p = panel.as_mut_ptr().cast();
                 // SAFETY: panels(isa, Q4_0) was checked with the
@@ -1111,19 +1183,30 @@ impl QGemm {
                 unsafe {
                     match isa {
                         Isa::Avx2 => avx2::fill_panel(job, groups, u, p),
-                        _ => avx512::fill_panel(job, u, p),
+                        Isa::Amx => avx512::fill_panel::<true>(job, u, p),
+                        _ => avx512::fill_panel::<false>(job, u, p),
                     }
                 };
                 let cols = w.min(n - u * w);
                 let mut i0 = 0;
                 while i0 < m {
-                    let rows = tile_rows(m - i0, mr);
+                    // The AMX tile takes the last rows at once, from
+                    // their copy in a tile of its height.
+                    let rows = match isa {
+                        Isa::Amx => mr.min(m - i0),
+                        _ => tile_rows(m - i0, mr),
+                    };
                     // SAFETY: the panel of columns 16u.. is filled, xb
-                    // holds every row's biased blocks, i0 + rows <= m.
+                    // holds every row's biased blocks, i0 + rows <= m;
+                    // AMX's tiles are configured for mr, and its tiles
+                    // read mr whole rows: of the job's activations, or
+                    // of the tail's copy.
                     unsafe {
                         let p = panel.as_ptr().cast();
                         match isa {
                             Isa::Avx2 => avx2::panel_tile(job, p, xb.ptr(), i0, rows, &mut buf),
+                            Isa::Amx if rows < mr => amx::panel_tile(&tail, nb, p, 0, mr, &mut buf),
+                            Isa::Amx => amx::panel_tile(job.acts, nb, p, i0, mr, &mut buf),
                             // Avx512Vnni, the other variant with a panel.
                             _ => avx512::panel_tile(job, p, i0, rows, &mut buf),
                         }
@@ -1156,7 +1239,7 @@ mod tests {
     fn params_validate_and_defaults_fit_their_variant() {
         let cpu = CpuCaps::default();
         for &isa in variants(QuantFormat::Q4_0) {
-            for m in [1, 2, 3, 64] {
+            for m in [1, 2, 3, 15, 16, 64] {
                 let s = QGemmShape {
                     format: QuantFormat::Q4_0,
                     m,
@@ -1170,6 +1253,17 @@ mod tests {
                 let c = QGemmParams::candidates_for_isa(&s, &cpu, isa);
                 assert!(c.contains(&d));
                 assert!(c.iter().all(|p| interleaves(isa).contains(&p.nr)));
+                if isa == Isa::Amx {
+                    // Its register tiles are avx512_vnni's, timed there:
+                    // only its panel tile at every height, and the default.
+                    assert!(c.iter().all(|p| p.panel || *p == d), "{c:?}");
+                    for &mr in heights(isa, true) {
+                        let timed = c.iter().any(|p| p.panel && p.mr == mr);
+                        assert_eq!(timed, mr <= m, "amx mr={mr} m={m}");
+                    }
+                    assert_eq!(d.panel, m >= AMX_MR, "amx default at m={m}");
+                    continue;
+                }
                 // Every SIMD variant prefetches, so its distances are timed.
                 for &pf in &PREFETCHES {
                     let timed = c.iter().any(|p| p.pf == pf);

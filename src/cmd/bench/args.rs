@@ -54,7 +54,7 @@ pub struct KernelArgs {
     #[arg(long, value_parser = crate::cmd::parse_dtype)]
     pub dtype: Option<String>,
     /// Force an ISA variant (scalar, avx2, avx_vnni, avx512, avx512_vnni,
-    /// neon, neon_dotprod, neon_i8mm) [default: the best available].
+    /// amx, neon, neon_dotprod, neon_i8mm, sme) [default: the best available].
     #[arg(long)]
     pub isa: Option<String>,
     /// The family's parameters as JSON, e.g. '{"rows_per_block":2}'

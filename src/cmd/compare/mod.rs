@@ -66,6 +66,11 @@ pub struct ModelCompareArgs {
     /// llama.cpp's llama-bench [default: `llama-bench` on PATH; skipped if absent].
     #[arg(long, value_name = "PATH")]
     pub llama_bench: Option<PathBuf>,
+    /// More arguments for llama-bench, split at spaces, e.g. '--repack 0'
+    /// (its own weight layouts off: where its AMX path faults, as b11549's
+    /// does on a Sapphire Rapids KVM guest).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub llama_args: Option<String>,
     /// MNN's llm_bench [default: `llm_bench` on PATH]; runs only with --mnn-config.
     #[arg(long, value_name = "PATH")]
     pub mnn_bench: Option<PathBuf>,

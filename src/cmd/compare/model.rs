@@ -39,6 +39,11 @@ pub(super) fn run(g: &Global, a: ModelCompareArgs) -> anyhow::Result<ExitCode> {
         model: model.clone(),
         tiletune: tiletune_exe()?,
         llama_bench: a.llama_bench.clone(),
+        llama_args: a
+            .llama_args
+            .as_deref()
+            .map(|s| s.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default(),
         mnn_bench: a.mnn_bench.clone(),
         mnn_config: a.mnn_config.clone(),
         tests: BenchTests {

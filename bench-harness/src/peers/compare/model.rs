@@ -29,6 +29,8 @@ pub struct ModelCompare {
     pub tiletune: PathBuf,
     /// `llama-bench` by flag [default: on PATH].
     pub llama_bench: Option<PathBuf>,
+    /// More arguments for `llama-bench`, after the tests' own.
+    pub llama_args: Vec<String>,
     /// `llm_bench` by flag [default: on PATH]; runs only with `mnn_config`.
     pub mnn_bench: Option<PathBuf>,
     pub mnn_config: Option<PathBuf>,
@@ -128,6 +130,7 @@ impl ModelCompare {
                 "llama.cpp",
                 PeerCommand::new("llama.cpp", p)
                     .args(&round_args)
+                    .args(&self.llama_args)
                     .timeout(self.timeout),
             ))),
             Err(why) => skipped.push(format!("llama.cpp skipped: {why}")),
@@ -290,6 +293,7 @@ mod tests {
             model: dir.path().join("m.gguf"),
             tiletune: dir.path().join("no-such-tiletune"),
             llama_bench: Some(dir.path().join("no-such-llama-bench")),
+            llama_args: Vec::new(),
             mnn_bench: None,
             mnn_config: None,
             tests: BenchTests {
