@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
     /// Peak lanes to measure, comma separated: FMA lanes scalar, avx2+fma, avx512, neon and int8
-    /// lanes avx2, avx_vnni, avx512_vnni, neon_dotprod, neon_i8mm [default: all available].
+    /// lanes avx2, avx_vnni, avx512_vnni, amx, neon_dotprod, neon_i8mm [default: all available].
     #[arg(long, value_delimiter = ',')]
     pub isa: Vec<String>,
     /// Small arrays and short loops: a smoke test, not a measurement.

@@ -1,8 +1,8 @@
 //! Register-resident int8 dot-product loops that measure the integer peak
 //! of each int8 ISA lane: `vpdpbusd` (AVX-512 VNNI on zmm, AVX-VNNI on ymm),
 //! `vpmaddubsw` summed by `vpaddw` (AVX2 without VNNI: the sequence its
-//! quantized tiles use, i16 sums), `sdot` (FEAT_DotProd) and `smmla`
-//! (FEAT_I8MM). Each loop keeps
+//! quantized tiles use, i16 sums), `tdpbssd` (AMX-INT8 tiles), `sdot`
+//! (FEAT_DotProd) and `smmla` (FEAT_I8MM). Each loop keeps
 //! `accumulators` independent i32 chains `acc += dot(a, b)` in registers,
 //! as the FMA loops do (`fma.rs`), so the loop is throughput-bound; no
 //! memory is touched inside it.
@@ -11,8 +11,11 @@
 //! (`tables::Work::flops`: an integer multiply-add is two operations), so a
 //! kernel's GOP/s over this peak is a fraction of the same unit: one
 //! `vpdpbusd zmm` is 16 lanes × 4 multiply-adds = 128 operations, one
-//! `vpmaddubsw ymm` 16 i16 lanes × 2 = 64, one `sdot` 4 × 4 × 2 = 32, one
-//! `smmla` (a 2×8 by 8×2 product) 2 × 2 × 8 × 2 = 64.
+//! `vpmaddubsw ymm` 16 i16 lanes × 2 = 64, one `tdpbssd` (a 16×64 by
+//! 64×16 product into a 16×16 tile) 16 × 16 × 64 × 2 = 32768, one `sdot`
+//! 4 × 4 × 2 = 32, one `smmla` (a 2×8 by 8×2 product) 2 × 2 × 8 × 2 = 64.
+//! For AMX the "registers" are tiles: the operands one 16 × 64-byte tile
+//! each, an accumulator a 16 × 16 tile of i32.
 
 use crate::error::BenchError;
 use serde::{Deserialize, Serialize};
@@ -29,6 +32,9 @@ pub enum Int8Isa {
     AvxVnni,
     /// `vpdpbusd` on 512-bit registers (AVX512_VNNI).
     Avx512Vnni,
+    /// `tdpbssd` on AMX tiles: signed × signed bytes, 16 × 16 i32 sums of
+    /// 64 products each.
+    Amx,
     /// `sdot v.4s, v.16b, v.16b`.
     NeonDotprod,
     /// `smmla v.4s, v.16b, v.16b`.
@@ -36,10 +42,11 @@ pub enum Int8Isa {
 }
 
 impl Int8Isa {
-    pub const ALL: [Int8Isa; 5] = [
+    pub const ALL: [Int8Isa; 6] = [
         Int8Isa::Avx2,
         Int8Isa::AvxVnni,
         Int8Isa::Avx512Vnni,
+        Int8Isa::Amx,
         Int8Isa::NeonDotprod,
         Int8Isa::NeonI8mm,
     ];
@@ -49,6 +56,7 @@ impl Int8Isa {
             Int8Isa::Avx2 => "avx2",
             Int8Isa::AvxVnni => "avx_vnni",
             Int8Isa::Avx512Vnni => "avx512_vnni",
+            Int8Isa::Amx => "amx",
             Int8Isa::NeonDotprod => "neon_dotprod",
             Int8Isa::NeonI8mm => "neon_i8mm",
         }
@@ -67,19 +75,22 @@ impl Int8Isa {
         self != Int8Isa::Avx2
     }
 
-    /// Bytes per operand register.
+    /// Bytes per operand register (AMX: per operand tile, 16 rows of 64).
     pub fn bytes(self) -> usize {
         match self {
             Int8Isa::Avx2 | Int8Isa::AvxVnni => 32,
             Int8Isa::Avx512Vnni => 64,
+            Int8Isa::Amx => AMX_TILE,
             Int8Isa::NeonDotprod | Int8Isa::NeonI8mm => 16,
         }
     }
 
-    /// Accumulator lanes per register: i16 for AVX2's sums, else i32.
+    /// Accumulator lanes per register: i16 for AVX2's sums, else i32 (AMX:
+    /// a 16 × 16 tile).
     pub fn lanes(self) -> usize {
         match self {
             Int8Isa::Avx2 => self.bytes() / 2,
+            Int8Isa::Amx => 16 * 16,
             i => i.bytes() / 4,
         }
     }
@@ -99,15 +110,18 @@ impl Int8Isa {
     pub fn accumulators(self) -> usize {
         match self {
             Int8Isa::Avx2 | Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => X86_ACC,
+            Int8Isa::Amx => AMX_ACC,
             Int8Isa::NeonDotprod | Int8Isa::NeonI8mm => NEON_ACC,
         }
     }
 
     /// Multiply-adds of one instruction: 4 per i32 lane for a dot product,
-    /// 2 per i16 lane for `vpmaddubsw`, 8 per output of the 2×2 `smmla` tile.
+    /// 2 per i16 lane for `vpmaddubsw`, 8 per output of the 2×2 `smmla` tile,
+    /// 64 per output of the AMX tile.
     pub fn macs_per_instruction(self) -> usize {
         match self {
             Int8Isa::Avx2 => 2 * self.lanes(),
+            Int8Isa::Amx => 64 * self.lanes(),
             Int8Isa::NeonI8mm => 4 * 8,
             i => 4 * i.lanes(),
         }
@@ -126,6 +140,8 @@ impl Int8Isa {
             Int8Isa::Avx512Vnni => {
                 is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni")
             }
+            // Detection there also asks Linux for the tile state.
+            Int8Isa::Amx => tiletune_kernels::Isa::Amx.is_available(),
             #[cfg(target_arch = "aarch64")]
             Int8Isa::NeonDotprod => std::arch::is_aarch64_feature_detected!("dotprod"),
             #[cfg(target_arch = "aarch64")]
@@ -153,7 +169,10 @@ impl Int8Isa {
     /// signed bytes, four per lane; `vpmaddubsw` likewise two per i16 lane,
     /// the pair's sum saturated to i16; `sdot` both signed; `smmla` takes `a`
     /// and `b` as 2×8 row-major matrices and adds `a · bᵀ` in the lane order
-    /// `[a0·b0, a0·b1, a1·b0, a1·b1]`.
+    /// `[a0·b0, a0·b1, a1·b0, a1·b1]`; `tdpbssd` takes `a` as 16 rows of 64
+    /// signed bytes and `b` as 16 rows of 16 groups of 4 (row `r`, group `n`:
+    /// values `4r .. 4r + 4` of column `n`), and adds to lane `16m + n`
+    /// `Σ_k a[m][k] · b[k / 4][4n + k % 4]`.
     pub fn step(self, a: &[i8], b: &[i8]) -> Vec<i32> {
         let dot = |x: &[i8], y: &[i8], unsigned_x: bool| -> i32 {
             x.iter()
@@ -180,6 +199,14 @@ impl Int8Isa {
             Int8Isa::NeonI8mm => [(0, 0), (0, 1), (1, 0), (1, 1)]
                 .map(|(i, j)| dot(&a[8 * i..8 * i + 8], &b[8 * j..8 * j + 8], false))
                 .to_vec(),
+            Int8Isa::Amx => (0..self.lanes())
+                .map(|l| {
+                    let (m, n) = (l / 16, l % 16);
+                    (0..64)
+                        .map(|k| a[64 * m + k] as i32 * b[64 * (k / 4) + 4 * n + k % 4] as i32)
+                        .sum()
+                })
+                .collect(),
         }
     }
 }
@@ -188,6 +215,11 @@ impl Int8Isa {
 const X86_ACC: usize = 12;
 /// 16 of 32 NEON registers, as the NEON FMA loop.
 const NEON_ACC: usize = 16;
+/// Four accumulator tiles of the eight, as the 2 × 2 blocking of a GEMM
+/// keeps them; the other two hold the operands.
+const AMX_ACC: usize = 4;
+/// Bytes of one AMX operand tile: 16 rows of 64.
+const AMX_TILE: usize = 16 * 64;
 
 /// Runs `iters` iterations of the lane's loop on the operand registers `a`
 /// and `b` (`bytes()` each). Accumulator `k` starts at `init[k]` in every
@@ -223,7 +255,7 @@ pub fn int8_loop(
         });
     }
     match isa {
-        // SAFETY (all five): availability and the buffer sizes were checked just above.
+        // SAFETY (all six): availability and the buffer sizes were checked just above.
         #[cfg(target_arch = "x86_64")]
         Int8Isa::Avx2 => unsafe { super::int8_x86::avx2::<X86_ACC>(iters, a, b, init, out) },
         #[cfg(target_arch = "x86_64")]
@@ -232,6 +264,8 @@ pub fn int8_loop(
         Int8Isa::Avx512Vnni => unsafe {
             super::int8_x86::avx512_vnni::<X86_ACC>(iters, a, b, init, out)
         },
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Amx => unsafe { super::int8_x86::amx(iters, a, b, init, out) },
         #[cfg(target_arch = "aarch64")]
         Int8Isa::NeonDotprod => unsafe {
             super::int8_neon::dotprod::<NEON_ACC>(iters, a, b, init, out)
@@ -306,6 +340,16 @@ mod tests {
         a[0] = 2;
         b[8] = 5;
         assert_eq!(Int8Isa::NeonI8mm.step(&a, &b), vec![0, 10, 0, 0]);
+        // tdpbssd: lane 16m + n takes row m of a and column n of b, whose
+        // value k is byte 4n + k % 4 of b's row k / 4; both signed.
+        let mut a = vec![0i8; 1024];
+        let mut b = vec![0i8; 1024];
+        a[64 + 5] = -2;
+        b[64 + 4 * 3 + 1] = 7;
+        let step = Int8Isa::Amx.step(&a, &b);
+        assert_eq!(step[16 + 3], -14);
+        assert_eq!(step.iter().filter(|&&x| x != 0).count(), 1);
+        assert_eq!(Int8Isa::Amx.ops(1), 2 * 16 * 16 * 64 * 4);
         assert_eq!(Int8Isa::Avx512Vnni.ops(1), 2 * 64 * 12);
         assert_eq!(Int8Isa::NeonDotprod.ops(1), 2 * 16 * 16);
         assert_eq!(Int8Isa::NeonI8mm.ops(1), 2 * 32 * 16);

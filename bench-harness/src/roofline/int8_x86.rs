@@ -1,4 +1,4 @@
-//! AVX2, AVX-VNNI and AVX-512 VNNI int8 peak loops (see `int8.rs` for the design).
+//! AVX2, AVX-VNNI, AVX-512 VNNI and AMX int8 peak loops (see `int8.rs` for the design).
 
 use std::arch::x86_64::*;
 
@@ -133,5 +133,65 @@ pub unsafe fn avx512_vnni<const ACC: usize>(
     for (k, r) in acc.iter().enumerate() {
         // SAFETY: out holds ACC * 16 i32; unaligned store.
         unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(k * 16).cast(), *r) };
+    }
+}
+
+/// Four chains of 16 × 16 i32 tiles (tmm0..tmm3) with `tdpbssd` on one
+/// 16 × 64-byte operand tile each (tmm4, tmm5). The tiles are configured
+/// for this call and released after it.
+///
+/// # Safety
+/// The CPU must run AMX-INT8 with the tile state granted
+/// (`tiletune_kernels::Isa::Amx` available); `a.len() == b.len() == 1024`,
+/// `init.len() == 4`, `out.len() == 4 * 256`.
+pub unsafe fn amx(iters: usize, a: &[i8], b: &[i8], init: &[i32], out: &mut [i32]) {
+    debug_assert!(a.len() == 1024 && b.len() == 1024 && init.len() == 4 && out.len() == 1024);
+    use std::arch::asm;
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+    let mut c = Config([0; 64]);
+    c.0[0] = 1;
+    for t in 0..6 {
+        c.0[16 + 2 * t] = 64;
+        c.0[48 + t] = 16;
+    }
+    let start: Vec<i32> = init.iter().flat_map(|&x| [x; 256]).collect();
+    // SAFETY: a valid palette-1 configuration on a CPU with AMX; every
+    // tile load and store stays inside a 1024-byte operand or a 256-i32
+    // accumulator of `start` / `out` (16 rows, 64 bytes apart); the tile
+    // instructions between touch no memory.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) c.0.as_ptr(), options(nostack, readonly));
+        let (s, l) = (start.as_ptr(), 64usize);
+        asm!(
+            "tileloadd tmm0, [{s} + {l}*1]",
+            "tileloadd tmm1, [{s1} + {l}*1]",
+            "tileloadd tmm2, [{s2} + {l}*1]",
+            "tileloadd tmm3, [{s3} + {l}*1]",
+            "tileloadd tmm4, [{a} + {l}*1]",
+            "tileloadd tmm5, [{b} + {l}*1]",
+            s = in(reg) s, s1 = in(reg) s.add(256), s2 = in(reg) s.add(512),
+            s3 = in(reg) s.add(768), a = in(reg) a.as_ptr(), b = in(reg) b.as_ptr(), l = in(reg) l,
+            options(nostack, readonly),
+        );
+        for _ in 0..iters {
+            asm!(
+                "tdpbssd tmm0, tmm4, tmm5",
+                "tdpbssd tmm1, tmm4, tmm5",
+                "tdpbssd tmm2, tmm4, tmm5",
+                "tdpbssd tmm3, tmm4, tmm5",
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        let o = out.as_mut_ptr();
+        asm!(
+            "tilestored [{o} + {l}*1], tmm0",
+            "tilestored [{o1} + {l}*1], tmm1",
+            "tilestored [{o2} + {l}*1], tmm2",
+            "tilestored [{o3} + {l}*1], tmm3",
+            "tilerelease",
+            o = in(reg) o, o1 = in(reg) o.add(256), o2 = in(reg) o.add(512), o3 = in(reg) o.add(768),
+            l = in(reg) l, options(nostack),
+        );
     }
 }
