@@ -23,8 +23,8 @@
 //! tmm5), with two of activations and weights (tmm1/tmm2, tmm7/tmm6),
 //! used by consecutive blocks in turn, so that the tile instructions of
 //! the next [`AHEAD`] blocks run while one block's sums are scaled. A
-//! call's last rows, when fewer than a tile's, are copied into a tile of
-//! zero rows by the driver, so one configuration serves a whole call
+//! call's last rows, when fewer than a tile's, are copied by the driver
+//! into a whole tile with zero blocks below them, so one configuration serves a whole call
 //! (`ldtilecfg` is not cheap) and no tile reads past the activations.
 
 use super::{ActBlock, PANEL_BLOCK_ZMM as PANEL_BLOCK};
@@ -83,9 +83,9 @@ impl Drop for Tiles {
     }
 }
 
-/// Blocks whose sums are in flight while one is scaled: each block's tile
-/// store must reach the cache before its sums can be loaded, a latency
-/// that one block's scaling does not cover.
+/// Blocks whose sums are formed ahead of the one being scaled. One: two
+/// and three ahead measured no faster (docs/PERF.md, "An AMX panel tile
+/// for Q4_0"); the tile work and the scaling overlap little either way.
 const AHEAD: usize = 1;
 
 /// One block's sums: the activation bytes at `a` (32 per row, rows

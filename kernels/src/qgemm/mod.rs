@@ -394,12 +394,10 @@ impl QGemmParams {
                 panel: true,
             };
         }
-        // On AVX-512 VNNI (Zen 4) the panel measured 1.5–4% faster from
-        // 128 rows at every k of Qwen2.5-0.5B's projections, and even at
-        // 64 (docs/PERF.md, "the panel on AVX-512"): it saves only the
-        // unpacking, and the tile's 8 rows keep their sums in registers
-        // whatever the panel's size.
-        if isa == Isa::Amx && panels(isa, shape.format) && shape.m >= 16 {
+        // AMX's panel tile from one whole tile of rows: on Qwen2.5-0.5B's
+        // Q4_0 prefill it measured 1.14× (one thread) and 1.02× (two) the
+        // VNNI panel (docs/PERF.md, "An AMX panel tile for Q4_0").
+        if isa == Isa::Amx && panels(isa, shape.format) && shape.m >= AMX_MR {
             return QGemmParams {
                 mr: AMX_MR,
                 nr,
@@ -408,6 +406,11 @@ impl QGemmParams {
                 panel: true,
             };
         }
+        // On AVX-512 VNNI (Zen 4) the panel measured 1.5–4% faster from
+        // 128 rows at every k of Qwen2.5-0.5B's projections, and even at
+        // 64 (docs/PERF.md, "the panel on AVX-512"): it saves only the
+        // unpacking, and the tile's 8 rows keep their sums in registers
+        // whatever the panel's size.
         if isa == Isa::Avx512Vnni && panels(isa, shape.format) && shape.m >= 128 {
             return QGemmParams {
                 mr,
