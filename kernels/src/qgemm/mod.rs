@@ -221,7 +221,8 @@ pub fn heights(isa: Isa, panel: bool) -> &'static [usize] {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QGemmParams {
     /// Activation rows per register tile (each weight chunk loaded once is
-    /// used `mr` times): one of [`MRS`].
+    /// used `mr` times): one of [`MRS`], or for the AMX panel tile also
+    /// [`AMX_MR`] ([`heights`]).
     pub mr: usize,
     /// Weight rows interleaved per group (the repack layout): one of
     /// [`INTERLEAVES`], and one the variant reads ([`interleaves`]).
@@ -254,14 +255,15 @@ pub struct QGemmParams {
     #[serde(default = "default_ku")]
     pub ku: usize,
     /// Unpack each weight group once into a panel that every activation
-    /// row reads ([`panels`]: AVX2 and AVX-512 VNNI, Q4_0), instead of in
+    /// row reads ([`panels`]: AVX2, AVX-512 VNNI and AMX, Q4_0), instead of in
     /// every register tile. On AVX2 the panel holds the values as signed
     /// bytes and each column's block offset, and the activations are
     /// biased to unsigned once per call, so a tile does no unpacking and
     /// one vector subtraction per row and block for the offset
     /// (docs/PERF.md, "the panel tile"); on AVX-512 VNNI it holds the
     /// register tile's unsigned operands and the sums start at the offset
-    /// ("the panel on AVX-512"). Same packing, same sums: the results do
+    /// ("the panel on AVX-512"); for AMX, signed values in the tile
+    /// instruction's layout (`amx.rs`). Same packing, same sums: the results do
     /// not change. Tables from before it existed read as false, what the
     /// kernels then did.
     #[serde(default)]
