@@ -941,13 +941,15 @@ fn bad_configurations_are_refused() {
         });
         assert!(refused(&q2));
     }
-    // A panel tile the variant lacks for the format (none reads Q8_0),
+    // A panel tile the variant lacks for the format (none reads Q6_K),
     // and a panel with a k-unroll.
-    assert!(!panels(q.isa, f));
-    let q3 = q.params(QGemmParams {
+    let isa6 = *available(QuantFormat::Q6K).last().unwrap();
+    let q3 = QGemm::new(QuantFormat::Q6K).isa(isa6).params(QGemmParams {
         panel: true,
+        nr: interleaves(isa6)[0],
         ..q.params
     });
+    assert!(!panels(isa6, QuantFormat::Q6K));
     assert!(refused(&q3));
     #[cfg(target_arch = "x86_64")]
     if Isa::Avx2.is_available() {

@@ -1,23 +1,28 @@
-//! AMX-INT8 panel tile for Q4_0 at interleave 16: one `tdpbssd` forms a
-//! block's i32 sums for up to 16 activation rows × 16 columns, which
-//! AVX-512 then scales.
+//! AMX-INT8 panel tile at interleave 16: one `tdpbssd` forms a block's
+//! i32 sums for up to 16 activation rows × 16 columns, which AVX-512 then
+//! scales. Every format with one scale per 32-value block: Q4_0, Q4_1 and
+//! Q4_K, Q5_0, Q5_1 and Q5_K, Q8_0, MXFP4 (not Q6_K, whose half-blocks
+//! have a scale each).
 //!
 //! As on AVX-512 VNNI, each weight group (16 columns) is unpacked once per
-//! call into a panel that every row tile reads (`avx512::fill_panel` with
-//! `AMX` true), here as signed values
-//! `q − 8` in the tile instruction's layout: block `b` is 8 rows of 64
-//! bytes, row `r` holding values `4r .. 4r + 4` of the block for each of
-//! the 16 columns (4 bytes per column), then the 16 scales as f32. The
-//! activations' 32 quant bytes are then the other operand where they lie:
-//! one tile row per activation row, strided by the row's blocks. The sums
-//! are exactly the block sums every variant forms, and the scaling is the
-//! VNNI panel tile's (separately rounded multiplies and adds, block by
-//! block in order), so the results are bit-identical to the scalar
-//! micro-kernel.
+//! call into a panel that every row tile reads ([`fill_panel`]), here as
+//! signed values in the tile instruction's layout: block `b` is 8 rows of
+//! 64 bytes, row `r` holding values `4r .. 4r + 4` of the block for each
+//! of the 16 columns (4 bytes per column), then the 16 scales as f32, then
+//! (Q4_1, Q5_1 and their K-quants) the 16 mins. The values are the
+//! formats' codes less their offsets (Q4_0 `q − 8`, Q5_0 `q − 16`, MXFP4
+//! its doubled E2M1 value), or the codes themselves for the kinds with a
+//! min and for Q8_0. The activations' 32 quant bytes are then the other
+//! operand where they lie: one tile row per activation row, strided by
+//! the row's blocks. The sums are exactly the block sums every variant
+//! forms (the register tiles subtract the offset times the activation sum
+//! afterwards, in i32), and the scaling is the register tiles' (separately
+//! rounded multiplies and adds, block by block in order), so the results
+//! are bit-identical to the scalar micro-kernel.
 //!
 //! The block is 32 values, so each tile instruction does half the work its
-//! 64-byte rows allow: Q4_0's per-block scales need each block's sums
-//! apart. The scaling, not the tile instruction, is what bounds this tile.
+//! 64-byte rows allow: the per-block scales need each block's sums apart.
+//! The scaling, not the tile instruction, is what bounds this tile.
 //!
 //! Tile registers ([`Tiles`]): four sets of sums (tmm0, tmm3, tmm4,
 //! tmm5), with two of activations and weights (tmm1/tmm2, tmm7/tmm6),
@@ -27,7 +32,9 @@
 //! into a whole tile with zero blocks below them, so one configuration serves a whole call
 //! (`ldtilecfg` is not cheap) and no tile reads past the activations.
 
-use super::{ActBlock, PANEL_BLOCK_ZMM as PANEL_BLOCK};
+use super::avx512::{nibble_values, scales, seconds, supers};
+use super::pack::{Kind, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, SC_E8M0, SC_F16, SC_KSUB};
+use super::{ActBlock, Job, PANEL_BLOCK_AMX as PANEL_BLOCK};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -127,14 +134,15 @@ unsafe fn sums<const SET: u8>(a: *const u8, stride: usize, w: *const u8, c: *mut
 struct Sums([i32; 16 * 16]);
 
 /// `acc[i] += (d_w · d_x[i]) · Σ[i]` for block `b` of activation rows
-/// `ab + i·nb` (the VNNI panel tile's scaling).
+/// `ab + i·nb`, plus `m_w · s_x[i]` before the add with a min (`MIN`):
+/// the register tiles' scaling.
 ///
 /// # Safety
 /// Needs AVX-512 F; block `b` of `MR` rows at `ab`, `nb` blocks apart.
 #[inline(always)]
-unsafe fn scale<const MR: usize>(
+unsafe fn scale<const MR: usize, const MIN: bool>(
     acc: &mut [__m512; MR],
-    dw: __m512,
+    (dw, mw): (__m512, __m512),
     s: &Sums,
     (ab, nb, b): (*const ActBlock, usize, usize),
 ) {
@@ -142,23 +150,27 @@ unsafe fn scale<const MR: usize>(
         // SAFETY: forwarded from the caller; row i < 16 of the sums,
         // aligned.
         unsafe {
-            let dx = (*ab.add(i * nb + b)).d();
+            let x = &*ab.add(i * nb + b);
             let si = _mm512_cvtepi32_ps(_mm512_load_si512(s.0.as_ptr().add(16 * i).cast()));
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, si));
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+            let mut t = _mm512_mul_ps(dd, si);
+            if MIN {
+                t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
+            }
+            *a = _mm512_add_ps(*a, t);
         }
     }
 }
 
 /// Rows `i0 .. i0 + MR` of `acts` × the panel's 16 columns into `out` (row
-/// `i` at `16·i`), [`AHEAD`] blocks in flight.
+/// `i` at `16·i`), [`AHEAD`] blocks in flight; `MIN`: the panel has mins.
 ///
 /// # Safety
 /// Needs AVX-512 F/BW and AMX with the tiles configured for `MR`-row
 /// tiles; the panel filled for `nb` blocks; rows `i0 .. i0 + MR` inside
 /// `acts` (`nb` blocks each); `out` ≥ `MR · 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn panel_q4_0<const MR: usize>(
+unsafe fn panel<const MR: usize, const MIN: bool>(
     acts: &[ActBlock],
     nb: usize,
     panel: *const u8,
@@ -195,11 +207,17 @@ unsafe fn panel_q4_0<const MR: usize>(
         if b + AHEAD < nb {
             issue(b + AHEAD);
         }
-        // SAFETY: the panel's scales of block b (aligned); block b of
-        // rows i0.. .
+        // SAFETY: the panel's scales (and mins) of block b (aligned);
+        // block b of rows i0.. .
         unsafe {
-            let dw = _mm512_load_ps(panel.add(b * PANEL_BLOCK + 512).cast());
-            scale(&mut acc, dw, &*sp.add(b % 4), (ab, nb, b));
+            let pb = panel.add(b * PANEL_BLOCK);
+            let dw = _mm512_load_ps(pb.add(512).cast());
+            let mw = if MIN {
+                _mm512_load_ps(pb.add(576).cast())
+            } else {
+                _mm512_setzero_ps()
+            };
+            scale::<MR, MIN>(&mut acc, (dw, mw), &*sp.add(b % 4), (ab, nb, b));
         }
     }
     for (i, a) in acc.iter().enumerate() {
@@ -208,27 +226,154 @@ unsafe fn panel_q4_0<const MR: usize>(
     }
 }
 
-/// Rows `i0 .. i0 + mr` of `acts` (`nb` blocks each) × the panel's 16
+/// Rows `i0 .. i0 + mr` of `acts` (`job.nb` blocks each: the job's
+/// activations or the driver's copy of its last rows) × the panel's 16
 /// columns (mr ∈ 1, 2, 4, 8, 16).
 ///
 /// # Safety
-/// As for [`panel_q4_0`], with the tiles configured for `mr`.
+/// As for [`panel`], the panel filled from `job` ([`fill_panel`]) and the
+/// tiles configured for `mr`.
 pub(super) unsafe fn panel_tile(
+    job: &Job<'_>,
     acts: &[ActBlock],
-    nb: usize,
     panel: *const u8,
     i0: usize,
     mr: usize,
     out: &mut [f32],
 ) {
+    let nb = job.nb;
+    macro_rules! by_mr {
+        ($min:literal) => {
+            match mr {
+                16 => self::panel::<16, $min>(acts, nb, panel, i0, out),
+                8 => self::panel::<8, $min>(acts, nb, panel, i0, out),
+                4 => self::panel::<4, $min>(acts, nb, panel, i0, out),
+                2 => self::panel::<2, $min>(acts, nb, panel, i0, out),
+                _ => self::panel::<1, $min>(acts, nb, panel, i0, out),
+            }
+        };
+    }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match mr {
-            16 => panel_q4_0::<16>(acts, nb, panel, i0, out),
-            8 => panel_q4_0::<8>(acts, nb, panel, i0, out),
-            4 => panel_q4_0::<4>(acts, nb, panel, i0, out),
-            2 => panel_q4_0::<2>(acts, nb, panel, i0, out),
-            _ => panel_q4_0::<1>(acts, nb, panel, i0, out),
+        // The kinds with a min (Q6_K, the other kind with a second
+        // value, has no panel).
+        if job.kind.has_m() {
+            by_mr!(true)
+        } else {
+            by_mr!(false)
+        }
+    }
+}
+
+/// [`fill`]'s `X` for int8 values (Q8_0), beside the nibble kinds' `X`.
+const INT8: u8 = u8::MAX;
+
+/// Unpacks group `g` (16 columns) of `job` into `panel` (module doc), once
+/// for every row tile of the call: `X` the values' kind ([`NIB`],
+/// [`NIB_FIVE`], [`NIB_LUT`] or [`INT8`]), `MIN` whether the format has a
+/// min, `SC` how its scales are stored. The scales and mins are the
+/// register tiles' own f32 values ([`scales`], [`seconds`]).
+///
+/// # Safety
+/// Needs AVX-512 F/BW; `job` of the kind `X`, `MIN` and `SC` describe at
+/// interleave 16, `g` one of its groups; `panel` holds `nb` blocks,
+/// 64-byte aligned.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn fill<const X: u8, const MIN: bool, const SC: u8>(
+    job: &Job<'_>,
+    g: usize,
+    panel: *mut u8,
+) {
+    debug_assert!(job.nr == 16);
+    let nb = job.nb;
+    let five = X == NIB_FIVE;
+    let mask = _mm512_set1_epi8(0x0F);
+    // MXFP4's table for [`nibble_values`]. SAFETY: the table is 16 bytes.
+    let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
+    // The offset the kinds without a min store their values above (0
+    // for the others).
+    let off = _mm512_set1_epi8(job.kind.offset() as i8);
+    // Bytes per block: the int8 values, or the fifth-bit plane and the
+    // nibbles.
+    let planes = 64 * five as usize;
+    let bs = if X == INT8 { 512 } else { planes + 256 };
+    // SAFETY: group g holds nb blocks of bs quant bytes.
+    let qb = unsafe { job.qs.as_ptr().add(g * nb * bs) };
+    let (mut sdv, mut smv) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for b in 0..nb {
+        let gb = g * nb + b;
+        if b % 8 == 0 {
+            // SAFETY: super-block b / 8 of group g (K-quants).
+            (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+        }
+        if job.pf > 0 {
+            for l in 0..bs / 64 {
+                _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add((b + job.pf) * bs + 64 * l).cast());
+            }
+        }
+        // SAFETY: block b of group g is bs bytes at qb + b·bs; the stores
+        // stay inside block b of the panel (values at 0..512, scales at
+        // 512, mins at 576); the scales (and mins) of block gb.
+        unsafe {
+            let (q, pb) = (qb.add(b * bs), panel.add(b * PANEL_BLOCK));
+            if X == INT8 {
+                // The packed chunks are the tile's rows already.
+                for c in 0..8 {
+                    let v = _mm512_loadu_si512(q.add(64 * c).cast());
+                    _mm512_store_si512(pb.add(64 * c).cast(), v);
+                }
+            } else {
+                // The fifth-bit plane, moved to bit 4 chunk by chunk as
+                // the register tiles move it.
+                let (mut hl, mut hh) = if five {
+                    let h = _mm512_loadu_si512(q.cast());
+                    (_mm512_slli_epi16::<4>(h), h)
+                } else {
+                    (_mm512_setzero_si512(), _mm512_setzero_si512())
+                };
+                for c in 0..4 {
+                    let v = _mm512_loadu_si512(q.add(planes + 64 * c).cast());
+                    let (lo, hi) = nibble_values::<X>(
+                        (
+                            _mm512_and_si512(v, mask),
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
+                        ),
+                        lut,
+                        (&mut hl, &mut hh),
+                    );
+                    _mm512_store_si512(pb.add(64 * c).cast(), _mm512_sub_epi8(lo, off));
+                    _mm512_store_si512(pb.add(256 + 64 * c).cast(), _mm512_sub_epi8(hi, off));
+                }
+            }
+            _mm512_store_ps(pb.add(512).cast(), scales::<SC>(job, gb, sdv));
+            if MIN {
+                _mm512_store_ps(pb.add(576).cast(), seconds::<SC>(job, gb, smv));
+            }
+        }
+    }
+}
+
+/// Unpacks group `g` of `job` into `panel` ([`fill`] for its kind and
+/// scales).
+///
+/// # Safety
+/// Needs AVX-512 F/BW; `job` at interleave 16 of a format AMX has a panel
+/// for (`super::panels`), `g` one of its groups; `panel` holds `nb`
+/// blocks, 64-byte aligned.
+pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
+    // SAFETY (all arms): forwarded from the caller, each arm the kind and
+    // scale mode it was packed with.
+    unsafe {
+        match (job.kind, job.sc.mode) {
+            (Kind::Q4_0, SC_F16) => fill::<NIB, false, SC_F16>(job, g, panel),
+            (Kind::Q4_1, SC_F16) => fill::<NIB, true, SC_F16>(job, g, panel),
+            (Kind::Q4_1, SC_KSUB) => fill::<NIB, true, SC_KSUB>(job, g, panel),
+            (Kind::Q5_0, SC_F16) => fill::<NIB_FIVE, false, SC_F16>(job, g, panel),
+            (Kind::Q5_1, SC_F16) => fill::<NIB_FIVE, true, SC_F16>(job, g, panel),
+            (Kind::Q5_1, SC_KSUB) => fill::<NIB_FIVE, true, SC_KSUB>(job, g, panel),
+            (Kind::Mxfp4, SC_E8M0) => fill::<NIB_LUT, false, SC_E8M0>(job, g, panel),
+            (Kind::I8, SC_F16) => fill::<INT8, false, SC_F16>(job, g, panel),
+            (kind, mode) => unreachable!("no AMX panel for {kind:?} with scale mode {mode}"),
         }
     }
 }

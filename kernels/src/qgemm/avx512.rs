@@ -39,6 +39,34 @@ fn q6_pairs(c: usize, even: __m512i, odd: __m512i) -> __m512i {
     }
 }
 
+/// One chunk's low and high nibbles `lo`, `hi` as the values of nibble
+/// kind `X`: MXFP4's codes through its table (`lut`, [`MXFP4_LUT`] in
+/// every 128-bit lane: `vpshufb` looks up per lane), the 5-bit kinds' fifth
+/// bits merged from the planes `hl`, `hh` (chunk `c`'s bits at bit 4 after
+/// `c` one-bit shifts; 16-bit shifts keep bit 4 within its byte), which
+/// move on to the next chunk's. Plain nibbles are returned as they are.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) fn nibble_values<const X: u8>(
+    (mut lo, mut hi): (__m512i, __m512i),
+    lut: __m512i,
+    (hl, hh): (&mut __m512i, &mut __m512i),
+) -> (__m512i, __m512i) {
+    if X == NIB_LUT {
+        lo = _mm512_shuffle_epi8(lut, lo);
+        hi = _mm512_shuffle_epi8(lut, hi);
+    }
+    if X == NIB_FIVE {
+        let bit4 = _mm512_set1_epi8(0x10);
+        // a | (b & c): truth table 0xF8.
+        lo = _mm512_ternarylogic_epi32::<0xF8>(lo, *hl, bit4);
+        hi = _mm512_ternarylogic_epi32::<0xF8>(hi, *hh, bit4);
+        *hl = _mm512_srli_epi16::<1>(*hl);
+        *hh = _mm512_srli_epi16::<1>(*hh);
+    }
+    (lo, hi)
+}
+
 /// The 4 activation bytes at `p`, broadcast to every i32 lane.
 ///
 /// # Safety
@@ -131,7 +159,7 @@ fn e8m0_ps(e: __m512i) -> __m512 {
 /// The job's streams for `SC` hold block `gb` (interleave 16).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512 {
+pub(super) unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512 {
     let at = gb * 16;
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -153,7 +181,7 @@ unsafe fn scales<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512 
 /// As for [`scales`], for a kind with second values.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512 {
+pub(super) unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512 {
     let at = gb * 16;
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -171,7 +199,7 @@ unsafe fn seconds<const SC: u8>(job: &Job<'_>, gb: usize, sup: __m512) -> __m512
 /// As for [`scales`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m512, __m512) {
+pub(super) unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m512, __m512) {
     if SC != SC_KSUB {
         return (_mm512_setzero_ps(), _mm512_setzero_ps());
     }
@@ -211,9 +239,8 @@ macro_rules! tiles {
             debug_assert!(job.nr == 16 && out.len() >= MR * 16);
             debug_assert!(job.acts.len() >= (i0 + MR) * nb);
             let mask = _mm512_set1_epi8(0x0F);
-            let bit4 = _mm512_set1_epi8(0x10);
-            let (five, six, table) = (X == NIB_FIVE, X == NIB_SIX, X == NIB_LUT);
-            // MXFP4's table in every 128-bit lane (vpshufb looks up per lane).
+            let (five, six) = (X == NIB_FIVE, X == NIB_SIX);
+            // MXFP4's table for [`nibble_values`].
             // SAFETY: the table is 16 bytes.
             let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
             // Bytes per block: 16 rows × (4 bytes per plane + 16 nibble bytes).
@@ -284,7 +311,7 @@ macro_rules! tiles {
                     // SAFETY: chunk c of block b (after its planes) is 64
                     // bytes inside the group.
                     let v = unsafe { _mm512_loadu_si512(qb.add(b * bs + planes + 64 * c).cast()) };
-                    let (mut lo, mut hi) = if six {
+                    let (lo, hi) = if six {
                         // Nibble bits from v, bits 4..7 from the pairs (whose
                         // bits 6 and 7 are clear): c ? a : b, truth table 0xE4.
                         (
@@ -305,17 +332,7 @@ macro_rules! tiles {
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
                         )
                     };
-                    if table {
-                        lo = _mm512_shuffle_epi8(lut, lo);
-                        hi = _mm512_shuffle_epi8(lut, hi);
-                    }
-                    if five {
-                        // a | (b & c): truth table 0xF8.
-                        lo = _mm512_ternarylogic_epi32::<0xF8>(lo, hl, bit4);
-                        hi = _mm512_ternarylogic_epi32::<0xF8>(hi, hh, bit4);
-                        hl = _mm512_srli_epi16::<1>(hl);
-                        hh = _mm512_srli_epi16::<1>(hh);
-                    }
+                    let (lo, hi) = nibble_values::<X>((lo, hi), lut, (&mut hl, &mut hh));
                     for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                         let (xl, xh) = unsafe {
@@ -597,30 +614,18 @@ pub(super) unsafe fn panel_tile(
 }
 
 /// Unpacks group `g` (16 columns) of a Q4_0 job into `panel`, once for
-/// every row tile of the call. Block `b` at `576·b`: 512 bytes of values,
-/// then the 16 scales as f32 (`vcvtph2ps`, exact). The values, for the
-/// register tile (`AMX` false): chunk `c`'s low nibbles at `128c` and high
-/// nibbles at `128c + 64` as bytes 0..15, its operands; for the AMX tile
-/// (`AMX` true, `amx.rs`): the low nibbles at `64c` and the high ones at
-/// `256 + 64c`, as `q − 8` (signed), so the 8 rows of 64 bytes hold values
-/// `4r .. 4r + 4` of the block in row `r`, the tile instruction's layout.
+/// every row tile of the call. Block `b` at `576·b`: chunk `c`'s low
+/// nibbles at `128c` and high nibbles at `128c + 64` as bytes 0..15 (the
+/// tile's operands), then the 16 scales as f32 (`vcvtph2ps`, exact).
 ///
 /// # Safety
 /// Needs AVX-512 F/BW; `job` is Q4_0 with f16 scales at interleave 16,
 /// `g` one of its groups; `panel` holds `nb` blocks, 64-byte aligned.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-pub(super) unsafe fn fill_panel<const AMX: bool>(job: &Job<'_>, g: usize, panel: *mut u8) {
+pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
     debug_assert!(job.kind == Kind::Q4_0 && job.sc.mode == SC_F16 && job.nr == 16);
     let nb = job.nb;
     let mask = _mm512_set1_epi8(0x0F);
-    let value = |v: __m512i| {
-        if AMX {
-            _mm512_sub_epi8(v, _mm512_set1_epi8(8))
-        } else {
-            v
-        }
-    };
-    let (lo_at, hi_at) = if AMX { (64, 256) } else { (128, 64) };
     // SAFETY: group g holds nb blocks of 256 quant bytes.
     let qb = unsafe { job.qs.as_ptr().add(g * nb * 256) };
     for b in 0..nb {
@@ -636,10 +641,9 @@ pub(super) unsafe fn fill_panel<const AMX: bool>(job: &Job<'_>, g: usize, panel:
             let pb = panel.add(b * PANEL_BLOCK);
             for c in 0..4 {
                 let v = _mm512_loadu_si512(qb.add(b * 256 + 64 * c).cast());
-                let lo = value(_mm512_and_si512(v, mask));
-                _mm512_store_si512(pb.add(lo_at * c).cast(), lo);
-                let hi = value(_mm512_and_si512(_mm512_srli_epi16::<4>(v), mask));
-                _mm512_store_si512(pb.add(lo_at * c + hi_at).cast(), hi);
+                _mm512_store_si512(pb.add(128 * c).cast(), _mm512_and_si512(v, mask));
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+                _mm512_store_si512(pb.add(128 * c + 64).cast(), hi);
             }
             let d = f16x16(job.sc.dh.as_ptr().add((g * nb + b) * 16));
             _mm512_store_ps(pb.add(512).cast(), d);

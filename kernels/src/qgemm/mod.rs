@@ -27,7 +27,7 @@
 //! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk; for Q4_0 also a 16-column panel tile, [`QGemmParams::panel`]) |
 //! | avx_vnni | 8 | `vpdpbusd` (ymm) |
 //! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm; avx512_vnni Q4_0 also a panel tile) |
-//! | amx | 16 | Q4_0 only: `tdpbssd` on a panel (up to 16 rows per tile); its register tiles are avx512_vnni's |
+//! | amx | 16 | `tdpbssd` on a panel (up to 16 rows per tile), every format but Q6_K; its register tiles are avx512_vnni's |
 //! | neon | 4, 8 | `smull`+`sadalp` |
 //! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
 //! | neon_i8mm | 4, 8 | `smmla` on activation row pairs (`asm!`; 1-row tiles use `sdot`) |
@@ -211,6 +211,17 @@ pub const MRS: [usize; 4] = [1, 2, 4, 8];
 /// rows (its sums' accumulators fit in the 32 zmm registers).
 pub const AMX_MR: usize = 16;
 
+/// Rows from which AMX's panel tile is the default for `format`: two
+/// whole tiles, four for the kinds with a min, whose register tiles need
+/// no offset correction while the panel tile's scaling (its bound) has
+/// the min's multiply and add to do.
+fn amx_from(format: QuantFormat) -> usize {
+    match Kind::of(format) {
+        Some(k) if k.has_m() => 4 * AMX_MR,
+        _ => 2 * AMX_MR,
+    }
+}
+
 /// The tile heights `isa` reads with or without a panel.
 pub fn heights(isa: Isa, panel: bool) -> &'static [usize] {
     const AMX: [usize; 5] = [1, 2, 4, 8, AMX_MR];
@@ -255,7 +266,8 @@ pub struct QGemmParams {
     #[serde(default = "default_ku")]
     pub ku: usize,
     /// Unpack each weight group once into a panel that every activation
-    /// row reads ([`panels`]: AVX2, AVX-512 VNNI and AMX, Q4_0), instead of in
+    /// row reads ([`panels`]: AVX2 and AVX-512 VNNI for Q4_0, AMX for all
+    /// but Q6_K), instead of in
     /// every register tile. On AVX2 the panel holds the values as signed
     /// bytes and each column's block offset, and the activations are
     /// biased to unsigned once per call, so a tile does no unpacking and
@@ -263,7 +275,8 @@ pub struct QGemmParams {
     /// (docs/PERF.md, "the panel tile"); on AVX-512 VNNI it holds the
     /// register tile's unsigned operands and the sums start at the offset
     /// ("the panel on AVX-512"); for AMX, signed values in the tile
-    /// instruction's layout (`amx.rs`). Same packing, same sums: the results do
+    /// instruction's layout with the f32 scales and mins (`amx.rs`). Same
+    /// packing, same sums: the results do
     /// not change. Tables from before it existed read as false, what the
     /// kernels then did.
     #[serde(default)]
@@ -288,9 +301,15 @@ pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
     }
 }
 
-/// Whether `isa` has a panel tile ([`QGemmParams::panel`]) for `format`.
+/// Whether `isa` has a panel tile ([`QGemmParams::panel`]) for `format`:
+/// AVX2 and AVX-512 VNNI for Q4_0, AMX for every format with one scale per
+/// 32-value block (all but Q6_K, whose halves have a scale each).
 pub fn panels(isa: Isa, format: QuantFormat) -> bool {
-    matches!(isa, Isa::Avx2 | Isa::Avx512Vnni | Isa::Amx) && format == QuantFormat::Q4_0
+    match isa {
+        Isa::Avx2 | Isa::Avx512Vnni => format == QuantFormat::Q4_0,
+        Isa::Amx => supports(format) && format != QuantFormat::Q6K,
+        _ => false,
+    }
 }
 
 /// Bytes of one block of the AVX2 panel ([`QGemmParams::panel`]): 16
@@ -302,11 +321,17 @@ const PANEL_BLOCK: usize = 640;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const PANEL_BLOCK_ZMM: usize = 576;
 
+/// Bytes of one block of the AMX panel: 16 columns' signed values (512),
+/// scales (64) and mins (64, for the kinds with one).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const PANEL_BLOCK_AMX: usize = 640;
+
 /// Bytes of one block of `isa`'s panel.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn panel_block(isa: Isa) -> usize {
     match isa {
         Isa::Avx2 => PANEL_BLOCK,
+        Isa::Amx => PANEL_BLOCK_AMX,
         _ => PANEL_BLOCK_ZMM,
     }
 }
@@ -396,10 +421,13 @@ impl QGemmParams {
                 panel: true,
             };
         }
-        // AMX's panel tile from one whole tile of rows: on Qwen2.5-0.5B's
-        // Q4_0 prefill it measured 1.14× (one thread) and 1.02× (two) the
-        // VNNI panel (docs/PERF.md, "An AMX panel tile for Q4_0").
-        if isa == Isa::Amx && panels(isa, shape.format) && shape.m >= AMX_MR {
+        // AMX's panel tile from [`amx_from`] rows: on Qwen2.5-0.5B's Q4_0
+        // prefill it measured 1.14× (one thread) and 1.02× (two) the VNNI
+        // panel, on its Q4_K_M (Q5_0, Q8_0, Q4_K) prefill 1.16× and 1.10×
+        // the register tiles; below, the register tiles timed as fast or
+        // faster (docs/PERF.md, "An AMX panel tile for Q4_0", "AMX for
+        // every format").
+        if isa == Isa::Amx && panels(isa, shape.format) && shape.m >= amx_from(shape.format) {
             return QGemmParams {
                 mr: AMX_MR,
                 nr,
@@ -1180,16 +1208,16 @@ impl QGemm {
             let _tiles = (isa == Isa::Amx).then(|| unsafe { amx::Tiles::new(mr) });
             for u in units {
                 let p = panel.as_mut_ptr().cast();
-                // SAFETY: panels(isa, Q4_0) was checked with the
-                // configuration (the job is Q4_0 at an interleave the
-                // variant reads: 8 or 16 on AVX2, 16 on AVX-512, so u is
-                // a group there), u < ⌈n / 16⌉ and the panel holds nb
-                // blocks, aligned.
+                // SAFETY: panels(isa, format) was checked with the
+                // configuration (the job is of a format the variant's
+                // panel reads, at an interleave it reads: 8 or 16 on
+                // AVX2, 16 on AVX-512 and AMX, so u is a group there),
+                // u < ⌈n / 16⌉ and the panel holds nb blocks, aligned.
                 unsafe {
                     match isa {
                         Isa::Avx2 => avx2::fill_panel(job, groups, u, p),
-                        Isa::Amx => avx512::fill_panel::<true>(job, u, p),
-                        _ => avx512::fill_panel::<false>(job, u, p),
+                        Isa::Amx => amx::fill_panel(job, u, p),
+                        _ => avx512::fill_panel(job, u, p),
                     }
                 };
                 let cols = w.min(n - u * w);
@@ -1210,8 +1238,10 @@ impl QGemm {
                         let p = panel.as_ptr().cast();
                         match isa {
                             Isa::Avx2 => avx2::panel_tile(job, p, xb.ptr(), i0, rows, &mut buf),
-                            Isa::Amx if rows < mr => amx::panel_tile(&tail, nb, p, 0, mr, &mut buf),
-                            Isa::Amx => amx::panel_tile(job.acts, nb, p, i0, mr, &mut buf),
+                            Isa::Amx if rows < mr => {
+                                amx::panel_tile(job, &tail, p, 0, mr, &mut buf)
+                            }
+                            Isa::Amx => amx::panel_tile(job, job.acts, p, i0, mr, &mut buf),
                             // Avx512Vnni, the other variant with a panel.
                             _ => avx512::panel_tile(job, p, i0, rows, &mut buf),
                         }
@@ -1243,13 +1273,16 @@ mod tests {
     #[test]
     fn params_validate_and_defaults_fit_their_variant() {
         let cpu = CpuCaps::default();
-        for &isa in variants(QuantFormat::Q4_0) {
-            for m in [1, 2, 3, 15, 16, 64] {
+        for (format, &isa) in FORMATS
+            .iter()
+            .flat_map(|&f| variants(f).iter().map(move |i| (f, i)))
+        {
+            for m in [1, 2, 3, 15, 16, 31, 32, 63, 64] {
                 let s = QGemmShape {
-                    format: QuantFormat::Q4_0,
+                    format,
                     m,
                     n: 64,
-                    k: 64,
+                    k: 256,
                 };
                 let d = QGemmParams::default_for_isa(&s, &cpu, isa);
                 assert!(d.validate().is_ok());
@@ -1266,7 +1299,11 @@ mod tests {
                         let timed = c.iter().any(|p| p.panel && p.mr == mr);
                         assert_eq!(timed, mr <= m, "amx mr={mr} m={m}");
                     }
-                    assert_eq!(d.panel, m >= AMX_MR, "amx default at m={m}");
+                    assert_eq!(
+                        d.panel,
+                        m >= amx_from(format),
+                        "amx default at m={m}, {format}"
+                    );
                     continue;
                 }
                 // Every SIMD variant prefetches, so its distances are timed.
