@@ -545,6 +545,20 @@ fn peer_failures_carry_the_stderr_tail() {
     assert!(msg.contains("error: cannot open model"), "{msg}");
     assert!(msg.contains("-m x.gguf"), "{msg}");
 
+    // A peer killed by a signal names it: SIGILL points at the ISA.
+    let ill = script(
+        dir.path(),
+        "ill",
+        "echo 'load_tensors: AMX' >&2; kill -ILL $$",
+    );
+    let e = PeerCommand::new("llama.cpp", &ill).run().unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("SIGILL, an illegal instruction"), "{msg}");
+    assert!(msg.contains("load_tensors: AMX"), "{msg}");
+    let other = script(dir.path(), "usr1", "kill -USR1 $$");
+    let e = PeerCommand::new("llama.cpp", &other).run().unwrap_err();
+    assert!(e.to_string().contains("killed by signal 10"), "{e}");
+
     let e = PeerCommand::new("mnn", dir.path().join("absent"))
         .run()
         .unwrap_err();

@@ -6,6 +6,7 @@
 use crate::BenchError;
 use std::ffi::OsString;
 use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -156,9 +157,10 @@ impl PeerCommand {
             ));
         }
         if !status.success() {
-            let why = match status.code() {
-                Some(c) => format!("it exited with status {c}"),
-                None => "it was killed by a signal".to_string(),
+            let why = match (status.code(), status.signal()) {
+                (Some(c), _) => format!("it exited with status {c}"),
+                (None, Some(sig)) => killed_by(sig),
+                (None, None) => "it ended without an exit status".to_string(),
             };
             return Err(fail(why, &stderr));
         }
@@ -168,6 +170,36 @@ impl PeerCommand {
             seconds: t0.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// Why a child killed by signal `sig` died, and what to look at: the
+/// signals a crashing peer dies of name their likely cause (a native build
+/// running instructions this CPU or its kernel refuses is SIGILL).
+fn killed_by(sig: i32) -> String {
+    let (name, hint) = match sig {
+        libc::SIGILL => (
+            "SIGILL, an illegal instruction",
+            "the binary uses an instruction this CPU or its kernel does not run, as a build \
+             for another CPU or a native build's AMX or SVE path can; rebuild it for this \
+             machine or turn that path off (llama.cpp: --llama-args \"--repack 0\")",
+        ),
+        libc::SIGSEGV => ("SIGSEGV, a segmentation fault", "the peer crashed"),
+        libc::SIGBUS => (
+            "SIGBUS, a bus error",
+            "a mapped file was truncated or changed, or the peer crashed",
+        ),
+        libc::SIGFPE => ("SIGFPE, an arithmetic fault", "the peer crashed"),
+        libc::SIGABRT => (
+            "SIGABRT",
+            "the peer aborted: an assertion or an allocation failed",
+        ),
+        libc::SIGKILL => (
+            "SIGKILL",
+            "often the kernel's out-of-memory killer (see `dmesg`): use a smaller model or context",
+        ),
+        _ => return format!("it was killed by signal {sig}"),
+    };
+    format!("it was killed by {name}: {hint}")
 }
 
 /// The last `lines` non-empty lines of `s`, each cut to 300 characters.
