@@ -267,18 +267,16 @@ pub struct QGemmParams {
     pub ku: usize,
     /// Unpack each weight group once into a panel that every activation
     /// row reads ([`panels`]: AVX2 and AVX-512 VNNI for Q4_0, AMX for all
-    /// but Q6_K), instead of in
-    /// every register tile. On AVX2 the panel holds the values as signed
-    /// bytes and each column's block offset, and the activations are
-    /// biased to unsigned once per call, so a tile does no unpacking and
-    /// one vector subtraction per row and block for the offset
-    /// (docs/PERF.md, "the panel tile"); on AVX-512 VNNI it holds the
-    /// register tile's unsigned operands and the sums start at the offset
-    /// ("the panel on AVX-512"); for AMX, signed values in the tile
-    /// instruction's layout with the f32 scales and mins (`amx.rs`). Same
-    /// packing, same sums: the results do
-    /// not change. Tables from before it existed read as false, what the
-    /// kernels then did.
+    /// but Q6_K), instead of in every register tile. On AVX2 the panel
+    /// holds the values as signed bytes and each column's block offset,
+    /// and the activations are biased to unsigned once per call, so a tile
+    /// does no unpacking and one vector subtraction per row and block for
+    /// the offset (docs/PERF.md, "the panel tile"); on AVX-512 VNNI it
+    /// holds the register tile's unsigned operands and the sums start at
+    /// the offset ("the panel on AVX-512"); for AMX, signed values in the
+    /// tile instruction's layout with the f32 scales and mins (`amx.rs`).
+    /// Same packing, same sums: the results do not change. Tables from
+    /// before it existed read as false, what the kernels then did.
     #[serde(default)]
     pub panel: bool,
 }
