@@ -15,10 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tiletune_bench::peers::llama_bench::{GlibcRand, TokenSource, test_gen, test_prompt};
 use tiletune_kernels::attention::KvDtype;
+use tiletune_runtime::GgufFile;
 use tiletune_runtime::config::ModelConfig;
 use tiletune_runtime::models::{FastModel, RunState};
 use tiletune_runtime::plan::{ExecutionPlan, Mix, PlanOptions};
-use tiletune_runtime::{GgufFile, problems};
+use tiletune_runtime::problems::{self, LinearWeight};
 use tiletune_soc::SocInfo;
 use tiletune_tables::{Phase, Problem, Verdict, now_unix};
 use tiletune_tuner::acceptance;
@@ -83,6 +84,9 @@ pub struct OpenModel {
     /// Its kernel problems (`problems::kernel_problems`, and its vision
     /// tower's, `vision::tower_problems`).
     pub problems: Vec<Problem>,
+    /// Its language model's weights (`problems::linear_weights`): how many
+    /// of them run each problem ([`problems::matrices`]).
+    pub weights: Vec<LinearWeight>,
 }
 
 impl OpenModel {
@@ -93,6 +97,7 @@ impl OpenModel {
         let gguf = GgufFile::open(path)?;
         let cfg = ModelConfig::from_gguf(&gguf)?;
         tiletune_runtime::models::check_tensors(&cfg, &gguf)?;
+        let weights = problems::linear_weights(&gguf)?;
         let mut problems = problems::kernel_problems(&gguf)?;
         match mmproj {
             Some(m) => problems.extend(tiletune_runtime::vision::tower_problems(&GgufFile::open(
@@ -105,6 +110,7 @@ impl OpenModel {
             gguf,
             cfg,
             problems,
+            weights,
         })
     }
 }

@@ -16,9 +16,12 @@ use std::time::{Duration, Instant};
 use tiletune_bench::Environment;
 use tiletune_kernels::KERNEL_ABI;
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, VerdictCheck};
+use tiletune_runtime::problems;
 use tiletune_tables::{Campaign, Problem, Verdict, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
-use tiletune_tuner::campaign::{CampaignConfig, ProblemReport, Progress, run_campaign};
+use tiletune_tuner::campaign::{
+    CampaignConfig, ProblemReport, Progress, run_campaign, workload_order,
+};
 use tiletune_tuner::families::{self, Machine};
 use tiletune_tuner::joint::{self, WeightReport, Workload};
 use tiletune_tuner::{Candidate, KernelProblem, Strategy, TunerError, placement, suite};
@@ -178,20 +181,33 @@ fn stopped(o: &TuneOptions) -> bool {
 }
 
 /// Runs the campaign `o` describes, telling `on_event` what it does.
+/// Calls of problem `p`'s kernel per run of `workload` on `model`: per
+/// matrix as the workload's tests call it, on every matrix that runs it.
+fn calls(model: &OpenModel, workload: &Workload, p: &Problem) -> f64 {
+    workload.calls(p, problems::prefill_bucket) * problems::matrices(&model.weights, p) as f64
+}
+
 pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<TuneReport> {
     let model = match &o.target {
         Target::Model(path) => Some(OpenModel::open(path, o.mmproj.as_deref())?),
         _ => None,
     };
-    let problems: Vec<Problem> = match (&o.target, &model) {
-        (_, Some(m)) => m.problems.clone(),
+    // A model's problems go in order of their share of the workload's
+    // time, each with its share of the budget: the GEMMs pp512 runs come
+    // before the buckets and the LM head's GEMMs it does not.
+    let (problems, shares): (Vec<Problem>, Vec<f64>) = match (&o.target, &model) {
+        (_, Some(m)) => workload_order(&m.problems, |p| calls(m, &o.workload, p))
+            .into_iter()
+            .map(|(i, share)| (m.problems[i].clone(), share))
+            .unzip(),
         (Target::Suite { name, dtypes }, None) => {
             let dts: Vec<&str> = dtypes.iter().map(String::as_str).collect();
-            suite::suite(name, &dts)?
+            (suite::suite(name, &dts)?, Vec::new())
         }
-        (Target::Problem { op, dtype, shape }, None) => {
-            vec![families::parse_tune_problem(op, dtype, shape)?]
-        }
+        (Target::Problem { op, dtype, shape }, None) => (
+            vec![families::parse_tune_problem(op, dtype, shape)?],
+            Vec::new(),
+        ),
         (Target::Model(_), None) => unreachable!("a model target was opened above"),
     };
 
@@ -226,6 +242,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
     }
 
     let mut instances: Vec<Box<dyn KernelProblem>> = Vec::new();
+    let mut instance_shares: Vec<f64> = Vec::new();
     let mut skipped: Vec<(Problem, String)> = Vec::new();
     let (places, left_out) = placement::runnable(
         placement::placements(&soc, max_threads),
@@ -234,9 +251,12 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
     if !left_out.is_empty() {
         on_event(TuneEvent::PlacementsLeftOut(&left_out));
     }
-    for p in &problems {
+    for (pi, p) in problems.iter().enumerate() {
         match families::instantiate(p, &machine) {
-            Ok(i) => instances.push(placement::with_placements(i, &places)?),
+            Ok(i) => {
+                instances.push(placement::with_placements(i, &places)?);
+                instance_shares.extend(shares.get(pi));
+            }
             // A model may hold weights no family tunes yet: say so, go on.
             Err(e @ TunerError::UnsupportedDtype { .. }) if model.is_some() => {
                 skipped.push((p.clone(), e.to_string()))
@@ -274,6 +294,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
             strategy: o.strategy,
             budget: o.budget,
             stop: o.stop.clone(),
+            shares: instance_shares,
         };
         run_campaign(
             &mut instances,
@@ -320,8 +341,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         KERNEL_ABI,
         max_threads,
         &defaults,
-        &o.workload,
-        tiletune_runtime::problems::prefill_bucket,
+        |p| calls(model, &o.workload, p),
         Some(&campaign.id),
     )?;
     on_event(TuneEvent::JointStored {

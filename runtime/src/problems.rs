@@ -40,6 +40,18 @@ pub struct LinearWeight {
     pub k: usize,
 }
 
+impl LinearWeight {
+    /// True for the LM head (`output.weight`, or the token embedding tied
+    /// to it). Prefill runs it on the prompt's last row only, a GEMV;
+    /// perplexity runs it on every row.
+    pub fn is_lm_head(&self) -> bool {
+        matches!(
+            self.tensors.as_slice(),
+            [t] if t == "output.weight" || t == "token_embd.weight"
+        )
+    }
+}
+
 /// Every weight the model multiplies activations by: all 2-D tensors but the
 /// token embedding, which is a lookup; when the model has no `output.weight`
 /// the embedding doubles as the (tied) LM head and is listed as such. The
@@ -180,6 +192,26 @@ pub fn problems_for(
     Ok(out)
 }
 
+/// How many of the model's matrices one forward pass runs with problem
+/// `p`'s kernel, on the rows `p` is keyed by: a decode GEMV runs on every
+/// weight of its dtype and shape; a prefill GEMM on every such weight but
+/// the LM head ([`LinearWeight::is_lm_head`]), whose prompt rows only
+/// perplexity multiplies. Zero for a problem no language-model weight runs
+/// (a vision tower's).
+pub fn matrices(weights: &[LinearWeight], p: &Problem) -> usize {
+    let shape = |w: &LinearWeight| {
+        w.dtype.key() == p.dtype() && Some(w.n) == p.dim("n") && Some(w.k) == p.dim("k")
+    };
+    match p.op() {
+        "gemv" => weights.iter().filter(|w| shape(w)).count(),
+        "gemm" => weights
+            .iter()
+            .filter(|w| shape(w) && !w.is_lm_head())
+            .count(),
+        _ => 0,
+    }
+}
+
 /// True for a vision tower's tensor (llama.cpp's `mmproj` names).
 pub fn is_vision_tensor(name: &str) -> bool {
     name.starts_with("v.") || name.starts_with("mm.")
@@ -297,6 +329,39 @@ mod tests {
         assert_eq!(p.iter().filter(|p| p.op() == "gemv").count(), 3);
         assert_eq!(p.len(), 3 * (1 + PREFILL_BUCKETS.len()));
         assert!(p.contains(&Problem::new("gemv", "f32", [("n", 16), ("k", 8)]).unwrap()));
+    }
+
+    #[test]
+    fn prefill_never_runs_the_heads_gemms() {
+        for tied in [false, true] {
+            let g = model(tied);
+            let w = linear_weights(&g).unwrap();
+            let head = w.iter().find(|w| w.is_lm_head()).unwrap();
+            assert_eq!(w.iter().filter(|w| w.is_lm_head()).count(), 1);
+            let gemv = Problem::new("gemv", "f32", [("n", head.n), ("k", head.k)]).unwrap();
+            assert_eq!(matrices(&w, &gemv), 1, "tied {tied}");
+            for m in PREFILL_BUCKETS {
+                let gemm =
+                    Problem::new("gemm", "f32", [("m", m), ("n", head.n), ("k", head.k)]).unwrap();
+                assert_eq!(matrices(&w, &gemm), 0, "tied {tied}, m {m}");
+            }
+        }
+        // Every layer's weight of one shape counts; another dtype does not.
+        let mut w = linear_weights(&model(false)).unwrap();
+        let down = w[1].clone();
+        w.push(LinearWeight {
+            tensors: vec!["blk.1.ffn_down.weight".into()],
+            ..down.clone()
+        });
+        w.push(LinearWeight {
+            tensors: vec!["blk.2.ffn_down.weight".into()],
+            dtype: GgmlType::F16,
+            ..down
+        });
+        let gemm = Problem::new("gemm", "f32", [("m", 16), ("n", 8), ("k", 16)]).unwrap();
+        assert_eq!(matrices(&w, &gemm), 2);
+        let other = Problem::new("gemm", "f32", [("m", 16), ("n", 9), ("k", 16)]).unwrap();
+        assert_eq!(matrices(&w, &other), 0);
     }
 
     #[test]

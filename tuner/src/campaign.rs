@@ -159,6 +159,10 @@ pub struct CampaignConfig {
     /// candidate: what was measured is stored, no selection is made for
     /// the problem in flight and the rest are not started.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Each problem's weight in dividing the budget, in the order the
+    /// problems are given ([`workload_order`]); empty (or short), the
+    /// problems left out weigh 1.
+    pub shares: Vec<f64>,
 }
 
 impl CampaignConfig {
@@ -198,6 +202,48 @@ pub trait Progress {
 
 impl Progress for () {}
 
+/// A decode GEMV reads its weight once for one row, at the memory roof; it
+/// takes about as long as this many rows of the prefill GEMM on the same
+/// weight (Qwen2.5-0.5B with AVX-512 on two threads: 16.4 ms a decoded
+/// token, 1.8 ms a prompt row).
+pub const GEMV_ROWS: f64 = 8.0;
+
+/// The share of the budget a problem the workload does not run gets,
+/// against 1 for each problem it runs: enough to screen its candidates and
+/// time the default, so a selection is made where one clearly wins.
+pub const UNRUN_SHARE: f64 = 0.25;
+
+/// Orders a model's problems for a campaign, by their estimated share of
+/// the workload's time, largest first, with the share of the budget each
+/// gets. `calls` is how many times one workload run calls a problem's
+/// kernel (on every matrix it runs on); a call's time is estimated as its
+/// rows (m, or [`GEMV_ROWS`] for a GEMV) × n × k. The problems the
+/// workload never runs (other prompt-length buckets, the GEMMs only
+/// perplexity runs) come last, in the order given, with [`UNRUN_SHARE`]
+/// each. A problem's share is not its weight: a search needs about as many
+/// evaluations on a light problem as on a heavy one, and an evaluation
+/// takes the harness's minimum time on most. Returns `(index into
+/// problems, share)` in campaign order.
+pub fn workload_order(problems: &[Problem], calls: impl Fn(&Problem) -> f64) -> Vec<(usize, f64)> {
+    let time = |p: &Problem| {
+        let rows = p.dim("m").map_or(GEMV_ROWS, |m| m as f64);
+        let n = p.dim("n").unwrap_or(1) as f64;
+        let k = p.dim("k").unwrap_or(1) as f64;
+        let t = calls(p) * rows * n * k;
+        if t.is_finite() && t > 0.0 { t } else { 0.0 }
+    };
+    let mut order: Vec<(usize, f64)> = problems.iter().map(time).enumerate().collect();
+    if order.iter().all(|&(_, t)| t == 0.0) {
+        // The workload runs none of them: equal shares, as given.
+        return order.into_iter().map(|(i, _)| (i, 1.0)).collect();
+    }
+    order.sort_by(|a, b| b.1.total_cmp(&a.1));
+    order
+        .into_iter()
+        .map(|(i, t)| (i, if t > 0.0 { 1.0 } else { UNRUN_SHARE }))
+        .collect()
+}
+
 /// Runs a campaign over already-instantiated problems.
 pub fn run_campaign(
     problems: &mut [Box<dyn KernelProblem + '_>],
@@ -228,13 +274,15 @@ pub fn run_campaign(
                 .unwrap_or(1),
         );
         let default = problem.default_index();
-        // Each problem gets an equal share of the budget still left, and
-        // what one leaves unused carries over to the rest: a budget used up
-        // by the first (largest) problems would leave the last ones with no
+        // Each problem gets its share of the budget still left, and what
+        // one leaves unused carries over to the rest: a budget used up by
+        // the first (largest) problems would leave the last ones with no
         // selection at all (e.g. a model's m = 256 prefill buckets).
+        let weight = |i: usize| cfg.shares.get(i).copied().unwrap_or(1.0);
+        let fraction = weight(pi) / (pi..total).map(weight).sum::<f64>();
         let share = deadline.map(|d| {
             let now = Instant::now();
-            now + d.saturating_duration_since(now) / (total - pi) as u32
+            now + d.saturating_duration_since(now).mul_f64(fraction)
         });
         let mut ev = CampaignEvaluator {
             problem: problem.as_mut(),
@@ -609,6 +657,7 @@ mod tests {
             strategy,
             budget: None,
             stop: None,
+            shares: Vec::new(),
         };
         let r = run_campaign(&mut problems, &cfg, &mut m, store, &mut ());
         // The campaign makes each problem's operands once, before its first
@@ -698,6 +747,7 @@ mod tests {
             strategy: Strategy::Exhaustive,
             budget: None,
             stop: Some(Arc::clone(&stop)),
+            shares: Vec::new(),
         };
         let times = std::cell::RefCell::new(fake(6).times);
         let cur = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -751,6 +801,7 @@ mod tests {
                 strategy: Strategy::Exhaustive,
                 budget: None,
                 stop: None,
+                shares: Vec::new(),
             };
             let mut store = MemStore::default();
             let r = run_campaign(
@@ -802,6 +853,7 @@ mod tests {
             strategy: Strategy::Exhaustive,
             budget: Some(Duration::from_millis(300)),
             stop: None,
+            shares: Vec::new(),
         };
         let mut store = MemStore::default();
         let r = run_campaign(
@@ -818,6 +870,66 @@ mod tests {
             assert!(p.selection.is_some(), "{}: {:?}", p.problem, p.note);
             assert!(p.evaluations >= 2, "{}: {}", p.problem, p.evaluations);
         }
+    }
+
+    /// A problem with four times the weight gets about four times the
+    /// evaluations of the same budget.
+    #[test]
+    fn the_budget_is_shared_by_weight() {
+        let mut problems: Vec<Box<dyn KernelProblem>> = (0..2)
+            .map(|i| {
+                let mut f = fake(200);
+                f.spec = Problem::new("gemv", "f32", [("n", 8 + i), ("k", 8)]).unwrap();
+                Box::new(f) as Box<dyn KernelProblem>
+            })
+            .collect();
+        let cfg = CampaignConfig {
+            strategy: Strategy::Exhaustive,
+            budget: Some(Duration::from_millis(500)),
+            stop: None,
+            shares: vec![4.0, 1.0],
+        };
+        let r = run_campaign(
+            &mut problems,
+            &cfg,
+            &mut SlowMeasure(Duration::from_millis(5)),
+            &mut MemStore::default(),
+            &mut (),
+        );
+        let (a, b) = (r[0].evaluations as f64, r[1].evaluations as f64);
+        assert!(r.iter().all(|p| p.stopped_by_budget));
+        assert!(a > 2.5 * b && a < 6.0 * b, "{a} and {b} evaluations");
+    }
+
+    #[test]
+    fn problems_are_ordered_by_their_share_of_the_workload() {
+        let gemv = |n| Problem::new("gemv", "q4_0", [("n", n), ("k", 64)]).unwrap();
+        let gemm = |m, n| Problem::new("gemm", "q4_0", [("m", m), ("n", n), ("k", 64)]).unwrap();
+        let problems = [
+            gemv(64),
+            gemv(1024),
+            gemm(16, 64),
+            gemm(256, 64),
+            gemm(256, 1024),
+        ];
+        // tg128 on 2 matrices of each shape, pp512 on the m = 256 bucket,
+        // but the 1024-row weight is the LM head: prefill runs no GEMM of it.
+        let calls = |p: &Problem| match (p.op(), p.dim("m"), p.dim("n")) {
+            ("gemv", _, Some(1024)) => 128.0,
+            ("gemv", _, _) => 256.0,
+            ("gemm", Some(256), Some(64)) => 4.0,
+            _ => 0.0,
+        };
+        let order = workload_order(&problems, calls);
+        let idx: Vec<usize> = order.iter().map(|&(i, _)| i).collect();
+        // Per k: 128 × 8 × 1024, 256 × 8 × 64 and 4 × 256 × 64, then the
+        // two problems the workload does not run.
+        assert_eq!(idx, [1, 0, 3, 2, 4]);
+        let shares: Vec<f64> = order.iter().map(|&(_, s)| s).collect();
+        assert_eq!(shares, [1.0, 1.0, 1.0, UNRUN_SHARE, UNRUN_SHARE]);
+        // A workload that runs none: equal shares, in the order given.
+        let none = workload_order(&problems, |_| 0.0);
+        assert_eq!(none, [(0, 1.0), (1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)]);
     }
 
     #[test]

@@ -143,7 +143,9 @@ impl Workload {
 #[derive(Debug, Clone)]
 pub struct Measured {
     pub problem: Problem,
-    /// Calls per workload run ([`Workload::calls`]).
+    /// Calls per workload run of the problem's kernel: [`Workload::calls`]
+    /// on each of the model's matrices that runs it (none for the LM
+    /// head's prefill GEMMs: prefill multiplies its last row only).
     pub calls: f64,
     /// Valid, timed candidates with their medians (ns).
     pub timed: Vec<(Candidate, f64)>,
@@ -268,15 +270,14 @@ pub struct WeightReport {
 /// choice as the problems' selections. A weight with a problem that has no
 /// measurement is left as it is (that problem runs its default, and the
 /// runtime's layout rule keeps the other problems consistent with it).
-#[allow(clippy::too_many_arguments)]
+/// `calls` gives a problem's calls per workload run ([`Measured::calls`]).
 pub fn store_joint(
     db: &mut tiletune_tables::SelectorDb,
     soc: &str,
     kernel_abi: u32,
     thread_budget: usize,
     problems: &[(Problem, Candidate)],
-    workload: &Workload,
-    bucket: impl Fn(usize) -> usize,
+    calls: impl Fn(&Problem) -> f64,
     campaign: Option<&str>,
 ) -> Result<Vec<WeightReport>, TunerError> {
     let specs: Vec<Problem> = problems.iter().map(|(p, _)| p.clone()).collect();
@@ -302,7 +303,7 @@ pub fn store_joint(
             };
             measured.push(Measured {
                 problem: p.clone(),
-                calls: workload.calls(p, &bucket),
+                calls: calls(p),
                 timed,
                 selected,
                 default,

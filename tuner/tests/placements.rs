@@ -189,6 +189,7 @@ fn a_campaign_records_pinned_placements_and_the_winner_round_trips() {
             strategy: Strategy::Exhaustive,
             budget: None,
             stop: None,
+            shares: Vec::new(),
         };
         run_campaign(&mut problems, &cfg, &mut measure, &mut store, &mut ())
     };

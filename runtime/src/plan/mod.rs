@@ -1163,35 +1163,68 @@ mod tests {
         let _ = std::fs::remove_dir_all(ps_dir("db"));
     }
 
+    /// The two problems of the verdict tests, a decode and a prefill one.
+    fn phase_problems() -> Vec<Problem> {
+        vec![
+            Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
+            Problem::new("gemm", "f32", [("m", 16), ("n", 64), ("k", 32)]).unwrap(),
+        ]
+    }
+
+    /// Stores the default GEMM on `threads` as the selection of `ps[1]`.
+    fn select_default_gemm(path: &std::path::Path, ps: &[Problem], threads: usize) {
+        let mut db = SelectorDb::open(path).unwrap();
+        let mut sel = db.selections(Some("soc")).unwrap().remove(0);
+        sel.problem = ps[1].clone();
+        let caps = CpuCaps::default();
+        let g =
+            KernelChoice::default_for(Op::Gemm, WeightKind::F32, 16, 64, 32, &caps, threads, None);
+        sel.winner =
+            tiletune_tables::Candidate::new(g.variant(), g.params_json(), threads).unwrap();
+        db.put_selection(&sel).unwrap();
+    }
+
+    /// Stores a 2-thread verdict of `model`'s `phase` on the choices
+    /// `digest`, with `test` timed 3 rounds at `ratio`.
+    fn put_verdict(
+        path: &std::path::Path,
+        model: &str,
+        phase: tiletune_tables::Phase,
+        digest: String,
+        (test, ratio, won): (&str, f64, bool),
+    ) {
+        let mut db = SelectorDb::open(path).unwrap();
+        let c = tiletune_tables::Campaign::new("soc", "test", KERNEL_ABI, "adaptive");
+        db.start_campaign(&c).unwrap();
+        db.put_verdict(&tiletune_tables::Verdict {
+            soc: "soc".into(),
+            kernel_abi: KERNEL_ABI,
+            model: model.into(),
+            model_name: "m.gguf".into(),
+            phase,
+            threads: 2,
+            plan_digest: digest,
+            test: test.into(),
+            default_s: vec![1.0; 3],
+            tuned_s: vec![1.0 / ratio; 3],
+            ratio,
+            won,
+            campaign: Some(c.id.clone()),
+            measured_at: 1,
+        })
+        .unwrap();
+    }
+
     /// The model decides: a phase's tuned choices run only where a stored
     /// verdict for exactly those choices says they won; a lost or stale
     /// verdict gives that phase its defaults, and each moved line says why.
     #[test]
     fn verdicts_decide_per_phase_whether_tuned_choices_run() {
-        use tiletune_tables::{Campaign, Phase, Verdict};
+        use tiletune_tables::Phase;
         let (path, _) = placed_db("verdict", 2, &[(64, Placement::unpinned(1).unwrap())]);
-        let ps = vec![
-            Problem::new("gemv", "f32", [("n", 64), ("k", 32)]).unwrap(),
-            Problem::new("gemm", "f32", [("m", 16), ("n", 64), ("k", 32)]).unwrap(),
-        ];
+        let ps = phase_problems();
         // A prefill winner too (1 thread: not the default's 2).
-        {
-            let mut db = SelectorDb::open(&path).unwrap();
-            let mut sel = db.selections(Some("soc")).unwrap().remove(0);
-            sel.problem = ps[1].clone();
-            let g = KernelChoice::default_for(
-                Op::Gemm,
-                WeightKind::F32,
-                16,
-                64,
-                32,
-                &CpuCaps::default(),
-                1,
-                None,
-            );
-            sel.winner = tiletune_tables::Candidate::new(g.variant(), g.params_json(), 1).unwrap();
-            db.put_selection(&sel).unwrap();
-        }
+        select_default_gemm(&path, &ps, 1);
         let caps = CpuCaps::default();
         let unchecked = ExecutionPlan::build(&ps, "soc", &caps, &opts(path.clone()));
         assert_eq!(unchecked.counts(), (2, 0, 0), "{unchecked}");
@@ -1201,26 +1234,8 @@ mod tests {
         );
         let tuned = ExecutionPlan::build_unverified(&ps, "soc", &caps, &opts(path.clone()));
         let put = |phase: Phase, won: bool, digest: String| {
-            let mut db = SelectorDb::open(&path).unwrap();
-            let c = Campaign::new("soc", "test", KERNEL_ABI, "adaptive");
-            db.start_campaign(&c).unwrap();
-            db.put_verdict(&Verdict {
-                soc: "soc".into(),
-                kernel_abi: KERNEL_ABI,
-                model: tuned.model.clone(),
-                model_name: "m.gguf".into(),
-                phase,
-                threads: 2,
-                plan_digest: digest,
-                test: "tg128".into(),
-                default_s: vec![1.0, 1.0, 1.0],
-                tuned_s: vec![0.9, 0.9, 0.9],
-                ratio: if won { 1.11 } else { 0.98 },
-                won,
-                campaign: Some(c.id.clone()),
-                measured_at: 1,
-            })
-            .unwrap();
+            let ratio = if won { 1.11 } else { 0.98 };
+            put_verdict(&path, &tuned.model, phase, digest, ("tg128", ratio, won));
         };
         // Decode won, prefill lost: only decode runs tuned.
         put(Phase::Decode, true, tuned.digest(Phase::Decode));
@@ -1257,6 +1272,39 @@ mod tests {
         let d = ExecutionPlan::build_default(&ps, "soc", &caps, &opts(path));
         assert_eq!(d.counts(), (0, 0, 2));
         let _ = std::fs::remove_dir_all(ps_dir("verdict"));
+    }
+
+    /// Table choices that are the default plan's (the joint layout pass
+    /// stores some as selections) run as the defaults: a phase whose
+    /// verdict lost on them says the defaults run, not its tuned choices.
+    #[test]
+    fn choices_that_are_the_defaults_run_as_the_defaults() {
+        use tiletune_tables::Phase;
+        let (path, _) = placed_db("asdefault", 2, &[(64, Placement::unpinned(1).unwrap())]);
+        let ps = phase_problems();
+        select_default_gemm(&path, &ps, 2);
+        let caps = CpuCaps::default();
+        let tuned = ExecutionPlan::build_unverified(&ps, "soc", &caps, &opts(path.clone()));
+        let default = ExecutionPlan::build_default(&ps, "soc", &caps, &opts(path.clone()));
+        assert_eq!(tuned.entries[1].source, Source::Tuned);
+        assert_eq!(tuned.digest(Phase::Prefill), default.digest(Phase::Prefill));
+        let digest = tuned.digest(Phase::Prefill);
+        put_verdict(
+            &path,
+            &tuned.model,
+            Phase::Prefill,
+            digest,
+            ("pp512", 0.91, false),
+        );
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &opts(path));
+        let text = p.to_string();
+        assert!(
+            text.contains("verdict prefill: tuned did not win beyond the noise")
+                && text.contains("(m.gguf, 2 threads); the defaults run"),
+            "{text}"
+        );
+        assert_eq!(p.to_json()["verdicts"][0]["tuned_runs"], json!(false));
+        let _ = std::fs::remove_dir_all(ps_dir("asdefault"));
     }
 
     /// A quantized weight holds one layout, its decode choice's: when

@@ -150,12 +150,15 @@ pub(super) fn apply(
                 Some(v) => VerdictState::Stale(v.clone()),
             };
             let runs = phase_digest(&entries, phase);
-            let pure = if mix.tunes(phase) { tuned } else { default };
+            let pure = if mix.tunes(phase) { &tuned } else { &default };
             VerdictCheck {
                 phase,
                 chosen,
-                tuned: mix.tunes(phase) && chosen > 0,
-                moved: runs != pure,
+                // Table choices that resolve to the default plan's (the
+                // joint layout pass stores some as selections) are the
+                // defaults running, whatever the mix.
+                tuned: mix.tunes(phase) && chosen > 0 && runs != default,
+                moved: runs != *pure,
                 overruled: !matches!(state, VerdictState::Stale(_))
                     && verdict(phase).is_some_and(|v| v.won && v.plan_digest != runs),
                 state,
