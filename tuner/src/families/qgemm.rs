@@ -2,7 +2,8 @@
 //! as the tuner sees it: the W·A8 quantized GEMM on repacked weights
 //! (variants `<isa>.qgemm`: every available ISA × its `mr` × interleave
 //! candidates × thread counts), beside the per-row W·A8 GEMV the runtime
-//! falls back to (`<isa>.a8`, default params, × thread counts), so the
+//! falls back to (`<isa>.a8`, default params, × thread counts; of both, the
+//! scalar reference only where no other ISA runs, `contenders`), so the
 //! table records which one wins (every quantized weight format has both).
 //! The runtime's plan reads the kind back from the variant name.
 //!
@@ -122,6 +123,23 @@ impl Operands {
     }
 }
 
+/// The ISAs of `variants` this CPU runs, without the scalar tile where
+/// another runs: the scalar tile is the reference every variant is checked
+/// against, never a contender beside SIMD, and one run of it at a prefill
+/// shape takes longer than a budget's share (4.6 s on 256×9728×896 Q5_0,
+/// against 8.7 ms for the AMX panel tile).
+fn contenders(variants: &[Isa]) -> Vec<Isa> {
+    let mut isas: Vec<Isa> = variants
+        .iter()
+        .copied()
+        .filter(|i| i.is_available())
+        .collect();
+    if isas.iter().any(|&i| i != Isa::Scalar) {
+        isas.retain(|&i| i != Isa::Scalar);
+    }
+    isas
+}
+
 pub(super) struct QGemmTune {
     spec: Problem,
     m: usize,
@@ -177,11 +195,7 @@ impl QGemmTune {
         let mut configs = Vec::new();
         // Default first: what the runtime's plan picks without a table.
         let best = Isa::best_of(qgemm::variants(format));
-        let mut isas: Vec<Isa> = qgemm::variants(format)
-            .iter()
-            .copied()
-            .filter(|i| i.is_available())
-            .collect();
+        let mut isas = contenders(qgemm::variants(format));
         isas.sort_by_key(|&i| i != best);
         for &isa in &isas {
             let mut params = vec![QGemmParams::default_for_isa(&shape, &mach.caps, isa)];
@@ -207,16 +221,14 @@ impl QGemmTune {
             },
             &mach.caps,
         );
-        for &isa in qgemv::variants(format, QMode::A8).iter().rev() {
-            if isa.is_available() {
-                for &t in threads.iter().rev() {
-                    configs.push(Config::Rows(
-                        QGemv::new(format, QMode::A8)
-                            .isa(isa)
-                            .params(rows_params)
-                            .threads(t),
-                    ));
-                }
+        for &isa in contenders(qgemv::variants(format, QMode::A8)).iter().rev() {
+            for &t in threads.iter().rev() {
+                configs.push(Config::Rows(
+                    QGemv::new(format, QMode::A8)
+                        .isa(isa)
+                        .params(rows_params)
+                        .threads(t),
+                ));
             }
         }
         // Decode (m = 1) streams its weights from DRAM in a model: time it
