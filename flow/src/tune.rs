@@ -180,13 +180,13 @@ fn stopped(o: &TuneOptions) -> bool {
     o.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed))
 }
 
-/// Runs the campaign `o` describes, telling `on_event` what it does.
 /// Calls of problem `p`'s kernel per run of `workload` on `model`: per
 /// matrix as the workload's tests call it, on every matrix that runs it.
 fn calls(model: &OpenModel, workload: &Workload, p: &Problem) -> f64 {
     workload.calls(p, problems::prefill_bucket) * problems::matrices(&model.weights, p) as f64
 }
 
+/// Runs the campaign `o` describes, telling `on_event` what it does.
 pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<TuneReport> {
     let model = match &o.target {
         Target::Model(path) => Some(OpenModel::open(path, o.mmproj.as_deref())?),

@@ -279,7 +279,11 @@ pub fn run_campaign(
         // the first (largest) problems would leave the last ones with no
         // selection at all (e.g. a model's m = 256 prefill buckets).
         let weight = |i: usize| cfg.shares.get(i).copied().unwrap_or(1.0);
-        let fraction = weight(pi) / (pi..total).map(weight).sum::<f64>();
+        let fraction = match weight(pi) / (pi..total).map(weight).sum::<f64>() {
+            f if f.is_finite() && f > 0.0 => f.min(1.0),
+            // Shares that are not positive numbers: equal ones.
+            _ => 1.0 / (total - pi) as f64,
+        };
         let share = deadline.map(|d| {
             let now = Instant::now();
             now + d.saturating_duration_since(now).mul_f64(fraction)
