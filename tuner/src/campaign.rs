@@ -204,8 +204,9 @@ impl Progress for () {}
 
 /// A decode GEMV reads its weight once for one row, at the memory roof; it
 /// takes about as long as this many rows of the prefill GEMM on the same
-/// weight (Qwen2.5-0.5B with AVX-512 on two threads: 16.4 ms a decoded
-/// token, 1.8 ms a prompt row).
+/// weight (Qwen2.5-0.5B Q4_K_M on two threads, `tiletune compare` in
+/// docs/PERF.md: tg64 60.0 t/s, 16.7 ms a token; pp512 561.1 t/s, 1.8 ms a
+/// prompt row).
 pub const GEMV_ROWS: f64 = 8.0;
 
 /// The share of the budget a problem the workload does not run gets,
