@@ -26,8 +26,10 @@
 //!
 //! Tile registers ([`Tiles`]): four sets of sums (tmm0, tmm3, tmm4,
 //! tmm5), with two of activations and weights (tmm1/tmm2, tmm7/tmm6),
-//! used by consecutive blocks in turn, so that the tile instructions of
-//! the next [`AHEAD`] blocks run while one block's sums are scaled. A
+//! used by consecutive blocks in turn: while block `b`'s sums are scaled
+//! from memory, block `b + 1`'s are stored from their tile and block
+//! `b + 1 + AHEAD`'s product issued ([`AHEAD`]), so no store waits on the
+//! product issued just before it. A
 //! call's last rows, when fewer than a tile's, are copied by the driver
 //! into a whole tile with zero blocks below them, so one configuration serves a whole call
 //! (`ldtilecfg` is not cheap) and no tile reads past the activations.
@@ -90,21 +92,22 @@ impl Drop for Tiles {
     }
 }
 
-/// Blocks whose sums are formed ahead of the one being scaled. One: two
-/// and three ahead measured no faster (docs/PERF.md, "An AMX panel tile
-/// for Q4_0"); the tile work and the scaling overlap little either way.
+/// Blocks whose products are issued beyond the one being stored while a
+/// block is scaled. One: two measured no faster, both before the stores
+/// were put a block behind the products and after (docs/PERF.md, "The AMX
+/// tile's scaling in registers").
 const AHEAD: usize = 1;
 
 /// One block's sums: the activation bytes at `a` (32 per row, rows
-/// `stride` apart) times the panel block at `w`, stored as rows of 16 i32
-/// at `c` (64 bytes apart), in tile set `SET` ([`Tiles`]; block `b` in set
-/// `b % 4`).
+/// `stride` apart) times the panel block at `w`, into tile set `SET`'s
+/// sums tile ([`Tiles`]; block `b` in set `b % 4`). Stored by [`store`]
+/// a block later, so the store does not wait on this product.
 ///
 /// # Safety
 /// Tiles configured ([`Tiles::new`]); `a` holds the tile's rows, `w` a
-/// panel block, `c` the sums' rows.
+/// panel block.
 #[inline(always)]
-unsafe fn sums<const SET: u8>(a: *const u8, stride: usize, w: *const u8, c: *mut u8) {
+unsafe fn sums<const SET: u8>(a: *const u8, stride: usize, w: *const u8) {
     macro_rules! block {
         ($c:literal, $a:literal, $w:literal) => {
             asm!(
@@ -112,9 +115,8 @@ unsafe fn sums<const SET: u8>(a: *const u8, stride: usize, w: *const u8, c: *mut
                 concat!("tileloadd ", $a, ", [{a} + {s}*1]"),
                 concat!("tileloadd ", $w, ", [{w} + {l}*1]"),
                 concat!("tdpbssd ", $c, ", ", $a, ", ", $w),
-                concat!("tilestored [{c} + {l}*1], ", $c),
                 a = in(reg) a, s = in(reg) stride, w = in(reg) w, l = in(reg) 64usize,
-                c = in(reg) c, options(nostack),
+                options(nostack, readonly),
             )
         };
     }
@@ -129,6 +131,32 @@ unsafe fn sums<const SET: u8>(a: *const u8, stride: usize, w: *const u8, c: *mut
     }
 }
 
+/// Set `SET`'s sums tile ([`sums`]) as rows of 16 i32 at `c`, 64 bytes
+/// apart.
+///
+/// # Safety
+/// Tiles configured ([`Tiles::new`]); `c` holds the tile's rows.
+#[inline(always)]
+unsafe fn store<const SET: u8>(c: *mut u8) {
+    macro_rules! block {
+        ($c:literal) => {
+            asm!(
+                concat!("tilestored [{c} + {l}*1], ", $c),
+                c = in(reg) c, l = in(reg) 64usize, options(nostack),
+            )
+        };
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match SET {
+            0 => block!("tmm0"),
+            1 => block!("tmm3"),
+            2 => block!("tmm4"),
+            _ => block!("tmm5"),
+        }
+    }
+}
+
 /// The 16-column sums of one block, 16 i32 per row, 64-byte aligned.
 #[repr(C, align(64))]
 struct Sums([i32; 16 * 16]);
@@ -138,28 +166,37 @@ struct Sums([i32; 16 * 16]);
 /// the register tiles' scaling.
 ///
 /// # Safety
-/// Needs AVX-512 F; block `b` of `MR` rows at `ab`, `nb` blocks apart.
+/// Needs AVX-512 F; block `b` of `MR` rows at `ab`, `nb` blocks apart;
+/// rows `0 .. MR` of the sums at `s` stored.
 #[inline(always)]
 unsafe fn scale<const MR: usize, const MIN: bool>(
     acc: &mut [__m512; MR],
     (dw, mw): (__m512, __m512),
-    s: &Sums,
+    s: *const Sums,
     (ab, nb, b): (*const ActBlock, usize, usize),
 ) {
-    for (i, a) in acc.iter_mut().enumerate() {
-        // SAFETY: forwarded from the caller; row i < 16 of the sums,
-        // aligned.
-        unsafe {
-            let x = &*ab.add(i * nb + b);
-            let si = _mm512_cvtepi32_ps(_mm512_load_si512(s.0.as_ptr().add(16 * i).cast()));
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
-            let mut t = _mm512_mul_ps(dd, si);
-            if MIN {
-                t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
+    // Unrolled by hand: as a loop the accumulators lived on the stack, a
+    // load and a store per row and block beside the tile stores.
+    macro_rules! rows {
+        ($($i:literal)*) => {$(
+            if $i < MR {
+                // SAFETY: forwarded from the caller; row $i < MR of the
+                // sums, aligned.
+                unsafe {
+                    let x = &*ab.add($i * nb + b);
+                    let row = (&raw const (*s).0).cast::<i32>().add(16 * $i);
+                    let si = _mm512_cvtepi32_ps(_mm512_load_si512(row.cast()));
+                    let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+                    let mut t = _mm512_mul_ps(dd, si);
+                    if MIN {
+                        t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
+                    }
+                    acc[$i] = _mm512_add_ps(acc[$i], t);
+                }
             }
-            *a = _mm512_add_ps(*a, t);
-        }
+        )*};
     }
+    rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
 }
 
 /// Rows `i0 .. i0 + MR` of `acts` × the panel's 16 columns into `out` (row
@@ -178,34 +215,50 @@ unsafe fn panel<const MR: usize, const MIN: bool>(
     out: &mut [f32],
 ) {
     debug_assert!(out.len() >= MR * 16 && acts.len() >= (i0 + MR) * nb);
-    let mut s = [const { Sums([0; 256]) }; 4];
+    // Not zeroed: each set's rows 0 .. MR are stored by its tile before
+    // they are scaled, and its other rows are never read. Zeroing the
+    // 4 KiB for every call was 5% of this tile's time at k = 1536.
+    let mut s = [const { std::mem::MaybeUninit::<Sums>::uninit() }; 4];
     // The tile stores write through this pointer, the scaling reads
     // through it: the asm and the loads are ordered by program order.
-    let sp = s.as_mut_ptr();
+    let sp = s.as_mut_ptr().cast::<Sums>();
     let mut acc = [_mm512_setzero_ps(); MR];
     let stride = nb * size_of::<ActBlock>();
     // SAFETY: rows i0 + i < i0 + MR each hold nb blocks.
     let ab = unsafe { acts.as_ptr().add(i0 * nb) };
     // Block b's sums into set b % 4. SAFETY: b < nb, so block b of the
     // panel and of rows i0.. (their quants at QS_AT, the rows `stride`
-    // apart); the sets are configured for MR rows; each Sums holds 16.
+    // apart); the sets are configured for MR rows.
     let issue = |b: usize| unsafe {
         let (a, w) = (
             ab.add(b).cast::<u8>().add(QS_AT),
             panel.add(b * PANEL_BLOCK),
         );
-        let c = (*sp.add(b % 4)).0.as_mut_ptr().cast();
         match b % 4 {
-            0 => sums::<0>(a, stride, w, c),
-            1 => sums::<1>(a, stride, w, c),
-            2 => sums::<2>(a, stride, w, c),
-            _ => sums::<3>(a, stride, w, c),
+            0 => sums::<0>(a, stride, w),
+            1 => sums::<1>(a, stride, w),
+            2 => sums::<2>(a, stride, w),
+            _ => sums::<3>(a, stride, w),
         }
     };
-    (0..nb.min(AHEAD)).for_each(issue);
+    // Set b % 4's tile into its Sums. SAFETY: each Sums holds 16 rows.
+    let put = |b: usize| unsafe {
+        let c = sp.add(b % 4).cast();
+        match b % 4 {
+            0 => store::<0>(c),
+            1 => store::<1>(c),
+            2 => store::<2>(c),
+            _ => store::<3>(c),
+        }
+    };
+    (0..nb.min(AHEAD + 1)).for_each(issue);
+    put(0);
     for b in 0..nb {
-        if b + AHEAD < nb {
-            issue(b + AHEAD);
+        if b + 1 + AHEAD < nb {
+            issue(b + 1 + AHEAD);
+        }
+        if b + 1 < nb {
+            put(b + 1);
         }
         // SAFETY: the panel's scales (and mins) of block b (aligned);
         // block b of rows i0.. .
@@ -217,7 +270,7 @@ unsafe fn panel<const MR: usize, const MIN: bool>(
             } else {
                 _mm512_setzero_ps()
             };
-            scale::<MR, MIN>(&mut acc, (dw, mw), &*sp.add(b % 4), (ab, nb, b));
+            scale::<MR, MIN>(&mut acc, (dw, mw), sp.add(b % 4), (ab, nb, b));
         }
     }
     for (i, a) in acc.iter().enumerate() {
