@@ -29,10 +29,10 @@
 //! used by consecutive blocks in turn: while block `b`'s sums are scaled
 //! from memory, block `b + 1`'s are stored from their tile and block
 //! `b + 1 + AHEAD`'s product issued ([`AHEAD`]), so no store waits on the
-//! product issued just before it. A
-//! call's last rows, when fewer than a tile's, are copied by the driver
-//! into a whole tile with zero blocks below them, so one configuration serves a whole call
-//! (`ldtilecfg` is not cheap) and no tile reads past the activations.
+//! product issued just before it. A call's last rows, when fewer than a
+//! tile's, are copied by the driver into a whole tile with zero blocks
+//! below them, so one configuration serves a whole call (`ldtilecfg` is
+//! not cheap) and no tile reads past the activations.
 
 use super::avx512::{nibble_values, scales, seconds, supers};
 use super::pack::{Kind, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, SC_E8M0, SC_F16, SC_KSUB};
