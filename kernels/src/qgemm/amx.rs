@@ -93,8 +93,7 @@ impl Drop for Tiles {
 }
 
 /// Blocks whose products are issued beyond the one being stored while a
-/// block is scaled. One: two measured no faster, both before the stores
-/// were put a block behind the products and after (docs/PERF.md, "The AMX
+/// block is scaled. One: two measured no faster (docs/PERF.md, "The AMX
 /// tile's scaling in registers").
 const AHEAD: usize = 1;
 
@@ -175,8 +174,9 @@ unsafe fn scale<const MR: usize, const MIN: bool>(
     s: *const Sums,
     (ab, nb, b): (*const ActBlock, usize, usize),
 ) {
-    // Unrolled by hand: as a loop the accumulators lived on the stack, a
-    // load and a store per row and block beside the tile stores.
+    // Unrolled by hand: as a loop, the compiler keeps the accumulators of
+    // the tile with mins on the stack, a load and a store per row and
+    // block beside the tile stores.
     macro_rules! rows {
         ($($i:literal)*) => {$(
             if $i < MR {
@@ -216,8 +216,8 @@ unsafe fn panel<const MR: usize, const MIN: bool>(
 ) {
     debug_assert!(out.len() >= MR * 16 && acts.len() >= (i0 + MR) * nb);
     // Not zeroed: each set's rows 0 .. MR are stored by its tile before
-    // they are scaled, and its other rows are never read. Zeroing the
-    // 4 KiB for every call was 5% of this tile's time at k = 1536.
+    // they are scaled, and its other rows are never read. Zeroing 4 KiB
+    // a call costs about 5% of this tile's time at k = 1536.
     let mut s = [const { std::mem::MaybeUninit::<Sums>::uninit() }; 4];
     // The tile stores write through this pointer, the scaling reads
     // through it: the asm and the loads are ordered by program order.
