@@ -245,6 +245,10 @@ pub fn workload_order(problems: &[Problem], calls: impl Fn(&Problem) -> f64) -> 
         .collect()
 }
 
+/// Why a problem the budget left no time for has no selection.
+const BUDGET_RAN_OUT: &str =
+    "not timed: the budget ran out; run the same command again to continue";
+
 /// Runs a campaign over already-instantiated problems.
 pub fn run_campaign(
     problems: &mut [Box<dyn KernelProblem + '_>],
@@ -263,6 +267,23 @@ pub fn run_campaign(
         let spec = problem.spec().clone();
         let coords: Vec<Coords> = problem.candidates().iter().map(coords).collect();
         progress.problem_started(pi, total, &spec, coords.len());
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            // Nothing of it can be timed: its search would stop before the
+            // first evaluation, and no selection is made without one. Its
+            // operands are not made nor its default timed (seconds each on
+            // an LM head, for a row of dashes in the report).
+            let report = ProblemReport {
+                problem: spec,
+                selection: None,
+                evaluations: 0,
+                invalid: 0,
+                stopped_by_budget: true,
+                note: Some(BUDGET_RAN_OUT.into()),
+            };
+            progress.problem_done(&report);
+            reports.push(report);
+            continue;
+        }
         let made = Instant::now();
         problem.prepare();
         deadline = deadline.map(|d| d + made.elapsed());
@@ -351,9 +372,7 @@ pub fn run_campaign(
                 })
             }
             (None, _, _) if result.evaluations.is_empty() && result.stopped_by_budget => {
-                note.get_or_insert_with(|| {
-                    "not timed: the budget ran out; run the same command again to continue".into()
-                });
+                note.get_or_insert_with(|| BUDGET_RAN_OUT.into());
                 None
             }
             (None, _, _) => {
@@ -843,6 +862,31 @@ mod tests {
         }
     }
 
+    /// Runs `problems` exhaustively within `budget_ms`, shared by `shares`,
+    /// each measurement taking `measure_ms` of real time.
+    fn budgeted(
+        problems: &mut [Box<dyn KernelProblem>],
+        budget_ms: u64,
+        shares: Vec<f64>,
+        measure_ms: u64,
+    ) -> (Vec<ProblemReport>, MemStore) {
+        let cfg = CampaignConfig {
+            strategy: Strategy::Exhaustive,
+            budget: Some(Duration::from_millis(budget_ms)),
+            stop: None,
+            shares,
+        };
+        let mut store = MemStore::default();
+        let r = run_campaign(
+            problems,
+            &cfg,
+            &mut SlowMeasure(Duration::from_millis(measure_ms)),
+            &mut store,
+            &mut (),
+        );
+        (r, store)
+    }
+
     /// A budget smaller than the first problem's search still reaches every
     /// problem: each gets its share of what is left.
     #[test]
@@ -854,20 +898,7 @@ mod tests {
                 Box::new(f) as Box<dyn KernelProblem>
             })
             .collect();
-        let cfg = CampaignConfig {
-            strategy: Strategy::Exhaustive,
-            budget: Some(Duration::from_millis(300)),
-            stop: None,
-            shares: Vec::new(),
-        };
-        let mut store = MemStore::default();
-        let r = run_campaign(
-            &mut problems,
-            &cfg,
-            &mut SlowMeasure(Duration::from_millis(10)),
-            &mut store,
-            &mut (),
-        );
+        let (r, _) = budgeted(&mut problems, 300, Vec::new(), 10);
         // 3 × 41 candidates at 10 ms would take 1.2 s: without shares the
         // first problem alone used the whole 300 ms.
         for p in &r {
@@ -875,6 +906,40 @@ mod tests {
             assert!(p.selection.is_some(), "{}: {:?}", p.problem, p.note);
             assert!(p.evaluations >= 2, "{}: {}", p.problem, p.evaluations);
         }
+    }
+
+    /// A problem reached after the budget is spent is reported as not
+    /// timed without its operands made or its default timed: making an LM
+    /// head's operands takes seconds, and nothing could be selected.
+    #[test]
+    fn a_problem_past_the_budget_is_not_prepared() {
+        let calls: Vec<std::sync::Arc<Calls>> = (0..2).map(|_| Default::default()).collect();
+        let mut problems: Vec<Box<dyn KernelProblem>> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut inner = fake(40);
+                inner.spec = Problem::new("gemv", "f32", [("n", 8 + i), ("k", 8)]).unwrap();
+                Box::new(Tracked {
+                    inner,
+                    current: Default::default(),
+                    calls: std::sync::Arc::clone(c),
+                }) as Box<dyn KernelProblem>
+            })
+            .collect();
+        // The first takes the whole budget (and its default and best are
+        // timed past it).
+        let (r, store) = budgeted(&mut problems, 50, vec![1.0, 0.0], 10);
+        use std::sync::atomic::Ordering::Relaxed;
+        assert!(r[0].selection.is_some(), "{:?}", r[0].note);
+        assert_eq!(calls[0].prepares.load(Relaxed), 1);
+        assert_eq!((r[1].evaluations, r[1].stopped_by_budget), (0, true));
+        assert!(r[1].selection.is_none());
+        assert_eq!(r[1].note.as_deref(), Some(BUDGET_RAN_OUT));
+        assert_eq!(calls[1].prepares.load(Relaxed), 0);
+        assert_eq!(calls[1].outside.load(Relaxed), 0, "validated or run");
+        // Nothing of the second was recorded.
+        assert!(store.m.keys().all(|(p, _)| p == &r[0].problem.to_string()));
     }
 
     /// A problem with four times the weight gets about four times the
@@ -888,19 +953,7 @@ mod tests {
                 Box::new(f) as Box<dyn KernelProblem>
             })
             .collect();
-        let cfg = CampaignConfig {
-            strategy: Strategy::Exhaustive,
-            budget: Some(Duration::from_millis(500)),
-            stop: None,
-            shares: vec![4.0, 1.0],
-        };
-        let r = run_campaign(
-            &mut problems,
-            &cfg,
-            &mut SlowMeasure(Duration::from_millis(5)),
-            &mut MemStore::default(),
-            &mut (),
-        );
+        let (r, _) = budgeted(&mut problems, 500, vec![4.0, 1.0], 5);
         let (a, b) = (r[0].evaluations as f64, r[1].evaluations as f64);
         assert!(r.iter().all(|p| p.stopped_by_budget));
         assert!(a > 2.5 * b && a < 6.0 * b, "{a} and {b} evaluations");

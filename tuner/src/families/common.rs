@@ -4,6 +4,7 @@
 
 use crate::TunerError;
 use half::f16;
+use std::sync::{Arc, Mutex, Weak};
 use tiletune_kernels::choice::KernelChoice;
 use tiletune_kernels::gemv::GemvShape;
 use tiletune_kernels::quant::{self, QuantFormat};
@@ -122,17 +123,41 @@ pub(super) fn copies(bytes: usize, caps: &CpuCaps, cold: bool) -> usize {
     if cold { cold_copies(bytes, caps) } else { 1 }
 }
 
+/// A copy of a buffer in memory of its own, as a cold-cache rotation needs:
+/// a shared weight ([`Arc`]) is copied, not shared once more.
+pub(super) trait Replica {
+    fn replica(&self) -> Self;
+}
+
+impl<E: Clone> Replica for Vec<E> {
+    fn replica(&self) -> Self {
+        self.clone()
+    }
+}
+
+impl<T: Replica> Replica for Arc<T> {
+    fn replica(&self) -> Self {
+        Arc::new(T::replica(self))
+    }
+}
+
+impl<A: Replica, B: Replica> Replica for (A, B) {
+    fn replica(&self) -> Self {
+        (self.0.replica(), self.1.replica())
+    }
+}
+
 /// The weight copies a cold-cache timing rotates through: made on first use
 /// (a validation, before anything is timed) and dropped again by
 /// [`Copies::release`] when the campaign is done with the problem, so a
 /// campaign holds one problem's copies at a time, not every problem's.
-pub(super) struct Copies<T: Clone> {
+pub(super) struct Copies<T: Replica> {
     copies: Vec<T>,
     want: usize,
     next: usize,
 }
 
-impl<T: Clone> Copies<T> {
+impl<T: Replica> Copies<T> {
     /// `want` copies of `first` (1: a single, cache-warm copy).
     pub(super) fn new(first: T, want: usize) -> Self {
         Copies {
@@ -164,7 +189,7 @@ impl<T: Clone> Copies<T> {
     /// Makes the missing copies.
     fn fill(&mut self) {
         while self.copies.len() < self.want {
-            self.copies.push(self.copies[0].clone());
+            self.copies.push(self.copies[0].replica());
         }
     }
 
@@ -205,6 +230,65 @@ pub(super) fn candidate_of(c: &KernelChoice) -> Candidate {
 /// problem's seed and the piece: the weights are the same whatever the
 /// number of threads making them.
 const PIECE_ROWS: usize = 512;
+
+/// What a problem's random weights are made from ([`random_weights`] less
+/// the threads, which do not change them).
+type WeightKey = (QuantFormat, usize, usize, u64);
+
+/// One weight's random bytes, made by the first problem that uses them.
+type WeightSlot = Mutex<Option<Arc<Vec<u8>>>>;
+
+/// A problem's share of the random weights it reads: every problem built
+/// for the same format, shape and seed holds the same slot, and the bytes
+/// in it live while any of them exists.
+///
+/// A model's weight is read by its decode GEMV and by each prefill
+/// bucket's GEMM, tuned apart in a campaign; without sharing, each made
+/// the same random weights again when it was prepared (a 151936×1536 Q6_K
+/// LM head takes seconds to quantize, at each of its four problems). The
+/// weights are a pure function of the key, so sharing them changes no
+/// operand; what each problem makes from them (repacks, references,
+/// cold copies) is still made and dropped per problem.
+pub(super) struct SharedWeights {
+    key: WeightKey,
+    slot: Arc<WeightSlot>,
+}
+
+impl SharedWeights {
+    pub(super) fn new(format: QuantFormat, n: usize, k: usize, seed: u64) -> Self {
+        static SLOTS: Mutex<Vec<(WeightKey, Weak<WeightSlot>)>> = Mutex::new(Vec::new());
+        let key = (format, n, k, seed);
+        // A poisoned lock only means another thread panicked while pruning:
+        // the entries are still weak references to live or dead slots.
+        let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|(_, w)| w.strong_count() > 0);
+        let slot = match slots
+            .iter()
+            .find_map(|(k, w)| (*k == key).then(|| w.upgrade()))
+        {
+            Some(Some(slot)) => slot,
+            _ => {
+                let slot = Arc::new(Mutex::new(None));
+                slots.push((key, Arc::downgrade(&slot)));
+                slot
+            }
+        };
+        SharedWeights { key, slot }
+    }
+
+    /// The weights, made on `threads` threads by the first call of any
+    /// problem holding this slot.
+    pub(super) fn get(&self, threads: usize) -> Result<Arc<Vec<u8>>, TunerError> {
+        let mut w = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = &*w {
+            return Ok(Arc::clone(w));
+        }
+        let (format, n, k, seed) = self.key;
+        let made = Arc::new(random_weights(format, n, k, seed, threads)?);
+        *w = Some(Arc::clone(&made));
+        Ok(made)
+    }
+}
 
 /// `n` rows of `k` random values in `format`, quantized a piece at a time
 /// on `threads` threads: an LM head's weights as f32 would be a gigabyte,
@@ -353,6 +437,46 @@ mod tests {
         assert_eq!(c.held(), 1);
         c.next();
         assert_eq!(c.held(), 5, "used again after release: made again");
+    }
+
+    /// A shared weight's cold copies are copies of its bytes, each in its
+    /// own memory, not the shared buffer again.
+    #[test]
+    fn copies_of_a_shared_weight_are_its_bytes_elsewhere() {
+        let w = Arc::new(vec![3u8; 64]);
+        let mut c = Copies::new((Arc::clone(&w), vec![1u16; 8]), 3);
+        let seen: Vec<*const u8> = (0..3).map(|_| c.next().0.as_ptr()).collect();
+        assert!(seen.contains(&w.as_ptr()));
+        let mut distinct = seen.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3);
+        assert!((0..3).all(|_| *c.next().0 == *w));
+        assert_eq!(Arc::strong_count(&w), 2, "only the first copy shares it");
+    }
+
+    /// Problems that read one weight share its bytes while one of them
+    /// exists; once none does, they are made again, the same.
+    #[test]
+    fn random_weights_are_shared_by_the_problems_that_read_them() {
+        // A key no other test makes: tests run in one process.
+        let (f, n, k, seed) = (QuantFormat::Q5_1, 37, 96, 0x5EED_0001);
+        let a = SharedWeights::new(f, n, k, seed);
+        let b = SharedWeights::new(f, n, k, seed);
+        let wa = a.get(2).unwrap();
+        assert!(Arc::ptr_eq(&wa, &b.get(1).unwrap()));
+        assert_eq!(*wa, random_weights(f, n, k, seed, 1).unwrap());
+        // Released by the problem that made them, held for the other.
+        let bytes = wa.to_vec();
+        let held = Arc::downgrade(&wa);
+        drop((a, wa));
+        assert!(held.upgrade().is_some());
+        let other = SharedWeights::new(f, n, k, seed + 1).get(2).unwrap();
+        assert_ne!(*other, bytes);
+        drop(b);
+        assert!(held.upgrade().is_none(), "no problem holds them");
+        let again = SharedWeights::new(f, n, k, seed).get(2).unwrap();
+        assert_eq!(*again, bytes);
     }
 
     #[test]

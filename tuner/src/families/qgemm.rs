@@ -21,12 +21,13 @@
 //! once per interleave outside it (the runtime repacks at load).
 
 use super::common::{
-    COL_EDGE, Copies, ROW_EDGE, candidate_of, checked, cold_copies, picked, random_weights,
+    COL_EDGE, Copies, ROW_EDGE, SharedWeights, candidate_of, checked, cold_copies, picked,
     row_scaled_err, thread_counts,
 };
 use super::spec::Machine;
 use crate::TunerError;
 use crate::campaign::{KernelProblem, Work};
+use std::sync::Arc;
 use tiletune_kernels::choice::KernelChoice;
 use tiletune_kernels::qgemm::{self, PackedQ, QGemm, QGemmParams, QGemmShape};
 use tiletune_kernels::qgemv::{self, QGemv, QGemvParams, QGemvShape, QMode};
@@ -45,7 +46,7 @@ enum Config {
 /// The random operands and the scalar reference of one problem, on the
 /// outputs [`checked`] picks.
 struct Operands {
-    w: Vec<u8>,
+    w: Arc<Vec<u8>>,
     a: Vec<f32>,
     c: Vec<f32>,
     /// The checked outputs: these rows of C, and in each these columns.
@@ -59,12 +60,13 @@ struct Operands {
 
 impl Operands {
     fn new(
+        weights: &SharedWeights,
         format: QuantFormat,
         (m, n, k): (usize, usize, usize),
         seed: u64,
         threads: usize,
     ) -> Result<Self, TunerError> {
-        let w = random_weights(format, n, k, seed, threads)?;
+        let w = weights.get(threads)?;
         let mut rng = Rng::new(seed);
         let a = rng.vec_f32(m * k);
         let rows = checked(m, ROW_EDGE, &mut rng);
@@ -154,6 +156,9 @@ pub(super) struct QGemmTune {
     /// (decode: weights streamed from DRAM, as the runtime's decode reads
     /// them; a model does not fit the cache).
     cold: bool,
+    /// The random weights, shared with the other problems on the same
+    /// weight (the model's decode GEMV and prefill buckets).
+    weights: SharedWeights,
     /// Operands, references and weight copies: made at the first
     /// validation and dropped by `release`. A model's problems are all
     /// instantiated before the campaign starts, and its large ones are
@@ -168,7 +173,7 @@ pub(super) struct QGemmTune {
 struct Data {
     /// Weight copies, each the GGUF bytes (the per-row GEMV reads these)
     /// and their repacks for each interleave a candidate reads.
-    w: Copies<(Vec<u8>, Vec<PackedQ>)>,
+    w: Copies<(Arc<Vec<u8>>, Vec<PackedQ>)>,
     a: Vec<f32>,
     c: Vec<f32>,
     scratch: Vec<u8>,
@@ -277,6 +282,7 @@ impl QGemmTune {
             threads: mach.max_threads,
             caps: mach.caps,
             cold,
+            weights: SharedWeights::new(format, n, k, mach.seed),
             data: None,
             cands,
             configs,
@@ -296,7 +302,13 @@ impl QGemmTune {
                 reference,
                 gemm_reference,
                 magnitude,
-            } = Operands::new(self.format, (m, n, k), self.seed, self.threads)?;
+            } = Operands::new(
+                &self.weights,
+                self.format,
+                (m, n, k),
+                self.seed,
+                self.threads,
+            )?;
             let mut packed: Vec<PackedQ> = Vec::new();
             for cfg in &self.configs {
                 if let Config::Gemm(q) = cfg
@@ -441,7 +453,8 @@ mod tests {
         let (m, n, k) = (200, 401, 64usize);
         for format in [QuantFormat::Q4_0, QuantFormat::Q4K] {
             let k = k.next_multiple_of(format.block_size());
-            let o = Operands::new(format, (m, n, k), 5, 2).unwrap();
+            let w = SharedWeights::new(format, n, k, 5);
+            let o = Operands::new(&w, format, (m, n, k), 5, 2).unwrap();
             assert_eq!((o.rows.len(), o.cols.len()), (192, 384));
             let mut whole = vec![0.0f32; m * n];
             qgemm::scalar::reference(format, &o.w, &o.a, m, n, k, &mut whole).unwrap();
