@@ -334,16 +334,34 @@ fn tune_model_ends_with_a_model_level_verdict_that_plan_shows() {
         "{out}"
     );
     let plan = ok(&tiletune(&["plan", "--model", m, "--db", db, "-t", "2"]));
-    for phase in ["verdict prefill: ", "verdict decode: "] {
+    for (phase, test) in [("prefill", "prefill pp32"), ("decode", "decode  tg16")] {
         let line = plan
             .lines()
-            .find(|l| l.starts_with(phase))
-            .unwrap_or_else(|| panic!("no `{phase}` line:\n{plan}"));
+            .find(|l| l.starts_with(&format!("verdict {phase}: ")))
+            .unwrap_or_else(|| panic!("no `{phase}` verdict line:\n{plan}"));
         assert!(
             line.contains("the tuned choices run") || line.contains("the defaults run"),
             "{line}"
         );
-        assert!(line.contains("over 3 alternated rounds"), "{line}");
+        // A phase is timed, unless its tuned choices are the default
+        // plan's: then tune says it did not time it, and plan says why.
+        let timed = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(test))
+            .unwrap_or_else(|| panic!("no `{test}` line:\n{out}"));
+        if timed.contains("not timed") {
+            assert!(
+                timed.contains("the tuned plan runs the default plan's choices"),
+                "{timed}"
+            );
+            assert!(
+                line.contains("each the default plan's (nothing to time); the defaults run"),
+                "{line}"
+            );
+        } else {
+            assert!(timed.contains("tok/s"), "{timed}");
+            assert!(line.contains("over 3 alternated rounds"), "{line}");
+        }
     }
     let show = ok(&tiletune(&["table", "show", "--db", db]));
     assert!(show.contains("model-level verdicts"), "{show}");

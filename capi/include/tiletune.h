@@ -275,7 +275,9 @@ typedef void (*TtProgressCallback)(void *user, const struct TtProgress *p);
 // The model-level check starts (`total` rounds).
 #define TT_PROGRESS_CHECK 6
 
-// A phase's verdict (`text`: phase, test, ratio, won or not).
+// A phase's verdict (`text`: phase, test, ratio, won or not), or a
+// phase not timed because the tuned plan runs the default plan's choices
+// in it (`text`: phase, test, "not timed").
 #define TT_PROGRESS_VERDICT 7
 
 #ifdef __cplusplus

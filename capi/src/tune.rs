@@ -269,7 +269,9 @@ pub const TT_PROGRESS_MEASURED: TtProgressKind = 4;
 pub const TT_PROGRESS_JOINT: TtProgressKind = 5;
 /// The model-level check starts (`total` rounds).
 pub const TT_PROGRESS_CHECK: TtProgressKind = 6;
-/// A phase's verdict (`text`: phase, test, ratio, won or not).
+/// A phase's verdict (`text`: phase, test, ratio, won or not), or a
+/// phase not timed because the tuned plan runs the default plan's choices
+/// in it (`text`: phase, test, "not timed").
 pub const TT_PROGRESS_VERDICT: TtProgressKind = 7;
 
 /// One progress event. Borrowed: valid during the callback only.
@@ -370,6 +372,20 @@ fn progress(
         TuneEvent::CheckStarted { rounds, .. } => {
             p(TT_PROGRESS_CHECK, 0, *rounds as u64, String::new())
         }
+        TuneEvent::AsDefault { phase, tests } => p(
+            TT_PROGRESS_VERDICT,
+            0,
+            0,
+            format!(
+                "{} {}: not timed, the tuned plan runs the default plan's choices",
+                phase.name(),
+                tests
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        ),
         TuneEvent::Verdict { verdict: v, .. } => p(
             TT_PROGRESS_VERDICT,
             0,

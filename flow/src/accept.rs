@@ -129,14 +129,28 @@ pub struct CheckOptions<'a> {
     pub stop: Option<&'a AtomicBool>,
 }
 
-/// Times the tuned plan against the default plan on `model` and returns a
-/// verdict per phase (not yet stored); `on_event` hears when the check
-/// starts and each verdict as it is decided.
+/// What the check decided.
+#[derive(Debug)]
+pub struct CheckOutcome {
+    /// The verdict of each phase it timed (not yet stored).
+    pub verdicts: Vec<Verdict>,
+    /// The phases it did not time: the tuned plan runs the default plan's
+    /// choices in them. A verdict stored for them before is for choices
+    /// that no longer run.
+    pub as_default: Vec<Phase>,
+    /// The model's key in the verdicts ([`Verdict::model`]).
+    pub model: String,
+}
+
+/// Times the tuned plan against the default plan on `model`, in each phase
+/// where the two differ, and returns the verdicts; `on_event` hears when
+/// the check starts, each phase it does not time and each verdict as it is
+/// decided.
 pub fn check_model(
     model: &OpenModel,
     o: &CheckOptions<'_>,
     on_event: &mut dyn FnMut(TuneEvent<'_>),
-) -> Result<Vec<Verdict>> {
+) -> Result<CheckOutcome> {
     let (g, cfg, problems, model_path) = (&model.gguf, &model.cfg, &model.problems, &model.path);
     let (soc, threads) = (o.soc, o.threads);
     let caps = soc.cpu_caps();
@@ -161,6 +175,31 @@ pub fn check_model(
     let load = |plan: &ExecutionPlan| -> Result<FastModel> {
         Ok(FastModel::new(cfg, g, plan, ctx)?.with_kv_dtype(KvDtype::F16)?)
     };
+    on_event(TuneEvent::CheckStarted {
+        rounds: o.rounds,
+        threads,
+    });
+    // Timing two runs of one plan against each other would only measure
+    // the noise (and a model's phase takes up to a minute), so a phase
+    // whose tuned choices are the default plan's is not timed.
+    let mut as_default: Vec<Phase> = Phase::ALL
+        .into_iter()
+        .filter(|&p| tuned.digest(p) == default.digest(p))
+        .collect();
+    for (phase, tests) in tests.iter().filter(|(p, _)| as_default.contains(p)) {
+        on_event(TuneEvent::AsDefault {
+            phase: *phase,
+            tests,
+        });
+    }
+    let mut out = Vec::new();
+    if as_default.len() == Phase::ALL.len() {
+        return Ok(CheckOutcome {
+            verdicts: out,
+            as_default,
+            model: tuned.model.clone(),
+        });
+    }
     let models = [load(&default)?, load(&tuned)?];
     // A model that holds fewer positions (a small test model) is checked
     // with the tests cut to what it holds, and the test names say so.
@@ -174,10 +213,6 @@ pub fn check_model(
         || model_path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    on_event(TuneEvent::CheckStarted {
-        rounds: o.rounds,
-        threads,
-    });
     let check = Check {
         vocab: cfg.vocab.max(1) as u32,
         bos: cfg.bos_id,
@@ -203,8 +238,7 @@ pub fn check_model(
             measured_at: now_unix(),
         }
     };
-    let mut out = Vec::new();
-    for (phase, tests) in &tests {
+    for (phase, tests) in tests.iter().filter(|(p, _)| !as_default.contains(p)) {
         let (label, d, t) = check.time(&models, &mut states, tests)?;
         let v = verdict(*phase, label, d, t, &tuned);
         on_event(TuneEvent::Verdict {
@@ -235,12 +269,20 @@ pub fn check_model(
                 tests,
                 beside_other_phase: true,
             });
-            if let Some(old) = out.iter_mut().find(|o| o.phase == *phase) {
-                *old = v;
+            match out.iter_mut().find(|o| o.phase == *phase) {
+                Some(old) => *old = v,
+                None => {
+                    out.push(v);
+                    as_default.retain(|p| p != phase);
+                }
             }
         }
     }
-    Ok(out)
+    Ok(CheckOutcome {
+        verdicts: out,
+        as_default,
+        model: tuned.model.clone(),
+    })
 }
 
 /// How `check_model` times a phase.

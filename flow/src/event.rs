@@ -4,7 +4,7 @@
 //! check (`accept`) report through it.
 
 use std::time::Duration;
-use tiletune_tables::{Campaign, Problem, Verdict};
+use tiletune_tables::{Campaign, Phase, Problem, Verdict};
 use tiletune_tuner::Candidate;
 use tiletune_tuner::campaign::ProblemReport;
 use tiletune_tuner::joint::{Test, WeightReport, Workload};
@@ -61,6 +61,13 @@ pub enum TuneEvent<'a> {
     CheckStarted {
         rounds: usize,
         threads: usize,
+    },
+    /// A phase the check does not time: the tuned plan runs the default
+    /// plan's choices in it (no verdict is stored, and an older one is
+    /// removed).
+    AsDefault {
+        phase: Phase,
+        tests: &'a [Test],
     },
     /// A phase's verdict; `beside_other_phase` when it timed that phase's
     /// choices moved beside the other phase's tuned ones.

@@ -17,7 +17,7 @@ use tiletune_bench::Environment;
 use tiletune_kernels::KERNEL_ABI;
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, VerdictCheck};
 use tiletune_runtime::problems;
-use tiletune_tables::{Campaign, Problem, Verdict, now_unix};
+use tiletune_tables::{Campaign, Phase, Problem, Verdict, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
 use tiletune_tuner::campaign::{
     CampaignConfig, ProblemReport, Progress, run_campaign, workload_order,
@@ -95,8 +95,11 @@ impl TuneOptions {
 #[derive(Debug)]
 pub struct ModelOutcome {
     pub weights: Vec<WeightReport>,
-    /// The stored verdict of each phase.
+    /// The stored verdict of each phase the check timed.
     pub verdicts: Vec<Verdict>,
+    /// The phases it did not time: the tuned plan runs the default plan's
+    /// choices in them.
+    pub as_default: Vec<Phase>,
     /// What the runtime makes of the verdicts at load, as `tiletune plan`
     /// shows it.
     pub plan_verdicts: Vec<VerdictCheck>,
@@ -135,7 +138,12 @@ impl TuneReport {
                 })
                 .collect();
             let plan: Vec<String> = m.plan_verdicts.iter().map(|v| v.to_string()).collect();
-            serde_json::json!({ "weights": weights, "verdicts": m.verdicts, "plan_verdicts": plan })
+            serde_json::json!({
+                "weights": weights,
+                "verdicts": m.verdicts,
+                "as_default": m.as_default,
+                "plan_verdicts": plan,
+            })
         });
         serde_json::json!({
             "campaign": self.campaign,
@@ -335,6 +343,9 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         .iter()
         .map(|i| (i.spec().clone(), i.candidates()[i.default_index()].clone()))
         .collect();
+    // The problems share their random weights while any exists: free them
+    // before the check loads the model twice.
+    drop(instances);
     let weights = joint::store_joint(
         &mut db,
         &soc.fingerprint,
@@ -357,10 +368,20 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         rounds: o.rounds,
         stop: o.stop.as_deref(),
     };
-    let mut verdicts = check_model(model, &check, on_event)?;
+    let checked = check_model(model, &check, on_event)?;
+    let mut verdicts = checked.verdicts;
     for v in &mut verdicts {
         v.campaign = Some(campaign.id.clone());
         db.put_verdict(v)?;
+    }
+    for &phase in &checked.as_default {
+        db.delete_verdict(
+            &soc.fingerprint,
+            KERNEL_ABI,
+            &checked.model,
+            phase,
+            max_threads,
+        )?;
     }
     // What the runtime makes of the verdicts, as `plan` and `run` will.
     let opts = PlanOptions {
@@ -372,6 +393,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
     report.model = Some(ModelOutcome {
         weights,
         verdicts,
+        as_default: checked.as_default,
         plan_verdicts: plan.verdicts,
     });
     Ok(report)

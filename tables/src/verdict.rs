@@ -230,6 +230,30 @@ impl SelectorDb {
         })
     }
 
+    /// Removes the verdict with this key, if one is stored (`tune --model`
+    /// when a phase's tuned choices are now the default plan's: a verdict
+    /// for choices that no longer run would read as stale). Returns whether
+    /// one was.
+    pub fn delete_verdict(
+        &mut self,
+        soc: &str,
+        kernel_abi: u32,
+        model: &str,
+        phase: Phase,
+        threads: usize,
+    ) -> Result<bool> {
+        let e = self.err("removing a verdict");
+        self.write("removing a verdict", |tx, _| {
+            tx.execute(
+                "DELETE FROM verdicts WHERE soc = ?1 AND kernel_abi = ?2 AND model = ?3
+                   AND phase = ?4 AND threads = ?5",
+                params![soc, kernel_abi, model, phase.name(), threads],
+            )
+            .map(|n| n > 0)
+            .map_err(&e)
+        })
+    }
+
     /// Whether the file has the `verdicts` table: a v4 file opened
     /// read-only does not, and holds no verdicts.
     fn has_verdicts(&self) -> Result<bool> {

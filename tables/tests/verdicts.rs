@@ -43,6 +43,19 @@ fn verdicts_are_stored_replaced_and_read_back_read_only() {
     assert_eq!(got, lost);
     assert_eq!(got.default_median_s(), 1.1);
     assert_eq!(got.tuned_median_s(), 1.3);
+    // Removing one key leaves the others.
+    let mut rw = SelectorDb::open(&path).unwrap();
+    assert!(
+        !rw.delete_verdict("socA", ABI, "m-b.gguf", Phase::Decode, 4)
+            .unwrap()
+    );
+    assert!(
+        rw.delete_verdict("socA", ABI, "m-b.gguf", Phase::Decode, 2)
+            .unwrap()
+    );
+    assert_eq!(rw.verdicts(None).unwrap(), [other.clone(), prefill.clone()]);
+    rw.put_verdict(&lost).unwrap();
+    drop(rw);
     // Every key column matters.
     for (abi, model, phase, threads) in [
         (ABI + 1, "m-b.gguf", Phase::Decode, 2),

@@ -1288,6 +1288,18 @@ mod tests {
         let default = ExecutionPlan::build_default(&ps, "soc", &caps, &opts(path.clone()));
         assert_eq!(tuned.entries[1].source, Source::Tuned);
         assert_eq!(tuned.digest(Phase::Prefill), default.digest(Phase::Prefill));
+        // `tune --model` times nothing of such a phase and stores no
+        // verdict for it: the plan says so, not "no check stored".
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &opts(path.clone()));
+        let text = p.to_string();
+        assert!(
+            text.contains(
+                "verdict prefill: 1 choice(s) from the table, each the default plan's \
+                 (nothing to time); the defaults run"
+            ),
+            "{text}"
+        );
+        assert_eq!(p.to_json()["verdicts"][0]["state"], "as default");
         let digest = tuned.digest(Phase::Prefill);
         put_verdict(
             &path,

@@ -137,6 +137,7 @@ pub(super) fn apply(
             let default = digest(Mix::DEFAULT, phase);
             let state = match verdict(phase) {
                 None if chosen == 0 => VerdictState::NothingTuned,
+                None if tuned == default => VerdictState::AsDefault,
                 None => VerdictState::Unverified,
                 Some(_) if chosen == 0 && tuned == default => VerdictState::NothingTuned,
                 Some(v) if v.plan_digest == tuned => VerdictState::Checked(v.clone()),
@@ -190,6 +191,10 @@ pub struct VerdictCheck {
 pub enum VerdictState {
     /// Nothing of the phase came from the table: the defaults run.
     NothingTuned,
+    /// The phase's table choices are the default plan's (the defaults won
+    /// every problem's tuning, or the joint layout pass stored them):
+    /// `tune --model` has nothing to time, and stores no verdict.
+    AsDefault,
     /// No verdict is stored for these choices (a table from `tune --op`,
     /// `--suite`, an import, or from before verdicts): they run unchecked.
     Unverified,
@@ -208,7 +213,7 @@ impl VerdictState {
     pub fn verdict(&self) -> Option<&Verdict> {
         match self {
             VerdictState::Checked(v) | VerdictState::Mixed(v) | VerdictState::Stale(v) => Some(v),
-            VerdictState::NothingTuned | VerdictState::Unverified => None,
+            VerdictState::NothingTuned | VerdictState::AsDefault | VerdictState::Unverified => None,
         }
     }
 
@@ -216,6 +221,7 @@ impl VerdictState {
     pub fn name(&self) -> &'static str {
         match self {
             VerdictState::NothingTuned => "nothing tuned",
+            VerdictState::AsDefault => "as default",
             VerdictState::Unverified => "unverified",
             VerdictState::Checked(_) => "checked",
             VerdictState::Mixed(_) => "mixed",
@@ -251,6 +257,11 @@ impl fmt::Display for VerdictCheck {
         write!(f, "{}: ", self.phase)?;
         match &self.state {
             VerdictState::NothingTuned => write!(f, "nothing tuned")?,
+            VerdictState::AsDefault => write!(
+                f,
+                "{} choice(s) from the table, each the default plan's (nothing to time)",
+                self.chosen
+            )?,
             VerdictState::Unverified => write!(
                 f,
                 "{} choice(s) from the table, no model-level check stored for them (run `tiletune tune --model` to time them against the defaults)",

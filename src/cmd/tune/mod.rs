@@ -10,7 +10,7 @@ mod print;
 
 use super::Global;
 use anyhow::bail;
-use print::{Bar, print_joint, print_summary, print_verdict};
+use print::{Bar, print_as_default, print_joint, print_summary, print_verdict};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -98,8 +98,9 @@ pub struct Args {
     pub workload: Workload,
     /// With --model: alternated rounds of the model-level check that ends
     /// the tuning (tuned plan against default plan, each phase timed as
-    /// `bench model` times it). A phase's tuned choices run only where
-    /// every tuned round beat every default round.
+    /// `bench model` times it; a phase whose tuned choices are the default
+    /// plan's is not timed). A phase's tuned choices run only where every
+    /// tuned round beat every default round.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=50))]
     pub rounds: u64,
 }
@@ -205,6 +206,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         TuneEvent::CheckStarted { rounds, threads } if !g.json => println!(
             "model-level check: tuned plan against default plan, {rounds} alternated rounds, {threads} thread(s), f16 KV cache"
         ),
+        TuneEvent::AsDefault { phase, tests } if !g.json => print_as_default(phase, tests),
         TuneEvent::Verdict {
             verdict,
             tests,
@@ -220,6 +222,7 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
         ),
         TuneEvent::JointStored { .. }
         | TuneEvent::CheckStarted { .. }
+        | TuneEvent::AsDefault { .. }
         | TuneEvent::Verdict { .. } => {}
     });
     let report = match report {

@@ -5,7 +5,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use std::path::Path;
 use std::time::Duration;
-use tiletune_tables::Verdict;
+use tiletune_tables::{Phase, Verdict};
 use tiletune_tuner::campaign::{ProblemReport, Progress};
 use tiletune_tuner::joint::{self, Test, Workload};
 use tiletune_tuner::{Candidate, Problem};
@@ -164,6 +164,16 @@ impl Progress for Bar {
             }
         }
     }
+}
+
+/// The line of a phase the check does not time.
+pub(super) fn print_as_default(phase: Phase, tests: &[Test]) {
+    let label: Vec<String> = tests.iter().map(Test::to_string).collect();
+    println!(
+        "  {:<7} {:<12} not timed: the tuned plan runs the default plan's choices",
+        phase.name(),
+        label.join(",")
+    );
 }
 
 /// One line per verdict: both plans' speeds and whether the other won.
