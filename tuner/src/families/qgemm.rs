@@ -444,6 +444,35 @@ mod tests {
         }
     }
 
+    /// A model's decode GEMV (m = 1) and a prefill bucket on the same
+    /// weight read the same bytes: the second does not make them again
+    /// after the first released its operands, and a weight of another
+    /// shape is its own.
+    #[test]
+    fn problems_on_one_weight_share_its_bytes() {
+        let mach = Machine::small_for_tests(0x5EED_0002);
+        let (n, k) = (40, 256);
+        let make = |m: usize, n: usize| {
+            let spec = Problem::new("gemm", "q4_k", [("m", m), ("n", n), ("k", k)]).unwrap();
+            QGemmTune::new(spec, QuantFormat::Q4K, m, n, k, &mach).unwrap()
+        };
+        let (mut decode, mut prefill, mut other) = (make(1, n), make(16, n), make(16, n + 8));
+        let bytes = |p: &mut QGemmTune| {
+            p.prepare();
+            Arc::clone(&p.data().unwrap().w.first().0)
+        };
+        let first = bytes(&mut decode);
+        decode.release();
+        let second = bytes(&mut prefill);
+        assert!(Arc::ptr_eq(&first, &second));
+        // The slot, the prefill problem's operands and the two here.
+        assert_eq!(Arc::strong_count(&first), 4);
+        assert!(!Arc::ptr_eq(&first, &bytes(&mut other)));
+        // Both are still checked against their references.
+        assert_eq!(decode.validate(0), Ok(0.0));
+        assert_eq!(prefill.validate(0), Ok(0.0));
+    }
+
     /// The references on the checked outputs are those outputs of the
     /// whole GEMM's, and a candidate's are read from where they are in C:
     /// a C shifted by one row, or by one column, is far out of tolerance,
