@@ -207,13 +207,13 @@ def test_tune_runs_a_model_campaign(tiny, tmp_path):
     kinds = {e[0] for e in events}
     assert {"started", "problem", "candidate", "measured", "joint", "check", "verdict"} <= kinds
     # Each phase is timed, or not timed because its tuned choices are the
-    # default plan's.
+    # default plan's (or nothing of it was tuned).
     model = report["model"]
     assert sorted([v["phase"] for v in model["verdicts"]] + model["as_default"]) == ["decode", "prefill"]
     plan = tiletune.Model(tiny, table=table, threads=2).plan(as_json=False)
     for phase in ("prefill", "decode"):
         line = next(l for l in plan.splitlines() if l.startswith(f"verdict {phase}: "))
-        assert "over 3 alternated rounds" in line or "(nothing to time)" in line, plan
+        assert any(s in line for s in ("over 3 alternated rounds", "(nothing to time)", "nothing tuned")), plan
     assert len(table.export()[0].get("verdicts", [])) == len(model["verdicts"])
     # An exception in the callback (Ctrl-C too) stops the campaign and is
     # raised; the same campaign run again resumes from what it measured.
