@@ -379,11 +379,7 @@ fn progress(
             format!(
                 "{} {}: not timed, the tuned plan runs the default plan's choices",
                 phase.name(),
-                tests
-                    .iter()
-                    .map(|t| t.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
+                tiletune_tuner::joint::label(tests)
             ),
         ),
         TuneEvent::Verdict { verdict: v, .. } => p(

@@ -23,7 +23,7 @@ use tiletune_runtime::problems::{self, LinearWeight};
 use tiletune_soc::SocInfo;
 use tiletune_tables::{Phase, Problem, Verdict, now_unix};
 use tiletune_tuner::acceptance;
-use tiletune_tuner::joint::{Test, Workload};
+use tiletune_tuner::joint::{self, Test, Workload};
 
 /// The tests that time `phase`: the workload's, or llama-bench's default
 /// (pp512, tg128) when the workload has none of that phase: a phase the
@@ -303,8 +303,7 @@ impl Check<'_> {
         states: &mut [RunState; 2],
         tests: &[Test],
     ) -> Result<(String, Vec<f64>, Vec<f64>)> {
-        let label: Vec<String> = tests.iter().map(Test::to_string).collect();
-        let label = label.join(",");
+        let label = joint::label(tests);
         let failed = |what: &'static str, label: &str| {
             let tests = label.to_string();
             move |e: FlowError| FlowError::Check {

@@ -74,10 +74,15 @@ impl Default for Workload {
     }
 }
 
+/// Tests as llama-bench's flags and `--workload` name them: `pp512,tg128`.
+pub fn label(tests: &[Test]) -> String {
+    let t: Vec<String> = tests.iter().map(Test::to_string).collect();
+    t.join(",")
+}
+
 impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let t: Vec<String> = self.tests.iter().map(Test::to_string).collect();
-        f.write_str(&t.join(","))
+        f.write_str(&label(&self.tests))
     }
 }
 

@@ -168,11 +168,10 @@ impl Progress for Bar {
 
 /// The line of a phase the check does not time.
 pub(super) fn print_as_default(phase: Phase, tests: &[Test]) {
-    let label: Vec<String> = tests.iter().map(Test::to_string).collect();
     println!(
         "  {:<7} {:<12} not timed: the tuned plan runs the default plan's choices",
         phase.name(),
-        label.join(",")
+        joint::label(tests)
     );
 }
 

@@ -243,11 +243,10 @@ type WeightSlot = Mutex<Option<Arc<Vec<u8>>>>;
 /// in it live while any of them exists.
 ///
 /// A model's weight is read by its decode GEMV and by each prefill
-/// bucket's GEMM, tuned apart in a campaign; without sharing, each made
-/// the same random weights again when it was prepared (a 151936×1536 Q6_K
-/// LM head takes seconds to quantize, at each of its four problems). The
-/// weights are a pure function of the key, so sharing them changes no
-/// operand; what each problem makes from them (repacks, references,
+/// bucket's GEMM, tuned apart in a campaign, and quantizing random weights
+/// of a real model's size takes seconds (a 151936×1536 Q6_K LM head, read
+/// by four problems). The weights are a pure function of the key, so
+/// sharing them changes no operand; what each problem makes from them (repacks, references,
 /// cold copies) is still made and dropped per problem.
 pub(super) struct SharedWeights {
     key: WeightKey,
