@@ -168,6 +168,7 @@ pub fn quantize(format: QuantFormat, src: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+#[inline(always)]
 fn each_block<B: RawBlock, const N: usize>(
     src: &[f32],
     dst: &mut [u8],
@@ -178,6 +179,34 @@ fn each_block<B: RawBlock, const N: usize>(
         *b = f(x.try_into().expect("chunks_exact yields N values"));
     }
 }
+
+/// The K-quants' rows: [`each_block`] built for AVX-512 where the CPU has
+/// it. Their sub-block searches run as SIMD lanes, and Q6_K's 16 sub-blocks
+/// fill one AVX-512 register where the baseline build takes four SSE ones.
+/// The bytes are the same either way (no fused multiply-adds on either
+/// path). The quantizer is called from a closure written inside the
+/// AVX-512 function, which inherits its features (a function item passed
+/// in would run through a baseline-built call shim).
+macro_rules! k_rows {
+    ($name:ident, $f:path) => {
+        fn $name(src: &[f32], dst: &mut [u8]) {
+            #[cfg(target_arch = "x86_64")]
+            if crate::Isa::Avx512.is_available() {
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+                fn avx512(src: &[f32], dst: &mut [u8]) {
+                    each_block(src, dst, |x| $f(x))
+                }
+                // SAFETY: the CPU has the features `avx512` is built for.
+                return unsafe { avx512(src, dst) };
+            }
+            each_block(src, dst, $f)
+        }
+    };
+}
+
+k_rows!(q4_k_rows, kquants::quantize_q4_k);
+k_rows!(q5_k_rows, kquants::quantize_q5_k);
+k_rows!(q6_k_rows, kquants::quantize_q6_k);
 
 fn each_block_out<B: RawBlock, const N: usize>(
     src: &[u8],
@@ -202,9 +231,9 @@ pub fn quantize_into(format: QuantFormat, src: &[f32], dst: &mut [u8]) -> Result
         QuantFormat::Q5_1 => each_block(src, dst, legacy::quantize_q5_1),
         QuantFormat::Q8_0 => each_block(src, dst, legacy::quantize_q8_0),
         QuantFormat::Q8_1 => each_block(src, dst, legacy::quantize_q8_1),
-        QuantFormat::Q4K => each_block(src, dst, kquants::quantize_q4_k),
-        QuantFormat::Q5K => each_block(src, dst, kquants::quantize_q5_k),
-        QuantFormat::Q6K => each_block(src, dst, kquants::quantize_q6_k),
+        QuantFormat::Q4K => q4_k_rows(src, dst),
+        QuantFormat::Q5K => q5_k_rows(src, dst),
+        QuantFormat::Q6K => q6_k_rows(src, dst),
         QuantFormat::Q8K => each_block(src, dst, kquants::quantize_q8_k),
         QuantFormat::Mxfp4 => each_block(src, dst, mxfp4::quantize_mxfp4),
     }
