@@ -329,6 +329,30 @@ pub(super) fn random_weights(
     Ok(w)
 }
 
+/// `f` on `0..n` cut into at most `threads` contiguous ranges, each on a
+/// thread of its own, the results in the ranges' order: a problem's scalar
+/// references, one checked row at a time, take seconds on one thread at a
+/// prefill shape (the scalar GEMM at depth 8960), and its rows do not depend
+/// on each other.
+pub(super) fn on_threads<T: Send>(
+    n: usize,
+    threads: usize,
+    f: impl Fn(std::ops::Range<usize>) -> Result<T, TunerError> + Sync,
+) -> Result<Vec<T>, TunerError> {
+    let per = n.div_ceil(threads.max(1)).max(1);
+    let f = &f;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..n)
+            .step_by(per)
+            .map(|i| s.spawn(move || f(i..(i + per).min(n))))
+            .collect();
+        workers
+            .into_iter()
+            .map(|h| h.join().expect("a reference's thread panicked"))
+            .collect()
+    })
+}
+
 /// Calls `f` with each of the `n` rows of `k` values of `w` (in `format`)
 /// dequantized, one at a time: an LM head's rows all at once as f32 would
 /// be a gigabyte.

@@ -21,8 +21,8 @@
 //! once per interleave outside it (the runtime repacks at load).
 
 use super::common::{
-    COL_EDGE, Copies, ROW_EDGE, SharedWeights, candidate_of, checked, cold_copies, picked,
-    row_scaled_err, thread_counts,
+    COL_EDGE, Copies, ROW_EDGE, SharedWeights, candidate_of, checked, cold_copies, on_threads,
+    picked, row_scaled_err, thread_counts,
 };
 use super::spec::Machine;
 use crate::TunerError;
@@ -83,35 +83,53 @@ impl Operands {
             .copied()
             .collect();
         let (r, nc) = (rows.len(), cols.len());
-        let mut c = vec![0.0f32; r * nc];
-        qgemm::scalar::reference(format, &ws, &xs, r, nc, k, &mut c)?;
-        let reference = c.iter().map(|&v| v as f64).collect();
-        let gemm_reference = if qgemm::supports(format) && !qgemm::scalar::matches_reference(format)
-        {
-            qgemm::scalar::definition(format, &ws, &xs, r, nc, k, &mut c)?;
-            Some(c.iter().map(|&v| v as f64).collect())
-        } else {
-            None
-        };
+        let gemm = qgemm::supports(format) && !qgemm::scalar::matches_reference(format);
         // Σ|w·x| per checked output from the dequantized operands the
         // kernels see.
         let mut wd = vec![0.0f32; nc * k];
         quant::dequantize(format, &ws, &mut wd)?;
-        let mut magnitude = Vec::with_capacity(r * nc);
-        for row in xs.chunks_exact(k.max(1)).take(r) {
-            let xq = qgemv::quantize_activations(format, row)?;
-            let mut xd = vec![0.0f32; k];
-            quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
-            for wr in wd.chunks_exact(k.max(1)).take(nc) {
-                magnitude.push(
-                    wr.iter()
-                        .zip(&xd)
-                        .map(|(&p, &q)| (p as f64 * q as f64).abs())
-                        .sum(),
-                );
+        // Each checked row's outputs depend on that row alone: the rows are
+        // split over the machine's threads, which leaves every value as one
+        // thread makes it.
+        let parts = on_threads(r, threads, |range| {
+            let xs = &xs[range.start * k..range.end * k];
+            let rows = range.len();
+            let mut c = vec![0.0f32; rows * nc];
+            qgemm::scalar::reference(format, &ws, xs, rows, nc, k, &mut c)?;
+            let reference: Vec<f64> = c.iter().map(|&v| v as f64).collect();
+            let gemm_reference = if gemm {
+                qgemm::scalar::definition(format, &ws, xs, rows, nc, k, &mut c)?;
+                Some(c.iter().map(|&v| v as f64).collect::<Vec<f64>>())
+            } else {
+                None
+            };
+            let mut magnitude = Vec::with_capacity(rows * nc);
+            for row in xs.chunks_exact(k.max(1)).take(rows) {
+                let xq = qgemv::quantize_activations(format, row)?;
+                let mut xd = vec![0.0f32; k];
+                quant::dequantize(qgemv::activation_format(format), &xq, &mut xd)?;
+                for wr in wd.chunks_exact(k.max(1)).take(nc) {
+                    magnitude.push(
+                        wr.iter()
+                            .zip(&xd)
+                            .map(|(&p, &q)| (p as f64 * q as f64).abs())
+                            .sum(),
+                    );
+                }
             }
+            magnitude.resize(rows * nc, 0.0);
+            Ok((reference, gemm_reference, magnitude))
+        })?;
+        let mut reference = Vec::with_capacity(r * nc);
+        let mut gemm_reference = gemm.then(|| Vec::with_capacity(r * nc));
+        let mut magnitude = Vec::with_capacity(r * nc);
+        for (part, gemm_part, mag) in parts {
+            reference.extend(part);
+            if let (Some(all), Some(p)) = (&mut gemm_reference, gemm_part) {
+                all.extend(p);
+            }
+            magnitude.extend(mag);
         }
-        magnitude.resize(r * nc, 0.0);
         Ok(Operands {
             w,
             a,
@@ -501,6 +519,22 @@ mod tests {
                 }
             };
             assert_eq!(err(&whole), 0.0);
+            if let Some(gemm) = &o.gemm_reference {
+                let mut def = vec![0.0f32; m * n];
+                qgemm::scalar::definition(format, &o.w, &o.a, m, n, k, &mut def).unwrap();
+                for (i, &r) in o.rows.iter().enumerate() {
+                    for (j, &c) in o.cols.iter().enumerate() {
+                        assert_eq!(gemm[i * 384 + j], def[r * n + c] as f64, "{format}");
+                    }
+                }
+            }
+            // The rows split over other thread counts give the same values.
+            for threads in [1, 3] {
+                let t = Operands::new(&w, format, (m, n, k), 5, threads).unwrap();
+                assert_eq!(t.reference, o.reference, "{format}, {threads} thread(s)");
+                assert_eq!(t.gemm_reference, o.gemm_reference, "{format}");
+                assert_eq!(t.magnitude, o.magnitude, "{format}");
+            }
             let by_row: Vec<f32> = whole[n..].iter().chain(&whole[..n]).copied().collect();
             assert!(err(&by_row) > 1e-2, "{format}");
             let by_col: Vec<f32> = whole[1..].iter().chain(&whole[..1]).copied().collect();
