@@ -328,6 +328,18 @@ fn tune_model_ends_with_a_model_level_verdict_that_plan_shows() {
         out.contains("prefill pp32") && out.contains("decode  tg16"),
         "{out}"
     );
+    // The check's first line says whether it times anything.
+    let as_default = out.matches("not timed: the tuned plan runs").count();
+    assert_eq!(
+        out.contains("model-level check: nothing to time"),
+        as_default == 2,
+        "{out}"
+    );
+    assert_eq!(
+        out.contains("model-level check: tuned plan against default plan, 3 alternated rounds"),
+        as_default < 2,
+        "{out}"
+    );
     // It ends with what the runtime makes of the verdicts.
     assert!(
         out.contains("verdict prefill: ") && out.contains("verdict decode: "),

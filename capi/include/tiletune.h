@@ -272,7 +272,8 @@ typedef void (*TtProgressCallback)(void *user, const struct TtProgress *p);
 // The joint layout choice is stored (`text` sums it up).
 #define TT_PROGRESS_JOINT 5
 
-// The model-level check starts (`total` rounds).
+// The model-level check starts (`total` rounds; `text`: how many phases
+// it times, or that it times none).
 #define TT_PROGRESS_CHECK 6
 
 // A phase's verdict (`text`: phase, test, ratio, won or not), or a

@@ -267,7 +267,8 @@ pub const TT_PROGRESS_CANDIDATE: TtProgressKind = 3;
 pub const TT_PROGRESS_MEASURED: TtProgressKind = 4;
 /// The joint layout choice is stored (`text` sums it up).
 pub const TT_PROGRESS_JOINT: TtProgressKind = 5;
-/// The model-level check starts (`total` rounds).
+/// The model-level check starts (`total` rounds; `text`: how many phases
+/// it times, or that it times none).
 pub const TT_PROGRESS_CHECK: TtProgressKind = 6;
 /// A phase's verdict (`text`: phase, test, ratio, won or not), or a
 /// phase not timed because the tuned plan runs the default plan's choices
@@ -369,9 +370,18 @@ fn progress(
             weights.len() as u64,
             format!("joint layout choice for {workload}"),
         ),
-        TuneEvent::CheckStarted { rounds, .. } => {
-            p(TT_PROGRESS_CHECK, 0, *rounds as u64, String::new())
-        }
+        TuneEvent::CheckStarted { rounds, timed, .. } => p(
+            TT_PROGRESS_CHECK,
+            0,
+            *rounds as u64,
+            match timed {
+                0 => {
+                    "nothing to time: the tuned plan runs the default plan's choices in every phase"
+                        .into()
+                }
+                n => format!("{n} phase(s) to time"),
+            },
+        ),
         TuneEvent::AsDefault { phase, tests } => p(
             TT_PROGRESS_VERDICT,
             0,

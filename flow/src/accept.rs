@@ -175,10 +175,6 @@ pub fn check_model(
     let load = |plan: &ExecutionPlan| -> Result<FastModel> {
         Ok(FastModel::new(cfg, g, plan, ctx)?.with_kv_dtype(KvDtype::F16)?)
     };
-    on_event(TuneEvent::CheckStarted {
-        rounds: o.rounds,
-        threads,
-    });
     // Timing two runs of one plan against each other would only measure
     // the noise (and a model's phase takes up to a minute), so a phase
     // whose tuned choices are the default plan's is not timed.
@@ -186,6 +182,11 @@ pub fn check_model(
         .into_iter()
         .filter(|&p| tuned.digest(p) == default.digest(p))
         .collect();
+    on_event(TuneEvent::CheckStarted {
+        rounds: o.rounds,
+        threads,
+        timed: Phase::ALL.len() - as_default.len(),
+    });
     for (phase, tests) in tests.iter().filter(|(p, _)| as_default.contains(p)) {
         on_event(TuneEvent::AsDefault {
             phase: *phase,

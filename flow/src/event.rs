@@ -57,10 +57,12 @@ pub enum TuneEvent<'a> {
         weights: &'a [WeightReport],
         workload: &'a Workload,
     },
-    /// The model-level check starts.
+    /// The model-level check starts; it times `timed` phases (none when
+    /// the tuned plan runs the default plan's choices in every phase).
     CheckStarted {
         rounds: usize,
         threads: usize,
+        timed: usize,
     },
     /// A phase the check does not time: the tuned plan runs the default
     /// plan's choices in it (no verdict is stored, and an older one is

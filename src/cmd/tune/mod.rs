@@ -203,7 +203,12 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         TuneEvent::JointStored { weights, workload } if !g.json => print_joint(weights, workload),
-        TuneEvent::CheckStarted { rounds, threads } if !g.json => println!(
+        TuneEvent::CheckStarted { timed: 0, .. } if !g.json => println!(
+            "model-level check: nothing to time, the tuned plan runs the default plan's choices in every phase"
+        ),
+        TuneEvent::CheckStarted {
+            rounds, threads, ..
+        } if !g.json => println!(
             "model-level check: tuned plan against default plan, {rounds} alternated rounds, {threads} thread(s), f16 KV cache"
         ),
         TuneEvent::AsDefault { phase, tests } if !g.json => print_as_default(phase, tests),
