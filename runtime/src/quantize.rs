@@ -516,6 +516,10 @@ pub fn quantize(
         } else {
             data.to_vec()
         };
+        // The input is read once: its pages need not stay resident beside
+        // the tensors still to come (the whole input, mapped, is most of
+        // the peak RSS otherwise).
+        g.release(data);
         sum.bytes_out += bytes.len() as u64;
         Ok(bytes)
     })?;
