@@ -221,15 +221,15 @@ pub fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
-/// Sub-blocks searched side by side. The ports above search one sub-block at
-/// a time, each step a sum carried from value to value, which runs one value
+/// Sub-blocks searched side by side. The ports above (kept as the tests'
+/// reference) search one sub-block at a time, each step a sum carried from value to value, which runs one value
 /// at a time. Here lane `s` of every array is sub-block `s`: each lane does
 /// its port's f32 operations in the port's order (so the scales and values
 /// are the port's, bit for bit), and the loops over lanes are the compiler's
 /// to run as SIMD. An LM head's Q6_K weights (the tuner's random operands,
 /// `tiletune quantize`'s output matrix) spent seconds in the ports.
 ///
-/// [`make_qx_quants`] (`nmax` 32, `rmse_type` 1) on Q6_K's 16 sub-blocks of
+/// `make_qx_quants` (`nmax` 32, `rmse_type` 1) on Q6_K's 16 sub-blocks of
 /// 16: their scales, and their values `0..64` into `l`.
 #[inline(always)]
 fn q6_k_sub_scales(x: &[f32; QK_K], l: &mut [i8; QK_K]) -> [f32; Q6_SUBS] {
@@ -325,7 +325,7 @@ fn transpose<const N: usize, const S: usize>(x: &[f32; QK_K]) -> [[f32; S]; N] {
     t
 }
 
-/// [`make_qkx2_quants`] (`rdelta` 0.1, squared error) on Q4_K's and Q5_K's 8
+/// `make_qkx2_quants` (`rdelta` 0.1, squared error) on Q4_K's and Q5_K's 8
 /// sub-blocks of 32 side by side, weighted as `quantize_row_q4_K_ref` weighs
 /// them (`av_x + |x|`): their scales and (positive) mins, and their values
 /// `0..=nmax` into `l`.
