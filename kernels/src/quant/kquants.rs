@@ -222,12 +222,14 @@ pub fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 }
 
 /// Sub-blocks searched side by side. The ports above (kept as the tests'
-/// reference) search one sub-block at a time, each step a sum carried from value to value, which runs one value
-/// at a time. Here lane `s` of every array is sub-block `s`: each lane does
-/// its port's f32 operations in the port's order (so the scales and values
-/// are the port's, bit for bit), and the loops over lanes are the compiler's
-/// to run as SIMD. An LM head's Q6_K weights (the tuner's random operands,
-/// `tiletune quantize`'s output matrix) spent seconds in the ports.
+/// reference) search one sub-block at a time, each step a sum carried from
+/// value to value, which runs one value at a time. Here lane `s` of every
+/// array is sub-block `s`: each lane does its port's f32 operations in the
+/// port's order (so the scales and values are the port's, bit for bit), and
+/// the loops over lanes are the compiler's to run as SIMD. An LM head in
+/// Q6_K is hundreds of millions of values (the tuner's random operands,
+/// `tiletune quantize`'s output matrix), seconds of search one value at a
+/// time.
 ///
 /// `make_qx_quants` (`nmax` 32, `rmse_type` 1) on Q6_K's 16 sub-blocks of
 /// 16: their scales, and their values `0..64` into `l`.
@@ -356,8 +358,8 @@ fn k_sub_scales(
             w[s] = av_x[s] + row[s].abs();
         }
     }
-    let (mut min, mut max, sum_w0) = (xt[0], xt[0], wt[0]);
-    let (mut sum_w, mut sum_x) = (sum_w0, [0.0f32; K_SUBS]);
+    let (mut min, mut max, mut sum_w) = (xt[0], xt[0], wt[0]);
+    let mut sum_x = [0.0f32; K_SUBS];
     for s in 0..K_SUBS {
         sum_x[s] = sum_w[s] * xt[0][s];
     }
@@ -482,12 +484,12 @@ fn quantize_k_sub(
     let (scales, mins) = k_sub_scales(x, nmax, rmin, nstep, &mut l);
     let mut max_scale = 0.0f32;
     let mut max_min = 0.0f32;
-    for j in 0..QK_K / 32 {
-        if scales[j] > max_scale {
-            max_scale = scales[j];
+    for (&scale, &min) in scales.iter().zip(&mins) {
+        if scale > max_scale {
+            max_scale = scale;
         }
-        if mins[j] > max_min {
-            max_min = mins[j];
+        if min > max_min {
+            max_min = min;
         }
     }
 

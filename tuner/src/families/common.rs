@@ -246,8 +246,9 @@ type WeightSlot = Mutex<Option<Arc<Vec<u8>>>>;
 /// bucket's GEMM, tuned apart in a campaign, and quantizing random weights
 /// of a real model's size takes seconds (a 151936×1536 Q6_K LM head, read
 /// by four problems). The weights are a pure function of the key, so
-/// sharing them changes no operand; what each problem makes from them (repacks, references,
-/// cold copies) is still made and dropped per problem.
+/// sharing them changes no operand; what each problem makes from them
+/// (repacks, references, cold copies) is still made and dropped per
+/// problem.
 pub(super) struct SharedWeights {
     key: WeightKey,
     slot: Arc<WeightSlot>,
