@@ -459,7 +459,8 @@ pub unsafe extern "C" fn tt_campaign_run(
 
 /// Stops a running campaign: `tt_campaign_run` returns `TT_ERR_STOPPED`
 /// after the measurement in flight (or the model-level check's round in
-/// flight), with every measurement stored. Called before a run, it has no
+/// flight, or before the check if the search has ended), with every
+/// measurement stored. Called before a run, it has no
 /// effect: each run starts with the flag lowered.
 ///
 /// Thread safety: any thread, while `tt_campaign_run` runs elsewhere (or

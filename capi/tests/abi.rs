@@ -513,3 +513,70 @@ fn a_model_campaign_reports_progress_and_verdicts() {
         tt_model_free_and_table(m, t);
     }
 }
+
+/// A campaign stopped after its search, whose check has nothing to time
+/// (a budget too short to select anything leaves the default plan in
+/// every phase), returns `TT_ERR_STOPPED` all the same, and the same
+/// campaign run again resumes and ends. Before, the check that timed
+/// nothing never looked at the flag, so such a run ended `TT_OK`.
+#[test]
+fn a_stop_after_the_search_holds_when_the_check_times_nothing() {
+    if under_qemu() {
+        eprintln!("skipped under qemu-user: timings there mean nothing and take minutes");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let db = CString::new(dir.path().join("tuned.db").to_str().unwrap()).unwrap();
+    let path = CString::new(model.to_str().unwrap()).unwrap();
+    unsafe extern "C" fn stop_when_searched(user: *mut c_void, p: *const TtProgress) {
+        // SAFETY: the test's campaign, and an event valid during the call.
+        unsafe {
+            if (*p).kind == TT_PROGRESS_MEASURED {
+                assert_eq!(tt_campaign_stop(user.cast::<TtCampaign>()), TT_OK);
+            }
+        }
+    }
+    unsafe extern "C" fn on_progress(user: *mut c_void, p: *const TtProgress) {
+        // SAFETY: the test's event list, and an event valid during the call.
+        unsafe {
+            (*user.cast::<Vec<(i32, String)>>()).push((
+                (*p).kind,
+                std::ffi::CStr::from_ptr((*p).text)
+                    .to_string_lossy()
+                    .into_owned(),
+            ))
+        };
+    }
+    // SAFETY: valid pointers; every handle freed once.
+    unsafe {
+        let mut t = null_mut();
+        assert_eq!(tt_table_open(db.as_ptr(), true, &mut t), TT_OK);
+        let mut o = std::mem::zeroed::<TtTuneOptions>();
+        assert_eq!(tt_tune_options_default(&mut o), TT_OK);
+        (o.model, o.table, o.workload) = (path.as_ptr(), t, c"pp16,tg8".as_ptr());
+        (o.budget_seconds, o.threads) = (1e-6, 1);
+        let mut c = null_mut();
+        assert_eq!(tt_campaign_new(&o, &mut c), TT_OK);
+        let st = tt_campaign_run(c, Some(stop_when_searched), c.cast());
+        assert_eq!(st, TT_ERR_STOPPED, "the run ended with {st}");
+        let mut events: Vec<(i32, String)> = Vec::new();
+        let st = tt_campaign_run(c, Some(on_progress), (&raw mut events).cast());
+        assert_eq!(st, TT_OK, "{}", last_error());
+        assert!(
+            events
+                .iter()
+                .any(|e| e.0 == TT_PROGRESS_NOTE && e.1.starts_with("resuming campaign")),
+            "{events:?}"
+        );
+        // The case this test is for: nothing was timed.
+        assert!(
+            events
+                .iter()
+                .any(|e| e.0 == TT_PROGRESS_CHECK && e.1.starts_with("nothing to time")),
+            "{events:?}"
+        );
+        tt_campaign_free(c);
+        tt_table_free(t);
+    }
+}

@@ -17,7 +17,7 @@ use tiletune_bench::Environment;
 use tiletune_kernels::KERNEL_ABI;
 use tiletune_runtime::plan::{ExecutionPlan, PlanOptions, VerdictCheck};
 use tiletune_runtime::problems;
-use tiletune_tables::{Campaign, Phase, Problem, Verdict, now_unix};
+use tiletune_tables::{Campaign, Phase, Problem, SelectorDb, Verdict, now_unix};
 use tiletune_tuner::adapters::{DbStore, HarnessMeasure};
 use tiletune_tuner::campaign::{
     CampaignConfig, ProblemReport, Progress, run_campaign, workload_order,
@@ -66,9 +66,10 @@ pub struct TuneOptions {
     /// tower's GEMMs are tuned too (a GGUF that holds its tower needs none).
     pub mmproj: Option<PathBuf>,
     /// Raised from another thread to stop the campaign: at the next
-    /// candidate while measuring, at the next round of the model-level
-    /// check. [`tune`] then returns [`FlowError::Stopped`] and the
-    /// campaign stays open, so running it again resumes it.
+    /// candidate while measuring, before the model-level check, at its
+    /// next round, or after it. [`tune`] then returns
+    /// [`FlowError::Stopped`] and the campaign stays open, so running it
+    /// again resumes it.
     pub stop: Option<Arc<AtomicBool>>,
 }
 
@@ -316,8 +317,17 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         return Err(FlowError::Stopped);
     }
     let out_of_budget = reports.iter().any(|r| r.stopped_by_budget);
-    if !out_of_budget {
-        db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!(drift))?;
+    // A model's campaign ends with its check: one stopped (or killed)
+    // between its search and its verdicts stays open, and the same command
+    // run again resumes it and times the check it did not finish.
+    let finish = |db: &mut SelectorDb| -> Result<()> {
+        if !out_of_budget {
+            db.finish_campaign(&campaign.id, now_unix(), &serde_json::json!(drift))?;
+        }
+        Ok(())
+    };
+    if model.is_none() {
+        finish(&mut db)?;
     }
     let elapsed = started.elapsed();
     on_event(TuneEvent::CampaignDone {
@@ -359,6 +369,9 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         weights: &weights,
         workload: &o.workload,
     });
+    if stopped(o) {
+        return Err(FlowError::Stopped);
+    }
     // The model decides: time the tuned plan against the default plan.
     let check = CheckOptions {
         db: &o.db,
@@ -369,6 +382,9 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         stop: o.stop.as_deref(),
     };
     let checked = check_model(model, &check, on_event)?;
+    if stopped(o) {
+        return Err(FlowError::Stopped);
+    }
     let mut verdicts = checked.verdicts;
     for v in &mut verdicts {
         v.campaign = Some(campaign.id.clone());
@@ -383,6 +399,7 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
             max_threads,
         )?;
     }
+    finish(&mut db)?;
     // What the runtime makes of the verdicts, as `plan` and `run` will.
     let opts = PlanOptions {
         db: Some(o.db.clone()),
