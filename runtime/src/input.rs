@@ -78,6 +78,34 @@ fn kind_of(ty: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// Lets the OS drop the resident pages of `data`, a slice of `map`, that
+/// lie wholly inside it: a model's file pages stay resident once read, and
+/// a reader that has copied what it needs (the loader, `quantize`,
+/// `convert`) would otherwise hold the file beside its copies. The bytes
+/// stay readable: a later access faults them in again. A slice outside
+/// the map, or a failed hint, changes nothing (the hint is only about
+/// memory use).
+pub fn release_mapped(map: &memmap2::Mmap, data: &[u8]) {
+    let base = map.as_ptr() as usize;
+    let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
+    if start < base || end > base + map.len() {
+        return;
+    }
+    let page = 4096;
+    let first = (start - base).div_ceil(page) * page;
+    let last = (end - base) / page * page;
+    if last > first {
+        // SAFETY: the map is a read-only private mapping of a file that,
+        // as for the map itself, nobody modifies while it is open; for
+        // such a mapping MADV_DONTNEED only drops the resident copy and
+        // the next read repopulates it from the file (madvise(2)), so
+        // every slice borrowed from it keeps reading the same bytes.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

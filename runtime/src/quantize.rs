@@ -18,7 +18,7 @@
 //! its largest tensor.
 
 use crate::error::{LoadError, Result};
-use crate::gguf::write::{GgufWriter, TensorSpec};
+use crate::gguf::write::{GgufWriter, TensorOut, TensorSpec};
 use crate::gguf::{GgmlType, GgufFile, TensorInfo};
 use crate::models::dequant;
 use rayon::prelude::*;
@@ -505,23 +505,25 @@ pub fn quantize(
         bytes_out: 0,
         file_bytes: 0,
     };
-    sum.file_bytes = w.write_streamed(out, &specs, |i| {
+    sum.file_bytes = w.write_streamed(out, &specs, |i, t| {
         let c = &choices[i];
         progress(i, c);
         let (info, data) = g.tensor_data(&c.name)?;
         sum.elements += info.n_elements();
         sum.bytes_in += data.len() as u64;
-        let bytes = if c.converts() {
-            pool.install(|| convert(g, c, data))?
+        // The input is read once: its pages are released as each slab is
+        // written, so neither the input nor the output of a tensor is ever
+        // whole in memory (an f32 embedding of a 7B is 2 GB).
+        if c.converts() {
+            sum.bytes_out += convert(g, c, data, &pool, t, SLAB_BYTES)?;
         } else {
-            data.to_vec()
-        };
-        // The input is read once: its pages need not stay resident beside
-        // the tensors still to come (the whole input, mapped, is most of
-        // the peak RSS otherwise).
-        g.release(data);
-        sum.bytes_out += bytes.len() as u64;
-        Ok(bytes)
+            for slab in data.chunks(SLAB_BYTES) {
+                t.put(slab)?;
+                g.release(slab);
+            }
+            sum.bytes_out += data.len() as u64;
+        }
+        Ok(())
     })?;
     Ok(sum)
 }
@@ -529,7 +531,20 @@ pub fn quantize(
 /// Rows handed to one quantizer task: enough work to be worth a task.
 const ROWS_PER_TASK: usize = 16;
 
-fn convert(g: &GgufFile, c: &TensorChoice, data: &[u8]) -> Result<Vec<u8>> {
+/// Input bytes converted at a time (whole rows, at least one task's).
+const SLAB_BYTES: usize = 32 << 20;
+
+/// Converts tensor `c`'s `data` into `out` a slab of rows (about
+/// `slab_bytes` of input) at a time, each slab's rows on `pool`'s threads;
+/// returns the bytes written.
+fn convert(
+    g: &GgufFile,
+    c: &TensorChoice,
+    data: &[u8],
+    pool: &rayon::ThreadPool,
+    out: &mut TensorOut<'_>,
+    slab_bytes: usize,
+) -> Result<u64> {
     let bad = |what: String| LoadError::BadTensor {
         path: g.path().to_path_buf(),
         tensor: c.name.clone(),
@@ -552,18 +567,31 @@ fn convert(g: &GgufFile, c: &TensorChoice, data: &[u8]) -> Result<Vec<u8>> {
             data.len()
         )));
     }
-    let mut out = vec![0u8; out_row * rows];
-    out.par_chunks_mut(out_row * ROWS_PER_TASK)
-        .zip(data.par_chunks(in_row * ROWS_PER_TASK))
-        .try_for_each(|(dst, src)| -> Result<()> {
-            let mut f = vec![0f32; cols];
-            for (d, s) in dst.chunks_exact_mut(out_row).zip(src.chunks_exact(in_row)) {
-                read_row(c.from, s, &mut f).map_err(|e| bad(format!("reading: {e}")))?;
-                write_row(c.to, &f, d).map_err(|e| bad(format!("quantizing: {e}")))?;
-            }
-            Ok(())
+    let slab_rows = (slab_bytes / in_row.max(1))
+        .next_multiple_of(ROWS_PER_TASK)
+        .max(ROWS_PER_TASK);
+    let mut buf = Vec::new();
+    let mut written = 0;
+    for src in data.chunks(in_row * slab_rows) {
+        buf.clear();
+        buf.resize(out_row * (src.len() / in_row), 0u8);
+        pool.install(|| {
+            buf.par_chunks_mut(out_row * ROWS_PER_TASK)
+                .zip(src.par_chunks(in_row * ROWS_PER_TASK))
+                .try_for_each(|(dst, src)| -> Result<()> {
+                    let mut f = vec![0f32; cols];
+                    for (d, s) in dst.chunks_exact_mut(out_row).zip(src.chunks_exact(in_row)) {
+                        read_row(c.from, s, &mut f).map_err(|e| bad(format!("reading: {e}")))?;
+                        write_row(c.to, &f, d).map_err(|e| bad(format!("quantizing: {e}")))?;
+                    }
+                    Ok(())
+                })
         })?;
-    Ok(out)
+        out.put(&buf)?;
+        g.release(src);
+        written += buf.len() as u64;
+    }
+    Ok(written)
 }
 
 fn read_row(t: GgmlType, src: &[u8], dst: &mut [f32]) -> std::result::Result<(), String> {
@@ -648,6 +676,56 @@ mod tests {
         assert!(e.contains("Q4_K_M"), "{e}");
         assert_eq!(parse_tensor_type("Q6_K"), Ok(GgmlType::Q6_K));
         assert!(parse_tensor_type("q3_k").unwrap_err().contains("q8_0"));
+    }
+
+    /// Slabs of rows give the bytes of one pass over the tensor, whatever
+    /// the slab's size (a slab is whole tasks of rows; the last one short).
+    #[test]
+    fn slabs_write_the_bytes_of_one_pass() {
+        let (cols, rows) = (256usize, 200usize);
+        let values: Vec<f32> = (0..cols * rows)
+            .map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0)
+            .collect();
+        let mut w = GgufWriter::new();
+        w.tensor_f32("t", &[cols as u64, rows as u64], &values)
+            .unwrap();
+        let g = GgufFile::from_vec(w.to_bytes()).unwrap();
+        let data = g.tensor_data("t").unwrap().1;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for to in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
+            let c = TensorChoice {
+                name: "t".into(),
+                dims: vec![cols as u64, rows as u64],
+                from: GgmlType::F32,
+                to,
+                fallback: false,
+            };
+            let pass = |slab: usize| {
+                let mut bytes = Vec::new();
+                let n = convert(
+                    &g,
+                    &c,
+                    data,
+                    &pool,
+                    &mut TensorOut::new(&mut bytes, Path::new("t")),
+                    slab,
+                )
+                .unwrap();
+                assert_eq!(n as usize, bytes.len());
+                bytes
+            };
+            let whole = pass(usize::MAX / 2);
+            assert_eq!(
+                whole.len() as u64,
+                to.bytes_for((cols * rows) as u64).unwrap()
+            );
+            for slab in [1, cols * 4 * 17, cols * 4 * 16 * 3 + 5] {
+                assert!(pass(slab) == whole, "{to} in slabs of {slab} bytes");
+            }
+        }
     }
 
     #[test]

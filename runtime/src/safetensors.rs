@@ -254,6 +254,16 @@ impl SafetensorsFile {
         Ok((t, &bytes[t.range.clone()]))
     }
 
+    /// Lets the OS drop the resident pages of `data` (a slice this file
+    /// returned) once its bytes have been used
+    /// ([`crate::input::release_mapped`]); a no-op for an in-memory image or
+    /// a slice from elsewhere.
+    pub fn release(&self, data: &[u8]) {
+        if let Backing::Mmap(m) = &self.backing {
+            crate::input::release_mapped(m, data);
+        }
+    }
+
     /// A float tensor converted to f32 (from F32, F16 or BF16).
     pub fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
         let (t, b) = self.tensor(name)?;
@@ -367,6 +377,14 @@ impl SafetensorsModel {
                 .map(|f| f.path().to_path_buf())
                 .unwrap_or_default(),
             name: name.to_string(),
+        }
+    }
+
+    /// Lets the OS drop the resident pages of `data`, a slice of a tensor
+    /// this model returned ([`SafetensorsFile::release`]).
+    pub fn release(&self, data: &[u8]) {
+        for f in &self.files {
+            f.release(data);
         }
     }
 

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use tiletune_runtime::GgufFile;
 use tiletune_runtime::config::ModelConfig;
-use tiletune_runtime::convert::{CacheState, cached_gguf, hf_to_gguf};
+use tiletune_runtime::convert::{CacheState, Image, TokenizerKeys, cached_gguf, hf_to_gguf};
 use tiletune_runtime::models::{Model, Weight};
 use tiletune_runtime::quantize::FileType;
 use tiletune_runtime::safetensors::{SafetensorsModel, StDtype, write_safetensors};
@@ -97,6 +97,10 @@ fn write_folder(dir: &Path, config: &str, dtype: StDtype) {
                     .iter()
                     .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
                     .collect(),
+                StDtype::F16 => v
+                    .iter()
+                    .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                    .collect(),
                 _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             };
             (w.hf_name(), shape.clone(), bytes)
@@ -154,6 +158,12 @@ fn check_arch(tag: &str, config: &str, dtype: StDtype) {
 #[test]
 fn llama_bf16_untied_converts_exactly() {
     check_arch("llama", LLAMA, StDtype::BF16);
+}
+
+/// f16 q/k rows are permuted as they are, without a round trip through f32.
+#[test]
+fn llama_f16_untied_converts_exactly() {
+    check_arch("llama-f16", LLAMA, StDtype::F16);
 }
 
 #[test]
@@ -241,4 +251,56 @@ fn the_cache_is_keyed_by_content_not_size_and_mtime() {
     let state = |p: &std::path::Path| listed.iter().find(|e| e.path == p).unwrap().state;
     assert_eq!(state(&before), CacheState::Changed);
     assert_eq!(state(&after), CacheState::Current);
+}
+
+/// The image written one tensor at a time is the image made in memory,
+/// byte for byte, for every way a tensor is made: llama's permuted q/k from
+/// bf16 and f16, f16 kept as it is, f32, the Qwen2.5-VL tower's split qkv
+/// and patch frames.
+#[test]
+fn the_streamed_image_is_the_image_in_memory() {
+    let s = Scratch::new("streamed");
+    let mut folders =
+        vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf_qwen25vl/model")];
+    for (tag, config, dtype) in [
+        ("llama-bf16", LLAMA, StDtype::BF16),
+        ("llama-f16", LLAMA, StDtype::F16),
+        ("qwen2-f16", QWEN2, StDtype::F16),
+        ("qwen2-f32", QWEN2, StDtype::F32),
+    ] {
+        let d = s.0.join(tag);
+        std::fs::create_dir_all(&d).unwrap();
+        write_folder(&d, config, dtype);
+        folders.push(d);
+    }
+    for d in folders {
+        let image = Image::open(&d, TokenizerKeys::WhenNamed).unwrap();
+        let out = s.0.join("out.gguf");
+        let mut seen = Vec::new();
+        let n = image.write(&out, |i, total| seen.push((i, total))).unwrap();
+        let want = image.to_bytes().unwrap();
+        let got = std::fs::read(&out).unwrap();
+        assert_eq!(n as usize, got.len());
+        assert!(got == want, "{}: the streamed file differs", d.display());
+        assert_eq!(seen.len(), image.len(), "{}", d.display());
+        assert!(
+            seen.iter()
+                .enumerate()
+                .all(|(k, &(i, t))| i == k && t == image.len())
+        );
+    }
+}
+
+/// A folder whose weights do not match its config (a third layer it does
+/// not hold) fails when the image is planned, before a byte is written.
+#[test]
+fn a_folder_that_does_not_match_its_config_fails_before_writing() {
+    let s = Scratch::new("mismatch");
+    write_folder(&s.0, QWEN2, StDtype::F32);
+    let three = QWEN2.replace(r#""num_hidden_layers": 2"#, r#""num_hidden_layers": 3"#);
+    std::fs::write(s.0.join("config.json"), three).unwrap();
+    let e = Image::open(&s.0, TokenizerKeys::WhenNamed)
+        .err()
+        .expect("layer 2 is missing");
+    assert!(e.to_string().contains("model.layers.2."), "{e}");
 }

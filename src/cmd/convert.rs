@@ -4,10 +4,13 @@
 //! writes (the same per-tensor choices as llama-quantize).
 
 use super::Global;
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tiletune_runtime::convert::{TokenizerKeys, hf_to_gguf_with};
-use tiletune_runtime::gguf::GgufFile;
+use tiletune_runtime::convert::{Image, TokenizerKeys};
 use tiletune_runtime::quantize::{FileType, QuantizeOptions};
 
 #[derive(Debug, clap::Args)]
@@ -34,10 +37,36 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if let Some(t) = args.threads {
         super::warn_oversubscribed(t);
     }
-    // The folder's own weights (f16 / f32; bf16 read as f32), then the
-    // requested type as `quantize` gives it.
-    let image = hf_to_gguf_with(&args.model, TokenizerKeys::Required)?;
-    let file = GgufFile::from_vec(image)?;
+    // The folder's own weights (f16 / f32; bf16 read as f32) into a
+    // temporary file beside the output, one tensor at a time, then the
+    // requested type as `quantize` gives it, from that file's mapping: the
+    // whole model is never in memory.
+    let image = Image::open(&args.model, TokenizerKeys::Required)?;
+    let scratch = match args.outfile.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let bar = if std::io::stderr().is_terminal() && !g.json {
+        ProgressBar::new(image.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} reading [{bar:30}] {pos}/{len} tensors")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let file = image
+        .write_mapped(scratch, ".tiletune-convert", |i, _| {
+            bar.set_position(i as u64)
+        })
+        .with_context(|| {
+            format!(
+                "writing the folder's own weights into {}",
+                scratch.display()
+            )
+        })?;
+    bar.finish_and_clear();
     let mut o = QuantizeOptions::new(args.outtype);
     o.threads = args.threads.unwrap_or(0);
     let label = format!(

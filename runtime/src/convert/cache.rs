@@ -9,7 +9,7 @@
 //! its source folder again (a checkpoint's size and modification time can
 //! stay the same while its contents change).
 
-use super::{CONVERTER_VERSION, hf_to_gguf};
+use super::{CONVERTER_VERSION, Image, TokenizerKeys};
 use crate::error::{LoadError, Result};
 use crate::quantize::{self, FileType, QuantizeOptions};
 use serde::{Deserialize, Serialize};
@@ -122,16 +122,18 @@ pub fn cached_gguf(dir: &Path, quant: Option<FileType>, cache_dir: &Path) -> Res
     if path.is_file() {
         return Ok(path);
     }
-    let bytes = hf_to_gguf(dir)?;
+    let image = Image::open(dir, TokenizerKeys::WhenNamed)?;
     std::fs::create_dir_all(cache_dir).map_err(|e| io(cache_dir, e))?;
     match quant {
         Some(ft) => {
-            let g = crate::gguf::GgufFile::from_vec(bytes)?;
+            let g = image.write_mapped(cache_dir, &key, |_, _| {})?;
             let o = QuantizeOptions::new(ft);
             let plan = quantize::plan(&g, &o)?;
             quantize::quantize(&g, &o, &plan, &path, |_, _| {})?;
         }
-        None => write_atomic(&path, &bytes)?,
+        None => {
+            image.write(&path, |_, _| {})?;
+        }
     }
     let record = Record {
         source: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),

@@ -12,8 +12,8 @@
 
 use crate::config::{Arch, ROPE_FREQS, RopeScaling};
 use crate::error::{LoadError, Result};
-use crate::gguf::GgmlType;
-use crate::gguf::write::GgufWriter;
+use crate::gguf::write::{GgufWriter, TensorOut, TensorSpec};
+use crate::gguf::{GgmlType, GgufFile};
 use crate::models::Weight;
 use crate::safetensors::{HfModelDir, StDtype};
 use crate::tokenizer::{BpeParts, Tokenizer};
@@ -30,18 +30,12 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn f16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-        .collect()
-}
-
 /// llama.cpp's `permute` for llama q/k: within each head, rows `[a0..a_{d/2}, b0..]`
 /// become `[a0, b0, a1, b1, ...]`, so rotating adjacent pairs equals HF's rotate_half.
-fn permute_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> {
+fn permute_rows<T: Copy + Default>(w: &[T], n_head: usize, rows: usize, cols: usize) -> Vec<T> {
     let hd = rows / n_head;
     let half = hd / 2;
-    let mut out = vec![0f32; w.len()];
+    let mut out = vec![T::default(); w.len()];
     for h in 0..n_head {
         for i in 0..half {
             for j in 0..2 {
@@ -54,12 +48,13 @@ fn permute_rows(w: &[f32], n_head: usize, rows: usize, cols: usize) -> Vec<f32> 
     out
 }
 
-/// Converts the folder `dir` into a GGUF image: f32 and f16 checkpoints as
-/// they are, bf16 as f32, 1-D tensors always f32. Llama 3 RoPE scaling
-/// becomes a `rope_freqs.weight` tensor (f32, one frequency divisor per
-/// pair), as llama.cpp's converter writes it.
+/// Converts the folder `dir` into a GGUF image in memory: f32 and f16
+/// checkpoints as they are, bf16 as f32, 1-D tensors always f32. Llama 3
+/// RoPE scaling becomes a `rope_freqs.weight` tensor (f32, one frequency
+/// divisor per pair), as llama.cpp's converter writes it. Small models
+/// (tests); [`Image::write`] writes a file one tensor at a time.
 pub fn hf_to_gguf(dir: &Path) -> Result<Vec<u8>> {
-    hf_to_gguf_with(dir, TokenizerKeys::WhenNamed)
+    Image::open(dir, TokenizerKeys::WhenNamed)?.to_bytes()
 }
 
 /// Whether a conversion writes the tokenizer into the GGUF metadata.
@@ -75,17 +70,135 @@ pub enum TokenizerKeys {
     Required,
 }
 
-/// [`hf_to_gguf`], with the tokenizer keys llama.cpp's converter writes
-/// (`tokenizer.ggml.model`, `.pre`, `.tokens`, `.token_type`, `.merges`,
-/// the special ids and flags) taken from the folder's `tokenizer.json`.
-pub fn hf_to_gguf_with(dir: &Path, keys: TokenizerKeys) -> Result<Vec<u8>> {
-    if !dir.join("config.json").is_file() {
-        return Err(LoadError::Config(format!(
-            "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
-            dir.display()
-        )));
+/// Puts one tensor's bytes, made from the folder's weights, into a
+/// [`TensorOut`].
+type MakeBytes = Box<dyn Fn(&HfModelDir, &mut TensorOut<'_>) -> Result<()> + Send + Sync>;
+
+/// One tensor of an [`Image`]: its spec, and how its bytes are made. The
+/// maker releases the checkpoint's pages it has read
+/// ([`SafetensorsModel::release`](crate::safetensors::SafetensorsModel::release)).
+struct Pending {
+    spec: TensorSpec,
+    make: MakeBytes,
+}
+
+/// A folder's GGUF image before its tensors are read: the metadata, and
+/// each tensor's name, shape and type with the way to make its bytes.
+/// Every shape is checked when the image is planned, so a folder that does
+/// not match its config fails before anything is written; the bytes are
+/// made one tensor at a time as the file is written, so converting needs
+/// one tensor's memory, not the model's (an f16 7B checkpoint is 15 GB).
+pub struct Image {
+    hf: HfModelDir,
+    meta: GgufWriter,
+    tensors: Vec<Pending>,
+}
+
+impl Image {
+    /// Plans the image of `dir`, with the tokenizer keys llama.cpp's
+    /// converter writes (`tokenizer.ggml.model`, `.pre`, `.tokens`,
+    /// `.token_type`, `.merges`, the special ids and flags) taken from the
+    /// folder's `tokenizer.json` as `keys` says.
+    pub fn open(dir: &Path, keys: TokenizerKeys) -> Result<Image> {
+        if !dir.join("config.json").is_file() {
+            return Err(LoadError::Config(format!(
+                "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
+                dir.display()
+            )));
+        }
+        let hf = HfModelDir::open(dir)?;
+        let mut w = metadata(dir, &hf, keys)?;
+        let cfg = &hf.config;
+        let mut tensors = Vec::new();
+        if let Some(f) = &cfg.rope_freqs {
+            let bytes = f32_bytes(f);
+            tensors.push(Pending {
+                spec: spec(ROPE_FREQS, &[f.len()], GgmlType::F32),
+                make: Box::new(move |_, out| out.put(&bytes)),
+            });
+        }
+        let mut weights = vec![Weight::TokenEmbedding, Weight::OutputNorm];
+        if !cfg.tied_embeddings || hf.weights.contains(&Weight::Output.hf_name()) {
+            weights.push(Weight::Output);
+        }
+        for l in 0..cfg.n_layers {
+            weights.extend([
+                Weight::AttnNorm(l),
+                Weight::Q(l),
+                Weight::K(l),
+                Weight::V(l),
+                Weight::O(l),
+            ]);
+            if cfg.qkv_bias {
+                weights.extend([Weight::QBias(l), Weight::KBias(l), Weight::VBias(l)]);
+            }
+            if cfg.qk_norm {
+                weights.extend([Weight::QNorm(l), Weight::KNorm(l)]);
+            }
+            weights.extend([
+                Weight::FfnNorm(l),
+                Weight::Gate(l),
+                Weight::Up(l),
+                Weight::Down(l),
+            ]);
+        }
+        for wt in weights {
+            tensors.push(language_tensor(dir, &hf, wt)?);
+        }
+        if cfg.arch == Arch::Qwen2Vl {
+            vision::plan(dir, &hf, &mut w, &mut tensors)?;
+        }
+        Ok(Image {
+            hf,
+            meta: w,
+            tensors,
+        })
     }
-    let hf = HfModelDir::open(dir)?;
+
+    /// The image in memory.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut w = self.meta.clone();
+        for t in &self.tensors {
+            let s = &t.spec;
+            let mut bytes = Vec::new();
+            (t.make)(
+                &self.hf,
+                &mut TensorOut::new(&mut bytes, Path::new("<memory>")),
+            )?;
+            w.tensor(&s.name, &s.dims, s.ggml_type, bytes)?;
+        }
+        Ok(w.to_bytes())
+    }
+
+    /// Writes the image to `path` one tensor at a time, calling
+    /// `progress(done, total)` (in tensors) before each; the file appears
+    /// only when complete ([`GgufWriter::write_streamed`]). The
+    /// checkpoint's mapped pages are released as they are converted.
+    /// Returns the bytes written.
+    pub fn write(&self, path: &Path, mut progress: impl FnMut(usize, usize)) -> Result<u64> {
+        let specs: Vec<TensorSpec> = self.tensors.iter().map(|t| t.spec.clone()).collect();
+        let total = specs.len();
+        self.meta.write_streamed(path, &specs, |i, out| {
+            progress(i, total);
+            let t = &self.tensors[i];
+            (t.make)(&self.hf, out)
+        })
+    }
+
+    /// The number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether the image holds no tensor.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+}
+
+/// The image's metadata: llama.cpp's keys for the model, its tokenizer as
+/// `keys` says, and its chat template.
+fn metadata(dir: &Path, hf: &HfModelDir, keys: TokenizerKeys) -> Result<GgufWriter> {
     let cfg = &hf.config;
     let a = cfg.arch.gguf_name();
     let mut w = GgufWriter::new();
@@ -161,90 +274,151 @@ pub fn hf_to_gguf_with(dir: &Path, keys: TokenizerKeys) -> Result<Vec<u8>> {
     if let Some(t) = &hf.chat_template {
         w.kv("tokenizer.chat_template", t.as_str());
     }
-
-    if let Some(f) = &cfg.rope_freqs {
-        w.tensor(ROPE_FREQS, &[f.len() as u64], GgmlType::F32, f32_bytes(f))?;
-    }
-
-    let mut weights = vec![Weight::TokenEmbedding, Weight::OutputNorm];
-    if !cfg.tied_embeddings || hf.weights.contains(&Weight::Output.hf_name()) {
-        weights.push(Weight::Output);
-    }
-    for l in 0..cfg.n_layers {
-        weights.extend([
-            Weight::AttnNorm(l),
-            Weight::Q(l),
-            Weight::K(l),
-            Weight::V(l),
-            Weight::O(l),
-        ]);
-        if cfg.qkv_bias {
-            weights.extend([Weight::QBias(l), Weight::KBias(l), Weight::VBias(l)]);
-        }
-        if cfg.qk_norm {
-            weights.extend([Weight::QNorm(l), Weight::KNorm(l)]);
-        }
-        weights.extend([
-            Weight::FfnNorm(l),
-            Weight::Gate(l),
-            Weight::Up(l),
-            Weight::Down(l),
-        ]);
-    }
-    for wt in weights {
-        let hf_name = wt.hf_name();
-        let (info, raw) = hf.weights.tensor(&hf_name)?;
-        let shape = info.shape.clone();
-        let src_dtype = info.dtype;
-        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        let name = wt.gguf_name();
-        let bad = |what: String| LoadError::BadTensor {
-            path: dir.to_path_buf(),
-            tensor: hf_name.clone(),
-            what,
-        };
-        if shape.len() == 1 {
-            let (_, v) = hf.weights.tensor_f32(&hf_name)?;
-            w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?;
-            continue;
-        }
-        if shape.len() != 2 {
-            return Err(bad(format!(
-                "shape {shape:?} is not 2-D; the checkpoint does not match its config"
-            )));
-        }
-        let (rows, cols) = (shape[0], shape[1]);
-        let permute = match (cfg.arch, wt) {
-            (Arch::Llama, Weight::Q(_)) => Some(cfg.n_heads),
-            (Arch::Llama, Weight::K(_)) => Some(cfg.n_kv_heads),
-            _ => None,
-        };
-        if let Some(h) = permute
-            && (rows % h != 0 || (rows / h) % 2 != 0)
-        {
-            return Err(bad(format!(
-                "{rows} rows do not split into {h} heads of even size"
-            )));
-        }
-        // Unchanged f16 needs no round trip through f32.
-        if src_dtype == StDtype::F16 && permute.is_none() {
-            w.tensor(&name, &dims, GgmlType::F16, raw.to_vec())?;
-            continue;
-        }
-        let (_, mut v) = hf.weights.tensor_f32(&hf_name)?;
-        if let Some(h) = permute {
-            v = permute_rows(&v, h, rows, cols);
-        }
-        match src_dtype {
-            StDtype::F16 => w.tensor(&name, &dims, GgmlType::F16, f16_bytes(&v))?,
-            _ => w.tensor(&name, &dims, GgmlType::F32, f32_bytes(&v))?,
-        };
-    }
-    if cfg.arch == Arch::Qwen2Vl {
-        vision::write(dir, &hf, &mut w)?;
-    }
-    Ok(w.to_bytes())
+    Ok(w)
 }
+
+/// A folder's image written to a temporary file and mapped: the input
+/// [`crate::quantize`] takes to give the image another file type, in one
+/// tensor's memory. The file is removed when this is dropped.
+pub struct MappedImage {
+    // Declared first, so the map goes before its file does.
+    file: GgufFile,
+    _tmp: tempfile::TempPath,
+}
+
+impl std::ops::Deref for MappedImage {
+    type Target = GgufFile;
+    fn deref(&self) -> &GgufFile {
+        &self.file
+    }
+}
+
+impl Image {
+    /// Writes the image to a temporary file in `scratch` (named
+    /// `<prefix>.….tmp<pid>`, which [`clean`] recognises if the process
+    /// dies) and maps it; `progress` as for [`Image::write`].
+    pub fn write_mapped(
+        &self,
+        scratch: &Path,
+        prefix: &str,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<MappedImage> {
+        let io = |source| LoadError::Io {
+            path: scratch.to_path_buf(),
+            source,
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{prefix}."))
+            .suffix(&format!(".tmp{}", std::process::id()))
+            .tempfile_in(scratch)
+            .map_err(io)?
+            .into_temp_path();
+        self.write(&tmp, progress)?;
+        Ok(MappedImage {
+            file: GgufFile::open(&tmp)?,
+            _tmp: tmp,
+        })
+    }
+}
+
+/// A tensor spec from a PyTorch-order shape (outermost first).
+fn spec(name: &str, shape: &[usize], ggml_type: GgmlType) -> TensorSpec {
+    TensorSpec {
+        name: name.to_string(),
+        dims: shape.iter().rev().map(|&d| d as u64).collect(),
+        ggml_type,
+    }
+}
+
+/// The language model's tensor `wt`: 1-D as f32; 2-D f16 as f16 (llama q/k
+/// rows permuted for ggml's RoPE), other float types as f32.
+fn language_tensor(dir: &Path, hf: &HfModelDir, wt: Weight) -> Result<Pending> {
+    let cfg = &hf.config;
+    let hf_name = wt.hf_name();
+    let (info, _) = hf.weights.tensor(&hf_name)?;
+    let shape = info.shape.clone();
+    let src_dtype = info.dtype;
+    let name = wt.gguf_name();
+    let bad = |what: String| LoadError::BadTensor {
+        path: dir.to_path_buf(),
+        tensor: hf_name.clone(),
+        what,
+    };
+    if shape.len() == 1 {
+        return Ok(Pending {
+            spec: spec(&name, &shape, GgmlType::F32),
+            make: Box::new(move |hf, out| {
+                out.put(&f32_bytes(&hf.weights.tensor_f32(&hf_name)?.1))?;
+                hf.weights.release(hf.weights.tensor(&hf_name)?.1);
+                Ok(())
+            }),
+        });
+    }
+    if shape.len() != 2 {
+        return Err(bad(format!(
+            "shape {shape:?} is not 2-D; the checkpoint does not match its config"
+        )));
+    }
+    let (rows, cols) = (shape[0], shape[1]);
+    let permute = match (cfg.arch, wt) {
+        (Arch::Llama, Weight::Q(_)) => Some(cfg.n_heads),
+        (Arch::Llama, Weight::K(_)) => Some(cfg.n_kv_heads),
+        _ => None,
+    };
+    if let Some(h) = permute
+        && (rows % h != 0 || (rows / h) % 2 != 0)
+    {
+        return Err(bad(format!(
+            "{rows} rows do not split into {h} heads of even size"
+        )));
+    }
+    let ggml_type = match src_dtype {
+        StDtype::F16 => GgmlType::F16,
+        StDtype::F32 | StDtype::BF16 => GgmlType::F32,
+        other => {
+            return Err(bad(format!(
+                "dtype {other:?} is not a float type; expected F32, F16 or BF16"
+            )));
+        }
+    };
+    Ok(Pending {
+        spec: spec(&name, &shape, ggml_type),
+        make: Box::new(move |hf, out| {
+            // Rows are permuted as bytes and put as they are or converted
+            // a piece at a time: no copy of the tensor in f32 (an embedding
+            // is a gigabyte of f32 at 1.5B).
+            let mapped = hf.weights.tensor(&hf_name)?.1;
+            let permuted;
+            let raw = match permute {
+                Some(h) => {
+                    permuted = permute_rows(mapped, h, rows, cols * src_dtype.size());
+                    hf.weights.release(mapped);
+                    &permuted[..]
+                }
+                None => mapped,
+            };
+            let mut f32s = Vec::new();
+            for piece in raw.chunks(PIECE) {
+                if src_dtype == StDtype::BF16 {
+                    f32s.clear();
+                    for c in piece.chunks_exact(2) {
+                        let x = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                        f32s.extend_from_slice(&x.to_le_bytes());
+                    }
+                    out.put(&f32s)?;
+                } else {
+                    out.put(piece)?;
+                }
+                hf.weights.release(piece);
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// Checkpoint bytes put (or converted) at a time, their pages released
+/// after: a tensor is never whole in memory.
+const PIECE: usize = 1 << 20;
 
 /// The folder's tokenizer, when it goes into the image.
 fn tokenizer_parts(dir: &Path, keys: TokenizerKeys) -> Result<Option<BpeParts>> {

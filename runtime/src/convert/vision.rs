@@ -6,6 +6,7 @@
 //! `mm.0`, `mm.2`. The one image then loads as both halves of llama.cpp's
 //! two-file form would ([`crate::vision::VisionModel`]).
 
+use super::{Pending, f32_bytes, spec};
 use crate::error::{LoadError, Result};
 use crate::gguf::GgmlType;
 use crate::gguf::write::GgufWriter;
@@ -14,9 +15,8 @@ use crate::vision::{PROJECTOR_QWEN25VL, keys};
 use serde_json::Value;
 use std::path::Path;
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
+/// A tower tensor's values from its checkpoint tensor's shape and values.
+type Part = Box<dyn Fn(&[usize], Vec<f32>) -> Vec<f32> + Send + Sync>;
 
 /// The preprocessing keys from `preprocessor_config.json` or
 /// `processor_config.json` (transformers 5 nests them under
@@ -52,9 +52,14 @@ fn processor(dir: &Path) -> Result<([f32; 3], [f32; 3], u64, u64)> {
     Ok((mean, std, min_px, max_px))
 }
 
-/// Writes the tower of the folder `dir` (whose `config.json` has a
-/// `vision_config`) into `w`.
-pub fn write(dir: &Path, hf: &HfModelDir, w: &mut GgufWriter) -> Result<()> {
+/// Adds the tower of the folder `dir` (whose `config.json` has a
+/// `vision_config`) to an image: its keys to `w`, its tensors to `tensors`.
+pub(super) fn plan(
+    dir: &Path,
+    hf: &HfModelDir,
+    w: &mut GgufWriter,
+    tensors: &mut Vec<Pending>,
+) -> Result<()> {
     let text = crate::input::read_text(&dir.join("config.json"), crate::input::JSON_LIMIT)?;
     let cfg: Value =
         serde_json::from_str(&text).map_err(|e| LoadError::Config(format!("config.json: {e}")))?;
@@ -103,47 +108,71 @@ pub fn write(dir: &Path, hf: &HfModelDir, w: &mut GgufWriter) -> Result<()> {
         .kv(keys::MIN_PIXELS, min_px as u32)
         .kv(keys::MAX_PIXELS, max_px as u32)
         .kv(keys::USE_SILU, true);
-    let st = &hf.weights;
-    let get = |name: &str| -> Result<(Vec<usize>, Vec<f32>)> { st.tensor_f32(name) };
-    let put = |w: &mut GgufWriter, name: &str, shape: &[usize], v: &[f32]| -> Result<()> {
-        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        w.tensor(name, &dims, GgmlType::F32, f32_bytes(v))?;
-        Ok(())
+    let shape_of =
+        |name: &str| -> Result<Vec<usize>> { Ok(hf.weights.tensor(name)?.0.shape.clone()) };
+    // Each tensor is f32, made from checkpoint tensor `from` by `f` (its
+    // shape and values to this tensor's values).
+    let mut put = |to: String, shape: Vec<usize>, from: String, f: Part| {
+        tensors.push(Pending {
+            spec: spec(&to, &shape, GgmlType::F32),
+            make: Box::new(move |hf, out| {
+                let (s, v) = hf.weights.tensor_f32(&from)?;
+                out.put(&f32_bytes(&f(&s, v)))?;
+                hf.weights.release(hf.weights.tensor(&from)?.1);
+                Ok(())
+            }),
+        })
     };
     // The Conv3d (e, 3, 2, p, p) as two Conv2D frames (e, 3, p, p).
-    let (shape, v) = get("visual.patch_embed.proj.weight")?;
+    let patch = "visual.patch_embed.proj.weight";
+    let shape = shape_of(patch)?;
     if shape.len() != 5 || shape[2] != 2 {
         return Err(LoadError::Config(format!(
-            "visual.patch_embed.proj.weight has shape {shape:?}; a temporal patch of 2 is expected"
+            "{patch} has shape {shape:?}; a temporal patch of 2 is expected"
         )));
     }
-    let plane = shape[3] * shape[4];
     for t in 0..2 {
-        let frame: Vec<f32> = (0..shape[0] * 3)
-            .flat_map(|oc| v[(oc * 2 + t) * plane..][..plane].iter().copied())
-            .collect();
         let name = if t == 0 {
             "v.patch_embd.weight"
         } else {
             "v.patch_embd.weight.1"
         };
-        put(w, name, &[shape[0], 3, shape[3], shape[4]], &frame)?;
+        let frame: Part = Box::new(move |s, v| {
+            let plane = s[3] * s[4];
+            (0..s[0] * 3)
+                .flat_map(|oc| v[(oc * 2 + t) * plane..][..plane].iter().copied())
+                .collect()
+        });
+        put(
+            name.into(),
+            vec![shape[0], 3, shape[3], shape[4]],
+            patch.into(),
+            frame,
+        );
     }
     for i in 0..depth {
         let hf = |s: &str| format!("visual.blocks.{i}.{s}");
         let gg = |s: &str| format!("v.blk.{i}.{s}");
         for suffix in ["weight", "bias"] {
-            let (shape, v) = get(&hf(&format!("attn.qkv.{suffix}")))?;
-            let third = v.len() / 3;
+            let qkv = hf(&format!("attn.qkv.{suffix}"));
+            let mut s = shape_of(&qkv)?;
+            if s.is_empty() || s[0] % 3 != 0 {
+                return Err(LoadError::Config(format!(
+                    "{qkv} has shape {s:?}; its first dimension is q, k and v stacked"
+                )));
+            }
+            s[0] /= 3;
             for (j, part) in ["attn_q", "attn_k", "attn_v"].iter().enumerate() {
-                let mut s = shape.clone();
-                s[0] /= 3;
+                let third: Part = Box::new(move |_, v| {
+                    let n = v.len() / 3;
+                    v[j * n..(j + 1) * n].to_vec()
+                });
                 put(
-                    w,
-                    &gg(&format!("{part}.{suffix}")),
-                    &s,
-                    &v[j * third..(j + 1) * third],
-                )?;
+                    gg(&format!("{part}.{suffix}")),
+                    s.clone(),
+                    qkv.clone(),
+                    third,
+                );
             }
         }
         for (from, to) in [
@@ -158,8 +187,7 @@ pub fn write(dir: &Path, hf: &HfModelDir, w: &mut GgufWriter) -> Result<()> {
             ("mlp.down_proj.weight", "ffn_down.weight"),
             ("mlp.down_proj.bias", "ffn_down.bias"),
         ] {
-            let (shape, v) = get(&hf(from))?;
-            put(w, &gg(to), &shape, &v)?;
+            put(gg(to), shape_of(&hf(from))?, hf(from), Box::new(|_, v| v));
         }
     }
     for (from, to) in [
@@ -169,8 +197,7 @@ pub fn write(dir: &Path, hf: &HfModelDir, w: &mut GgufWriter) -> Result<()> {
         ("visual.merger.mlp.2.weight", "mm.2.weight"),
         ("visual.merger.mlp.2.bias", "mm.2.bias"),
     ] {
-        let (shape, v) = get(from)?;
-        put(w, to, &shape, &v)?;
+        put(to.into(), shape_of(from)?, from.into(), Box::new(|_, v| v));
     }
     Ok(())
 }

@@ -490,26 +490,8 @@ impl GgufFile {
     /// from the file again. A no-op for in-memory images and on failure
     /// (the hint is only about memory use).
     pub fn release(&self, data: &[u8]) {
-        let Backing::Mmap(map) = &self.backing else {
-            return;
-        };
-        let base = map.as_ptr() as usize;
-        let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
-        if start < base || end > base + map.len() {
-            return;
-        }
-        let page = 4096;
-        let first = (start - base).div_ceil(page) * page;
-        let last = (end - base) / page * page;
-        if last > first {
-            // SAFETY: the map is a read-only private mapping of a file that,
-            // as for the map itself, nobody modifies while it is open; for
-            // such a mapping MADV_DONTNEED only drops the resident copy and
-            // the next read repopulates it from the file (madvise(2)), so
-            // every slice borrowed from it keeps reading the same bytes.
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
-            };
+        if let Backing::Mmap(map) = &self.backing {
+            crate::input::release_mapped(map, data);
         }
     }
 

@@ -24,6 +24,34 @@ pub struct TensorSpec {
     pub ggml_type: GgmlType,
 }
 
+/// Where [`GgufWriter::write_streamed`] takes one tensor's bytes.
+pub struct TensorOut<'a> {
+    out: &'a mut dyn std::io::Write,
+    path: &'a Path,
+    written: u64,
+}
+
+impl<'a> TensorOut<'a> {
+    /// Bytes put into `out`, whose errors are reported against `path`.
+    pub fn new(out: &'a mut dyn std::io::Write, path: &'a Path) -> Self {
+        TensorOut {
+            out,
+            path,
+            written: 0,
+        }
+    }
+
+    /// Appends `bytes` to the tensor.
+    pub fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(|source| LoadError::Io {
+            path: self.path.to_path_buf(),
+            source,
+        })?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug)]
 struct PendingTensor {
     name: String,
@@ -158,15 +186,16 @@ impl GgufWriter {
     }
 
     /// Writes this writer's metadata and the tensors `specs` to `path`,
-    /// asking `data(i)` for tensor `i`'s bytes one tensor at a time, so a
-    /// model larger than memory can be written. The file appears at `path`
+    /// asking `data(i, out)` to put tensor `i`'s bytes into `out`, one
+    /// tensor at a time and in as many pieces as it likes, so a model
+    /// larger than memory can be written. The file appears at `path`
     /// only when it is complete (written beside it, then renamed); on an
     /// error nothing is left behind. Returns the bytes written.
     pub fn write_streamed(
         &self,
         path: &Path,
         specs: &[TensorSpec],
-        mut data: impl FnMut(usize) -> Result<Vec<u8>>,
+        mut data: impl FnMut(usize, &mut TensorOut<'_>) -> Result<()>,
     ) -> Result<u64> {
         use std::io::Write;
         if !self.tensors.is_empty() {
@@ -213,21 +242,19 @@ impl GgufWriter {
         out.write_all(&header).map_err(io)?;
         let mut written = header.len() as u64;
         for (i, (t, &size)) in specs.iter().zip(&sizes).enumerate() {
-            let bytes = data(i)?;
-            if bytes.len() as u64 != size {
+            let mut piece = TensorOut::new(&mut out, path);
+            data(i, &mut piece)?;
+            if piece.written != size {
                 return Err(LoadError::BadTensor {
                     path: path.to_path_buf(),
                     tensor: t.name.clone(),
                     what: format!(
                         "{} bytes given, {} {:?} needs {size}",
-                        bytes.len(),
-                        t.ggml_type,
-                        t.dims
+                        piece.written, t.ggml_type, t.dims
                     ),
                 });
             }
             let padded = size.next_multiple_of(self.alignment);
-            out.write_all(&bytes).map_err(io)?;
             out.write_all(&vec![0u8; (padded - size) as usize])
                 .map_err(io)?;
             written += padded;
