@@ -469,6 +469,32 @@ fn convert_writes_a_gguf_that_runs_as_its_folder() {
         .map(|t| t.ggml_type.name().to_string())
         .collect();
     assert_eq!(types, ["f32", "q8_0"].map(String::from).into());
+    // The native image it was quantized from was a temporary file beside
+    // the output, gone now; an output in no directory is a write error
+    // that names it, and leaves nothing.
+    let mut left: Vec<String> = std::fs::read_dir(&s.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    left.sort();
+    assert!(left.is_empty(), "{left:?}");
+    let absent = s.0.join("absent").join("x.gguf");
+    assert_fails(
+        &tiletune(
+            &s.0,
+            &[
+                "convert",
+                d,
+                "-o",
+                absent.to_str().unwrap(),
+                "--outtype",
+                "Q8_0",
+            ],
+        ),
+        &["cannot write", "absent"],
+    );
+    assert!(!s.0.join("absent").exists());
 }
 
 /// `cache list` names each image's source folder and whether a run of it

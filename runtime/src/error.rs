@@ -15,6 +15,15 @@ pub enum LoadError {
         source: std::io::Error,
     },
 
+    #[error(
+        "cannot write {path}: {source}; check that its directory exists and is writable and that the disk has room"
+    )]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("{path} is {kind}, not a regular file; pass a file (copy a stream to a file first)")]
     NotRegular { path: PathBuf, kind: &'static str },
 

@@ -4,7 +4,6 @@
 //! writes (the same per-tensor choices as llama-quantize).
 
 use super::Global;
-use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::Path;
@@ -56,16 +55,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             .expect("static template")
             .progress_chars("=> "),
     );
-    let file = image
-        .write_mapped(scratch, ".tiletune-convert", |i, _| {
-            bar.set_position(i as u64)
-        })
-        .with_context(|| {
-            format!(
-                "writing the folder's own weights into {}",
-                scratch.display()
-            )
-        })?;
+    let file = image.write_mapped(scratch, ".tiletune-convert", |i, _| {
+        bar.set_position(i as u64)
+    })?;
     bar.finish_and_clear();
     let mut o = QuantizeOptions::new(args.outtype);
     o.threads = args.threads.unwrap_or(0);

@@ -303,7 +303,7 @@ impl Image {
         prefix: &str,
         progress: impl FnMut(usize, usize),
     ) -> Result<MappedImage> {
-        let io = |source| LoadError::Io {
+        let io = |source| LoadError::Write {
             path: scratch.to_path_buf(),
             source,
         };

@@ -43,10 +43,12 @@ impl<'a> TensorOut<'a> {
 
     /// Appends `bytes` to the tensor.
     pub fn put(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out.write_all(bytes).map_err(|source| LoadError::Io {
-            path: self.path.to_path_buf(),
-            source,
-        })?;
+        self.out
+            .write_all(bytes)
+            .map_err(|source| LoadError::Write {
+                path: self.path.to_path_buf(),
+                source,
+            })?;
         self.written += bytes.len() as u64;
         Ok(())
     }
@@ -219,7 +221,7 @@ impl GgufWriter {
                     })?;
             sizes.push(size);
         }
-        let io = |source| LoadError::Io {
+        let io = |source| LoadError::Write {
             path: path.to_path_buf(),
             source,
         };
@@ -267,7 +269,7 @@ impl GgufWriter {
 
     /// Writes the image to `path`.
     pub fn write(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.to_bytes()).map_err(|source| LoadError::Io {
+        std::fs::write(path, self.to_bytes()).map_err(|source| LoadError::Write {
             path: path.to_path_buf(),
             source,
         })
