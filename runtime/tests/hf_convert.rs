@@ -6,12 +6,16 @@
 //! Also: the cache writes one file per (folder, weight type) and reuses it.
 
 use std::path::{Path, PathBuf};
-use tiletune_runtime::GgufFile;
 use tiletune_runtime::config::ModelConfig;
-use tiletune_runtime::convert::{CacheState, Image, TokenizerKeys, cached_gguf, hf_to_gguf};
+use tiletune_runtime::convert::{
+    Bf16Weights, CacheState, Image, TokenizerKeys, cached_gguf, hf_to_gguf,
+};
+use tiletune_runtime::gguf::Array;
 use tiletune_runtime::models::{Model, Weight};
-use tiletune_runtime::quantize::FileType;
+use tiletune_runtime::quantize::{self, FileType, QuantizeOptions};
 use tiletune_runtime::safetensors::{SafetensorsModel, StDtype, write_safetensors};
+use tiletune_runtime::tokenizer::Tokenizer;
+use tiletune_runtime::{GgmlType, GgufFile};
 
 struct Scratch(PathBuf);
 
@@ -274,7 +278,7 @@ fn the_streamed_image_is_the_image_in_memory() {
         folders.push(d);
     }
     for d in folders {
-        let image = Image::open(&d, TokenizerKeys::WhenNamed).unwrap();
+        let image = Image::open(&d, TokenizerKeys::WhenNamed, Bf16Weights::Widen).unwrap();
         let out = s.0.join("out.gguf");
         let mut seen = Vec::new();
         let n = image.write(&out, |i, total| seen.push((i, total))).unwrap();
@@ -299,8 +303,126 @@ fn a_folder_that_does_not_match_its_config_fails_before_writing() {
     write_folder(&s.0, QWEN2, StDtype::F32);
     let three = QWEN2.replace(r#""num_hidden_layers": 2"#, r#""num_hidden_layers": 3"#);
     std::fs::write(s.0.join("config.json"), three).unwrap();
-    let e = Image::open(&s.0, TokenizerKeys::WhenNamed)
+    let e = Image::open(&s.0, TokenizerKeys::WhenNamed, Bf16Weights::Widen)
         .err()
         .expect("layer 2 is missing");
     assert!(e.to_string().contains("model.layers.2."), "{e}");
+}
+
+/// A bf16 image kept as BF16 (what `convert` and `--quant` quantize from)
+/// gives, for every output type, the bytes the image widened to f32 gives:
+/// bf16 → f32 is exact. Kept, the matrices are BF16, half the bytes.
+#[test]
+fn a_kept_bf16_image_quantizes_to_the_bytes_of_the_widened_one() {
+    let s = Scratch::new("bf16-kept");
+    let d = s.0.join("m");
+    std::fs::create_dir_all(&d).unwrap();
+    write_folder(&d, LLAMA, StDtype::BF16);
+    let widened = GgufFile::from_vec(
+        Image::open(&d, TokenizerKeys::WhenNamed, Bf16Weights::Widen)
+            .unwrap()
+            .to_bytes()
+            .unwrap(),
+    )
+    .unwrap();
+    let kept = Image::open(&d, TokenizerKeys::WhenNamed, Bf16Weights::Keep)
+        .unwrap()
+        .write_mapped(&s.0, |_, _| {})
+        .unwrap();
+    for (name, want) in [
+        ("blk.0.attn_q.weight", GgmlType::BF16),
+        ("output.weight", GgmlType::BF16),
+        ("blk.0.attn_norm.weight", GgmlType::F32),
+    ] {
+        assert_eq!(kept.tensor_info(name).unwrap().ggml_type, want, "{name}");
+    }
+    assert_eq!(
+        widened
+            .tensor_info("blk.0.attn_q.weight")
+            .unwrap()
+            .ggml_type,
+        GgmlType::F32
+    );
+    for ft in [
+        FileType::F32,
+        FileType::F16,
+        FileType::BF16,
+        FileType::Q8_0,
+        FileType::Q4_K_M,
+        FileType::Q6_K,
+    ] {
+        let o = QuantizeOptions::new(ft);
+        let out = |g: &GgufFile, tag: &str| {
+            let path = s.0.join(format!("{tag}.gguf"));
+            quantize::quantize(g, &o, &quantize::plan(g, &o).unwrap(), &path, |_, _| {}).unwrap();
+            std::fs::read(path).unwrap()
+        };
+        assert!(
+            out(&kept, "kept") == out(&widened, "widened"),
+            "{}: the outputs differ",
+            ft.name()
+        );
+    }
+}
+
+/// The temporary image `convert` quantizes from has no name: nothing of it
+/// is in the scratch directory while it is mapped, so nothing is left if
+/// the process dies.
+#[test]
+fn the_temporary_image_leaves_no_file() {
+    let s = Scratch::new("unnamed");
+    let d = s.0.join("m");
+    let scratch = s.0.join("scratch");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::create_dir_all(&scratch).unwrap();
+    write_folder(&d, QWEN2, StDtype::F32);
+    let image = Image::open(&d, TokenizerKeys::WhenNamed, Bf16Weights::Keep).unwrap();
+    let mapped = image.write_mapped(&scratch, |_, _| {}).unwrap();
+    assert_eq!(mapped.tensors().len(), image.len());
+    assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
+    let missing = s.0.join("missing");
+    let e = image
+        .write_mapped(&missing, |_, _| {})
+        .err()
+        .expect("no such directory");
+    assert!(e.to_string().contains("cannot write"), "{e}");
+}
+
+/// As llama.cpp's converter: an embedding with more rows than the tokenizer
+/// has tokens (Qwen2.5's) gets a token list of one entry per row, the rest
+/// `[PAD<id>]` and unused, or llama.cpp refuses the file. A tokenizer with
+/// more tokens than rows does not belong to the weights.
+#[test]
+fn the_token_list_has_a_token_per_embedding_row() {
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf_qwen25vl/model");
+    let g = GgufFile::from_vec(hf_to_gguf(&fixture).unwrap()).unwrap();
+    let rows = g.tensor_info("token_embd.weight").unwrap().dims[1] as usize;
+    let Ok(Array::String(tokens)) = g.get_array("tokenizer.ggml.tokens") else {
+        panic!("no token list")
+    };
+    let Ok(Array::I32(kinds)) = g.get_array("tokenizer.ggml.token_type") else {
+        panic!("no token types")
+    };
+    let named = Tokenizer::parts_from_json_file(&fixture.join("tokenizer.json"))
+        .unwrap()
+        .tokens
+        .len();
+    assert!(
+        named < rows,
+        "the fixture has {named} tokens for {rows} rows"
+    );
+    assert_eq!((tokens.len(), kinds.len()), (rows, rows));
+    for id in named..rows {
+        assert_eq!(tokens[id], format!("[PAD{id}]"));
+        assert_eq!(kinds[id], 5, "unused");
+    }
+
+    let s = Scratch::new("vocab");
+    write_folder(&s.0, QWEN2, StDtype::F32);
+    std::fs::copy(fixture.join("tokenizer.json"), s.0.join("tokenizer.json")).unwrap();
+    let e = Image::open(&s.0, TokenizerKeys::Required, Bf16Weights::Widen)
+        .err()
+        .expect("269 tokens for 48 rows");
+    assert!(e.to_string().contains("vocab_size is 48"), "{e}");
 }

@@ -9,7 +9,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tiletune_runtime::convert::{Image, TokenizerKeys};
+use tiletune_runtime::convert::{Bf16Weights, Image, TokenizerKeys};
 use tiletune_runtime::quantize::{FileType, QuantizeOptions};
 
 #[derive(Debug, clap::Args)]
@@ -36,11 +36,11 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if let Some(t) = args.threads {
         super::warn_oversubscribed(t);
     }
-    // The folder's own weights (f16 / f32; bf16 read as f32) into a
+    // The folder's own weights (f16, bf16 or f32) into an unnamed
     // temporary file beside the output, one tensor at a time, then the
     // requested type as `quantize` gives it, from that file's mapping: the
     // whole model is never in memory.
-    let image = Image::open(&args.model, TokenizerKeys::Required)?;
+    let image = Image::open(&args.model, TokenizerKeys::Required, Bf16Weights::Keep)?;
     let scratch = match args.outfile.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -55,9 +55,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             .expect("static template")
             .progress_chars("=> "),
     );
-    let file = image.write_mapped(scratch, ".tiletune-convert", |i, _| {
-        bar.set_position(i as u64)
-    })?;
+    let file = image.write_mapped(scratch, |i, _| bar.set_position(i as u64))?;
     bar.finish_and_clear();
     let mut o = QuantizeOptions::new(args.outtype);
     o.threads = args.threads.unwrap_or(0);

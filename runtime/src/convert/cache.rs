@@ -9,7 +9,7 @@
 //! its source folder again (a checkpoint's size and modification time can
 //! stay the same while its contents change).
 
-use super::{CONVERTER_VERSION, Image, TokenizerKeys};
+use super::{Bf16Weights, CONVERTER_VERSION, Image, TokenizerKeys};
 use crate::error::{LoadError, Result};
 use crate::quantize::{self, FileType, QuantizeOptions};
 use serde::{Deserialize, Serialize};
@@ -122,11 +122,15 @@ pub fn cached_gguf(dir: &Path, quant: Option<FileType>, cache_dir: &Path) -> Res
     if path.is_file() {
         return Ok(path);
     }
-    let image = Image::open(dir, TokenizerKeys::WhenNamed)?;
+    let bf16 = match quant {
+        Some(_) => Bf16Weights::Keep,
+        None => Bf16Weights::Widen,
+    };
+    let image = Image::open(dir, TokenizerKeys::WhenNamed, bf16)?;
     std::fs::create_dir_all(cache_dir).map_err(|e| io(cache_dir, e))?;
     match quant {
         Some(ft) => {
-            let g = image.write_mapped(cache_dir, &key, |_, _| {})?;
+            let g = image.write_mapped(cache_dir, |_, _| {})?;
             let o = QuantizeOptions::new(ft);
             let plan = quantize::plan(&g, &o)?;
             quantize::quantize(&g, &o, &plan, &path, |_, _| {})?;

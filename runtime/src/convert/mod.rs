@@ -24,7 +24,7 @@ mod vision;
 pub use cache::{CacheEntry, CacheState, Cleaned, cached_gguf, clean, default_cache_dir, list};
 
 /// Bumped whenever the image layout changes, so stale cache files are not reused.
-const CONVERTER_VERSION: u32 = 4;
+const CONVERTER_VERSION: u32 = 5;
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -54,7 +54,7 @@ fn permute_rows<T: Copy + Default>(w: &[T], n_head: usize, rows: usize, cols: us
 /// divisor per pair), as llama.cpp's converter writes it. Small models
 /// (tests); [`Image::write`] writes a file one tensor at a time.
 pub fn hf_to_gguf(dir: &Path) -> Result<Vec<u8>> {
-    Image::open(dir, TokenizerKeys::WhenNamed)?.to_bytes()
+    Image::open(dir, TokenizerKeys::WhenNamed, Bf16Weights::Widen)?.to_bytes()
 }
 
 /// Whether a conversion writes the tokenizer into the GGUF metadata.
@@ -68,6 +68,17 @@ pub enum TokenizerKeys {
     /// would not tokenize the same way, is an error (a GGUF file meant to
     /// stand alone).
     Required,
+}
+
+/// What a bf16 checkpoint's matrices become in an [`Image`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Weights {
+    /// f32: the image the runtime runs as it is (its float kernels are f32).
+    Widen,
+    /// BF16, as in the checkpoint: for an image that [`crate::quantize`]
+    /// gives another type next, which reads BF16 exactly, at half the
+    /// bytes of f32 (15 GB, not 30, for a 7B).
+    Keep,
 }
 
 /// Puts one tensor's bytes, made from the folder's weights, into a
@@ -98,8 +109,9 @@ impl Image {
     /// Plans the image of `dir`, with the tokenizer keys llama.cpp's
     /// converter writes (`tokenizer.ggml.model`, `.pre`, `.tokens`,
     /// `.token_type`, `.merges`, the special ids and flags) taken from the
-    /// folder's `tokenizer.json` as `keys` says.
-    pub fn open(dir: &Path, keys: TokenizerKeys) -> Result<Image> {
+    /// folder's `tokenizer.json` as `keys` says, and bf16 matrices as
+    /// `bf16` says.
+    pub fn open(dir: &Path, keys: TokenizerKeys, bf16: Bf16Weights) -> Result<Image> {
         if !dir.join("config.json").is_file() {
             return Err(LoadError::Config(format!(
                 "{} has no config.json; pass a GGUF file or a Hugging Face model folder (config.json + *.safetensors)",
@@ -143,7 +155,7 @@ impl Image {
             ]);
         }
         for wt in weights {
-            tensors.push(language_tensor(dir, &hf, wt)?);
+            tensors.push(language_tensor(dir, &hf, wt, bf16)?);
         }
         if cfg.arch == Arch::Qwen2Vl {
             vision::plan(dir, &hf, &mut w, &mut tensors)?;
@@ -176,13 +188,24 @@ impl Image {
     /// checkpoint's mapped pages are released as they are converted.
     /// Returns the bytes written.
     pub fn write(&self, path: &Path, mut progress: impl FnMut(usize, usize)) -> Result<u64> {
-        let specs: Vec<TensorSpec> = self.tensors.iter().map(|t| t.spec.clone()).collect();
-        let total = specs.len();
-        self.meta.write_streamed(path, &specs, |i, out| {
-            progress(i, total);
-            let t = &self.tensors[i];
-            (t.make)(&self.hf, out)
+        self.meta.write_streamed(path, &self.specs(), |i, out| {
+            self.put(i, out, &mut progress)
         })
+    }
+
+    fn specs(&self) -> Vec<TensorSpec> {
+        self.tensors.iter().map(|t| t.spec.clone()).collect()
+    }
+
+    /// Makes tensor `i`'s bytes into `out`, telling `progress` first.
+    fn put(
+        &self,
+        i: usize,
+        out: &mut TensorOut<'_>,
+        progress: &mut impl FnMut(usize, usize),
+    ) -> Result<()> {
+        progress(i, self.tensors.len());
+        (self.tensors[i].make)(&self.hf, out)
     }
 
     /// The number of tensors.
@@ -251,7 +274,18 @@ fn metadata(dir: &Path, hf: &HfModelDir, keys: TokenizerKeys) -> Result<GgufWrit
         let s: Vec<i32> = vec![s[0] as i32, s[1] as i32, s[2] as i32, 0];
         w.kv(&format!("{a}.rope.dimension_sections"), s);
     }
-    let tok = tokenizer_parts(dir, keys)?;
+    let mut tok = tokenizer_parts(dir, keys)?;
+    if let Some(p) = &mut tok {
+        if p.tokens.len() > cfg.vocab {
+            return Err(LoadError::Tokenizer(format!(
+                "{}: {} tokens, but config.json's vocab_size is {}: the embedding has a row per token, so the tokenizer does not belong to these weights",
+                dir.join("tokenizer.json").display(),
+                p.tokens.len(),
+                cfg.vocab
+            )));
+        }
+        p.pad_to(cfg.vocab);
+    }
     if let Some(p) = &tok {
         p.write_gguf(&mut w, p.pre.gguf_name().unwrap_or("default"));
     }
@@ -277,13 +311,13 @@ fn metadata(dir: &Path, hf: &HfModelDir, keys: TokenizerKeys) -> Result<GgufWrit
     Ok(w)
 }
 
-/// A folder's image written to a temporary file and mapped: the input
-/// [`crate::quantize`] takes to give the image another file type, in one
-/// tensor's memory. The file is removed when this is dropped.
+/// A folder's image written to an unnamed temporary file and mapped: the
+/// input [`crate::quantize`] takes to give the image another file type, in
+/// one tensor's memory. The file has no name, so nothing is left on disk
+/// when this is dropped or the process dies.
 pub struct MappedImage {
-    // Declared first, so the map goes before its file does.
+    // The map keeps the file's pages alive; its handle can go.
     file: GgufFile,
-    _tmp: tempfile::TempPath,
 }
 
 impl std::ops::Deref for MappedImage {
@@ -294,29 +328,25 @@ impl std::ops::Deref for MappedImage {
 }
 
 impl Image {
-    /// Writes the image to a temporary file in `scratch` (named
-    /// `<prefix>.….tmp<pid>`, which [`clean`] recognises if the process
-    /// dies) and maps it; `progress` as for [`Image::write`].
+    /// Writes the image to an unnamed temporary file in `scratch` and maps
+    /// it; `progress` as for [`Image::write`].
     pub fn write_mapped(
         &self,
         scratch: &Path,
-        prefix: &str,
-        progress: impl FnMut(usize, usize),
+        mut progress: impl FnMut(usize, usize),
     ) -> Result<MappedImage> {
-        let io = |source| LoadError::Write {
+        let name = scratch.join("<temporary image>");
+        let file = tempfile::tempfile_in(scratch).map_err(|source| LoadError::Write {
             path: scratch.to_path_buf(),
             source,
-        };
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!("{prefix}."))
-            .suffix(&format!(".tmp{}", std::process::id()))
-            .tempfile_in(scratch)
-            .map_err(io)?
-            .into_temp_path();
-        self.write(&tmp, progress)?;
+        })?;
+        let (file, _) = self
+            .meta
+            .write_streamed_into(&file, &name, &self.specs(), |i, out| {
+                self.put(i, out, &mut progress)
+            })?;
         Ok(MappedImage {
-            file: GgufFile::open(&tmp)?,
-            _tmp: tmp,
+            file: GgufFile::map(file, name)?,
         })
     }
 }
@@ -331,8 +361,8 @@ fn spec(name: &str, shape: &[usize], ggml_type: GgmlType) -> TensorSpec {
 }
 
 /// The language model's tensor `wt`: 1-D as f32; 2-D f16 as f16 (llama q/k
-/// rows permuted for ggml's RoPE), other float types as f32.
-fn language_tensor(dir: &Path, hf: &HfModelDir, wt: Weight) -> Result<Pending> {
+/// rows permuted for ggml's RoPE), bf16 as `bf16` says, f32 as f32.
+fn language_tensor(dir: &Path, hf: &HfModelDir, wt: Weight, bf16: Bf16Weights) -> Result<Pending> {
     let cfg = &hf.config;
     let hf_name = wt.hf_name();
     let (info, _) = hf.weights.tensor(&hf_name)?;
@@ -372,10 +402,11 @@ fn language_tensor(dir: &Path, hf: &HfModelDir, wt: Weight) -> Result<Pending> {
             "{rows} rows do not split into {h} heads of even size"
         )));
     }
-    let ggml_type = match src_dtype {
-        StDtype::F16 => GgmlType::F16,
-        StDtype::F32 | StDtype::BF16 => GgmlType::F32,
-        other => {
+    let ggml_type = match (src_dtype, bf16) {
+        (StDtype::F16, _) => GgmlType::F16,
+        (StDtype::BF16, Bf16Weights::Keep) => GgmlType::BF16,
+        (StDtype::F32, _) | (StDtype::BF16, Bf16Weights::Widen) => GgmlType::F32,
+        (other, _) => {
             return Err(bad(format!(
                 "dtype {other:?} is not a float type; expected F32, F16 or BF16"
             )));
@@ -399,7 +430,7 @@ fn language_tensor(dir: &Path, hf: &HfModelDir, wt: Weight) -> Result<Pending> {
             };
             let mut f32s = Vec::new();
             for piece in raw.chunks(PIECE) {
-                if src_dtype == StDtype::BF16 {
+                if src_dtype == StDtype::BF16 && ggml_type == GgmlType::F32 {
                     f32s.clear();
                     for c in piece.chunks_exact(2) {
                         let x = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();

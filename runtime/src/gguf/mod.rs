@@ -322,15 +322,20 @@ impl GgufFile {
     /// Memory-maps and parses `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| LoadError::Io {
-            path: path.clone(),
-            source,
-        };
         let file = crate::input::open_regular(&path)?;
+        Self::map(&file, path)
+    }
+
+    /// Memory-maps and parses an open file, named `path` in errors (an
+    /// unnamed temporary file has no path of its own).
+    pub fn map(file: &std::fs::File, path: PathBuf) -> Result<Self> {
         // SAFETY: the map is read-only and private to this process; as with
         // every mmap-based loader, a file truncated by another process while
         // mapped can fault. Model files are not modified while in use.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(|source| LoadError::Io {
+            path: path.clone(),
+            source,
+        })?;
         Self::parse(path, Backing::Mmap(map))
     }
 

@@ -191,14 +191,50 @@ impl GgufWriter {
     /// asking `data(i, out)` to put tensor `i`'s bytes into `out`, one
     /// tensor at a time and in as many pieces as it likes, so a model
     /// larger than memory can be written. The file appears at `path`
-    /// only when it is complete (written beside it, then renamed); on an
-    /// error nothing is left behind. Returns the bytes written.
+    /// only when it is complete (written beside it as
+    /// `.tiletune-write-….tmp<pid>`, which the conversion cache's `clean`
+    /// recognises if the process dies, then renamed); on an error nothing
+    /// is left behind. Returns the bytes written.
     pub fn write_streamed(
         &self,
         path: &Path,
         specs: &[TensorSpec],
-        mut data: impl FnMut(usize, &mut TensorOut<'_>) -> Result<()>,
+        data: impl FnMut(usize, &mut TensorOut<'_>) -> Result<()>,
     ) -> Result<u64> {
+        let io = |source| LoadError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let suffix = format!(".tmp{}", std::process::id());
+        let mut b = tempfile::Builder::new();
+        b.prefix(".tiletune-write-").suffix(&suffix);
+        // A model file is readable by all, as any file the user makes (the
+        // umask applies); the temporary file's own default is owner-only.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            b.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let tmp = b.tempfile_in(dir).map_err(io)?;
+        let (tmp, written) = self.write_streamed_into(tmp, path, specs, data)?;
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(path).map_err(|e| io(e.error))?;
+        Ok(written)
+    }
+
+    /// [`GgufWriter::write_streamed`] into `out` (named `path` in errors),
+    /// which is given back with the bytes written.
+    pub fn write_streamed_into<W: std::io::Write>(
+        &self,
+        out: W,
+        path: &Path,
+        specs: &[TensorSpec],
+        mut data: impl FnMut(usize, &mut TensorOut<'_>) -> Result<()>,
+    ) -> Result<(W, u64)> {
         use std::io::Write;
         if !self.tensors.is_empty() {
             return Err(LoadError::Config(
@@ -225,21 +261,7 @@ impl GgufWriter {
             path: path.to_path_buf(),
             source,
         };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let mut b = tempfile::Builder::new();
-        b.prefix(".tiletune-write-");
-        // A model file is readable by all, as any file the user makes (the
-        // umask applies); the temporary file's own default is owner-only.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            b.permissions(std::fs::Permissions::from_mode(0o666));
-        }
-        let tmp = b.tempfile_in(dir).map_err(io)?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp);
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
         let header = self.header(specs, &sizes);
         out.write_all(&header).map_err(io)?;
         let mut written = header.len() as u64;
@@ -261,10 +283,8 @@ impl GgufWriter {
                 .map_err(io)?;
             written += padded;
         }
-        let tmp = out.into_inner().map_err(|e| io(e.into_error()))?;
-        tmp.as_file().sync_all().map_err(io)?;
-        tmp.persist(path).map_err(|e| io(e.error))?;
-        Ok(written)
+        let out = out.into_inner().map_err(|e| io(e.into_error()))?;
+        Ok((out, written))
     }
 
     /// Writes the image to `path`.

@@ -85,6 +85,19 @@ pub struct BpeParts {
 }
 
 impl BpeParts {
+    /// Gives the vocabulary `n` entries, as llama.cpp's converter does for a
+    /// model whose embedding has more rows than its tokenizer has tokens
+    /// (Qwen2.5: 151 936 rows, 151 665 tokens): each id the tokenizer does
+    /// not name becomes `[PAD<id>]`, unused. llama.cpp sizes the embedding
+    /// by the token list, so a GGUF without them does not load there.
+    /// A vocabulary of `n` or more entries is left as it is.
+    pub fn pad_to(&mut self, n: usize) {
+        for id in self.tokens.len()..n {
+            self.tokens.push(format!("[PAD{id}]"));
+            self.kinds.push(TokenKind::Unused);
+        }
+    }
+
     /// Writes the vocabulary as llama.cpp's converter does (`tokenizer.ggml.
     /// model` gpt2, `pre`, `tokens`, `token_type`, `merges`, the add-token
     /// flags); the special ids are the caller's, as a converter may take them
