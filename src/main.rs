@@ -68,7 +68,7 @@ fn main() -> ExitCode {
             {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cmd::error_text(&*err));
             ExitCode::FAILURE
         }
     }

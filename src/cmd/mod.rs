@@ -65,6 +65,27 @@ pub fn parse_n_predict(s: &str) -> Result<usize, String> {
     }
 }
 
+/// An error and its causes on one line, `outer: cause: …`, as anyhow's
+/// `{:#}` prints it, less each cause whose text the line already holds: the
+/// libraries' errors name their I/O cause in their own message (so one
+/// printed alone says what failed) and keep it as their source too.
+pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        next = cause.source();
+        let s = cause.to_string();
+        if out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
 /// Says so on stderr when `threads` is more than the CPUs this process may
 /// run on: the extra workers share CPUs and spin against each other.
 pub fn warn_oversubscribed(threads: usize) {

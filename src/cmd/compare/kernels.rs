@@ -106,7 +106,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<ExitCode> {
                     threads: r.threads,
                     gbytes_per_s: r.gbytes_per_s,
                 })
-                .map_err(|e| format!("{e:#}"))
+                .map_err(|e| super::super::error_text(&*e))
         });
     if rows.is_empty() {
         notes.push(format!(

@@ -58,6 +58,10 @@ pub(super) fn store(
     });
     match stored {
         Ok(n) => format!("stored {n} peer result(s) in {}", path.display()),
-        Err(e) => format!("not stored in {}: {e:#}", path.display()),
+        Err(e) => format!(
+            "not stored in {}: {}",
+            path.display(),
+            super::super::error_text(&e)
+        ),
     }
 }
