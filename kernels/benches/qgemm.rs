@@ -26,7 +26,36 @@ const SHAPES: [(QuantFormat, usize, usize); 8] = [
     (QuantFormat::Q6K, 896, 4864),
 ];
 
+/// The load-time repack of one 4096 × 4096 weight matrix (a 7B's q or o
+/// projection) on one thread, in GGUF bytes read per second: a model's load
+/// runs it over every weight byte. The packed copy's fresh pages are zeroed
+/// by the kernel inside the timed region, as at load.
+fn pack(c: &mut Criterion) {
+    let mut rng = Rng::new(0x9AC4);
+    let mut group = c.benchmark_group("qgemm_pack");
+    group.sample_size(10);
+    let (n, k) = (4096, 4096);
+    let x = rng.vec_f32(n * k);
+    for format in [
+        QuantFormat::Q4_0,
+        QuantFormat::Q8_0,
+        QuantFormat::Q4K,
+        QuantFormat::Q5K,
+        QuantFormat::Q6K,
+    ] {
+        let w = quant::quantize(format, &x).expect("k is whole blocks");
+        let g = QGemm::new(format).threads(1);
+        group.throughput(Throughput::Bytes(w.len() as u64));
+        let id = BenchmarkId::new(format!("{}_{}", format.name(), g.isa), format!("{n}x{k}"));
+        group.bench_function(id, |b| {
+            b.iter(|| black_box(g.pack(black_box(&w), n, k).expect("shapes are consistent")))
+        });
+    }
+    group.finish();
+}
+
 pub fn benches(c: &mut Criterion) {
+    pack(c);
     let mut rng = Rng::new(0x6E33);
     let mut group = c.benchmark_group("qgemm");
     group.sample_size(10);

@@ -831,25 +831,25 @@ fn fill(
                 let nib: [u8; QK / 2] =
                     std::array::from_fn(|j| (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4));
                 chunks(&nib);
-                for t in 0..4 {
-                    if kind.six() {
-                        // Plane h: the pairs of bits 4 and 5 of half h.
-                        for h in 0..2 {
-                            let mut p = 0u8;
-                            for c in 0..4 {
-                                p |= ((q[16 * h + 4 * c + t] >> 4) & 3) << (2 * c);
-                            }
-                            qs[base + 4 * h * nr + 4 * r + t] = p;
-                        }
-                    } else {
-                        let mut p = 0u8;
-                        for h in 0..2 {
-                            for c in 0..4 {
-                                p |= ((q[16 * h + 4 * c + t] >> 4) & 1) << (4 * h + c);
-                            }
-                        }
-                        qs[base + 4 * r + t] = p;
+                // Byte t of a plane gathers the high bits of values
+                // 16h + 4c + t over c: four values are one u32 (byte t is
+                // value t), so each c is a shift and a mask of all four.
+                let four = |h: usize, c: usize| {
+                    let v = u32::from_le_bytes(q[16 * h + 4 * c..][..4].try_into().expect("4"));
+                    v >> 4
+                };
+                if kind.six() {
+                    // Plane h: the pairs of bits 4 and 5 of half h.
+                    for h in 0..2 {
+                        let p = (0..4).fold(0, |p, c| p | ((four(h, c) & 0x0303_0303) << (2 * c)));
+                        let at = base + 4 * h * nr + 4 * r;
+                        qs[at..at + 4].copy_from_slice(&u32::to_le_bytes(p));
                     }
+                } else {
+                    let p =
+                        (0..8).fold(0, |p, hc| p | ((four(hc / 4, hc % 4) & 0x0101_0101) << hc));
+                    let at = base + 4 * r;
+                    qs[at..at + 4].copy_from_slice(&u32::to_le_bytes(p));
                 }
             } else {
                 chunks(&q[..rb]);
@@ -938,10 +938,19 @@ fn fill(
                     // ggml: y = d·sc·q, sc per 16 values.
                     sd[(g * nb / 8 + sb) * nr + r] = u16::from_le_bytes(blk.d.0);
                     for j in 0..8 {
-                        // GGUF's stored 6-bit values u = q + 32 (0..63).
-                        let q: [u8; QK] = std::array::from_fn(|l| {
-                            (kquants::q6_k_value(blk, QK * j + l) as i32 + 32) as u8
-                        });
+                        // GGUF's stored 6-bit values u = q + 32 (0..63):
+                        // `kquants::q6_k_value` over a whole sub-block, in
+                        // loops of fixed length the compiler runs as SIMD.
+                        let (c, part) = (j / 4, j % 4);
+                        let ql: &[u8; QK] = blk.ql[64 * c + 32 * (part & 1)..][..QK]
+                            .try_into()
+                            .expect("32 bytes");
+                        let qh: &[u8; QK] = blk.qh[32 * c..][..QK].try_into().expect("32 bytes");
+                        let lo = if part < 2 { 0 } else { 4 };
+                        let mut q = [0u8; QK];
+                        for l in 0..QK {
+                            q[l] = ((ql[l] >> lo) & 0xF) | (((qh[l] >> (2 * part)) & 3) << 4);
+                        }
                         let (s0, s1) = (blk.scales[2 * j], blk.scales[2 * j + 1]);
                         put(8 * sb + j, Scale::Code(s0 as u8), Scale::Code(s1 as u8), &q);
                     }
@@ -1089,16 +1098,23 @@ fn put_k_sub<B: KSubBlock>(
         sm[sat] = u16::from_le_bytes(blk.dmin().0) ^ 0x8000;
         for j in 0..8 {
             let (sc, mn) = kquants::get_scale_min_k4(j, blk.scales());
-            let v: [u8; QK] = std::array::from_fn(|l| kquants::k_sub_value(blk, j, l));
+            // `kquants::k_sub_value` over a whole sub-block, in loops of
+            // fixed length the compiler runs as SIMD: a model's load runs
+            // this for most of its weight bytes.
+            let src: &[u8; QK] = blk.qs()[32 * (j / 2)..][..QK].try_into().expect("32 bytes");
+            let shift = 4 * (j % 2);
+            let mut q = [0u8; QK];
             // `put` takes the five-bit kinds' values, the others' nibble bytes.
-            let q = if B::FIVE {
-                v
+            if B::FIVE {
+                let qh = blk.qh();
+                for l in 0..QK {
+                    q[l] = ((src[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
+                }
             } else {
-                std::array::from_fn(|t| match t {
-                    0..16 => v[t] | (v[t + QK / 2] << 4),
-                    _ => 0,
-                })
-            };
+                for t in 0..QK / 2 {
+                    q[t] = ((src[t] >> shift) & 0xF) | (((src[t + QK / 2] >> shift) & 0xF) << 4);
+                }
+            }
             put(8 * sb + j, Scale::Code(sc), Scale::Code(mn), &q);
         }
     }
