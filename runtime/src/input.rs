@@ -78,13 +78,17 @@ fn kind_of(ty: &std::fs::FileType) -> &'static str {
     }
 }
 
-/// Lets the OS drop the resident pages of `data`, a slice of `map`, that
-/// lie wholly inside it: a model's file pages stay resident once read, and
-/// a reader that has copied what it needs (the loader, `quantize`,
-/// `convert`) would otherwise hold the file beside its copies. The bytes
-/// stay readable: a later access faults them in again. A slice outside
-/// the map, or a failed hint, changes nothing (the hint is only about
-/// memory use).
+/// Lets the OS drop the resident pages of `data`, a slice of `map`: those
+/// wholly inside it, and the [`FAULT_AROUND`] bytes before it. A model's
+/// file pages stay resident once read, and a reader that has copied what it
+/// needs (the loader, `quantize`, `convert`) would otherwise hold the file
+/// beside its copies. The bytes before `data` are there because a read
+/// fault maps the cached pages around it too: reading the start of `data`
+/// maps again pages that the reader, going front to back, released with
+/// the slice before. Left mapped, they held 230 MB of a 15 GB checkpoint
+/// while `convert` ran. The bytes stay readable: a later access faults
+/// them in again. A slice outside the map, or a failed hint, changes
+/// nothing (the hint is only about memory use).
 pub fn release_mapped(map: &memmap2::Mmap, data: &[u8]) {
     let base = map.as_ptr() as usize;
     let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
@@ -92,7 +96,7 @@ pub fn release_mapped(map: &memmap2::Mmap, data: &[u8]) {
         return;
     }
     let page = 4096;
-    let first = (start - base).div_ceil(page) * page;
+    let first = (start - base).saturating_sub(FAULT_AROUND) / page * page;
     let last = (end - base) / page * page;
     if last > first {
         // SAFETY: the map is a read-only private mapping of a file that,
@@ -105,6 +109,10 @@ pub fn release_mapped(map: &memmap2::Mmap, data: &[u8]) {
         };
     }
 }
+
+/// Linux's default `fault_around_bytes`: a read fault on a file mapping
+/// maps up to this much of the cached file around the faulting page.
+const FAULT_AROUND: usize = 64 << 10;
 
 #[cfg(test)]
 mod tests {
