@@ -85,10 +85,9 @@ fn kind_of(ty: &std::fs::FileType) -> &'static str {
 /// beside its copies. The bytes before `data` are there because a read
 /// fault maps the cached pages around it too: reading the start of `data`
 /// maps again pages that the reader, going front to back, released with
-/// the slice before. Left mapped, they held 230 MB of a 15 GB checkpoint
-/// while `convert` ran. The bytes stay readable: a later access faults
-/// them in again. A slice outside the map, or a failed hint, changes
-/// nothing (the hint is only about memory use).
+/// the slice before, and they would stay mapped to the end. The bytes stay
+/// readable: a later access faults them in again. A slice outside the map,
+/// or a failed hint, changes nothing (the hint is only about memory use).
 pub fn release_mapped(map: &memmap2::Mmap, data: &[u8]) {
     let base = map.as_ptr() as usize;
     let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
