@@ -29,6 +29,16 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// A random model folder for `config` in `dtype` at `<scratch>/<name>`.
+    fn folder(&self, name: &str, config: &str, dtype: StDtype) -> PathBuf {
+        let d = self.0.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        write_folder(&d, config, dtype);
+        d
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -178,9 +188,7 @@ fn qwen2_f32_tied_with_bias_converts_exactly() {
 #[test]
 fn cache_converts_once_per_weight_type() {
     let s = Scratch::new("cache");
-    let model = s.0.join("m");
-    std::fs::create_dir_all(&model).unwrap();
-    write_folder(&model, QWEN2, StDtype::F32);
+    let model = s.folder("m", QWEN2, StDtype::F32);
     let cache = s.0.join("cache");
     let a = cached_gguf(&model, None, &cache).unwrap();
     let b = cached_gguf(&model, None, &cache).unwrap();
@@ -216,9 +224,7 @@ fn cache_converts_once_per_weight_type() {
 #[test]
 fn the_cache_is_keyed_by_content_not_size_and_mtime() {
     let s = Scratch::new("cache-content");
-    let model = s.0.join("m");
-    std::fs::create_dir_all(&model).unwrap();
-    write_folder(&model, QWEN2, StDtype::F32);
+    let model = s.folder("m", QWEN2, StDtype::F32);
     let cache = s.0.join("cache");
     let before = cached_gguf(&model, None, &cache).unwrap();
     let weights = std::fs::read_dir(&model)
@@ -272,10 +278,7 @@ fn the_streamed_image_is_the_image_in_memory() {
         ("qwen2-f16", QWEN2, StDtype::F16),
         ("qwen2-f32", QWEN2, StDtype::F32),
     ] {
-        let d = s.0.join(tag);
-        std::fs::create_dir_all(&d).unwrap();
-        write_folder(&d, config, dtype);
-        folders.push(d);
+        folders.push(s.folder(tag, config, dtype));
     }
     for d in folders {
         let image = Image::open(&d, TokenizerKeys::WhenNamed, Bf16Weights::Widen).unwrap();
@@ -315,9 +318,7 @@ fn a_folder_that_does_not_match_its_config_fails_before_writing() {
 #[test]
 fn a_kept_bf16_image_quantizes_to_the_bytes_of_the_widened_one() {
     let s = Scratch::new("bf16-kept");
-    let d = s.0.join("m");
-    std::fs::create_dir_all(&d).unwrap();
-    write_folder(&d, LLAMA, StDtype::BF16);
+    let d = s.folder("m", LLAMA, StDtype::BF16);
     let widened = GgufFile::from_vec(
         Image::open(&d, TokenizerKeys::WhenNamed, Bf16Weights::Widen)
             .unwrap()
@@ -371,11 +372,9 @@ fn a_kept_bf16_image_quantizes_to_the_bytes_of_the_widened_one() {
 #[test]
 fn the_temporary_image_leaves_no_file() {
     let s = Scratch::new("unnamed");
-    let d = s.0.join("m");
+    let d = s.folder("m", QWEN2, StDtype::F32);
     let scratch = s.0.join("scratch");
-    std::fs::create_dir_all(&d).unwrap();
     std::fs::create_dir_all(&scratch).unwrap();
-    write_folder(&d, QWEN2, StDtype::F32);
     let image = Image::open(&d, TokenizerKeys::WhenNamed, Bf16Weights::Keep).unwrap();
     let mapped = image.write_mapped(&scratch, |_, _| {}).unwrap();
     assert_eq!(mapped.tensors().len(), image.len());
