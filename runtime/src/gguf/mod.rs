@@ -12,6 +12,7 @@
 //! cannot make it allocate more than a small multiple of the file's size.
 //! A truncated or malformed file gives a [`LoadError`] naming the offset.
 
+mod pending;
 pub mod write;
 
 pub use tiletune_kernels::dtype::GgmlType;

@@ -2,6 +2,7 @@
 //! downloaded files), the fuzz corpus is seeded from it, and it doubles as a
 //! way to save a model after load-time quantization.
 
+use super::pending::PendingFile;
 use super::{Array, DEFAULT_ALIGNMENT, GGUF_MAGIC, GgmlType, Value};
 use crate::error::{LoadError, Result};
 use std::path::Path;
@@ -191,10 +192,11 @@ impl GgufWriter {
     /// asking `data(i, out)` to put tensor `i`'s bytes into `out`, one
     /// tensor at a time and in as many pieces as it likes, so a model
     /// larger than memory can be written. The file appears at `path`
-    /// only when it is complete (written beside it as
+    /// only when it is complete ([`pending`](super::pending)); on an error,
+    /// or if the process dies, nothing is left behind (where the system
+    /// has no unnamed files, a process that dies leaves
     /// `.tiletune-write-….tmp<pid>`, which the conversion cache's `clean`
-    /// recognises if the process dies, then renamed); on an error nothing
-    /// is left behind. Returns the bytes written.
+    /// recognises). Returns the bytes written.
     pub fn write_streamed(
         &self,
         path: &Path,
@@ -209,20 +211,9 @@ impl GgufWriter {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        let suffix = format!(".tmp{}", std::process::id());
-        let mut b = tempfile::Builder::new();
-        b.prefix(".tiletune-write-").suffix(&suffix);
-        // A model file is readable by all, as any file the user makes (the
-        // umask applies); the temporary file's own default is owner-only.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            b.permissions(std::fs::Permissions::from_mode(0o666));
-        }
-        let tmp = b.tempfile_in(dir).map_err(io)?;
-        let (tmp, written) = self.write_streamed_into(tmp, path, specs, data)?;
-        tmp.as_file().sync_all().map_err(io)?;
-        tmp.persist(path).map_err(|e| io(e.error))?;
+        let tmp = PendingFile::create_in(dir).map_err(io)?;
+        let (_, written) = self.write_streamed_into(tmp.as_file(), path, specs, data)?;
+        tmp.persist(path).map_err(io)?;
         Ok(written)
     }
 
@@ -384,5 +375,56 @@ impl From<Vec<i32>> for Value {
 impl From<Vec<f32>> for Value {
     fn from(v: Vec<f32>) -> Self {
         Value::Array(Array::F32(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pending::{names, unnamed_files_in};
+    use super::*;
+
+    /// A model killed mid-write must leave no file: while the tensors are
+    /// written the directory holds nothing new (where its filesystem has
+    /// unnamed files), and a failed write leaves nothing either.
+    #[test]
+    fn a_streamed_file_has_no_name_until_it_is_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let specs: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|n| TensorSpec {
+                name: n.to_string(),
+                dims: vec![32, 2],
+                ggml_type: GgmlType::F32,
+            })
+            .collect();
+        let w = GgufWriter::new();
+        let unnamed = unnamed_files_in(dir.path());
+        let mut seen = Vec::new();
+        w.write_streamed(&path, &specs, |_, out| {
+            seen.push(names(dir.path()));
+            out.put(&[0u8; 256])
+        })
+        .unwrap();
+        for during in &seen {
+            if unnamed {
+                assert!(during.is_empty(), "{during:?}");
+            } else {
+                assert_eq!(during.len(), 1, "{during:?}");
+            }
+        }
+        assert_eq!(names(dir.path()), ["m.gguf"]);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..4], b"GGUF");
+
+        let other = dir.path().join("n.gguf");
+        let e = w.write_streamed(&other, &specs, |i, out| {
+            if i == 1 {
+                return Err(LoadError::Config("stopped".into()));
+            }
+            out.put(&[0u8; 256])
+        });
+        assert!(e.is_err());
+        assert_eq!(names(dir.path()), ["m.gguf"]);
     }
 }
