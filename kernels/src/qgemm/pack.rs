@@ -579,14 +579,14 @@ impl PackedQ {
                     let blocks: &mut [BlockQ6K] = cast_blocks_mut(dst).expect(WHOLE);
                     for (sb, blk) in blocks.iter_mut().enumerate() {
                         blk.d = h(self.sd[(g * nb / 8 + sb) * nr + r]);
+                        let mut u = [0u8; QK_K];
                         for j in 0..8 {
                             let at = (g * nb + 8 * sb + j) * nr + r;
                             blk.scales[2 * j] = self.dc[at] as i8;
                             blk.scales[2 * j + 1] = self.mc[at] as i8;
-                            for (l, &v) in vals(8 * sb + j).iter().enumerate() {
-                                set_q6_k_value(blk, QK * j + l, v);
-                            }
+                            u[QK * j..][..QK].copy_from_slice(&vals(8 * sb + j));
                         }
+                        (blk.ql, blk.qh) = kquants::q6_k_planes(&u);
                     }
                 }
                 _ => {
@@ -690,15 +690,6 @@ pub(crate) fn high_bits(
     } else {
         ((planes[4 * r + t] >> (4 * h + c)) & 1) << 4
     }
-}
-
-/// Sets Q6_K value `j` (stored form `u` = q + 32, 0..63) in `ql`/`qh`, the
-/// layout `kquants::q6_k_value` reads.
-fn set_q6_k_value(b: &mut BlockQ6K, j: usize, u: u8) {
-    let (c, l, part) = (j / 128, j % 32, (j % 128) / 32);
-    let ql = &mut b.ql[64 * c + l + 32 * (part & 1)];
-    *ql |= (u & 0x0F) << (4 * (part / 2));
-    b.qh[32 * c + l] |= (u >> 4) << (2 * part);
 }
 
 /// The output slices of a range of groups (each vector's share, which is
@@ -938,19 +929,8 @@ fn fill(
                     // ggml: y = d·sc·q, sc per 16 values.
                     sd[(g * nb / 8 + sb) * nr + r] = u16::from_le_bytes(blk.d.0);
                     for j in 0..8 {
-                        // GGUF's stored 6-bit values u = q + 32 (0..63):
-                        // `kquants::q6_k_value` over a whole sub-block, in
-                        // loops of fixed length the compiler runs as SIMD.
-                        let (c, part) = (j / 4, j % 4);
-                        let ql: &[u8; QK] = blk.ql[64 * c + 32 * (part & 1)..][..QK]
-                            .try_into()
-                            .expect("32 bytes");
-                        let qh: &[u8; QK] = blk.qh[32 * c..][..QK].try_into().expect("32 bytes");
-                        let lo = if part < 2 { 0 } else { 4 };
-                        let mut q = [0u8; QK];
-                        for l in 0..QK {
-                            q[l] = ((ql[l] >> lo) & 0xF) | (((qh[l] >> (2 * part)) & 3) << 4);
-                        }
+                        // GGUF's stored 6-bit values u = q + 32 (0..63).
+                        let q = kquants::q6_k_sub_values(blk, j);
                         let (s0, s1) = (blk.scales[2 * j], blk.scales[2 * j + 1]);
                         put(8 * sb + j, Scale::Code(s0 as u8), Scale::Code(s1 as u8), &q);
                     }
@@ -1098,23 +1078,17 @@ fn put_k_sub<B: KSubBlock>(
         sm[sat] = u16::from_le_bytes(blk.dmin().0) ^ 0x8000;
         for j in 0..8 {
             let (sc, mn) = kquants::get_scale_min_k4(j, blk.scales());
-            // `kquants::k_sub_value` over a whole sub-block, in loops of
-            // fixed length the compiler runs as SIMD: a model's load runs
-            // this for most of its weight bytes.
-            let src: &[u8; QK] = blk.qs()[32 * (j / 2)..][..QK].try_into().expect("32 bytes");
-            let shift = 4 * (j % 2);
-            let mut q = [0u8; QK];
+            let v = kquants::k_sub_values(blk, j);
             // `put` takes the five-bit kinds' values, the others' nibble bytes.
-            if B::FIVE {
-                let qh = blk.qh();
-                for l in 0..QK {
-                    q[l] = ((src[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
-                }
+            let q = if B::FIVE {
+                v
             } else {
+                let mut q = [0u8; QK];
                 for t in 0..QK / 2 {
-                    q[t] = ((src[t] >> shift) & 0xF) | (((src[t + QK / 2] >> shift) & 0xF) << 4);
+                    q[t] = v[t] | (v[t + QK / 2] << 4);
                 }
-            }
+                q
+            };
             put(8 * sb + j, Scale::Code(sc), Scale::Code(mn), &q);
         }
     }

@@ -117,9 +117,8 @@ fn a8_k_sub<B: KSubBlock>(w: &B, x: &BlockQ8K) -> f32 {
     let mut sum_m = 0i32;
     for j in 0..QK_K / 32 {
         let (sc, m) = kquants::get_scale_min_k4(j, w.scales());
-        let sumi: i32 = (0..32)
-            .map(|l| kquants::k_sub_value(w, j, l) as i32 * x.qs[32 * j + l] as i32)
-            .sum();
+        let v = kquants::k_sub_values(w, j);
+        let sumi: i32 = (0..32).map(|l| v[l] as i32 * x.qs[32 * j + l] as i32).sum();
         sum_sc += sc as i32 * sumi;
         sum_m += m as i32 * (x.bsum(2 * j) as i32 + x.bsum(2 * j + 1) as i32);
     }
@@ -130,8 +129,9 @@ fn a8_k_sub<B: KSubBlock>(w: &B, x: &BlockQ8K) -> f32 {
 fn a8_q6_k(w: &BlockQ6K, x: &BlockQ8K) -> f32 {
     let mut sum = 0i32;
     for j in 0..QK_K / 16 {
+        let u = kquants::q6_k_sub_values(w, j / 2);
         let sumi: i32 = (0..16)
-            .map(|l| kquants::q6_k_value(w, 16 * j + l) as i32 * x.qs[16 * j + l] as i32)
+            .map(|l| (u[16 * (j % 2) + l] as i32 - 32) * x.qs[16 * j + l] as i32)
             .sum();
         sum += w.scales[j] as i32 * sumi;
     }

@@ -582,17 +582,26 @@ pub(crate) fn k_fifth_bits(l: &[u8; QK_K]) -> [u8; QK_K / 8] {
     qh
 }
 
-/// Value `j` (0..32) of a Q4_K-layout block's sub-block `sub`, with the
-/// fifth bit of a Q5_K block.
-#[inline]
-pub(crate) fn k_sub_value<B: KSubBlock>(b: &B, sub: usize, j: usize) -> u8 {
-    let q = b.qs()[32 * (sub / 2) + j];
-    let nib = if sub.is_multiple_of(2) {
-        q & 0xF
-    } else {
-        q >> 4
-    };
-    nib | (((b.qh()[j] >> sub) & 1) << 4)
+/// The 32 values of a Q4_K-layout block's sub-block `sub` (0..8), with the
+/// fifth bits of a Q5_K block: the one reader of the layout that
+/// [`k_nibbles`] and [`k_fifth_bits`] write. Its loops have a fixed length
+/// the compiler runs as SIMD, since a model's load repacks most of its
+/// weight bytes through it.
+#[inline(always)]
+pub(crate) fn k_sub_values<B: KSubBlock>(b: &B, sub: usize) -> [u8; 32] {
+    let qs: &[u8; 32] = b.qs()[32 * (sub / 2)..][..32].try_into().expect("32 bytes");
+    let shift = 4 * (sub % 2);
+    let mut v = [0u8; 32];
+    for l in 0..32 {
+        v[l] = (qs[l] >> shift) & 0xF;
+    }
+    if B::FIVE {
+        let qh = b.qh();
+        for l in 0..32 {
+            v[l] |= ((qh[l] >> sub) & 1) << 4;
+        }
+    }
+    v
 }
 
 /// `dequantize_row_q4_K` / `dequantize_row_q5_K` for one super-block.
@@ -602,8 +611,8 @@ pub fn dequantize_k_sub<B: KSubBlock>(b: &B, y: &mut [f32; QK_K]) {
     for (sub, ys) in y.chunks_exact_mut(32).enumerate() {
         let (sc, m) = get_scale_min_k4(sub, b.scales());
         let (d1, m1) = (d * sc as f32, min * m as f32);
-        for (j, v) in ys.iter_mut().enumerate() {
-            *v = d1 * k_sub_value(b, sub, j) as f32 - m1;
+        for (v, &q) in ys.iter_mut().zip(&k_sub_values(b, sub)) {
+            *v = d1 * q as f32 - m1;
         }
     }
 }
@@ -659,39 +668,59 @@ pub fn quantize_q6_k(x: &[f32; QK_K]) -> BlockQ6K {
         }
     }
 
+    let u = l.map(|q| q as u8);
+    (out.ql, out.qh) = q6_k_planes(&u);
+    out
+}
+
+/// Q6_K's `ql` and `qh` of 256 stored values `u` = q + 32 (0..63): in each
+/// half of 128 values, value `32 p + l` has its low nibble in `ql[l + 32
+/// (p & 1)]` (the high nibble for p ≥ 2) and its bits 4 and 5 in bits `2 p`
+/// of `qh[l]`. [`q6_k_sub_values`] reads them back.
+pub(crate) fn q6_k_planes(u: &[u8; QK_K]) -> ([u8; QK_K / 2], [u8; QK_K / 4]) {
+    let (mut ql, mut qh) = ([0u8; QK_K / 2], [0u8; QK_K / 4]);
     for (c, j) in (0..QK_K).step_by(128).enumerate() {
-        let ql = &mut out.ql[64 * c..64 * c + 64];
-        let qh = &mut out.qh[32 * c..32 * c + 32];
+        let ql = &mut ql[64 * c..64 * c + 64];
+        let qh = &mut qh[32 * c..32 * c + 32];
         for i in 0..32 {
-            let q = |o: usize| l[j + i + o] as u8;
+            let q = |o: usize| u[j + i + o];
             ql[i] = (q(0) & 0xF) | ((q(64) & 0xF) << 4);
             ql[i + 32] = (q(32) & 0xF) | ((q(96) & 0xF) << 4);
             qh[i] = (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
         }
     }
-    out
+    (ql, qh)
 }
 
-/// The signed 6-bit value `j` (`q - 32`) of a Q6_K block.
-#[inline]
-pub(crate) fn q6_k_value(b: &BlockQ6K, j: usize) -> i8 {
-    let c = j / 128;
-    let r = j % 128;
-    let l = r % 32;
-    let part = r / 32; // 0..4: ql low (l), ql low (l+32), ql high (l), ql high (l+32)
-    let ql = b.ql[64 * c + l + 32 * (part & 1)];
-    let lo = if part < 2 { ql & 0xF } else { ql >> 4 };
-    let hi = (b.qh[32 * c + l] >> (2 * part)) & 3;
-    (lo | (hi << 4)) as i8 - 32
+/// The 32 stored values `u` = q + 32 (0..63) of a Q6_K block's sub-block
+/// `sub` (0..8, values `32 sub ..`): the one reader of the layout
+/// [`q6_k_planes`] writes, in loops of fixed length the compiler runs as
+/// SIMD (a model's load repacks its Q6_K weights through it).
+#[inline(always)]
+pub(crate) fn q6_k_sub_values(b: &BlockQ6K, sub: usize) -> [u8; 32] {
+    let (c, part) = (sub / 4, sub % 4);
+    let ql: &[u8; 32] = b.ql[64 * c + 32 * (part & 1)..][..32]
+        .try_into()
+        .expect("32 bytes");
+    let qh: &[u8; 32] = b.qh[32 * c..][..32].try_into().expect("32 bytes");
+    let lo = 4 * (part / 2);
+    let mut u = [0u8; 32];
+    for l in 0..32 {
+        u[l] = ((ql[l] >> lo) & 0xF) | (((qh[l] >> (2 * part)) & 3) << 4);
+    }
+    u
 }
 
 /// `dequantize_row_q6_K` for one super-block.
 pub fn dequantize_q6_k(b: &BlockQ6K, y: &mut [f32; QK_K]) {
     let d = b.d.to_f32();
-    for (j, v) in y.iter_mut().enumerate() {
-        // Scale index: 16 values per scale, in value order.
-        let sc = b.scales[j / 16] as f32;
-        *v = d * sc * q6_k_value(b, j) as f32;
+    for (sub, ys) in y.chunks_exact_mut(32).enumerate() {
+        let u = q6_k_sub_values(b, sub);
+        for (l, v) in ys.iter_mut().enumerate() {
+            // 16 values per scale, in value order.
+            let sc = b.scales[2 * sub + l / 16] as f32;
+            *v = d * sc * (u[l] as i32 - 32) as f32;
+        }
     }
 }
 
