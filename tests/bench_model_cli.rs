@@ -150,6 +150,19 @@ fn json_has_llama_bench_fields_and_consistent_statistics() {
             var.sqrt()
         );
         assert_eq!(r["avg_ns"].as_u64().unwrap(), ns.iter().sum::<u64>() / 3);
+        // A token reads every tensor but the untied embedding (31 × 32 f32).
+        let bytes = r["decode_weight_bytes"].as_u64().unwrap();
+        assert_eq!(bytes, r["model_size"].as_u64().unwrap() - 4 * 31 * 32);
+        let gbps = &r["decode_weight_gbps"];
+        if r["n_prompt"] == 0 {
+            let want = r["avg_ts"].as_f64().unwrap() * bytes as f64 / 1e9;
+            assert!(close(gbps.as_f64().unwrap(), want), "{gbps} vs {want}");
+        } else {
+            assert!(
+                gbps.is_null(),
+                "a prompt test has no decode bandwidth: {gbps}"
+            );
+        }
         let plan = &r["plan"];
         assert!(plan["tuned"].is_u64() && plan["nearest"].is_u64() && plan["default"].is_u64());
         assert_eq!(plan["tuned"], 0, "no table, so nothing is tuned");

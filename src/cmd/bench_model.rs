@@ -203,7 +203,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 cpu_info: cpu_info.clone(),
                 backends: backend.clone(),
                 isa: isa.to_string(),
-                model: model_info(&a.model, &l.gguf, l.cfg.arch.gguf_name()),
+                model: model_info(&a.model, &l.gguf, l.cfg.arch.gguf_name())?,
                 n_batch: a.n_batch,
                 kv_type: a.kv_type.name().into(),
                 warmup: !a.no_warmup,
@@ -268,11 +268,11 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The model's description in every record.
-fn model_info(path: &std::path::Path, g: &GgufFile, arch: &str) -> ModelInfo {
+fn model_info(path: &std::path::Path, g: &GgufFile, arch: &str) -> anyhow::Result<ModelInfo> {
     let file_type = g
         .get("general.file_type")
         .and_then(|_| g.get_u32("general.file_type").ok());
-    ModelInfo::describe(
+    Ok(ModelInfo::describe(
         path.display().to_string(),
         arch,
         file_type,
@@ -281,5 +281,6 @@ fn model_info(path: &std::path::Path, g: &GgufFile, arch: &str) -> ModelInfo {
             bytes: t.size,
             n_elements: t.n_elements(),
         }),
-    )
+        tiletune_runtime::problems::decode_weight_bytes(g)?,
+    ))
 }

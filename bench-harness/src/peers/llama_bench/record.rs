@@ -45,6 +45,13 @@ pub struct TestRecord {
     /// Plan entries per source: how much of the model ran tuned kernels.
     pub plan: PlanCounts,
     pub warmup: bool,
+    /// The bytes of weights one decoded token reads, as the file stores
+    /// them ([`ModelInfo::decode_weight_bytes`]).
+    pub decode_weight_bytes: u64,
+    /// A decode test's (`tg`) weight bandwidth in GB/s: tokens/s times
+    /// [`decode_weight_bytes`](Self::decode_weight_bytes), weights only
+    /// (the KV cache a token reads at depth is not counted).
+    pub decode_weight_gbps: Option<f64>,
 }
 
 /// How many plan entries came from each source.
@@ -87,6 +94,10 @@ impl TestRecord {
             .iter()
             .map(|&ns| 1e9 * n_tokens / ns as f64)
             .collect();
+        let avg_ts = avg_f64(&samples_ts);
+        let bytes = run.model.decode_weight_bytes;
+        let decode_weight_gbps =
+            (test.n_prompt == 0 && test.n_gen > 0).then(|| avg_ts * bytes as f64 / 1e9);
         TestRecord {
             build_commit: run.build_commit.clone(),
             build_number: 0,
@@ -108,7 +119,7 @@ impl TestRecord {
             test_time,
             avg_ns: avg_u64(&samples_ns),
             stddev_ns: stdev_u64(&samples_ns),
-            avg_ts: avg_f64(&samples_ts),
+            avg_ts,
             stddev_ts: stdev_f64(&samples_ts),
             samples_ns,
             samples_ts,
@@ -117,6 +128,8 @@ impl TestRecord {
             isa: run.isa.clone(),
             plan,
             warmup: run.warmup,
+            decode_weight_bytes: bytes,
+            decode_weight_gbps,
         }
     }
 }
@@ -185,16 +198,22 @@ pub struct ModelInfo {
     pub desc: String,
     pub size: u64,
     pub n_params: u64,
+    /// The bytes of weights one decoded token reads, as the file stores
+    /// them: less than `size` when the token embedding is a lookup, not the
+    /// LM head (the runtime's `problems::decode_weight_bytes`).
+    pub decode_weight_bytes: u64,
 }
 
 impl ModelInfo {
     /// The description of a model file of architecture `arch` with these
-    /// tensors and GGUF `general.file_type`.
+    /// tensors and GGUF `general.file_type`, of which a decoded token reads
+    /// `decode_weight_bytes`.
     pub fn describe<'a>(
         filename: String,
         arch: &str,
         file_type: Option<u32>,
         tensors: impl IntoIterator<Item = TensorInfo<'a>>,
+        decode_weight_bytes: u64,
     ) -> Self {
         let tensors: Vec<TensorInfo> = tensors.into_iter().collect();
         let size = tensors.iter().map(|t| t.bytes).sum();
@@ -225,6 +244,7 @@ impl ModelInfo {
             desc: format!("{arch} {label} {ftype}"),
             size,
             n_params,
+            decode_weight_bytes,
         }
     }
 }
@@ -262,6 +282,11 @@ pub struct Printer {
     /// The markdown footer: `build: <commit> (0), tiletune <version>`.
     build_commit: String,
     version: String,
+    /// Markdown: the bytes of weights a decoded token reads and each decode
+    /// test's weight bandwidth (`tg16 t2 26.90 GB/s`), for a line under the
+    /// footer.
+    decode_bytes: u64,
+    decode_rates: Vec<String>,
 }
 
 /// llama-bench's markdown columns and widths (negative: left aligned).
@@ -310,6 +335,8 @@ impl Printer {
             backend: backend_width,
             build_commit: build_commit.to_string(),
             version: version.to_string(),
+            decode_bytes: 0,
+            decode_rates: Vec::new(),
         }
     }
 
@@ -353,6 +380,12 @@ impl Printer {
                     format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
                 ]);
                 md_row(out, &cols, &cells)?;
+                if let Some(gbps) = r.decode_weight_gbps {
+                    let test = super::test_name(r.n_prompt, r.n_gen, r.n_depth);
+                    self.decode_bytes = r.decode_weight_bytes;
+                    self.decode_rates
+                        .push(format!("{test} t{} {gbps:.2} GB/s", r.n_threads));
+                }
             }
             Format::Json => {
                 let sep = if self.started { ",\n" } else { "[\n" };
@@ -367,11 +400,23 @@ impl Printer {
     /// Closes the output: the markdown footer, the end of the JSON array.
     pub fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
         match self.format {
-            Format::Markdown if self.started => writeln!(
-                out,
-                "\nbuild: {} ({}), tiletune {}",
-                self.build_commit, 0, self.version
-            ),
+            Format::Markdown if self.started => {
+                writeln!(
+                    out,
+                    "\nbuild: {} ({}), tiletune {}",
+                    self.build_commit, 0, self.version
+                )?;
+                if !self.decode_rates.is_empty() {
+                    writeln!(
+                        out,
+                        "decode reads {:.1} MB of weights per token (every matrix and norm; the token \
+                         embedding only as the tied LM head): {}",
+                        self.decode_bytes as f64 / 1e6,
+                        self.decode_rates.join(", ")
+                    )?;
+                }
+                Ok(())
+            }
             Format::Json => writeln!(out, "{}]", if self.started { "\n" } else { "[" }),
             _ => Ok(()),
         }
@@ -398,6 +443,7 @@ mod tests {
                     bytes: 3 << 20,
                     n_elements: 135_000_000,
                 }],
+                2_500_000,
             ),
             n_batch: 2048,
             kv_type: "f16".into(),
@@ -447,7 +493,7 @@ mod tests {
             bytes,
             n_elements: 1_500_000_000,
         };
-        let m = ModelInfo::describe("x".into(), "qwen2", None, [t("f32", 10), t("q8_0", 20)]);
+        let m = ModelInfo::describe("x".into(), "qwen2", None, [t("f32", 10), t("q8_0", 20)], 25);
         assert_eq!(m.desc, "qwen2 3.0B q8_0");
         assert_eq!(ftype_name(38), Some("MXFP4 MoE"));
         assert_eq!(ftype_name(99), None);
@@ -460,6 +506,9 @@ mod tests {
         assert_eq!(r.avg_ns, 750_000_000);
         assert!((r.avg_ts - 15.0).abs() < 1e-12);
         assert_eq!((r.n_ubatch, r.type_v.as_str()), (2048, "f16"));
+        // 15 tokens/s, 2.5 MB each.
+        let gbps = r.decode_weight_gbps.unwrap();
+        assert!((gbps - 0.0375).abs() < 1e-12, "{gbps}");
     }
 
     #[test]
@@ -477,7 +526,14 @@ mod tests {
             lines[2].contains("tg10 |") && lines[2].contains("15.00 ± 7.07 |"),
             "{s}"
         );
-        assert_eq!(lines.last(), Some(&"build: abc (0), tiletune 0.1.0"));
+        assert_eq!(lines[lines.len() - 2], "build: abc (0), tiletune 0.1.0");
+        assert_eq!(
+            lines.last(),
+            Some(
+                &"decode reads 2.5 MB of weights per token (every matrix and norm; the token \
+                  embedding only as the tied LM head): tg10 t2 0.04 GB/s"
+            )
+        );
 
         let mut out = Vec::new();
         let mut p = Printer::new(Format::Json, false, 15, "abc", "0.1.0");
