@@ -16,7 +16,8 @@ use tiletune_runtime::quantize::{FileType, QuantizeOptions};
 pub struct Args {
     /// The Hugging Face model folder (Llama, Qwen2, Qwen3, Qwen2.5-VL).
     pub model: PathBuf,
-    /// The GGUF file to write (it appears only when complete).
+    /// The GGUF file to write (it appears only when complete; on Linux, a
+    /// run that is stopped or killed leaves no file).
     #[arg(short = 'o', long = "outfile")]
     pub outfile: PathBuf,
     /// The type of the weights: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,

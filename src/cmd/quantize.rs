@@ -22,8 +22,8 @@ back to Q5_0 / Q5_1 / Q8_0."
 pub struct Args {
     /// The GGUF file to read.
     pub input: PathBuf,
-    /// The GGUF file to write (written beside it, then renamed: it appears
-    /// only when complete).
+    /// The GGUF file to write (it appears only when complete; on Linux, a
+    /// run that is stopped or killed leaves no file).
     pub output: PathBuf,
     /// The file type to quantize to.
     #[arg(value_parser = FileType::parse)]
