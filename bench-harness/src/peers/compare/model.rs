@@ -56,6 +56,11 @@ pub struct ModelComparison {
     pub rows: Vec<ComparisonRow>,
     pub failures: Vec<EngineFailure>,
     pub skipped: Vec<String>,
+    /// The bytes of weights a decoded token reads, as tiletune's records
+    /// count them in this GGUF (`decode_weight_bytes`); `None` when
+    /// tiletune gave no record. llama.cpp reads the same file; MNN runs its
+    /// own export, whose bytes differ.
+    pub decode_weight_bytes: Option<u64>,
 }
 
 /// A comparison and the samples its rows pool.
@@ -185,6 +190,11 @@ impl ModelCompare {
         let rounds = peers::alternate(&mut engines, self.rounds, progress);
         let _ = std::fs::remove_dir_all(&self.report_dir);
         let rows = peers::side_by_side(&rounds.samples, ENGINES[0], &ENGINES);
+        let decode_weight_bytes = rounds
+            .samples
+            .iter()
+            .filter(|s| s.engine == ENGINES[0])
+            .find_map(|s| s.raw["decode_weight_bytes"].as_u64());
         Ok(ModelRun {
             doc: ModelComparison {
                 soc: soc.to_string(),
@@ -196,6 +206,7 @@ impl ModelCompare {
                 rows,
                 failures: rounds.failures,
                 skipped,
+                decode_weight_bytes,
             },
             samples: rounds.samples,
             model_path: self.model.to_string_lossy().into_owned(),
@@ -204,6 +215,14 @@ impl ModelCompare {
 }
 
 impl ModelComparison {
+    /// A decode row's weight bandwidth in GB/s, for the engines that read
+    /// this GGUF (MNN runs its own export, of other bytes).
+    pub fn weight_gbps(&self, r: &ComparisonRow) -> Option<f64> {
+        let bytes = self.decode_weight_bytes?;
+        let decode = r.test.starts_with("tg");
+        (decode && r.engine != ENGINES[2]).then(|| r.mean * bytes as f64 / 1e9)
+    }
+
     /// The side-by-side table, then the notes on skipped and failed engines.
     pub fn write_table(&self, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(
@@ -214,9 +233,10 @@ impl ModelComparison {
         writeln!(out)?;
         writeln!(
             out,
-            "{:<10} {:<22} {:<12} {:>7} {:>22} {:>9}",
-            "engine", "version", "test", "threads", "t/s ± std", "vs tiletune"
+            "{:<10} {:<22} {:<12} {:>7} {:>22} {:>11} {:>12}",
+            "engine", "version", "test", "threads", "t/s ± std", "vs tiletune", "weights GB/s"
         )?;
+        let mut any_gbps = false;
         for r in &self.rows {
             let ts = match r.std {
                 Some(s) => format!("{:.2} ± {:.2}", r.mean, s),
@@ -224,10 +244,21 @@ impl ModelComparison {
             };
             let ratio = r.ratio.map_or("-".into(), |x| format!("{x:.2}×"));
             let version: String = r.engine_version.chars().take(22).collect();
+            let gbps = self.weight_gbps(r);
+            any_gbps |= gbps.is_some();
+            let gbps = gbps.map_or("-".into(), |g| format!("{g:.2}"));
             writeln!(
                 out,
-                "{:<10} {:<22} {:<12} {:>7} {:>22} {:>9}",
-                r.engine, version, r.test, r.threads, ts, ratio
+                "{:<10} {:<22} {:<12} {:>7} {:>22} {:>11} {:>12}",
+                r.engine, version, r.test, r.threads, ts, ratio, gbps
+            )?;
+        }
+        if let (true, Some(bytes)) = (any_gbps, self.decode_weight_bytes) {
+            writeln!(
+                out,
+                "weights GB/s: a decode test's tokens/s times the {:.1} MB of weights a token reads \
+                 in this file (every matrix and norm; the token embedding only as the tied LM head)",
+                bytes as f64 / 1e6
             )?;
         }
         if self.rows.is_empty() {
@@ -330,6 +361,32 @@ mod tests {
             std: None,
             ratio: Some(1.0),
         };
+        let mut doc = ModelComparison {
+            decode_weight_bytes: Some(2_000_000_000),
+            ..run.doc
+        };
+        // Decode rows of the engines that read the GGUF get a weight GB/s.
+        let gbps = |engine: &str, test: &str| {
+            doc.weight_gbps(&ComparisonRow {
+                engine: engine.into(),
+                test: test.into(),
+                ..row.clone()
+            })
+        };
+        assert_eq!(gbps("tiletune", "tg128"), Some(20.0));
+        assert_eq!(gbps("llama.cpp", "tg64 @ d4096"), Some(20.0));
+        assert_eq!(gbps("mnn", "tg128"), None);
+        assert_eq!(gbps("tiletune", "pp8"), None);
+        doc.rows = vec![ComparisonRow {
+            test: "tg8".into(),
+            ..row.clone()
+        }];
+        let mut out = Vec::new();
+        doc.write_table(&mut out).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("       20.00\n"), "{s}");
+        assert!(s.contains("the 2000.0 MB of weights a token reads"), "{s}");
+        let run = ModelRun { doc, ..run };
         let j = run.stored_json(&row);
         assert_eq!(j["rounds"], 2);
         assert_eq!(j["samples_ts"], json!([10.0]));
