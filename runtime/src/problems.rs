@@ -108,8 +108,8 @@ pub fn linear_weights(g: &GgufFile) -> Result<Vec<LinearWeight>> {
 /// language model's 1-D tensors (norms, biases). A token embedding that is
 /// not the tied LM head is a lookup of one row and is not counted, nor is a
 /// vision tower. Decode's weight bandwidth (issue #23 item 3) is this times
-/// tokens per second; the file's size overstates it by the embedding
-/// (Qwen2.5-Coder-0.5B: 1.25×, 1.5B: 1.14×, a 7B: 1.07×).
+/// tokens per second; the file's size overstates it by the embedding's
+/// bytes (docs/PERF.md, "Decode bytes per token, corrected").
 pub fn decode_weight_bytes(g: &GgufFile) -> Result<u64> {
     let mut bytes: u64 = 0;
     for w in linear_weights(g)? {

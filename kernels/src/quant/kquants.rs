@@ -586,7 +586,9 @@ pub(crate) fn k_fifth_bits(l: &[u8; QK_K]) -> [u8; QK_K / 8] {
 /// fifth bits of a Q5_K block: the one reader of the layout that
 /// [`k_nibbles`] and [`k_fifth_bits`] write. Its loops have a fixed length
 /// the compiler runs as SIMD, since a model's load repacks most of its
-/// weight bytes through it.
+/// weight bytes through it. Always inlined: left to the compiler
+/// (`#[inline]`), the repack measured slower (docs/PERF.md, "K-quant
+/// layouts with one owner").
 #[inline(always)]
 pub(crate) fn k_sub_values<B: KSubBlock>(b: &B, sub: usize) -> [u8; 32] {
     let qs: &[u8; 32] = b.qs()[32 * (sub / 2)..][..32].try_into().expect("32 bytes");
@@ -695,7 +697,8 @@ pub(crate) fn q6_k_planes(u: &[u8; QK_K]) -> ([u8; QK_K / 2], [u8; QK_K / 4]) {
 /// The 32 stored values `u` = q + 32 (0..63) of a Q6_K block's sub-block
 /// `sub` (0..8, values `32 sub ..`): the one reader of the layout
 /// [`q6_k_planes`] writes, in loops of fixed length the compiler runs as
-/// SIMD (a model's load repacks its Q6_K weights through it).
+/// SIMD (a model's load repacks its Q6_K weights through it); always
+/// inlined, as [`k_sub_values`] is.
 #[inline(always)]
 pub(crate) fn q6_k_sub_values(b: &BlockQ6K, sub: usize) -> [u8; 32] {
     let (c, part) = (sub / 4, sub % 4);
