@@ -27,9 +27,7 @@ impl Scratch {
         std::fs::create_dir_all(&p).unwrap();
         Scratch(p)
     }
-}
 
-impl Scratch {
     /// A random model folder for `config` in `dtype` at `<scratch>/<name>`.
     fn folder(&self, name: &str, config: &str, dtype: StDtype) -> PathBuf {
         let d = self.0.join(name);

@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A file being written in one directory, named only by [`PendingFile::persist`].
 pub(crate) struct PendingFile {
@@ -19,13 +19,20 @@ pub(crate) struct PendingFile {
 }
 
 enum Backing {
+    /// The file and the directory it is linked into when complete.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    Unnamed(File),
+    Unnamed(File, PathBuf),
     Named(tempfile::NamedTempFile),
 }
 
 /// The start of every temporary name a writer gives a file beside its output.
 const TEMP_PREFIX: &str = ".tiletune-write-";
+
+/// `.tmp<pid>`, the end of a temporary name that tells `clean` which
+/// process wrote it.
+fn pid_suffix() -> String {
+    format!(".tmp{}", std::process::id())
+}
 
 fn builder(suffix: &str) -> tempfile::Builder<'_, '_> {
     let mut b = tempfile::Builder::new();
@@ -46,11 +53,10 @@ impl PendingFile {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         if let Some(file) = unnamed::create_in(dir) {
             return Ok(Self {
-                backing: Backing::Unnamed(file),
+                backing: Backing::Unnamed(file, dir.to_path_buf()),
             });
         }
-        let suffix = format!(".tmp{}", std::process::id());
-        let file = builder(&suffix).tempfile_in(dir)?;
+        let file = builder(&pid_suffix()).tempfile_in(dir)?;
         Ok(Self {
             backing: Backing::Named(file),
         })
@@ -61,7 +67,7 @@ impl PendingFile {
     fn is_unnamed(&self) -> bool {
         match self.backing {
             #[cfg(any(target_os = "linux", target_os = "android"))]
-            Backing::Unnamed(_) => true,
+            Backing::Unnamed(..) => true,
             Backing::Named(_) => false,
         }
     }
@@ -69,26 +75,22 @@ impl PendingFile {
     pub(crate) fn as_file(&self) -> &File {
         match &self.backing {
             #[cfg(any(target_os = "linux", target_os = "android"))]
-            Backing::Unnamed(f) => f,
+            Backing::Unnamed(f, _) => f,
             Backing::Named(t) => t.as_file(),
         }
     }
 
-    /// Flushes the file to disk and gives it the name `path` (in the
-    /// directory it was made in), replacing any file there.
+    /// Flushes the file to disk and gives it the name `path`, which must be
+    /// in the directory it was made in, replacing any file there.
     pub(crate) fn persist(self, path: &Path) -> io::Result<()> {
         self.as_file().sync_all()?;
         match self.backing {
             #[cfg(any(target_os = "linux", target_os = "android"))]
-            Backing::Unnamed(file) => {
+            Backing::Unnamed(file, dir) => {
                 // A link cannot replace a file, and the output may exist
                 // already: link under a temporary name, then rename over it.
-                let dir = match path.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
-                let suffix = format!(".tmp{}", std::process::id());
-                let linked = builder(&suffix).make_in(dir, |name| unnamed::link(&file, name))?;
+                let linked =
+                    builder(&pid_suffix()).make_in(&dir, |name| unnamed::link(&file, name))?;
                 linked.persist(path).map_err(|e| e.error)?;
                 Ok(())
             }

@@ -5,6 +5,7 @@
 
 use super::{file_name, locate};
 use crate::BenchError;
+use crate::peers::llama_bench::record::DECODE_BYTES_COUNT;
 use crate::peers::{
     self, BenchTests, ComparisonRow, Engine, EngineFailure, LlamaBenchEngine, MnnBenchEngine,
     PeerCommand, RateSample,
@@ -257,7 +258,7 @@ impl ModelComparison {
             writeln!(
                 out,
                 "weights GB/s: a decode test's tokens/s times the {:.1} MB of weights a token reads \
-                 in this file (every matrix and norm; the token embedding only as the tied LM head)",
+                 in this file ({DECODE_BYTES_COUNT})",
                 bytes as f64 / 1e6
             )?;
         }

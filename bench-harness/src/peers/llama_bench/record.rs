@@ -54,6 +54,11 @@ pub struct TestRecord {
     pub decode_weight_gbps: Option<f64>,
 }
 
+/// What [`TestRecord::decode_weight_bytes`] counts, as the printed notes
+/// say it.
+pub const DECODE_BYTES_COUNT: &str =
+    "every matrix and norm; the token embedding only as the tied LM head";
+
 /// How many plan entries came from each source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PlanCounts {
@@ -409,8 +414,7 @@ impl Printer {
                 if !self.decode_rates.is_empty() {
                     writeln!(
                         out,
-                        "decode reads {:.1} MB of weights per token (every matrix and norm; the token \
-                         embedding only as the tied LM head): {}",
+                        "decode reads {:.1} MB of weights per token ({DECODE_BYTES_COUNT}): {}",
                         self.decode_bytes as f64 / 1e6,
                         self.decode_rates.join(", ")
                     )?;
