@@ -9,7 +9,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
-use tiletune_kernels::qgemm::QGemm;
+use tiletune_kernels::qgemm::{QGemm, act_bytes, quantize_activations_on};
 use tiletune_kernels::qgemv::{QGemv, QMode, quantize_activations};
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::testing::Rng;
@@ -54,8 +54,35 @@ fn pack(c: &mut Criterion) {
     group.finish();
 }
 
+/// The activations' quantization alone (`qgemm::quantize_activations_on`,
+/// the Q8_1 blocks every prefill GEMM call makes first), on one and two
+/// threads, in activation bytes read per second: 512 rows of Qwen2.5-0.5B's
+/// widths (the input of q/k/v, o and gate/up, and of ffn_down).
+fn activations(c: &mut Criterion) {
+    let mut rng = Rng::new(0x5A17);
+    let mut group = c.benchmark_group("qgemm_act");
+    group.sample_size(20);
+    for (m, k) in [(512, 896), (512, 4864)] {
+        let a = rng.vec_f32(m * k);
+        let mut out = vec![0u8; act_bytes(m, k)];
+        group.throughput(Throughput::Bytes(4 * a.len() as u64));
+        for threads in [1, 2] {
+            let id = BenchmarkId::new(format!("q8_1_t{threads}"), format!("{m}x{k}"));
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    quantize_activations_on(black_box(&a), m, k, &mut out, threads)
+                        .expect("k is whole blocks");
+                    black_box(&out);
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 pub fn benches(c: &mut Criterion) {
     pack(c);
+    activations(c);
     let mut rng = Rng::new(0x6E33);
     let mut group = c.benchmark_group("qgemm");
     group.sample_size(10);

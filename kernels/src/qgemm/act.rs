@@ -9,7 +9,7 @@
 //! per 32, slightly more accurate), so for Q4_K and Q6_K the two agree
 //! within the activation quantization difference, not bit for bit.
 //!
-//! The block quantizer runs per ISA (`quantize_act_block` in `avx2.rs`,
+//! The row quantizer runs per ISA (`quantize_act_row` in `avx2.rs`,
 //! `avx512.rs`, `neon.rs`), each bit for bit the scalar one; the best the CPU
 //! runs is chosen once.
 
@@ -102,69 +102,81 @@ pub fn quantize_activations_on(
     check_len("qgemm_quantize", "out", out.len(), act_bytes(m, k))?;
     check_threads("qgemm_quantize", threads)?;
     let blocks: &mut [ActBlock] = cast_blocks_mut(out).expect("length checked above");
-    let (block, nb) = (act_block_fn(), k / QK);
+    let (quantize, nb) = (act_row_fn(), k / QK);
     let dst = Disjoint::new(blocks);
     parallel_ranges(m, threads, 1, |rows| {
         // SAFETY: `blocks` holds m · nb blocks and this worker alone
         // writes those of its rows.
         let o = unsafe { dst.part(rows.start * nb..rows.end * nb) };
-        for (o, x) in o
-            .iter_mut()
-            .zip(a[rows.start * k..rows.end * k].chunks_exact(QK))
-        {
-            let (d, qs, sum_lo, sum) = block(x.try_into().expect("chunks of 32"));
-            // As `legacy::quantize_q8_1` stores them (f16), widened.
-            let (d16, s16) = (F16Le::from_f32(d), F16Le::from_f32(sum as f32 * d));
-            *o = ActBlock {
-                d: d16.to_f32().to_le_bytes(),
-                s: s16.to_f32().to_le_bytes(),
-                sum: sum.to_le_bytes(),
-                sum_lo: sum_lo.to_le_bytes(),
-                qs,
-            };
-        }
+        quantize(&a[rows.start * k..rows.end * k], o);
     });
     Ok(())
 }
 
-/// `(d, quants, Σ quants 0..16, Σ quants)` of one block.
-type ActBlockFn = fn(&[f32; QK]) -> (f32, [i8; QK], i32, i32);
+/// Quantizes `x` (32 values per block) into `out`, block by block.
+type ActRowFn = fn(&[f32], &mut [ActBlock]);
 
-/// The scalar block quantizer: `legacy::quantize_q8_1` and its sums.
-fn act_block_scalar(x: &[f32; QK]) -> (f32, [i8; QK], i32, i32) {
-    let q = legacy::quantize_q8_1(x);
-    let amax = x.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
-    let sum_lo: i32 = q.qs[..QK / 2].iter().map(|&v| v as i32).sum();
-    let sum = sum_lo + q.qs[QK / 2..].iter().map(|&v| v as i32).sum::<i32>();
-    (amax / 127.0, q.qs, sum_lo, sum)
+impl ActBlock {
+    /// The block of quants `qs` (`Σq` of values 0..16 `sum_lo`, of all
+    /// `sum`) whose `d` and `s = d·Σq` were rounded to f16 and widened
+    /// back (`d16`, `s16`), as Q8_1 stores them.
+    #[inline(always)]
+    pub(super) fn new(d16: f32, s16: f32, sum_lo: i32, sum: i32, qs: [i8; QK]) -> Self {
+        ActBlock {
+            d: d16.to_le_bytes(),
+            s: s16.to_le_bytes(),
+            sum: sum.to_le_bytes(),
+            sum_lo: sum_lo.to_le_bytes(),
+            qs,
+        }
+    }
+
+    /// As [`ActBlock::new`] from the unrounded `d` (`s = Σq · d`), with the
+    /// f16 rounding `legacy::quantize_q8_1` uses.
+    #[inline(always)]
+    pub(super) fn from_f32_scale(d: f32, sum_lo: i32, sum: i32, qs: [i8; QK]) -> Self {
+        let (d16, s16) = (F16Le::from_f32(d), F16Le::from_f32(sum as f32 * d));
+        ActBlock::new(d16.to_f32(), s16.to_f32(), sum_lo, sum, qs)
+    }
 }
 
-/// The block quantizers this CPU runs, best first, each bit for bit the
+/// The scalar row quantizer: `legacy::quantize_q8_1` and its sums.
+fn act_row_scalar(x: &[f32], out: &mut [ActBlock]) {
+    for (o, x) in out.iter_mut().zip(x.chunks_exact(QK)) {
+        let q = legacy::quantize_q8_1(x.try_into().expect("chunks of 32"));
+        let amax = x.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+        let sum_lo: i32 = q.qs[..QK / 2].iter().map(|&v| v as i32).sum();
+        let sum = sum_lo + q.qs[QK / 2..].iter().map(|&v| v as i32).sum::<i32>();
+        *o = ActBlock::from_f32_scale(amax / 127.0, sum_lo, sum, q.qs);
+    }
+}
+
+/// The row quantizers this CPU runs, best first, each bit for bit the
 /// scalar one (see `qgemm::avx512::quantize_act_block`); scalar last.
-fn act_block_fns() -> Vec<ActBlockFn> {
-    let mut v: Vec<ActBlockFn> = Vec::new();
+fn act_row_fns() -> Vec<ActRowFn> {
+    let mut v: Vec<ActRowFn> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
         if crate::Isa::Avx512.is_available() {
             // SAFETY: AVX-512 is available (checked above).
-            v.push(|x| unsafe { super::avx512::quantize_act_block(x) });
+            v.push(|x, out| unsafe { super::avx512::quantize_act_row(x, out) });
         }
         if crate::Isa::Avx2.is_available() {
             // SAFETY: AVX2 + FMA are available (checked above).
-            v.push(|x| unsafe { super::avx2::quantize_act_block(x) });
+            v.push(|x, out| unsafe { super::avx2::quantize_act_row(x, out) });
         }
     }
     #[cfg(target_arch = "aarch64")]
     // SAFETY: NEON is baseline on aarch64.
-    v.push(|x| unsafe { super::neon::quantize_act_block(x) });
-    v.push(act_block_scalar);
+    v.push(|x, out| unsafe { super::neon::quantize_act_row(x, out) });
+    v.push(act_row_scalar);
     v
 }
 
-/// The best block quantizer this CPU runs (chosen once).
-fn act_block_fn() -> ActBlockFn {
-    static BEST: std::sync::OnceLock<ActBlockFn> = std::sync::OnceLock::new();
-    *BEST.get_or_init(|| act_block_fns()[0])
+/// The best row quantizer this CPU runs (chosen once).
+fn act_row_fn() -> ActRowFn {
+    static BEST: std::sync::OnceLock<ActRowFn> = std::sync::OnceLock::new();
+    *BEST.get_or_init(|| act_row_fns()[0])
 }
 
 /// [`quantize_activations_into`] into a new buffer.
@@ -179,9 +191,10 @@ mod tests {
     use super::*;
     use crate::testing::Rng;
 
-    /// The block quantizer this CPU runs equals `legacy::quantize_q8_1`
-    /// (and the sums over its quants) bit for bit: random blocks at
-    /// several scales, and blocks whose scaled values are exact ties
+    /// The scalar row quantizer stores `legacy::quantize_q8_1`'s block
+    /// (its f16 `d` and `s` widened) and the sums of its quants; every row
+    /// quantizer this CPU runs equals it bit for bit: random blocks at
+    /// several scales (up to f16 overflow and underflow), and blocks whose scaled values are exact ties
     /// (k + 0.5, both signs: half away from zero, not to even), zeros,
     /// subnormals and a lone extreme.
     #[test]
@@ -205,23 +218,36 @@ mod tests {
         blocks.push([0.0; QK]);
         blocks.push(std::array::from_fn(|j| if j == 7 { -3.0 } else { 0.0 }));
         blocks.push(std::array::from_fn(|j| f32::from_bits(1 + j as u32)));
-        let fns = act_block_fns();
+        let row: Vec<f32> = blocks.iter().flatten().copied().collect();
+        let mut want = vec![ActBlock::default(); blocks.len()];
+        act_row_scalar(&row, &mut want);
+        for (i, (w, x)) in want.iter().zip(&blocks).enumerate() {
+            let q = legacy::quantize_q8_1(x);
+            let (d, s) = (q.d.to_f32(), q.s.to_f32());
+            assert_eq!(w.qs, q.qs, "block {i}: quants vs legacy");
+            assert_eq!(
+                (w.d().to_bits(), w.s().to_bits()),
+                (d.to_bits(), s.to_bits()),
+                "block {i}"
+            );
+            let sum: i32 = q.qs.iter().map(|&v| v as i32).sum();
+            let lo: i32 = q.qs[..QK / 2].iter().map(|&v| v as i32).sum();
+            assert_eq!((w.sum(), w.sum_lo()), (sum, lo), "block {i}");
+        }
+        let fns = act_row_fns();
         assert!(fns.len() >= 2 || cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64"))));
         for (f, fast) in fns.iter().enumerate() {
-            for (i, x) in blocks.iter().enumerate() {
-                let (d, qs, lo, sum) = fast(x);
-                let (wd, wqs, wlo, wsum) = act_block_scalar(x);
-                assert_eq!(d.to_bits(), wd.to_bits(), "quantizer {f}, block {i}: d");
-                assert_eq!(
-                    (qs, lo, sum),
-                    (wqs, wlo, wsum),
-                    "quantizer {f}, block {i}: {x:?}"
-                );
-                let q = legacy::quantize_q8_1(x);
-                assert_eq!(q.qs, qs, "quantizer {f}, block {i}: quants vs legacy");
+            // The whole row, and a row of one block (no neighbours).
+            let mut got = vec![ActBlock::default(); blocks.len()];
+            fast(&row, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g, w, "quantizer {f}, block {i}: {:?}", blocks[i]);
             }
+            let mut one = [ActBlock::default()];
+            fast(&blocks[300], &mut one);
+            assert_eq!(one[0], want[300], "quantizer {f}, a row of one block");
             // Ties went away from zero: 0.5 → 1, −0.5 → −1 (values j = 16, 15).
-            let (_, qs, _, _) = fast(&blocks[300]);
+            let qs = got[300].qs;
             assert_eq!((qs[16], qs[15], qs[17]), (1, -1, 2), "quantizer {f}");
         }
     }
@@ -236,12 +262,10 @@ mod tests {
             let a: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0)).collect();
             let mut one = vec![0u8; act_bytes(m, k)];
             quantize_activations_into(&a, m, k, &mut one).unwrap();
-            let block = act_block_fn();
+            let mut want = vec![ActBlock::default(); m * (k / QK)];
+            act_row_scalar(&a, &mut want);
             let blocks: &[ActBlock] = crate::quant::blocks::cast_blocks(&one).unwrap();
-            for (b, x) in blocks.iter().zip(a.chunks_exact(QK)) {
-                let (_, qs, lo, sum) = block(x.try_into().unwrap());
-                assert_eq!((b.qs, b.sum_lo(), b.sum()), (qs, lo, sum), "m={m} k={k}");
-            }
+            assert!(blocks == want.as_slice(), "m={m} k={k}");
             for threads in [2, 3, 5] {
                 let mut many = vec![0xAAu8; act_bytes(m, k)];
                 quantize_activations_on(&a, m, k, &mut many, threads).unwrap();

@@ -40,7 +40,7 @@
 
 use super::pack::Kind;
 use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
-use super::{Job, PANEL_BLOCK, PANEL_COLS};
+use super::{ActBlock, Job, PANEL_BLOCK, PANEL_COLS};
 use std::arch::x86_64::*;
 
 /// Q6_K's bit pairs of chunk `c` (bits `2c`, `2c + 1` of each plane byte)
@@ -782,6 +782,38 @@ pub(super) unsafe fn panel_tile(
             2 => panel_q4_0::<2>(a, nb, panel, biased, i0, out),
             _ => panel_q4_0::<1>(a, nb, panel, biased, i0, out),
         }
+    }
+}
+
+/// `a` and `b` rounded to f16 (to nearest even, as `half` rounds) and
+/// widened back: one `vcvtps2ph` and one `vcvtph2ps` for both.
+///
+/// # Safety
+/// Needs F16C (part of this crate's AVX2 level).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn f16_round_trip(a: f32, b: f32) -> (f32, f32) {
+    let w = _mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_setr_ps(
+        a, b, 0.0, 0.0,
+    )));
+    (_mm_cvtss_f32(w), _mm_cvtss_f32(_mm_movehdup_ps(w)))
+}
+
+/// Quantizes `x` (32 values per block of `out`) block by block with
+/// [`quantize_act_block`], with the f16 rounding of `d` and `s` in
+/// registers: `half`'s call per value and a call per block cost the
+/// quantization a fifth of its time (docs/PERF.md, "the activations'
+/// quantization, sixteen blocks at a time").
+///
+/// # Safety
+/// Needs AVX2 + FMA + F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
+    for (o, x) in out.iter_mut().zip(x.chunks_exact(32)) {
+        // SAFETY: forwarded from the caller.
+        let (d, qs, lo, sum) = unsafe { quantize_act_block(x.try_into().expect("chunks of 32")) };
+        let (d16, s16) = f16_round_trip(d, sum as f32 * d);
+        *o = ActBlock::new(d16, s16, lo, sum, qs);
     }
 }
 

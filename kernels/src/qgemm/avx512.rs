@@ -651,6 +651,191 @@ pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
     }
 }
 
+/// Quantizes `x` (32 values per block of `out`) as [`quantize_act_block`]
+/// does, sixteen blocks at a time ([`quantize_act_16`]); the last
+/// `out.len() % 16` blocks one by one.
+///
+/// # Safety
+/// Needs AVX-512 F/BW/VL/DQ.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+pub(super) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
+    let mut chunks = out.chunks_exact_mut(16);
+    let mut xs = x.chunks_exact(16 * 32);
+    for (o, x) in (&mut chunks).zip(&mut xs) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            quantize_act_16(
+                x.try_into().expect("16 blocks"),
+                o.try_into().expect("16 blocks"),
+            )
+        };
+    }
+    for (o, x) in chunks
+        .into_remainder()
+        .iter_mut()
+        .zip(xs.remainder().chunks_exact(32))
+    {
+        // SAFETY: forwarded from the caller.
+        let (d, qs, lo, sum) = unsafe { quantize_act_block(x.try_into().expect("chunks of 32")) };
+        let (d16, s16) = super::avx2::f16_round_trip(d, sum as f32 * d);
+        *o = ActBlock::new(d16, s16, lo, sum, qs);
+    }
+}
+
+/// The `vpermt2d` indices of one step of a transposed reduction: `p` and
+/// `q` each hold `16 / l` groups of `l` lanes; the step's result holds
+/// twice the groups (`p`'s, then `q`'s) of `l / 2` lanes, each the first
+/// half of its group combined with the second (`first` picks the first
+/// halves, `!first` the second).
+const fn halves(l: usize, first: bool) -> [i32; 16] {
+    let (h, groups) = (l / 2, 16 / l);
+    let mut idx = [0i32; 16];
+    let mut lane = 0;
+    while lane < 16 {
+        let (g, t) = (lane / h, lane % h);
+        let from = if g < groups {
+            g * l
+        } else {
+            16 + (g - groups) * l
+        };
+        idx[lane] = (from + t + if first { 0 } else { h }) as i32;
+        lane += 1;
+    }
+    idx
+}
+
+/// One step of a transposed reduction (see [`halves`]) with `op`, on
+/// groups of `L` lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn fold<const L: usize>(
+    p: __m512i,
+    q: __m512i,
+    op: impl Fn(__m512i, __m512i) -> __m512i,
+) -> __m512i {
+    // SAFETY: the index arrays are 16 i32 (one zmm), read unaligned.
+    let (a, b) = unsafe {
+        (
+            _mm512_loadu_si512(const { halves(L, true) }.as_ptr().cast()),
+            _mm512_loadu_si512(const { halves(L, false) }.as_ptr().cast()),
+        )
+    };
+    op(
+        _mm512_permutex2var_epi32(p, a, q),
+        _mm512_permutex2var_epi32(p, b, q),
+    )
+}
+
+/// Sixteen vectors reduced lane-wise with `op` to one whose lane `j` is
+/// `op` over vector `j`'s lanes: four steps of [`fold`] (15 pairs), where
+/// sixteen separate reductions would take 4 dependent shuffle steps each.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn reduce_16(v: [__m512i; 16], op: impl Fn(__m512i, __m512i) -> __m512i + Copy) -> __m512i {
+    let v8: [__m512i; 8] = std::array::from_fn(|i| fold::<16>(v[2 * i], v[2 * i + 1], op));
+    let v4: [__m512i; 4] = std::array::from_fn(|i| fold::<8>(v8[2 * i], v8[2 * i + 1], op));
+    let v2: [__m512i; 2] = std::array::from_fn(|i| fold::<4>(v4[2 * i], v4[2 * i + 1], op));
+    fold::<2>(v2[0], v2[1], op)
+}
+
+/// Sixteen activation blocks quantized bit for bit as
+/// [`quantize_act_block`] quantizes each: the maxima and the quants' sums
+/// are reduced for all sixteen at once, `d` and `1/d` are one division
+/// each, and `d` and `s` are rounded to f16 as one vector. One block at a
+/// time waited on its own chain of reductions, divisions and conversions
+/// (docs/PERF.md, "the activations' quantization, sixteen blocks at a
+/// time").
+///
+/// # Safety
+/// Needs AVX-512 F/BW/VL/DQ.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn quantize_act_16(x: &[f32; 512], out: &mut [ActBlock; 16]) {
+    let at = |j: usize, h: usize| {
+        // SAFETY: j < 16, h < 2: floats 32j + 16h .. + 16 of x.
+        unsafe { _mm512_loadu_ps(x.as_ptr().add(32 * j + 16 * h)) }
+    };
+    let imax = |a: __m512i, b: __m512i| {
+        _mm512_castps_si512(_mm512_max_ps(
+            _mm512_castsi512_ps(a),
+            _mm512_castsi512_ps(b),
+        ))
+    };
+    let amax = reduce_16(
+        std::array::from_fn(|j| {
+            _mm512_castps_si512(_mm512_max_ps(
+                _mm512_abs_ps(at(j, 0)),
+                _mm512_abs_ps(at(j, 1)),
+            ))
+        }),
+        imax,
+    );
+    let d = _mm512_div_ps(_mm512_castsi512_ps(amax), _mm512_set1_ps(127.0));
+    let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(d, _mm512_setzero_ps());
+    let mut id = [0f32; 16];
+    // SAFETY: id holds 16 floats.
+    unsafe {
+        _mm512_storeu_ps(
+            id.as_mut_ptr(),
+            _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0), d),
+        )
+    };
+    // Each block's two halves of quants, summed to 8 lanes each (the first
+    // step of `reduce_16`, pairing a block's halves) as they are made.
+    let halves: [__m512i; 16] = std::array::from_fn(|j| {
+        let idj = _mm512_set1_ps(id[j]);
+        let (qa, qb) = (quant16(at(j, 0), idj), quant16(at(j, 1), idj));
+        // SAFETY: block j's 32 quant bytes, 16 per store (|q| ≤ 127
+        // saturates to itself).
+        unsafe {
+            let qs = out[j].qs.as_mut_ptr();
+            _mm_storeu_si128(qs.cast(), _mm512_cvtsepi32_epi8(qa));
+            _mm_storeu_si128(qs.add(16).cast(), _mm512_cvtsepi32_epi8(qb));
+        }
+        fold::<16>(qa, qb, |a, b| _mm512_add_epi32(a, b))
+    });
+    // Lane 2j: block j's Σq of values 0..16, lane 2j + 1: of 16..32 (the
+    // first vector blocks 0..8, the second 8..16).
+    let add = |a, b| _mm512_add_epi32(a, b);
+    let h4: [__m512i; 8] =
+        std::array::from_fn(|i| fold::<8>(halves[2 * i], halves[2 * i + 1], add));
+    let h2: [__m512i; 4] = std::array::from_fn(|i| fold::<4>(h4[2 * i], h4[2 * i + 1], add));
+    let (first, second) = (fold::<2>(h2[0], h2[1], add), fold::<2>(h2[2], h2[3], add));
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let lo = _mm512_permutex2var_epi32(first, even, second);
+    let hi = _mm512_permutex2var_epi32(first, _mm512_add_epi32(even, _mm512_set1_epi32(1)), second);
+    let sum = _mm512_add_epi32(lo, hi);
+    let s = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+    // Rounded to f16 to nearest even (as `half` rounds) and widened back.
+    let f16 = |v: __m512| _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
+    let mut fields = [[0u8; 64]; 4];
+    // SAFETY: each field row holds 16 4-byte values.
+    unsafe {
+        _mm512_storeu_ps(fields[0].as_mut_ptr().cast(), f16(d));
+        _mm512_storeu_ps(fields[1].as_mut_ptr().cast(), f16(s));
+        _mm512_storeu_si512(fields[2].as_mut_ptr().cast(), sum);
+        _mm512_storeu_si512(fields[3].as_mut_ptr().cast(), lo);
+    }
+    for (j, o) in out.iter_mut().enumerate() {
+        let field =
+            |f: usize| -> [u8; 4] { fields[f][4 * j..4 * j + 4].try_into().expect("4 bytes") };
+        (o.d, o.s, o.sum, o.sum_lo) = (field(0), field(1), field(2), field(3));
+    }
+}
+
+/// The quants of 16 values scaled by `id`: `round(x · id)`, half away from
+/// zero (see [`quantize_act_block`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn quant16(x: __m512, id: __m512) -> __m512i {
+    let v = _mm512_mul_ps(x, id);
+    let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+    let half =
+        _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5));
+    // ±1 with the sign of v.
+    let step = _mm512_or_ps(_mm512_and_ps(v, _mm512_set1_ps(-0.0)), _mm512_set1_ps(1.0));
+    _mm512_cvtps_epi32(_mm512_mask_add_ps(t, half, t, step))
+}
+
 /// One activation block quantized exactly as `legacy::quantize_q8_1`
 /// does: `d = amax / 127` and `q = round(x · (1/d))`, Rust's `round`
 /// (half away from zero, a libm call on baseline x86-64, and a tenth of a
@@ -673,18 +858,7 @@ pub(super) unsafe fn quantize_act_block(x: &[f32; 32]) -> (f32, [i8; 32], i32, i
     let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
     let d = amax / 127.0;
     let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-    let quant = |x: __m512| {
-        let v = _mm512_mul_ps(x, id);
-        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-        let half = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(
-            _mm512_abs_ps(_mm512_sub_ps(v, t)),
-            _mm512_set1_ps(0.5),
-        );
-        // ±1 with the sign of v.
-        let step = _mm512_or_ps(_mm512_and_ps(v, _mm512_set1_ps(-0.0)), _mm512_set1_ps(1.0));
-        _mm512_cvtps_epi32(_mm512_mask_add_ps(t, half, t, step))
-    };
-    let (qa, qb) = (quant(a), quant(b));
+    let (qa, qb) = (quant16(a, id), quant16(b, id));
     let mut qs = [0i8; 32];
     // SAFETY: qs is 32 bytes; each store writes 16 (|q| ≤ 127 saturates to itself).
     unsafe {

@@ -21,6 +21,7 @@
 //! in-order cores. `tiles!` is shared with the
 //! `sdot` variant (`dotprod.rs`), which replaces the step.
 
+use super::ActBlock;
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -539,6 +540,20 @@ macro_rules! tiles {
 pub(super) use tiles;
 
 tiles!("neon", step_neon, finish_neon, q4_neon, i8_neon, tile);
+
+/// Quantizes `x` (32 values per block of `out`) block by block with
+/// [`quantize_act_block`].
+///
+/// # Safety
+/// Needs NEON (baseline on aarch64).
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
+    for (o, x) in out.iter_mut().zip(x.chunks_exact(32)) {
+        // SAFETY: forwarded from the caller.
+        let (d, qs, lo, sum) = unsafe { quantize_act_block(x.try_into().expect("chunks of 32")) };
+        *o = ActBlock::from_f32_scale(d, lo, sum, qs);
+    }
+}
 
 /// One activation block quantized exactly as `legacy::quantize_q8_1`
 /// does: `d = amax / 127` and `q = round(x · (1/d))`, with `frinta`
