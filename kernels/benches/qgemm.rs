@@ -6,6 +6,7 @@
 //! default tile; the per-row GEMV (what prefill ran before) beside it.
 //! Throughput is in activation rows (elements = m). Activations are
 //! quantized inside the timed region, as the runtime does per call.
+//! `qgemm_act` times that quantization alone; `qgemm_pack` the repack.
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;

@@ -162,7 +162,7 @@ fn act_row_fns() -> Vec<ActRowFn> {
             v.push(|x, out| unsafe { super::avx512::quantize_act_row(x, out) });
         }
         if crate::Isa::Avx2.is_available() {
-            // SAFETY: AVX2 + FMA are available (checked above).
+            // SAFETY: AVX2, FMA and F16C are available (`Isa::Avx2`, checked above).
             v.push(|x, out| unsafe { super::avx2::quantize_act_row(x, out) });
         }
     }
@@ -193,8 +193,9 @@ mod tests {
 
     /// The scalar row quantizer stores `legacy::quantize_q8_1`'s block
     /// (its f16 `d` and `s` widened) and the sums of its quants; every row
-    /// quantizer this CPU runs equals it bit for bit: random blocks at
-    /// several scales (up to f16 overflow and underflow), and blocks whose scaled values are exact ties
+    /// quantizer this CPU runs equals it bit for bit, over a whole row and
+    /// over a row of one block: random blocks at several scales (up to f16
+    /// overflow and underflow), blocks whose scaled values are exact ties
     /// (k + 0.5, both signs: half away from zero, not to even), zeros,
     /// subnormals and a lone extreme.
     #[test]

@@ -781,7 +781,7 @@ unsafe fn quantize_act_16(x: &[f32; 512], out: &mut [ActBlock; 16]) {
     };
     // Each block's two halves of quants, summed to 8 lanes each (the first
     // step of `reduce_16`, pairing a block's halves) as they are made.
-    let halves: [__m512i; 16] = std::array::from_fn(|j| {
+    let block_sums: [__m512i; 16] = std::array::from_fn(|j| {
         let idj = _mm512_set1_ps(id[j]);
         let (qa, qb) = (quant16(at(j, 0), idj), quant16(at(j, 1), idj));
         // SAFETY: block j's 32 quant bytes, 16 per store (|q| ≤ 127
@@ -797,7 +797,7 @@ unsafe fn quantize_act_16(x: &[f32; 512], out: &mut [ActBlock; 16]) {
     // first vector blocks 0..8, the second 8..16).
     let add = |a, b| _mm512_add_epi32(a, b);
     let h4: [__m512i; 8] =
-        std::array::from_fn(|i| fold::<8>(halves[2 * i], halves[2 * i + 1], add));
+        std::array::from_fn(|i| fold::<8>(block_sums[2 * i], block_sums[2 * i + 1], add));
     let h2: [__m512i; 4] = std::array::from_fn(|i| fold::<4>(h4[2 * i], h4[2 * i + 1], add));
     let (first, second) = (fold::<2>(h2[0], h2[1], add), fold::<2>(h2[2], h2[3], add));
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
