@@ -152,7 +152,7 @@ fn act_row_scalar(x: &[f32], out: &mut [ActBlock]) {
 }
 
 /// The row quantizers this CPU runs, best first, each bit for bit the
-/// scalar one (see `qgemm::avx512::quantize_act_block`); scalar last.
+/// scalar one (see `qgemm::avx512::quant16` for the rounding); scalar last.
 fn act_row_fns() -> Vec<ActRowFn> {
     let mut v: Vec<ActRowFn> = Vec::new();
     #[cfg(target_arch = "x86_64")]

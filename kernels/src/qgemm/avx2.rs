@@ -801,9 +801,10 @@ pub(super) fn f16_round_trip(a: f32, b: f32) -> (f32, f32) {
 
 /// Quantizes `x` (32 values per block of `out`) block by block with
 /// [`quantize_act_block`], with the f16 rounding of `d` and `s` in
-/// registers: `half`'s call per value and a call per block cost the
-/// quantization a fifth of its time (docs/PERF.md, "the activations'
-/// quantization, sixteen blocks at a time").
+/// registers: through `half` (a runtime-dispatched call per value), with
+/// a call per block, it costs a fifth of the quantization's time
+/// (docs/PERF.md, "the activations' quantization, sixteen blocks at a
+/// time").
 ///
 /// # Safety
 /// Needs AVX2 + FMA + F16C.
@@ -818,7 +819,7 @@ pub(super) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
 }
 
 /// One activation block quantized exactly as `legacy::quantize_q8_1`
-/// does, as `avx512::quantize_act_block` does it (truncate, then one step
+/// does, as `avx512::quant16` does it (truncate, then one step
 /// away from zero where the exact remainder is at least 0.5: Rust's
 /// `round`), on 8 lanes. Returns `(d, quants, Σ quants 0..16, Σ
 /// quants)`; finite inputs.

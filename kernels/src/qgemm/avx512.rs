@@ -651,9 +651,10 @@ pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
     }
 }
 
-/// Quantizes `x` (32 values per block of `out`) as [`quantize_act_block`]
-/// does, sixteen blocks at a time ([`quantize_act_16`]); the last
-/// `out.len() % 16` blocks one by one.
+/// Quantizes `x` (32 values per block of `out`) exactly as
+/// `legacy::quantize_q8_1` does, sixteen blocks at a time
+/// ([`quantize_act_16`]); the last `out.len() % 16` blocks with the AVX2
+/// row quantizer (the same bytes).
 ///
 /// # Safety
 /// Needs AVX-512 F/BW/VL/DQ.
@@ -670,16 +671,8 @@ pub(super) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
             )
         };
     }
-    for (o, x) in chunks
-        .into_remainder()
-        .iter_mut()
-        .zip(xs.remainder().chunks_exact(32))
-    {
-        // SAFETY: forwarded from the caller.
-        let (d, qs, lo, sum) = unsafe { quantize_act_block(x.try_into().expect("chunks of 32")) };
-        let (d16, s16) = super::avx2::f16_round_trip(d, sum as f32 * d);
-        *o = ActBlock::new(d16, s16, lo, sum, qs);
-    }
+    // SAFETY: AVX-512 here implies AVX2, FMA and F16C.
+    unsafe { super::avx2::quantize_act_row(xs.remainder(), chunks.into_remainder()) };
 }
 
 /// The `vpermt2d` indices of one step of a transposed reduction: `p` and
@@ -738,11 +731,12 @@ fn reduce_16(v: [__m512i; 16], op: impl Fn(__m512i, __m512i) -> __m512i + Copy) 
     fold::<2>(v2[0], v2[1], op)
 }
 
-/// Sixteen activation blocks quantized bit for bit as
-/// [`quantize_act_block`] quantizes each: the maxima and the quants' sums
-/// are reduced for all sixteen at once, `d` and `1/d` are one division
-/// each, and `d` and `s` are rounded to f16 as one vector. One block at a
-/// time waited on its own chain of reductions, divisions and conversions
+/// Sixteen activation blocks quantized as `legacy::quantize_q8_1`
+/// quantizes each (`d = amax / 127`, `q = round(x · (1/d))`, [`quant16`]):
+/// the maxima and the quants' sums are reduced for all sixteen at once,
+/// `d` and `1/d` are one division each, and `d` and `s` are rounded to f16
+/// as one vector. A block's own chain of reductions, divisions and
+/// conversions is too long for the core to overlap with the next block's
 /// (docs/PERF.md, "the activations' quantization, sixteen blocks at a
 /// time").
 ///
@@ -822,8 +816,13 @@ unsafe fn quantize_act_16(x: &[f32; 512], out: &mut [ActBlock; 16]) {
     }
 }
 
-/// The quants of 16 values scaled by `id`: `round(x · id)`, half away from
-/// zero (see [`quantize_act_block`]).
+/// The quants of 16 values scaled by `id`: `round(x · id)` with Rust's
+/// `round` (half away from zero), as `legacy::quantize_q8_1` rounds (a
+/// libm call on baseline x86-64: a tenth of a prefill profile with the
+/// loop around it). `vrndscaleps` has no half-away mode, so each
+/// product is truncated and moved one step away from zero where the
+/// dropped fraction is at least 0.5 (`v − trunc(v)` is exact); finite
+/// inputs.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
 fn quant16(x: __m512, id: __m512) -> __m512i {
@@ -834,37 +833,4 @@ fn quant16(x: __m512, id: __m512) -> __m512i {
     // ±1 with the sign of v.
     let step = _mm512_or_ps(_mm512_and_ps(v, _mm512_set1_ps(-0.0)), _mm512_set1_ps(1.0));
     _mm512_cvtps_epi32(_mm512_mask_add_ps(t, half, t, step))
-}
-
-/// One activation block quantized exactly as `legacy::quantize_q8_1`
-/// does: `d = amax / 127` and `q = round(x · (1/d))`, Rust's `round`
-/// (half away from zero, a libm call on baseline x86-64, and a tenth of a
-/// prefill profile with the loop around it). `vrndscaleps` has no
-/// half-away mode, so each product is truncated and moved one step away
-/// from zero where the dropped fraction is at least 0.5 (`v − trunc(v)` is
-/// exact). Returns `(d, quants, Σ quants 0..16, Σ quants)`; finite inputs.
-///
-/// # Safety
-/// Needs AVX-512 F/BW/VL/DQ.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-pub(super) unsafe fn quantize_act_block(x: &[f32; 32]) -> (f32, [i8; 32], i32, i32) {
-    // SAFETY: x holds 32 floats.
-    let (a, b) = unsafe {
-        (
-            _mm512_loadu_ps(x.as_ptr()),
-            _mm512_loadu_ps(x.as_ptr().add(16)),
-        )
-    };
-    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-    let d = amax / 127.0;
-    let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-    let (qa, qb) = (quant16(a, id), quant16(b, id));
-    let mut qs = [0i8; 32];
-    // SAFETY: qs is 32 bytes; each store writes 16 (|q| ≤ 127 saturates to itself).
-    unsafe {
-        _mm_storeu_si128(qs.as_mut_ptr().cast(), _mm512_cvtsepi32_epi8(qa));
-        _mm_storeu_si128(qs.as_mut_ptr().add(16).cast(), _mm512_cvtsepi32_epi8(qb));
-    }
-    let lo = _mm512_reduce_add_epi32(qa);
-    (d, qs, lo, lo + _mm512_reduce_add_epi32(qb))
 }
