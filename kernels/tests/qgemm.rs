@@ -308,6 +308,40 @@ fn q4_0_extremes_fit_the_panel_sums() {
     }
 }
 
+/// Q8_0 at the biased sums' bound: values all −128 (a byte no quantizer
+/// writes but a file may hold; biased to 0), all +127 (biased to 255) and
+/// alternating ±127, against activation rows all +127, all −127 and
+/// halves of opposite sign. The VNNI tile sums `(w + 128)·x` from
+/// `−128·Σx` (at most 32 · 255 · 127 in a block) and the sign trick takes
+/// `|−128|` as 128; every variant stays bit-identical to the definition.
+#[test]
+fn q8_0_extremes_fit_the_biased_sums() {
+    let mut rng = Rng::new(36);
+    let f = QuantFormat::Q8_0;
+    for nr in qgemm::INTERLEAVES {
+        let (m, n, k) = (3, 2 * nr + 3, 3 * 32);
+        let mut w = case(&mut rng, f, 0, n, k).w;
+        for (i, blk) in w.chunks_exact_mut(f.block_bytes()).enumerate() {
+            for (j, q) in blk[2..].iter_mut().enumerate() {
+                *q = match i % 3 {
+                    0 => 0x80,
+                    1 => 0x7F,
+                    _ => [0x7F, 0x81][j % 2],
+                };
+            }
+        }
+        let a: Vec<f32> = (0..m * k)
+            .map(|j| match j / k {
+                0 => 1.0,
+                1 => -1.0,
+                _ if j % 32 < 16 => 1.0,
+                _ => -1.0,
+            })
+            .collect();
+        assert_exact_everywhere(f, w, a, m, n, nr);
+    }
+}
+
 #[test]
 fn f16_scales_pack_at_gguf_size_and_stay_exact_at_their_extremes() {
     const SCALES: [u16; 9] = [

@@ -6,9 +6,10 @@
 //! For Q4_0 with VNNI there is also a panel tile ([`panel_tile`]): each
 //! group is unpacked once per call into a per-worker panel that every row
 //! tile reads.
-//! AVX-512 has no `vpsignb`, so the sign trick negates the broadcast
-//! activations under the mask of negative weights (`vpmovb2m` +
-//! masked `vpsubb`). The 5-bit kinds merge each nibble vector with its
+//! AVX-512 has no `vpsignb`, so without VNNI the int8 tile's sign trick
+//! negates the broadcast activations under the mask of negative weights
+//! (`vpmovb2m` + masked `vpsubb`); with VNNI the weights are biased to
+//! unsigned instead and the sums start at the bias. The 5-bit kinds merge each nibble vector with its
 //! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`);
 //! Q6_K takes each half's nibbles and its shifted bit pairs in one
 //! `vpternlogd` bit select; MXFP4 maps its nibble codes with one `vpshufb`
@@ -216,7 +217,7 @@ pub(super) unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m512, 
 /// Generates the Q4 and int8 tiles and the dispatching entry for one
 /// feature set and its step functions.
 macro_rules! tiles {
-    ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $q4:ident, $i8:ident, $entry:ident) => {
+    ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $i8bias:literal, $q4:ident, $i8:ident, $entry:ident) => {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// 16; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
@@ -403,6 +404,14 @@ macro_rules! tiles {
 
         /// Int8 tile (Q8_0), interleave 16. `SC` as for the Q4 tile.
         ///
+        /// With VNNI (bias 128: `vpdpbusd` sums each four u8 × i8 products
+        /// in i32, unsaturated), each chunk's weights become `w + 128`
+        /// once for every row and a row's sums start at `−128·Σx`: one
+        /// `vpxord` a chunk instead of the sign trick's masked `vpsubb`
+        /// per row, 1.5× the GEMM (docs/PERF.md). Without VNNI (bias 0),
+        /// `vpmaddubsw`'s i16 pairs would saturate (`255 · 128 · 2`), so
+        /// the signs move onto the activations.
+        ///
         /// # Safety
         /// As for the Q4 tile.
         #[target_feature(enable = $feat)]
@@ -438,18 +447,28 @@ macro_rules! tiles {
                         );
                     }
                 }
-                let mut s = [_mm512_setzero_si512(); MR];
+                // SAFETY: block b of row i0 + i.
+                let mut s: [__m512i; MR] = std::array::from_fn(|i| {
+                    _mm512_set1_epi32(-$i8bias * unsafe { (*ab.add(i * nb + b)).sum() })
+                });
                 // SAFETY: the 16 scales of block b.
                 let dw = unsafe { scales::<SC>(job, gb, sdv) };
                 for c in 0..8 {
                     // SAFETY: chunk c of block b is 64 bytes inside the group.
                     let w = unsafe { _mm512_loadu_si512(qb.add(b * 512 + 64 * c).cast()) };
-                    let aw = _mm512_abs_epi8(w);
-                    let neg = _mm512_movepi8_mask(w);
+                    let (aw, neg) = if $i8bias == 0 {
+                        (_mm512_abs_epi8(w), _mm512_movepi8_mask(w))
+                    } else {
+                        (_mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN)), 0)
+                    };
                     for (i, si) in s.iter_mut().enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
                         let xb = unsafe { bcast4((*ab.add(i * nb + b)).qs.as_ptr().add(4 * c)) };
-                        let sx = _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb);
+                        let sx = if $i8bias == 0 {
+                            _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb)
+                        } else {
+                            xb
+                        };
                         *si = $i8step(*si, aw, sx);
                     }
                 }
@@ -515,6 +534,7 @@ tiles!(
     q4_step_bw,
     q4_finish_bw,
     i8_step_bw,
+    0,
     q4_bw,
     i8_bw,
     tile
@@ -525,6 +545,7 @@ tiles!(
     q4_step_vnni,
     q4_finish_vnni,
     i8_step_vnni,
+    128,
     q4_vnni,
     i8_vnni,
     tile_vnni
