@@ -34,9 +34,7 @@
 //! below them, so one configuration serves a whole call (`ldtilecfg` is
 //! not cheap) and no tile reads past the activations.
 
-use super::avx512::{nibble_values, scales, seconds, supers};
-use super::pack::{Kind, MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, SC_E8M0, SC_F16, SC_KSUB};
-use super::{ActBlock, Job, PANEL_BLOCK_AMX as PANEL_BLOCK};
+use super::{ActBlock, Job, PANEL_BLOCK_ZMM as PANEL_BLOCK};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -318,115 +316,15 @@ pub(super) unsafe fn panel_tile(
     }
 }
 
-/// [`fill`]'s `X` for int8 values (Q8_0), beside the nibble kinds' `X`.
-const INT8: u8 = u8::MAX;
-
-/// Unpacks group `g` (16 columns) of `job` into `panel` (module doc), once
-/// for every row tile of the call: `X` the values' kind ([`NIB`],
-/// [`NIB_FIVE`], [`NIB_LUT`] or [`INT8`]), `MIN` whether the format has a
-/// min, `SC` how its scales are stored. The scales and mins are the
-/// register tiles' own f32 values ([`scales`], [`seconds`]).
-///
-/// # Safety
-/// Needs AVX-512 F/BW; `job` of the kind `X`, `MIN` and `SC` describe at
-/// interleave 16, `g` one of its groups; `panel` holds `nb` blocks,
-/// 64-byte aligned.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn fill<const X: u8, const MIN: bool, const SC: u8>(
-    job: &Job<'_>,
-    g: usize,
-    panel: *mut u8,
-) {
-    debug_assert!(job.nr == 16);
-    let nb = job.nb;
-    let five = X == NIB_FIVE;
-    let mask = _mm512_set1_epi8(0x0F);
-    // MXFP4's table for [`nibble_values`]. SAFETY: the table is 16 bytes.
-    let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
-    // The offset the kinds without a min store their values above (0
-    // for the others).
-    let off = _mm512_set1_epi8(job.kind.offset() as i8);
-    // Bytes per block: the int8 values, or the fifth-bit plane and the
-    // nibbles.
-    let planes = 64 * five as usize;
-    let bs = if X == INT8 { 512 } else { planes + 256 };
-    // SAFETY: group g holds nb blocks of bs quant bytes.
-    let qb = unsafe { job.qs.as_ptr().add(g * nb * bs) };
-    let (mut sdv, mut smv) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    for b in 0..nb {
-        let gb = g * nb + b;
-        if b % 8 == 0 {
-            // SAFETY: super-block b / 8 of group g (K-quants).
-            (sdv, smv) = unsafe { supers::<SC>(job, gb) };
-        }
-        if job.pf > 0 {
-            for l in 0..bs / 64 {
-                _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add((b + job.pf) * bs + 64 * l).cast());
-            }
-        }
-        // SAFETY: block b of group g is bs bytes at qb + b·bs; the stores
-        // stay inside block b of the panel (values at 0..512, scales at
-        // 512, mins at 576); the scales (and mins) of block gb.
-        unsafe {
-            let (q, pb) = (qb.add(b * bs), panel.add(b * PANEL_BLOCK));
-            if X == INT8 {
-                // The packed chunks are the tile's rows already.
-                for c in 0..8 {
-                    let v = _mm512_loadu_si512(q.add(64 * c).cast());
-                    _mm512_store_si512(pb.add(64 * c).cast(), v);
-                }
-            } else {
-                // The fifth-bit plane, moved to bit 4 chunk by chunk as
-                // the register tiles move it.
-                let (mut hl, mut hh) = if five {
-                    let h = _mm512_loadu_si512(q.cast());
-                    (_mm512_slli_epi16::<4>(h), h)
-                } else {
-                    (_mm512_setzero_si512(), _mm512_setzero_si512())
-                };
-                for c in 0..4 {
-                    let v = _mm512_loadu_si512(q.add(planes + 64 * c).cast());
-                    let (lo, hi) = nibble_values::<X>(
-                        (
-                            _mm512_and_si512(v, mask),
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
-                        ),
-                        lut,
-                        (&mut hl, &mut hh),
-                    );
-                    _mm512_store_si512(pb.add(64 * c).cast(), _mm512_sub_epi8(lo, off));
-                    _mm512_store_si512(pb.add(256 + 64 * c).cast(), _mm512_sub_epi8(hi, off));
-                }
-            }
-            _mm512_store_ps(pb.add(512).cast(), scales::<SC>(job, gb, sdv));
-            if MIN {
-                _mm512_store_ps(pb.add(576).cast(), seconds::<SC>(job, gb, smv));
-            }
-        }
-    }
-}
-
-/// Unpacks group `g` of `job` into `panel` ([`fill`] for its kind and
-/// scales).
+/// Unpacks group `g` of `job` into `panel`: the AVX-512 VNNI panel's
+/// layout (`avx512::fill_panel`) with signed values, the codes less
+/// their offsets.
 ///
 /// # Safety
 /// Needs AVX-512 F/BW; `job` at interleave 16 of a format AMX has a panel
 /// for (`super::panels`), `g` one of its groups; `panel` holds `nb`
 /// blocks, 64-byte aligned.
 pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
-    // SAFETY (all arms): forwarded from the caller, each arm the kind and
-    // scale mode it was packed with.
-    unsafe {
-        match (job.kind, job.sc.mode) {
-            (Kind::Q4_0, SC_F16) => fill::<NIB, false, SC_F16>(job, g, panel),
-            (Kind::Q4_1, SC_F16) => fill::<NIB, true, SC_F16>(job, g, panel),
-            (Kind::Q4_1, SC_KSUB) => fill::<NIB, true, SC_KSUB>(job, g, panel),
-            (Kind::Q5_0, SC_F16) => fill::<NIB_FIVE, false, SC_F16>(job, g, panel),
-            (Kind::Q5_1, SC_F16) => fill::<NIB_FIVE, true, SC_F16>(job, g, panel),
-            (Kind::Q5_1, SC_KSUB) => fill::<NIB_FIVE, true, SC_KSUB>(job, g, panel),
-            (Kind::Mxfp4, SC_E8M0) => fill::<NIB_LUT, false, SC_E8M0>(job, g, panel),
-            (Kind::I8, SC_F16) => fill::<INT8, false, SC_F16>(job, g, panel),
-            (kind, mode) => unreachable!("no AMX panel for {kind:?} with scale mode {mode}"),
-        }
-    }
+    // SAFETY: forwarded from the caller.
+    unsafe { super::avx512::fill_panel::<false>(job, g, panel) }
 }

@@ -3,9 +3,10 @@
 //! columns of C.
 //!
 //! The same scheme as the AVX2 tiles (see `avx2.rs`) at twice the width.
-//! For Q4_0 with VNNI there is also a panel tile ([`panel_tile`]): each
-//! group is unpacked once per call into a per-worker panel that every row
-//! tile reads.
+//! With VNNI there is also a panel tile ([`panel_tile`]) for every format
+//! with one scale per block (all but Q6_K): each group is unpacked once
+//! per call into a per-worker panel that every row tile reads
+//! ([`fill_panel`], whose layout AMX's tile reads too, signed).
 //! AVX-512 has no `vpsignb`, so without VNNI the int8 tile's sign trick
 //! negates the broadcast activations under the mask of negative weights
 //! (`vpmovb2m` + masked `vpsubb`); with VNNI the weights are biased to
@@ -551,22 +552,23 @@ tiles!(
     tile_vnni
 );
 
-/// Q4_0 VNNI tile over a panel ([`fill_panel`]): the register tile's
-/// sums and rounding without its unpacking, and each row's sums start at
-/// its offset `−8·Σx`, so a block costs a row its 8 `vpdpbusd` and the
-/// scaling. (Without VNNI the i16 sums need the offset after widening,
-/// and the panel measured no faster there: docs/PERF.md, "the panel on
-/// AVX-512".)
+/// VNNI tile over a panel ([`fill_panel`]): the register tile's sums and
+/// scaling without its unpacking. Each row's sums start at its offset
+/// `−off·Σx` (Q4_0 8, Q5_0 16, MXFP4 12, Q8_0's bias 128; 0 for the kinds
+/// with a min), so a block costs a row its 8 `vpdpbusd` and the scaling.
+/// (Without VNNI the i16 sums need the offset after widening, and the
+/// panel measured no faster there: docs/PERF.md, "the panel on AVX-512".)
 ///
 /// # Safety
-/// Needs AVX-512 F/BW and VNNI; the panel filled for `nb` blocks; rows
-/// `i0 .. i0 + MR` inside `acts` (`nb` blocks per row); `out` ≥ `MR · 16`.
+/// Needs AVX-512 F/BW and VNNI; the panel filled for `nb` blocks (with
+/// mins if `MIN`); rows `i0 .. i0 + MR` inside `acts` (`nb` blocks per
+/// row); `out` ≥ `MR · 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512vnni")]
-unsafe fn panel_q4_0<const MR: usize>(
+unsafe fn panel_vnni<const MR: usize, const MIN: bool>(
     acts: &[ActBlock],
     nb: usize,
     panel: *const u8,
-    i0: usize,
+    (i0, off): (usize, i32),
     out: &mut [f32],
 ) {
     debug_assert!(out.len() >= MR * 16);
@@ -578,14 +580,16 @@ unsafe fn panel_q4_0<const MR: usize>(
         // SAFETY: block b of the panel.
         let pb = unsafe { panel.add(b * PANEL_BLOCK) };
         // SAFETY: block b of row i0 + i.
-        let mut s: [__m512i; MR] =
-            std::array::from_fn(|i| _mm512_set1_epi32(-8 * unsafe { (*ab.add(i * nb + b)).sum() }));
+        let mut s: [__m512i; MR] = std::array::from_fn(|i| {
+            _mm512_set1_epi32(-off * unsafe { (*ab.add(i * nb + b)).sum() })
+        });
         for c in 0..4 {
-            // SAFETY: chunk c of the panel's block b (aligned).
+            // SAFETY: values 4c.. and 16 + 4c.. of the panel's block b
+            // (aligned).
             let (wl, wh) = unsafe {
                 (
-                    _mm512_load_si512(pb.add(128 * c).cast()),
-                    _mm512_load_si512(pb.add(128 * c + 64).cast()),
+                    _mm512_load_si512(pb.add(64 * c).cast()),
+                    _mm512_load_si512(pb.add(256 + 64 * c).cast()),
                 )
             };
             for (i, si) in s.iter_mut().enumerate() {
@@ -597,12 +601,26 @@ unsafe fn panel_q4_0<const MR: usize>(
                 *si = q4_step_vnni(*si, wl, xl, wh, xh);
             }
         }
-        // SAFETY: the panel's scales of block b (aligned).
-        let dw = unsafe { _mm512_load_ps(pb.add(512).cast()) };
+        // SAFETY: the panel's scales (and mins) of block b (aligned).
+        let (dw, mw) = unsafe {
+            (
+                _mm512_load_ps(pb.add(512).cast()),
+                if MIN {
+                    _mm512_load_ps(pb.add(576).cast())
+                } else {
+                    _mm512_setzero_ps()
+                },
+            )
+        };
         for (i, a) in acc.iter_mut().enumerate() {
             // SAFETY: block b of row i0 + i.
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(unsafe { (*ab.add(i * nb + b)).d() }));
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i])));
+            let x = unsafe { &*ab.add(i * nb + b) };
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
+            let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i]));
+            if MIN {
+                t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
+            }
+            *a = _mm512_add_ps(*a, t);
         }
     }
     for (i, a) in acc.iter().enumerate() {
@@ -614,7 +632,8 @@ unsafe fn panel_q4_0<const MR: usize>(
 /// Rows `i0 .. i0 + mr` (mr ∈ 1, 2, 4, 8) × the panel's 16 columns.
 ///
 /// # Safety
-/// As for [`panel_q4_0`].
+/// As for [`panel_vnni`], the panel filled by [`fill_panel`]`::<true>`
+/// for the job.
 pub(super) unsafe fn panel_tile(
     job: &Job<'_>,
     panel: *const u8,
@@ -623,51 +642,148 @@ pub(super) unsafe fn panel_tile(
     out: &mut [f32],
 ) {
     let (a, nb) = (job.acts, job.nb);
+    let min = matches!(job.kind, Kind::Q4_1 | Kind::Q5_1);
+    let at = (
+        i0,
+        if job.kind == Kind::I8 {
+            128
+        } else {
+            job.kind.offset()
+        },
+    );
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match mr {
-            8 => panel_q4_0::<8>(a, nb, panel, i0, out),
-            4 => panel_q4_0::<4>(a, nb, panel, i0, out),
-            2 => panel_q4_0::<2>(a, nb, panel, i0, out),
-            _ => panel_q4_0::<1>(a, nb, panel, i0, out),
+        match (mr, min) {
+            (8, false) => panel_vnni::<8, false>(a, nb, panel, at, out),
+            (4, false) => panel_vnni::<4, false>(a, nb, panel, at, out),
+            (2, false) => panel_vnni::<2, false>(a, nb, panel, at, out),
+            (_, false) => panel_vnni::<1, false>(a, nb, panel, at, out),
+            (8, true) => panel_vnni::<8, true>(a, nb, panel, at, out),
+            (4, true) => panel_vnni::<4, true>(a, nb, panel, at, out),
+            (2, true) => panel_vnni::<2, true>(a, nb, panel, at, out),
+            (_, true) => panel_vnni::<1, true>(a, nb, panel, at, out),
         }
     }
 }
 
-/// Unpacks group `g` (16 columns) of a Q4_0 job into `panel`, once for
-/// every row tile of the call. Block `b` at `576·b`: chunk `c`'s low
-/// nibbles at `128c` and high nibbles at `128c + 64` as bytes 0..15 (the
-/// tile's operands), then the 16 scales as f32 (`vcvtph2ps`, exact).
+/// [`fill`]'s `X` for int8 values (Q8_0), beside the nibble kinds' `X`.
+const INT8: u8 = u8::MAX;
+
+/// Unpacks group `g` (16 columns) of `job` into `panel`, once for every
+/// row tile of the call: `X` the values' kind ([`NIB`], [`NIB_FIVE`],
+/// [`NIB_LUT`] or [`INT8`]), `MIN` whether the format has a min, `SC` how
+/// its scales are stored. Block `b` at `640·b` is 8 rows of 64 bytes, row
+/// `r` holding values `4r .. 4r + 4` of the block for each of the 16
+/// columns (4 bytes per column), then the 16 scales as f32, then (the
+/// kinds with a min) the 16 mins: the register tiles' own f32 values
+/// ([`scales`], [`seconds`]). `UNSIGNED`: the codes as they are (Q8_0's
+/// biased by 128), the operands `vpdpbusd` takes unsigned; else the
+/// codes less their offsets (Q8_0's as they are), AMX's signed ones.
 ///
 /// # Safety
-/// Needs AVX-512 F/BW; `job` is Q4_0 with f16 scales at interleave 16,
-/// `g` one of its groups; `panel` holds `nb` blocks, 64-byte aligned.
+/// Needs AVX-512 F/BW; `job` of the kind `X`, `MIN` and `SC` describe at
+/// interleave 16, `g` one of its groups; `panel` holds `nb` blocks,
+/// 64-byte aligned.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-pub(super) unsafe fn fill_panel(job: &Job<'_>, g: usize, panel: *mut u8) {
-    debug_assert!(job.kind == Kind::Q4_0 && job.sc.mode == SC_F16 && job.nr == 16);
+unsafe fn fill<const X: u8, const MIN: bool, const SC: u8, const UNSIGNED: bool>(
+    job: &Job<'_>,
+    g: usize,
+    panel: *mut u8,
+) {
+    debug_assert!(job.nr == 16);
     let nb = job.nb;
+    let five = X == NIB_FIVE;
     let mask = _mm512_set1_epi8(0x0F);
-    // SAFETY: group g holds nb blocks of 256 quant bytes.
-    let qb = unsafe { job.qs.as_ptr().add(g * nb * 256) };
+    // MXFP4's table for [`nibble_values`]. SAFETY: the table is 16 bytes.
+    let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
+    // What each stored byte is less: the kind's offset for signed nibble
+    // values, −128 for unsigned int8 ones (a flip of the sign bit).
+    let off = _mm512_set1_epi8(match (X == INT8, UNSIGNED) {
+        (true, true) => i8::MIN,
+        (false, false) => job.kind.offset() as i8,
+        _ => 0,
+    });
+    // Bytes per block: the int8 values, or the fifth-bit plane and the
+    // nibbles.
+    let planes = 64 * five as usize;
+    let bs = if X == INT8 { 512 } else { planes + 256 };
+    // SAFETY: group g holds nb blocks of bs quant bytes.
+    let qb = unsafe { job.qs.as_ptr().add(g * nb * bs) };
+    let (mut sdv, mut smv) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     for b in 0..nb {
+        let gb = g * nb + b;
+        if b % 8 == 0 {
+            // SAFETY: super-block b / 8 of group g (K-quants).
+            (sdv, smv) = unsafe { supers::<SC>(job, gb) };
+        }
         if job.pf > 0 {
-            for l in 0..4 {
-                _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add((b + job.pf) * 256 + 64 * l).cast());
+            for l in 0..bs / 64 {
+                _mm_prefetch::<_MM_HINT_T0>(qb.wrapping_add((b + job.pf) * bs + 64 * l).cast());
             }
         }
-        // SAFETY: chunk c of block b inside group g; the stores stay
-        // inside block b of the panel (c < 4: at most 448 + 64 bytes);
-        // the 16 scales of block b.
+        // SAFETY: block b of group g is bs bytes at qb + b·bs; the stores
+        // stay inside block b of the panel (values at 0..512, scales at
+        // 512, mins at 576); the scales (and mins) of block gb.
         unsafe {
-            let pb = panel.add(b * PANEL_BLOCK);
-            for c in 0..4 {
-                let v = _mm512_loadu_si512(qb.add(b * 256 + 64 * c).cast());
-                _mm512_store_si512(pb.add(128 * c).cast(), _mm512_and_si512(v, mask));
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
-                _mm512_store_si512(pb.add(128 * c + 64).cast(), hi);
+            let (q, pb) = (qb.add(b * bs), panel.add(b * PANEL_BLOCK));
+            if X == INT8 {
+                // The packed chunks are the panel's rows already.
+                for c in 0..8 {
+                    let v = _mm512_loadu_si512(q.add(64 * c).cast());
+                    _mm512_store_si512(pb.add(64 * c).cast(), _mm512_sub_epi8(v, off));
+                }
+            } else {
+                // The fifth-bit plane, moved to bit 4 chunk by chunk as
+                // the register tiles move it.
+                let (mut hl, mut hh) = if five {
+                    let h = _mm512_loadu_si512(q.cast());
+                    (_mm512_slli_epi16::<4>(h), h)
+                } else {
+                    (_mm512_setzero_si512(), _mm512_setzero_si512())
+                };
+                for c in 0..4 {
+                    let v = _mm512_loadu_si512(q.add(planes + 64 * c).cast());
+                    let (lo, hi) = nibble_values::<X>(
+                        (
+                            _mm512_and_si512(v, mask),
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
+                        ),
+                        lut,
+                        (&mut hl, &mut hh),
+                    );
+                    _mm512_store_si512(pb.add(64 * c).cast(), _mm512_sub_epi8(lo, off));
+                    _mm512_store_si512(pb.add(256 + 64 * c).cast(), _mm512_sub_epi8(hi, off));
+                }
             }
-            let d = f16x16(job.sc.dh.as_ptr().add((g * nb + b) * 16));
-            _mm512_store_ps(pb.add(512).cast(), d);
+            _mm512_store_ps(pb.add(512).cast(), scales::<SC>(job, gb, sdv));
+            if MIN {
+                _mm512_store_ps(pb.add(576).cast(), seconds::<SC>(job, gb, smv));
+            }
+        }
+    }
+}
+
+/// Unpacks group `g` of `job` into `panel` ([`fill`] for its kind and
+/// scales; `UNSIGNED` for the VNNI tile, signed for AMX's).
+///
+/// # Safety
+/// Needs AVX-512 F/BW; `job` at interleave 16 of a format with a panel
+/// (`super::panels`), `g` one of its groups; `panel` holds `nb` blocks,
+/// 64-byte aligned.
+pub(super) unsafe fn fill_panel<const UNSIGNED: bool>(job: &Job<'_>, g: usize, panel: *mut u8) {
+    // SAFETY (all arms): forwarded from the caller, each arm the kind and
+    // scale mode it was packed with.
+    unsafe {
+        match (job.kind, job.sc.mode) {
+            (Kind::Q4_0, SC_F16) => fill::<NIB, false, SC_F16, UNSIGNED>(job, g, panel),
+            (Kind::Q4_1, SC_F16) => fill::<NIB, true, SC_F16, UNSIGNED>(job, g, panel),
+            (Kind::Q4_1, SC_KSUB) => fill::<NIB, true, SC_KSUB, UNSIGNED>(job, g, panel),
+            (Kind::Q5_0, SC_F16) => fill::<NIB_FIVE, false, SC_F16, UNSIGNED>(job, g, panel),
+            (Kind::Q5_1, SC_F16) => fill::<NIB_FIVE, true, SC_F16, UNSIGNED>(job, g, panel),
+            (Kind::Q5_1, SC_KSUB) => fill::<NIB_FIVE, true, SC_KSUB, UNSIGNED>(job, g, panel),
+            (Kind::Mxfp4, SC_E8M0) => fill::<NIB_LUT, false, SC_E8M0, UNSIGNED>(job, g, panel),
+            (Kind::I8, SC_F16) => fill::<INT8, false, SC_F16, UNSIGNED>(job, g, panel),
+            (kind, mode) => unreachable!("no panel for {kind:?} with scale mode {mode}"),
         }
     }
 }

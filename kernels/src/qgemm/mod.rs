@@ -26,7 +26,7 @@
 //! | scalar | 4, 8, 16 | plain Rust (the reference layout walk) |
 //! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk; for Q4_0 also a 16-column panel tile, [`QGemmParams::panel`]) |
 //! | avx_vnni | 8 | `vpdpbusd` (ymm) |
-//! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm; avx512_vnni Q4_0 also a panel tile) |
+//! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm; avx512_vnni also a panel tile, every format but Q6_K) |
 //! | amx | 16 | `tdpbssd` on a panel (up to 16 rows per tile), every format but Q6_K; its register tiles are avx512_vnni's |
 //! | neon | 4, 8 | `smull`+`sadalp` |
 //! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
@@ -222,6 +222,29 @@ fn amx_from(format: QuantFormat) -> usize {
     }
 }
 
+/// Rows from which AVX-512 VNNI's panel tile is the default for `format`
+/// (none: never). It saves only the register tile's unpacking, and the
+/// tile's 8 rows keep their sums in registers whatever the panel's size,
+/// so it measured faster (Zen 4, docs/PERF.md, "the panel on AVX-512",
+/// "every format's panel on AVX-512"):
+/// - Q4_0 1.5–4% from 128 rows at every k of Qwen2.5-0.5B's projections;
+/// - where the register tile does more than split nibbles (the 5-bit
+///   kinds' planes, MXFP4's table, the K-quants' sub-block scales) from
+///   64 rows: at 64–512 rows Q5_0 1.11–1.16×, MXFP4 1.08–1.13×, Q5_1
+///   1.06–1.12×, Q5_K 1.06–1.11×, Q4_K 1.01–1.07×.
+///
+/// Not for Q4_1 and Q8_0, whose register tiles unpack no more than a
+/// mask or a sign flip a chunk: their panels timed 0.89–1.01× and
+/// 0.96–1.01× (a panel block is 640 bytes against their packed 320 and
+/// 544).
+fn vnni_panel_from(format: QuantFormat) -> Option<usize> {
+    match format {
+        QuantFormat::Q4_0 => Some(128),
+        QuantFormat::Q4_1 | QuantFormat::Q8_0 => None,
+        _ => Some(64),
+    }
+}
+
 /// The tile heights `isa` reads with or without a panel.
 pub fn heights(isa: Isa, panel: bool) -> &'static [usize] {
     const AMX: [usize; 5] = [1, 2, 4, 8, AMX_MR];
@@ -266,15 +289,16 @@ pub struct QGemmParams {
     #[serde(default = "default_ku")]
     pub ku: usize,
     /// Unpack each weight group once into a panel that every activation
-    /// row reads ([`panels`]: AVX2 and AVX-512 VNNI for Q4_0, AMX for all
+    /// row reads ([`panels`]: AVX2 for Q4_0, AVX-512 VNNI and AMX for all
     /// but Q6_K), instead of in every register tile. On AVX2 the panel
     /// holds the values as signed bytes and each column's block offset,
     /// and the activations are biased to unsigned once per call, so a tile
     /// does no unpacking and one vector subtraction per row and block for
-    /// the offset (docs/PERF.md, "the panel tile"); on AVX-512 VNNI it
-    /// holds the register tile's unsigned operands and the sums start at
-    /// the offset ("the panel on AVX-512"); for AMX, signed values in the
-    /// tile instruction's layout with the f32 scales and mins (`amx.rs`).
+    /// the offset (docs/PERF.md, "the panel tile"); AVX-512 VNNI and AMX
+    /// share one layout (`avx512::fill_panel`): values in the tile
+    /// instruction's order with the f32 scales and mins, unsigned for
+    /// `vpdpbusd` (whose sums start at the offset, "the panel on
+    /// AVX-512"), signed for `tdpbssd` (`amx.rs`).
     /// Same packing, same sums: the results do not change. Tables from
     /// before it existed read as false, what the kernels then did.
     #[serde(default)]
@@ -300,12 +324,12 @@ pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
 }
 
 /// Whether `isa` has a panel tile ([`QGemmParams::panel`]) for `format`:
-/// AVX2 and AVX-512 VNNI for Q4_0, AMX for every format with one scale per
-/// 32-value block (all but Q6_K, whose halves have a scale each).
+/// AVX2 for Q4_0, AVX-512 VNNI and AMX for every format with one scale
+/// per 32-value block (all but Q6_K, whose halves have a scale each).
 pub fn panels(isa: Isa, format: QuantFormat) -> bool {
     match isa {
-        Isa::Avx2 | Isa::Avx512Vnni => format == QuantFormat::Q4_0,
-        Isa::Amx => supports(format) && format != QuantFormat::Q6K,
+        Isa::Avx2 => format == QuantFormat::Q4_0,
+        Isa::Avx512Vnni | Isa::Amx => supports(format) && format != QuantFormat::Q6K,
         _ => false,
     }
 }
@@ -314,22 +338,16 @@ pub fn panels(isa: Isa, format: QuantFormat) -> bool {
 /// columns' values (512), offsets (64) and scales (64).
 const PANEL_BLOCK: usize = 640;
 
-/// Bytes of one block of the AVX-512 panel: 16 columns' values (512) and
-/// scales (64).
+/// Bytes of one block of the AVX-512 VNNI and AMX panels: 16 columns'
+/// values (512), scales (64) and mins (64, for the kinds with one).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-const PANEL_BLOCK_ZMM: usize = 576;
-
-/// Bytes of one block of the AMX panel: 16 columns' signed values (512),
-/// scales (64) and mins (64, for the kinds with one).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-const PANEL_BLOCK_AMX: usize = 640;
+const PANEL_BLOCK_ZMM: usize = 640;
 
 /// Bytes of one block of `isa`'s panel.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn panel_block(isa: Isa) -> usize {
     match isa {
         Isa::Avx2 => PANEL_BLOCK,
-        Isa::Amx => PANEL_BLOCK_AMX,
         _ => PANEL_BLOCK_ZMM,
     }
 }
@@ -434,12 +452,11 @@ impl QGemmParams {
                 panel: true,
             };
         }
-        // On AVX-512 VNNI (Zen 4) the panel measured 1.5–4% faster from
-        // 128 rows at every k of Qwen2.5-0.5B's projections, and even at
-        // 64 (docs/PERF.md, "the panel on AVX-512"): it saves only the
-        // unpacking, and the tile's 8 rows keep their sums in registers
-        // whatever the panel's size.
-        if isa == Isa::Avx512Vnni && panels(isa, shape.format) && shape.m >= 128 {
+        // On AVX-512 VNNI the panel tile from [`vnni_panel_from`] rows.
+        if isa == Isa::Avx512Vnni
+            && panels(isa, shape.format)
+            && vnni_panel_from(shape.format).is_some_and(|from| shape.m >= from)
+        {
             return QGemmParams {
                 mr,
                 nr,
@@ -1215,7 +1232,7 @@ impl QGemm {
                     match isa {
                         Isa::Avx2 => avx2::fill_panel(job, groups, u, p),
                         Isa::Amx => amx::fill_panel(job, u, p),
-                        _ => avx512::fill_panel(job, u, p),
+                        _ => avx512::fill_panel::<true>(job, u, p),
                     }
                 };
                 let cols = w.min(n - u * w);
