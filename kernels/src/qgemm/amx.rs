@@ -34,7 +34,7 @@
 //! below them, so one configuration serves a whole call (`ldtilecfg` is
 //! not cheap) and no tile reads past the activations.
 
-use super::{ActBlock, Job, PANEL_BLOCK_ZMM as PANEL_BLOCK};
+use super::{ActBlock, Job, zmm_panel_block};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -230,7 +230,7 @@ unsafe fn panel<const MR: usize, const MIN: bool>(
     let issue = |b: usize| unsafe {
         let (a, w) = (
             ab.add(b).cast::<u8>().add(QS_AT),
-            panel.add(b * PANEL_BLOCK),
+            panel.add(b * zmm_panel_block(MIN)),
         );
         match b % 4 {
             0 => sums::<0>(a, stride, w),
@@ -261,7 +261,7 @@ unsafe fn panel<const MR: usize, const MIN: bool>(
         // SAFETY: the panel's scales (and mins) of block b (aligned);
         // block b of rows i0.. .
         unsafe {
-            let pb = panel.add(b * PANEL_BLOCK);
+            let pb = panel.add(b * zmm_panel_block(MIN));
             let dw = _mm512_load_ps(pb.add(512).cast());
             let mw = if MIN {
                 _mm512_load_ps(pb.add(576).cast())

@@ -23,7 +23,7 @@
 use super::pack::Kind;
 use super::pack::{MXFP4_LUT, NIB, NIB_FIVE, NIB_LUT, NIB_SIX, SC_E8M0, SC_F16, SC_KSUB};
 use super::prefetch_scales;
-use super::{ActBlock, Job, PANEL_BLOCK_ZMM as PANEL_BLOCK};
+use super::{ActBlock, Job, zmm_panel_block};
 use std::arch::x86_64::*;
 
 /// Q6_K's bit pairs of chunk `c` moved to bits 4 and 5 of each byte, from
@@ -578,7 +578,7 @@ unsafe fn panel_vnni<const MR: usize, const MIN: bool>(
     let ab = unsafe { acts.as_ptr().add(i0 * nb) };
     for b in 0..nb {
         // SAFETY: block b of the panel.
-        let pb = unsafe { panel.add(b * PANEL_BLOCK) };
+        let pb = unsafe { panel.add(b * zmm_panel_block(MIN)) };
         // SAFETY: block b of row i0 + i.
         let mut s: [__m512i; MR] = std::array::from_fn(|i| {
             _mm512_set1_epi32(-off * unsafe { (*ab.add(i * nb + b)).sum() })
@@ -672,7 +672,7 @@ const INT8: u8 = u8::MAX;
 /// Unpacks group `g` (16 columns) of `job` into `panel`, once for every
 /// row tile of the call: `X` the values' kind ([`NIB`], [`NIB_FIVE`],
 /// [`NIB_LUT`] or [`INT8`]), `MIN` whether the format has a min, `SC` how
-/// its scales are stored. Block `b` at `640·b` is 8 rows of 64 bytes, row
+/// its scales are stored. Block `b` (`zmm_panel_block(MIN)` bytes) is 8 rows of 64 bytes, row
 /// `r` holding values `4r .. 4r + 4` of the block for each of the 16
 /// columns (4 bytes per column), then the 16 scales as f32, then (the
 /// kinds with a min) the 16 mins: the register tiles' own f32 values
@@ -725,7 +725,7 @@ unsafe fn fill<const X: u8, const MIN: bool, const SC: u8, const UNSIGNED: bool>
         // stay inside block b of the panel (values at 0..512, scales at
         // 512, mins at 576); the scales (and mins) of block gb.
         unsafe {
-            let (q, pb) = (qb.add(b * bs), panel.add(b * PANEL_BLOCK));
+            let (q, pb) = (qb.add(b * bs), panel.add(b * zmm_panel_block(MIN)));
             if X == INT8 {
                 // The packed chunks are the panel's rows already.
                 for c in 0..8 {
