@@ -975,9 +975,13 @@ fn bad_configurations_are_refused() {
         });
         assert!(refused(&q2));
     }
-    // A panel tile the variant lacks for the format (none reads Q6_K),
-    // and a panel with a k-unroll.
-    let isa6 = *available(QuantFormat::Q6K).last().unwrap();
+    // A panel tile the variant lacks for the format (of Q6_K's, only
+    // AVX-512 VNNI's reads one), and a panel with a k-unroll.
+    let isa6 = available(QuantFormat::Q6K)
+        .into_iter()
+        .rev()
+        .find(|&isa| !panels(isa, QuantFormat::Q6K))
+        .unwrap();
     let q3 = QGemm::new(QuantFormat::Q6K).isa(isa6).params(QGemmParams {
         panel: true,
         nr: interleaves(isa6)[0],

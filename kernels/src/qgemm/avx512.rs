@@ -3,10 +3,10 @@
 //! columns of C.
 //!
 //! The same scheme as the AVX2 tiles (see `avx2.rs`) at twice the width.
-//! With VNNI there is also a panel tile ([`panel_tile`]) for every format
-//! with one scale per block (all but Q6_K): each group is unpacked once
-//! per call into a per-worker panel that every row tile reads
-//! ([`fill_panel`], whose layout AMX's tile reads too, signed).
+//! With VNNI there is also a panel tile ([`panel_tile`]) for every format:
+//! each group is unpacked once per call into a per-worker panel that every
+//! row tile reads ([`fill_panel`], whose layout AMX's tile reads too,
+//! signed).
 //! AVX-512 has no `vpsignb`, so without VNNI the int8 tile's sign trick
 //! negates the broadcast activations under the mask of negative weights
 //! (`vpmovb2m` + masked `vpsubb`); with VNNI the weights are biased to
@@ -39,6 +39,48 @@ fn q6_pairs(c: usize, even: __m512i, odd: __m512i) -> __m512i {
         2 => even,
         _ => _mm512_srli_epi16::<2>(odd),
     }
+}
+
+/// Q6_K's two planes of bit pairs at `q` (low and high halves), each
+/// masked into its even and odd pairs for [`q6_values`].
+///
+/// # Safety
+/// `q` must point to 128 readable bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q6_planes(q: *const u8) -> [__m512i; 4] {
+    // SAFETY: forwarded from the caller.
+    let (p0, p1) = unsafe {
+        (
+            _mm512_loadu_si512(q.cast()),
+            _mm512_loadu_si512(q.add(64).cast()),
+        )
+    };
+    let (even, odd) = (_mm512_set1_epi8(0x33), _mm512_set1_epi8(0xCCu8 as i8));
+    [
+        _mm512_and_si512(p0, even),
+        _mm512_and_si512(p0, odd),
+        _mm512_and_si512(p1, even),
+        _mm512_and_si512(p1, odd),
+    ]
+}
+
+/// Q6_K's 6-bit values (0..63) of chunk `c`, low and high halves: the
+/// nibble bits from `v`, bits 4 and 5 from the masked `pairs` (whose bits
+/// 6 and 7 are clear) in one bit select each (`c ? a : b`, truth table
+/// 0xE4).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn q6_values(c: usize, v: __m512i, pairs: &[__m512i; 4]) -> (__m512i, __m512i) {
+    let mask = _mm512_set1_epi8(0x0F);
+    (
+        _mm512_ternarylogic_epi32::<0xE4>(v, q6_pairs(c, pairs[0], pairs[1]), mask),
+        _mm512_ternarylogic_epi32::<0xE4>(
+            _mm512_srli_epi16::<4>(v),
+            q6_pairs(c, pairs[2], pairs[3]),
+            mask,
+        ),
+    )
 }
 
 /// One chunk's low and high nibbles `lo`, `hi` as the values of nibble
@@ -283,23 +325,10 @@ macro_rules! tiles {
                 } else {
                     (_mm512_setzero_si512(), _mm512_setzero_si512())
                 };
-                // Q6_K's planes of bit pairs, low and high halves, each
-                // masked into its even and odd pairs.
+                // Q6_K's planes of bit pairs, low and high halves.
                 let pairs = if six {
                     // SAFETY: the two planes of 64 bytes open block b.
-                    let (p0, p1) = unsafe {
-                        (
-                            _mm512_loadu_si512(qb.add(b * bs).cast()),
-                            _mm512_loadu_si512(qb.add(b * bs + 64).cast()),
-                        )
-                    };
-                    let (even, odd) = (_mm512_set1_epi8(0x33), _mm512_set1_epi8(0xCCu8 as i8));
-                    [
-                        _mm512_and_si512(p0, even),
-                        _mm512_and_si512(p0, odd),
-                        _mm512_and_si512(p1, even),
-                        _mm512_and_si512(p1, odd),
-                    ]
+                    unsafe { q6_planes(qb.add(b * bs)) }
                 } else {
                     [_mm512_setzero_si512(); 4]
                 };
@@ -314,20 +343,7 @@ macro_rules! tiles {
                     // bytes inside the group.
                     let v = unsafe { _mm512_loadu_si512(qb.add(b * bs + planes + 64 * c).cast()) };
                     let (lo, hi) = if six {
-                        // Nibble bits from v, bits 4..7 from the pairs (whose
-                        // bits 6 and 7 are clear): c ? a : b, truth table 0xE4.
-                        (
-                            _mm512_ternarylogic_epi32::<0xE4>(
-                                v,
-                                q6_pairs(c, pairs[0], pairs[1]),
-                                mask,
-                            ),
-                            _mm512_ternarylogic_epi32::<0xE4>(
-                                _mm512_srli_epi16::<4>(v),
-                                q6_pairs(c, pairs[2], pairs[3]),
-                                mask,
-                            ),
-                        )
+                        q6_values(c, v, &pairs)
                     } else {
                         (
                             _mm512_and_si512(v, mask),
@@ -552,19 +568,26 @@ tiles!(
     tile_vnni
 );
 
+/// [`panel_vnni`]'s scaling: one scale per block and an offset, a scale
+/// and a min ([`MINS`]), or a scale per half-block ([`HALVES`], Q6_K).
+const OFFSET: u8 = 0;
+const MINS: u8 = 1;
+const HALVES: u8 = 2;
+
 /// VNNI tile over a panel ([`fill_panel`]): the register tile's sums and
 /// scaling without its unpacking. Each row's sums start at its offset
 /// `−off·Σx` (Q4_0 8, Q5_0 16, MXFP4 12, Q8_0's bias 128; 0 for the kinds
-/// with a min), so a block costs a row its 8 `vpdpbusd` and the scaling.
-/// (Without VNNI the i16 sums need the offset after widening, and the
-/// panel measured no faster there: docs/PERF.md, "the panel on AVX-512".)
+/// with a min); Q6_K's two halves sum apart, from `−32·Σx` of each half.
+/// So a block costs a row its 8 `vpdpbusd` and the scaling. (Without
+/// VNNI the i16 sums need the offset after widening, and the panel
+/// measured no faster there: docs/PERF.md, "the panel on AVX-512".)
 ///
 /// # Safety
 /// Needs AVX-512 F/BW and VNNI; the panel filled for `nb` blocks (with
-/// mins if `MIN`); rows `i0 .. i0 + MR` inside `acts` (`nb` blocks per
-/// row); `out` ≥ `MR · 16`.
+/// second values unless `MODE` is [`OFFSET`]); rows `i0 .. i0 + MR`
+/// inside `acts` (`nb` blocks per row); `out` ≥ `MR · 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512vnni")]
-unsafe fn panel_vnni<const MR: usize, const MIN: bool>(
+unsafe fn panel_vnni<const MR: usize, const MODE: u8>(
     acts: &[ActBlock],
     nb: usize,
     panel: *const u8,
@@ -573,16 +596,29 @@ unsafe fn panel_vnni<const MR: usize, const MIN: bool>(
 ) {
     debug_assert!(out.len() >= MR * 16);
     debug_assert!(acts.len() >= (i0 + MR) * nb);
+    let halves = MODE == HALVES;
     let mut acc = [_mm512_setzero_ps(); MR];
     // SAFETY: rows i0 + i < i0 + MR each hold nb blocks.
     let ab = unsafe { acts.as_ptr().add(i0 * nb) };
     for b in 0..nb {
         // SAFETY: block b of the panel.
-        let pb = unsafe { panel.add(b * zmm_panel_block(MIN)) };
-        // SAFETY: block b of row i0 + i.
-        let mut s: [__m512i; MR] = std::array::from_fn(|i| {
-            _mm512_set1_epi32(-off * unsafe { (*ab.add(i * nb + b)).sum() })
-        });
+        let pb = unsafe { panel.add(b * zmm_panel_block(MODE != OFFSET)) };
+        // SAFETY (both): block b of row i0 + i.
+        let start = |i: usize, hi: bool| {
+            let x = unsafe { &*ab.add(i * nb + b) };
+            let sum = match (halves, hi) {
+                (false, _) => x.sum(),
+                (true, false) => x.sum_lo(),
+                (true, true) => x.sum_hi(),
+            };
+            _mm512_set1_epi32(-off * sum)
+        };
+        let mut s: [__m512i; MR] = std::array::from_fn(|i| start(i, false));
+        let mut s2: [__m512i; MR] = if halves {
+            std::array::from_fn(|i| start(i, true))
+        } else {
+            [_mm512_setzero_si512(); MR]
+        };
         for c in 0..4 {
             // SAFETY: values 4c.. and 16 + 4c.. of the panel's block b
             // (aligned).
@@ -592,23 +628,29 @@ unsafe fn panel_vnni<const MR: usize, const MIN: bool>(
                     _mm512_load_si512(pb.add(256 + 64 * c).cast()),
                 )
             };
-            for (i, si) in s.iter_mut().enumerate() {
+            for (i, (si, s2i)) in s.iter_mut().zip(s2.iter_mut()).enumerate() {
                 // SAFETY: block b of row i0 + i; 4c + 16 + 4 <= 32.
                 let (xl, xh) = unsafe {
                     let xp = (*ab.add(i * nb + b)).qs.as_ptr();
                     (bcast4(xp.add(4 * c)), bcast4(xp.add(16 + 4 * c)))
                 };
-                *si = q4_step_vnni(*si, wl, xl, wh, xh);
+                if halves {
+                    *si = i8_step_vnni(*si, wl, xl);
+                    *s2i = i8_step_vnni(*s2i, wh, xh);
+                } else {
+                    *si = q4_step_vnni(*si, wl, xl, wh, xh);
+                }
             }
         }
-        // SAFETY: the panel's scales (and mins) of block b (aligned).
+        // SAFETY: the panel's scales (and second values) of block b
+        // (aligned).
         let (dw, mw) = unsafe {
             (
                 _mm512_load_ps(pb.add(512).cast()),
-                if MIN {
-                    _mm512_load_ps(pb.add(576).cast())
-                } else {
+                if MODE == OFFSET {
                     _mm512_setzero_ps()
+                } else {
+                    _mm512_load_ps(pb.add(576).cast())
                 },
             )
         };
@@ -617,7 +659,13 @@ unsafe fn panel_vnni<const MR: usize, const MIN: bool>(
             let x = unsafe { &*ab.add(i * nb + b) };
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(x.d()));
             let mut t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(s[i]));
-            if MIN {
+            if halves {
+                // The halves' scales one after the other, as the register
+                // tile applies them.
+                *a = _mm512_add_ps(*a, t);
+                let dm = _mm512_mul_ps(mw, _mm512_set1_ps(x.d()));
+                t = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(s2[i]));
+            } else if MODE == MINS {
                 t = _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(x.s())));
             }
             *a = _mm512_add_ps(*a, t);
@@ -642,7 +690,6 @@ pub(super) unsafe fn panel_tile(
     out: &mut [f32],
 ) {
     let (a, nb) = (job.acts, job.nb);
-    let min = matches!(job.kind, Kind::Q4_1 | Kind::Q5_1);
     let at = (
         i0,
         if job.kind == Kind::I8 {
@@ -651,17 +698,22 @@ pub(super) unsafe fn panel_tile(
             job.kind.offset()
         },
     );
+    macro_rules! by_mr {
+        ($mode:expr) => {
+            match mr {
+                8 => panel_vnni::<8, { $mode }>(a, nb, panel, at, out),
+                4 => panel_vnni::<4, { $mode }>(a, nb, panel, at, out),
+                2 => panel_vnni::<2, { $mode }>(a, nb, panel, at, out),
+                _ => panel_vnni::<1, { $mode }>(a, nb, panel, at, out),
+            }
+        };
+    }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match (mr, min) {
-            (8, false) => panel_vnni::<8, false>(a, nb, panel, at, out),
-            (4, false) => panel_vnni::<4, false>(a, nb, panel, at, out),
-            (2, false) => panel_vnni::<2, false>(a, nb, panel, at, out),
-            (_, false) => panel_vnni::<1, false>(a, nb, panel, at, out),
-            (8, true) => panel_vnni::<8, true>(a, nb, panel, at, out),
-            (4, true) => panel_vnni::<4, true>(a, nb, panel, at, out),
-            (2, true) => panel_vnni::<2, true>(a, nb, panel, at, out),
-            (_, true) => panel_vnni::<1, true>(a, nb, panel, at, out),
+        match job.kind {
+            Kind::Q4_1 | Kind::Q5_1 => by_mr!(MINS),
+            Kind::Q6K => by_mr!(HALVES),
+            _ => by_mr!(OFFSET),
         }
     }
 }
@@ -671,14 +723,15 @@ const INT8: u8 = u8::MAX;
 
 /// Unpacks group `g` (16 columns) of `job` into `panel`, once for every
 /// row tile of the call: `X` the values' kind ([`NIB`], [`NIB_FIVE`],
-/// [`NIB_LUT`] or [`INT8`]), `MIN` whether the format has a min, `SC` how
-/// its scales are stored. Block `b` (`zmm_panel_block(MIN)` bytes) is 8 rows of 64 bytes, row
-/// `r` holding values `4r .. 4r + 4` of the block for each of the 16
-/// columns (4 bytes per column), then the 16 scales as f32, then (the
-/// kinds with a min) the 16 mins: the register tiles' own f32 values
-/// ([`scales`], [`seconds`]). `UNSIGNED`: the codes as they are (Q8_0's
-/// biased by 128), the operands `vpdpbusd` takes unsigned; else the
-/// codes less their offsets (Q8_0's as they are), AMX's signed ones.
+/// [`NIB_LUT`], [`NIB_SIX`] or [`INT8`]), `MIN` whether the format has a
+/// min, `SC` how its scales are stored. Block `b` (`zmm_panel_block`
+/// bytes) is 8 rows of 64 bytes, row `r` holding values `4r .. 4r + 4` of
+/// the block for each of the 16 columns (4 bytes per column), then the 16
+/// scales as f32, then (the kinds with a min, and Q6_K) the 16 second
+/// values: the register tiles' own f32 values ([`scales`], [`seconds`]).
+/// `UNSIGNED`: the codes as they are (Q8_0's biased by 128), the operands
+/// `vpdpbusd` takes unsigned; else the codes less their offsets (Q8_0's
+/// as they are), AMX's signed ones.
 ///
 /// # Safety
 /// Needs AVX-512 F/BW; `job` of the kind `X`, `MIN` and `SC` describe at
@@ -703,10 +756,13 @@ unsafe fn fill<const X: u8, const MIN: bool, const SC: u8, const UNSIGNED: bool>
         (false, false) => job.kind.offset() as i8,
         _ => 0,
     });
-    // Bytes per block: the int8 values, or the fifth-bit plane and the
-    // nibbles.
-    let planes = 64 * five as usize;
+    let six = X == NIB_SIX;
+    // Bytes per block: the int8 values, or the bit planes (the fifth
+    // bits; Q6_K's two of bit pairs) and the nibbles.
+    let planes = 64 * (five as usize + 2 * six as usize);
     let bs = if X == INT8 { 512 } else { planes + 256 };
+    // Scales, then second values (mins, Q6_K's upper-half scales).
+    let seconds_too = MIN || six;
     // SAFETY: group g holds nb blocks of bs quant bytes.
     let qb = unsafe { job.qs.as_ptr().add(g * nb * bs) };
     let (mut sdv, mut smv) = (_mm512_setzero_ps(), _mm512_setzero_ps());
@@ -725,7 +781,7 @@ unsafe fn fill<const X: u8, const MIN: bool, const SC: u8, const UNSIGNED: bool>
         // stay inside block b of the panel (values at 0..512, scales at
         // 512, mins at 576); the scales (and mins) of block gb.
         unsafe {
-            let (q, pb) = (qb.add(b * bs), panel.add(b * zmm_panel_block(MIN)));
+            let (q, pb) = (qb.add(b * bs), panel.add(b * zmm_panel_block(seconds_too)));
             if X == INT8 {
                 // The packed chunks are the panel's rows already.
                 for c in 0..8 {
@@ -741,22 +797,32 @@ unsafe fn fill<const X: u8, const MIN: bool, const SC: u8, const UNSIGNED: bool>
                 } else {
                     (_mm512_setzero_si512(), _mm512_setzero_si512())
                 };
+                // Q6_K's planes of bit pairs, low and high halves.
+                let pairs = if six {
+                    q6_planes(q)
+                } else {
+                    [_mm512_setzero_si512(); 4]
+                };
                 for c in 0..4 {
                     let v = _mm512_loadu_si512(q.add(planes + 64 * c).cast());
-                    let (lo, hi) = nibble_values::<X>(
-                        (
-                            _mm512_and_si512(v, mask),
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
-                        ),
-                        lut,
-                        (&mut hl, &mut hh),
-                    );
+                    let (lo, hi) = if six {
+                        q6_values(c, v, &pairs)
+                    } else {
+                        nibble_values::<X>(
+                            (
+                                _mm512_and_si512(v, mask),
+                                _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
+                            ),
+                            lut,
+                            (&mut hl, &mut hh),
+                        )
+                    };
                     _mm512_store_si512(pb.add(64 * c).cast(), _mm512_sub_epi8(lo, off));
                     _mm512_store_si512(pb.add(256 + 64 * c).cast(), _mm512_sub_epi8(hi, off));
                 }
             }
             _mm512_store_ps(pb.add(512).cast(), scales::<SC>(job, gb, sdv));
-            if MIN {
+            if seconds_too {
                 _mm512_store_ps(pb.add(576).cast(), seconds::<SC>(job, gb, smv));
             }
         }
@@ -783,6 +849,7 @@ pub(super) unsafe fn fill_panel<const UNSIGNED: bool>(job: &Job<'_>, g: usize, p
             (Kind::Q5_1, SC_KSUB) => fill::<NIB_FIVE, true, SC_KSUB, UNSIGNED>(job, g, panel),
             (Kind::Mxfp4, SC_E8M0) => fill::<NIB_LUT, false, SC_E8M0, UNSIGNED>(job, g, panel),
             (Kind::I8, SC_F16) => fill::<INT8, false, SC_F16, UNSIGNED>(job, g, panel),
+            (Kind::Q6K, SC_KSUB) => fill::<NIB_SIX, false, SC_KSUB, UNSIGNED>(job, g, panel),
             (kind, mode) => unreachable!("no panel for {kind:?} with scale mode {mode}"),
         }
     }

@@ -26,7 +26,7 @@
 //! | scalar | 4, 8, 16 | plain Rust (the reference layout walk) |
 //! | avx2 | 8, 16 | `vpmaddubsw`+`vpmaddwd` (one or two ymm per chunk; for Q4_0 also a 16-column panel tile, [`QGemmParams::panel`]) |
 //! | avx_vnni | 8 | `vpdpbusd` (ymm) |
-//! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm; avx512_vnni also a panel tile, every format but Q6_K) |
+//! | avx512 / avx512_vnni | 16 | `vpmaddubsw`+`vpmaddwd` / `vpdpbusd` (zmm; avx512_vnni also a panel tile, every format) |
 //! | amx | 16 | `tdpbssd` on a panel (up to 16 rows per tile), every format but Q6_K; its register tiles are avx512_vnni's |
 //! | neon | 4, 8 | `smull`+`sadalp` |
 //! | neon_dotprod | 4, 8 | `sdot` on broadcast activation bytes (`asm!`) |
@@ -289,8 +289,8 @@ pub struct QGemmParams {
     #[serde(default = "default_ku")]
     pub ku: usize,
     /// Unpack each weight group once into a panel that every activation
-    /// row reads ([`panels`]: AVX2 for Q4_0, AVX-512 VNNI and AMX for all
-    /// but Q6_K), instead of in every register tile. On AVX2 the panel
+    /// row reads ([`panels`]: AVX2 for Q4_0, AVX-512 VNNI for all, AMX for
+    /// all but Q6_K), instead of in every register tile. On AVX2 the panel
     /// holds the values as signed bytes and each column's block offset,
     /// and the activations are biased to unsigned once per call, so a tile
     /// does no unpacking and one vector subtraction per row and block for
@@ -324,12 +324,14 @@ pub fn unrolls(isa: Isa, mr: usize) -> &'static [usize] {
 }
 
 /// Whether `isa` has a panel tile ([`QGemmParams::panel`]) for `format`:
-/// AVX2 for Q4_0, AVX-512 VNNI and AMX for every format with one scale
-/// per 32-value block (all but Q6_K, whose halves have a scale each).
+/// AVX2 for Q4_0, AVX-512 VNNI for every format, AMX for every format with
+/// one scale per 32-value block (all but Q6_K, whose halves have a scale
+/// each: `tdpbssd` sums a whole block).
 pub fn panels(isa: Isa, format: QuantFormat) -> bool {
     match isa {
         Isa::Avx2 => format == QuantFormat::Q4_0,
-        Isa::Avx512Vnni | Isa::Amx => supports(format) && format != QuantFormat::Q6K,
+        Isa::Avx512Vnni => supports(format),
+        Isa::Amx => supports(format) && format != QuantFormat::Q6K,
         _ => false,
     }
 }
@@ -339,7 +341,8 @@ pub fn panels(isa: Isa, format: QuantFormat) -> bool {
 const PANEL_BLOCK: usize = 640;
 
 /// Bytes of one block of the AVX-512 VNNI and AMX panels: 16 columns'
-/// values (512), scales (64) and mins (64, for the kinds with one: `min`).
+/// values (512), scales (64) and second values (64, for the kinds with
+/// them, `min`: mins, Q6_K's upper-half scales).
 /// Without mins the block stays 576 bytes: at 640 the Q4_0 panel tile
 /// timed ~2% slower (a panel of k = 896 is 16.1 KiB, beside 8 KiB of a
 /// tile's activations in a 32 KiB L1).
