@@ -226,17 +226,19 @@ fn amx_from(format: QuantFormat) -> usize {
 /// (none: never). It saves only the register tile's unpacking, and the
 /// tile's 8 rows keep their sums in registers whatever the panel's size,
 /// so it measured faster (Zen 4, docs/PERF.md, "the panel on AVX-512",
-/// "every format's panel on AVX-512"):
+/// "a panel for every format on AVX-512"):
 /// - Q4_0 1.5–4% from 128 rows at every k of Qwen2.5-0.5B's projections;
 /// - where the register tile does more than split nibbles (the 5-bit
-///   kinds' planes, MXFP4's table, the K-quants' sub-block scales) from
-///   64 rows: at 64–512 rows Q5_0 1.11–1.16×, MXFP4 1.08–1.13×, Q5_1
-///   1.06–1.12×, Q5_K 1.06–1.11×, Q4_K 1.01–1.07×.
+///   kinds' planes, MXFP4's table, Q6_K's bit pairs, the K-quants'
+///   sub-block scales) from 64 rows: at 64–512 rows Q5_0 1.11–1.19×,
+///   Q6_K 1.11–1.19×, MXFP4 1.08–1.15×, Q5_1 1.06–1.13×, Q5_K
+///   1.06–1.13×, Q4_K 1.01–1.07× (below 64 rows the fill is not paid
+///   back: Q6_K at 16 rows 0.98×).
 ///
 /// Not for Q4_1 and Q8_0, whose register tiles unpack no more than a
 /// mask or a sign flip a chunk: their panels timed 0.89–1.01× and
-/// 0.96–1.01× (a panel block is 640 bytes against their packed 320 and
-/// 544).
+/// 0.96–1.01× (their panel blocks are 640 and 576 bytes, their packed
+/// blocks 320 and 544).
 fn vnni_panel_from(format: QuantFormat) -> Option<usize> {
     match format {
         QuantFormat::Q4_0 => Some(128),
