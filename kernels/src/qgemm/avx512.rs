@@ -10,8 +10,9 @@
 //! AVX-512 has no `vpsignb`, so without VNNI the int8 tile's sign trick
 //! negates the broadcast activations under the mask of negative weights
 //! (`vpmovb2m` + masked `vpsubb`); with VNNI the weights are biased to
-//! unsigned instead and the sums start at the bias. The 5-bit kinds merge each nibble vector with its
-//! shifted fifth-bit plane in one `vpternlogd` (`lo | (plane & 0x10)`);
+//! unsigned instead and the sums start at the bias. The 5-bit kinds merge
+//! each nibble vector with its shifted fifth-bit plane in one `vpternlogd`
+//! (`lo | (plane & 0x10)`);
 //! Q6_K takes each half's nibbles and its shifted bit pairs in one
 //! `vpternlogd` bit select; MXFP4 maps its nibble codes with one `vpshufb`
 //! each. Without VNNI the nibble products of a block are summed in i16 (no
@@ -603,8 +604,8 @@ unsafe fn panel_vnni<const MR: usize, const MODE: u8>(
     for b in 0..nb {
         // SAFETY: block b of the panel.
         let pb = unsafe { panel.add(b * zmm_panel_block(MODE != OFFSET)) };
-        // SAFETY (both): block b of row i0 + i.
         let start = |i: usize, hi: bool| {
+            // SAFETY: block b of row i0 + i.
             let x = unsafe { &*ab.add(i * nb + b) };
             let sum = match (halves, hi) {
                 (false, _) => x.sum(),
