@@ -347,8 +347,10 @@ pub fn run_campaign(
         let mut note = ev.store_error.take();
         let selection = match (result.best, best_s, default_s) {
             (Some(b), Some(bs), Some(ds)) => {
-                let cands = problem.candidates();
-                let thread_budget = cands.iter().map(|c| c.threads()).max().unwrap_or(1);
+                let thread_budget = (ev.problem.candidates().iter())
+                    .map(|c| c.threads())
+                    .max()
+                    .unwrap_or(1);
                 // The default is a valid candidate too: never select something
                 // slower than it, nor something whose lead is within the
                 // noise (the two medians' confidence intervals overlap): a
@@ -357,17 +359,35 @@ pub fn run_campaign(
                     (Some(b), Some(d)) => b.seconds + b.half_width < d.seconds - d.half_width,
                     _ => bs < ds,
                 };
-                let (winner, median_s) = if clearly_faster {
-                    (b, bs)
-                } else {
-                    (default, ds)
+                // The two were timed at different moments of the search:
+                // a lead that holds is kept only if it also holds back to
+                // back (`head_to_head`), and is then reported as timed there.
+                let confirmed = match clearly_faster && b != default {
+                    true => ev.head_to_head(default, b),
+                    false => None,
                 };
+                let (winner, median_s, default_s) = match confirmed {
+                    Some((d, w)) => (b, w, d),
+                    None if b == default => (b, bs, ds),
+                    None => {
+                        if clearly_faster {
+                            note.get_or_insert_with(|| {
+                                format!(
+                                    "the best's {:.2}x lead did not hold back to back; the default kept",
+                                    ds / bs
+                                )
+                            });
+                        }
+                        (default, ds, ds)
+                    }
+                };
+                let cands = ev.problem.candidates();
                 Some(Selection {
                     problem: spec.clone(),
                     winner: cands[winner].clone(),
                     median_s,
                     default: cands[default].clone(),
-                    default_s: ds,
+                    default_s,
                     thread_budget,
                 })
             }
@@ -426,6 +446,65 @@ pub fn median_half_width(mad_s: f64, samples: usize) -> f64 {
         return 0.0;
     }
     1.4826 * 1.2533 * mad_s / (samples as f64).sqrt()
+}
+
+/// Back-to-back pairs of the default and the search's best in
+/// [`CampaignEvaluator::head_to_head`], in ABBA order (which cancels a
+/// steady drift), at a third of full fidelity each.
+const CONFIRM_PAIRS: usize = 4;
+const CONFIRM_FIDELITY: u32 = FULL_FIDELITY / 3;
+
+impl CampaignEvaluator<'_> {
+    /// Candidate `i` timed now, neither looked up nor recorded: the
+    /// store's measurement of it was taken at another moment.
+    fn time_now(&mut self, i: usize) -> f64 {
+        let placement = self.problem.candidates()[i].placement().clone();
+        self.measure.use_placement(&placement);
+        let problem = &mut *self.problem;
+        let s = self
+            .measure
+            .measure(CONFIRM_FIDELITY, &mut || problem.run(i));
+        match s.median_s {
+            t if t.is_finite() && t > 0.0 => t,
+            _ => f64::NAN,
+        }
+    }
+
+    /// The default `d` and a challenger `w` timed in [`CONFIRM_PAIRS`]
+    /// alternated pairs; their medians (default, challenger) if the
+    /// challenger was faster in every pair, else `None`. A search times
+    /// each candidate once, and on a VM the bandwidth a memory-bound kernel
+    /// gets moves by 1.5× within a minute: a Q8_0 LM-head GEMV timed in a
+    /// fast minute "won" 1.16× over a default timed in a slow one, and
+    /// timed side by side it was the slower (docs/PERF.md).
+    fn head_to_head(&mut self, d: usize, w: usize) -> Option<(f64, f64)> {
+        let (mut ds, mut ws) = (Vec::new(), Vec::new());
+        for pair in 0..CONFIRM_PAIRS {
+            let (td, tw) = if pair % 2 == 0 {
+                let td = self.time_now(d);
+                (td, self.time_now(w))
+            } else {
+                let tw = self.time_now(w);
+                (self.time_now(d), tw)
+            };
+            // NaN (unmeasurable) is not Less: no win.
+            if tw.partial_cmp(&td) != Some(std::cmp::Ordering::Less) {
+                return None;
+            }
+            ds.push(td);
+            ws.push(tw);
+        }
+        Some((median(&mut ds), median(&mut ws)))
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n % 2 {
+        1 => v[n / 2],
+        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
 }
 
 impl Evaluator for CampaignEvaluator<'_> {
@@ -844,6 +923,67 @@ mod tests {
             if !expect_default {
                 assert_eq!(sel.winner.params()["rows"], 5);
             }
+        }
+    }
+
+    /// A lead measured in a slow moment of the default's is not kept: the
+    /// first measurement (the default's, in an exhaustive search) runs
+    /// 1.5× slow, as on a VM whose bandwidth drops for a minute. With every
+    /// candidate as fast as the default the default stays, with a note;
+    /// with one truly 10% faster it wins, with the speedup timed back to
+    /// back (10/9, not 15/9).
+    #[test]
+    fn a_lead_that_does_not_hold_back_to_back_keeps_the_default() {
+        struct SlowFirst(Arc<std::sync::atomic::AtomicUsize>, Vec<f64>, usize);
+        impl Measure for SlowFirst {
+            fn measure(&mut self, _f: u32, run: &mut (dyn FnMut() + Send)) -> Stats {
+                run();
+                self.2 += 1;
+                let t = self.1[self.0.load(Ordering::Relaxed)];
+                Stats {
+                    median_s: if self.2 == 1 { 1.5 * t } else { t },
+                    mad_s: 0.0,
+                    samples: 9,
+                    counters: serde_json::Value::Null,
+                }
+            }
+        }
+        for (fast, expect) in [(10.0, None), (9.0, Some(10.0 / 9.0))] {
+            let cur = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut times = vec![10.0; 6];
+            times[3] = fast;
+            // The wrong candidate is never timed.
+            times.push(0.001);
+            let mut problems: Vec<Box<dyn KernelProblem>> = vec![Box::new(Tracked {
+                inner: fake(6),
+                current: cur.clone(),
+                calls: Arc::default(),
+            })];
+            let cfg = CampaignConfig {
+                strategy: Strategy::Exhaustive,
+                budget: None,
+                stop: None,
+                shares: Vec::new(),
+            };
+            let mut m = SlowFirst(cur, times, 0);
+            let mut store = MemStore::default();
+            let r = run_campaign(&mut problems, &cfg, &mut m, &mut store, &mut ());
+            let sel = r[0].selection.as_ref().expect("a selection");
+            match expect {
+                None => {
+                    assert_eq!(sel.winner, sel.default, "{sel:?}");
+                    assert_eq!(sel.speedup(), 1.0);
+                    let note = r[0].note.as_deref().unwrap_or_default();
+                    assert!(note.contains("1.50x lead did not hold"), "{note}");
+                }
+                Some(speedup) => {
+                    assert_eq!(sel.winner.params()["rows"], 3, "{sel:?}");
+                    assert!((sel.speedup() - speedup).abs() < 1e-9, "{sel:?}");
+                    assert_eq!(r[0].note, None);
+                }
+            }
+            // Six valid candidates recorded once; the pairs are not records.
+            assert_eq!(store.records, 7);
         }
     }
 

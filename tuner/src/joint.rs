@@ -7,8 +7,10 @@
 //! their winners can disagree (decode fastest at AVX2's interleave 8,
 //! prefill at AVX-512's 16). [`choose`] takes every valid measurement of
 //! the problems of one weight and picks, for each layout every problem has
-//! a measured candidate for, the fastest candidate of each problem that
-//! reads it; the layout whose total [`Workload`] cost is least wins. Only
+//! a measured candidate for, each problem's candidate that reads it: the
+//! one that runs (its selection, else its default) where it does, else the
+//! fastest; the layout whose total [`Workload`] cost is least wins. Where
+//! what runs already agrees on one layout, that layout stands. Only
 //! single-copy layouts are offered: keeping the GGUF rows beside a packed
 //! copy would double the weight's memory, which a phone's RAM is the
 //! first to run out of.
@@ -156,7 +158,7 @@ pub struct Measured {
     pub timed: Vec<(Candidate, f64)>,
     /// The problem's current selection, if any: kept when it reads the
     /// layout chosen (its lead over the default was checked by the
-    /// campaign).
+    /// campaign); with none, the default runs and is kept the same way.
     pub selected: Option<Candidate>,
     /// The analytic default's candidate.
     pub default: Candidate,
@@ -205,7 +207,20 @@ pub fn choose(problems: &[Measured]) -> Option<JointChoice> {
                 .collect()
         })
         .collect();
-    let layouts: BTreeSet<Layout> = read.iter().flatten().flatten().copied().collect();
+    let mut layouts: BTreeSet<Layout> = read.iter().flatten().flatten().copied().collect();
+    // Where what runs (each problem's selection, else its default) already
+    // reads one layout, that layout stands: the stored times of the rest
+    // were taken at different moments, and a lead among them that the
+    // campaign did not confirm back to back is the machine's noise.
+    let running: BTreeSet<Option<Layout>> = problems
+        .iter()
+        .map(|m| layout_of(&m.problem, m.selected.as_ref().unwrap_or(&m.default)))
+        .collect();
+    if let [Some(agreed)] = running.iter().collect::<Vec<_>>()[..]
+        && layouts.contains(agreed)
+    {
+        layouts = BTreeSet::from([*agreed]);
+    }
     let unconstrained_ns = problems
         .iter()
         .filter(|m| !m.timed.is_empty())
@@ -229,10 +244,9 @@ pub fn choose(problems: &[Measured]) -> Option<JointChoice> {
                     .filter(|(_, l)| **l == Some(layout))
                     .map(|(t, _)| t)
             };
-            let kept = m
-                .selected
-                .as_ref()
-                .and_then(|s| reading().find(|(c, _)| c == s));
+            // The selection, else (none made) the default that runs.
+            let runs = m.selected.as_ref().unwrap_or(&m.default);
+            let kept = reading().find(|(c, _)| c == runs);
             // Ties go to the first measured, which is the default when it
             // was measured (the campaign measures it first).
             let fastest = reading().min_by(|a, b| a.1.total_cmp(&b.1));
@@ -322,7 +336,7 @@ pub fn store_joint(
         };
         let mut changed = Vec::new();
         for (m, (winner, median_ns)) in measured.iter().zip(&choice.picks) {
-            if m.selected.as_ref() == Some(winner) {
+            if m.selected.as_ref().unwrap_or(&m.default) == winner {
                 continue;
             }
             let default_ns = m
@@ -499,6 +513,41 @@ mod tests {
         // the noise; the joint pass does not overrule it.
         let j = choose(&[m]).unwrap();
         assert_eq!(j.picks[0].0, d16);
+    }
+
+    /// The demo's LM head: every problem runs a candidate of the 16-column
+    /// layout (two selections, one default), and the 8-column candidates
+    /// were timed faster at other moments. The weight stays as it is.
+    #[test]
+    fn a_layout_what_runs_agrees_on_stands() {
+        let (d16, p16) = (qgemm("scalar", 1, 16), qgemm("scalar", 8, 16));
+        let (d8, p8) = (qgemm("scalar", 1, 8), qgemm("scalar", 8, 8));
+        let m = |problem, default: &Candidate, selected: Option<&Candidate>, fast: &Candidate| {
+            Measured {
+                problem,
+                calls: 1.0,
+                timed: vec![(default.clone(), 100.0), (fast.clone(), 80.0)],
+                selected: selected.cloned(),
+                default: default.clone(),
+            }
+        };
+        let mut g = vec![
+            m(gemv(), &d16, Some(&d16), &d8),
+            m(gemm(16), &p16, None, &p8),
+            m(gemm(256), &p16, Some(&p16), &p8),
+        ];
+        let j = choose(&g).unwrap();
+        assert_eq!(j.layout, Layout::Packed { nr: 16 });
+        assert_eq!(j.cost_ns, 300.0);
+        for (m, (c, _)) in g.iter().zip(&j.picks) {
+            assert_eq!(c, &m.default);
+        }
+        // A selection of the 8-column layout (a confirmed lead) makes them
+        // disagree: then the cheaper layout is chosen on the stored times.
+        g[0].selected = Some(d8.clone());
+        let j = choose(&g).unwrap();
+        assert_eq!(j.layout, Layout::Packed { nr: 8 });
+        assert_eq!(j.cost_ns, 240.0);
     }
 
     #[test]

@@ -72,13 +72,17 @@ pub(super) fn print_summary(
     for r in reports {
         match &r.selection {
             Some(s) => println!(
-                "{:<28} {:>9.1}µs {:>9.1}µs {:>7.2}x {:>6}  {}",
+                "{:<28} {:>9.1}µs {:>9.1}µs {:>7.2}x {:>6}  {}{}",
                 r.problem.to_string(),
                 s.default_s * 1e6,
                 s.median_s * 1e6,
                 s.speedup(),
                 r.evaluations,
-                short(&s.winner)
+                short(&s.winner),
+                r.note
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
             ),
             None => println!(
                 "{:<28} {:>11} {:>11} {:>8} {:>6}  ({})",
