@@ -261,7 +261,7 @@ pub(super) unsafe fn supers<const SC: u8>(job: &Job<'_>, gb: usize) -> (__m512, 
 /// Generates the Q4 and int8 tiles and the dispatching entry for one
 /// feature set and its step functions.
 macro_rules! tiles {
-    ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $i8bias:literal, $q4:ident, $i8:ident, $entry:ident) => {
+    ($feat:literal, $q4step:ident, $q4fin:ident, $i8step:ident, $i8bias:expr, $q4:ident, $i8:ident, $entry:ident) => {
         /// Q4_0 (`MIN = false`) or Q4_1 (`MIN = true`) tile, interleave
         /// 16; `X` [`NIB`], or [`NIB_FIVE`] for Q5_0 / Q5_1 (nibbles plus the
         /// fifth-bit plane), or [`NIB_LUT`] for MXFP4 (`MIN = false`; codes
@@ -477,7 +477,7 @@ macro_rules! tiles {
                     let (aw, neg) = if $i8bias == 0 {
                         (_mm512_abs_epi8(w), _mm512_movepi8_mask(w))
                     } else {
-                        (_mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN)), 0)
+                        (_mm512_xor_si512(w, _mm512_set1_epi8(-$i8bias as i8)), 0)
                     };
                     for (i, si) in s.iter_mut().enumerate() {
                         // SAFETY: block b of row i0 + i; 4c + 4 <= 32.
@@ -563,11 +563,17 @@ tiles!(
     q4_step_vnni,
     q4_finish_vnni,
     i8_step_vnni,
-    128,
+    I8_BIAS,
     q4_vnni,
     i8_vnni,
     tile_vnni
 );
+
+/// What `vpdpbusd` (u8 × i8) reads for an int8 weight `w` (Q8_0): the
+/// byte `w + 128`, a flip of its sign bit, so a row's sums start at
+/// `−128·Σx`. The register tile flips each chunk as it loads it, the
+/// panel fill once per call.
+const I8_BIAS: i32 = 128;
 
 /// [`panel_vnni`]'s scaling: one scale per block and an offset, a scale
 /// and a min ([`MINS`]), or a scale per half-block ([`HALVES`], Q6_K).
@@ -694,7 +700,7 @@ pub(super) unsafe fn panel_tile(
     let at = (
         i0,
         if job.kind == Kind::I8 {
-            128
+            I8_BIAS
         } else {
             job.kind.offset()
         },
@@ -751,9 +757,9 @@ unsafe fn fill<const X: u8, const MIN: bool, const SC: u8, const UNSIGNED: bool>
     // MXFP4's table for [`nibble_values`]. SAFETY: the table is 16 bytes.
     let lut = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(MXFP4_LUT.as_ptr().cast()) });
     // What each stored byte is less: the kind's offset for signed nibble
-    // values, −128 for unsigned int8 ones (a flip of the sign bit).
+    // values, −[`I8_BIAS`] for unsigned int8 ones (a flip of the sign bit).
     let off = _mm512_set1_epi8(match (X == INT8, UNSIGNED) {
-        (true, true) => i8::MIN,
+        (true, true) => -I8_BIAS as i8,
         (false, false) => job.kind.offset() as i8,
         _ => 0,
     });

@@ -343,14 +343,14 @@ pub fn panels(isa: Isa, format: QuantFormat) -> bool {
 const PANEL_BLOCK: usize = 640;
 
 /// Bytes of one block of the AVX-512 VNNI and AMX panels: 16 columns'
-/// values (512), scales (64) and second values (64, for the kinds with
-/// them, `min`: mins, Q6_K's upper-half scales).
-/// Without mins the block stays 576 bytes: at 640 the Q4_0 panel tile
+/// values (512), scales (64) and, with `seconds`, second values (64: the
+/// mins, or Q6_K's upper-half scales).
+/// Without them the block stays 576 bytes: at 640 the Q4_0 panel tile
 /// timed ~2% slower (a panel of k = 896 is 16.1 KiB, beside 8 KiB of a
 /// tile's activations in a 32 KiB L1).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-const fn zmm_panel_block(min: bool) -> usize {
-    if min { 640 } else { 576 }
+const fn zmm_panel_block(seconds: bool) -> usize {
+    if seconds { 640 } else { 576 }
 }
 
 /// Bytes of one block of `isa`'s panel.
