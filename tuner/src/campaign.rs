@@ -371,9 +371,10 @@ pub fn run_campaign(
                     None if b == default => (b, bs, ds),
                     None => {
                         if clearly_faster {
+                            let key = ev.problem.candidates()[b].key();
                             note.get_or_insert_with(|| {
                                 format!(
-                                    "the best's {:.2}x lead did not hold back to back; the default kept",
+                                    "{key} led {:.2}x timed apart, not back to back; the default kept",
                                     ds / bs
                                 )
                             });
@@ -974,7 +975,7 @@ mod tests {
                     assert_eq!(sel.winner, sel.default, "{sel:?}");
                     assert_eq!(sel.speedup(), 1.0);
                     let note = r[0].note.as_deref().unwrap_or_default();
-                    assert!(note.contains("1.50x lead did not hold"), "{note}");
+                    assert!(note.contains("led 1.50x timed apart, not back"), "{note}");
                 }
                 Some(speedup) => {
                     assert_eq!(sel.winner.params()["rows"], 3, "{sel:?}");
