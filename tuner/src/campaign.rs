@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use tiletune_bench::stats::median;
 use tiletune_tables::{Candidate, Placement, Problem};
 
 /// Coordinates of a candidate for neighbourhood search: variant, each
@@ -495,16 +496,7 @@ impl CampaignEvaluator<'_> {
             ds.push(td);
             ws.push(tw);
         }
-        Some((median(&mut ds), median(&mut ws)))
-    }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n % 2 {
-        1 => v[n / 2],
-        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+        Some((median(&ds), median(&ws)))
     }
 }
 
