@@ -198,16 +198,23 @@ fn to_defaults(entries: &mut [PlanEntry], phase: Phase, d: &Defaults<'_>) {
         .iter_mut()
         .filter(|e| phase_of(&e.problem) == phase && e.source != Source::Default)
     {
-        let why = format!(
-            "{} `{}` {} not used: see the {phase} verdict",
-            e.source.name(),
-            e.kernel.variant(),
-            e.kernel.params_json()
-        );
-        e.kernel = default_choice(&e.problem, d.caps, d.threads, d.qmode);
+        let default = default_choice(&e.problem, d.caps, d.threads, d.qmode);
+        // A table entry that is the default (a campaign kept it: no lead
+        // held) is not a choice the verdict turned down.
+        let why = (e.kernel != default || e.placement.is_some()).then(|| {
+            format!(
+                "{} `{}` {} not used: see the {phase} verdict",
+                e.source.name(),
+                e.kernel.variant(),
+                e.kernel.params_json()
+            )
+        });
+        e.kernel = default;
         e.source = Source::Default;
         e.placement = None;
-        e.note = Some(why);
+        if why.is_some() {
+            e.note = why;
+        }
     }
 }
 
@@ -1171,14 +1178,24 @@ mod tests {
         ]
     }
 
-    /// Stores the default GEMM on `threads` as the selection of `ps[1]`.
-    fn select_default_gemm(path: &std::path::Path, ps: &[Problem], threads: usize) {
+    /// Stores the default GEMM on `threads` as the selection of `p` (an
+    /// f32 GEMM problem).
+    fn select_default_gemm(path: &std::path::Path, p: &Problem, threads: usize) {
         let mut db = SelectorDb::open(path).unwrap();
         let mut sel = db.selections(Some("soc")).unwrap().remove(0);
-        sel.problem = ps[1].clone();
+        sel.problem = p.clone();
         let caps = CpuCaps::default();
-        let g =
-            KernelChoice::default_for(Op::Gemm, WeightKind::F32, 16, 64, 32, &caps, threads, None);
+        let d = |name| p.dim(name).unwrap();
+        let g = KernelChoice::default_for(
+            Op::Gemm,
+            WeightKind::F32,
+            d("m"),
+            d("n"),
+            d("k"),
+            &caps,
+            threads,
+            None,
+        );
         sel.winner =
             tiletune_tables::Candidate::new(g.variant(), g.params_json(), threads).unwrap();
         db.put_selection(&sel).unwrap();
@@ -1224,7 +1241,7 @@ mod tests {
         let (path, _) = placed_db("verdict", 2, &[(64, Placement::unpinned(1).unwrap())]);
         let ps = phase_problems();
         // A prefill winner too (1 thread: not the default's 2).
-        select_default_gemm(&path, &ps, 1);
+        select_default_gemm(&path, &ps[1], 1);
         let caps = CpuCaps::default();
         let unchecked = ExecutionPlan::build(&ps, "soc", &caps, &opts(path.clone()));
         assert_eq!(unchecked.counts(), (2, 0, 0), "{unchecked}");
@@ -1274,6 +1291,38 @@ mod tests {
         let _ = std::fs::remove_dir_all(ps_dir("verdict"));
     }
 
+    /// A lost verdict gives its phase the defaults, and says so on each
+    /// entry it moved; an entry whose table choice is its default (a
+    /// campaign kept the default: no lead held) was not moved and says
+    /// nothing.
+    #[test]
+    fn a_lost_verdict_notes_only_the_choices_it_turned_down() {
+        use tiletune_tables::Phase;
+        let (path, _) = placed_db("turned", 2, &[(64, Placement::unpinned(1).unwrap())]);
+        let mut ps = phase_problems();
+        ps.push(Problem::new("gemm", "f32", [("m", 64), ("n", 64), ("k", 32)]).unwrap());
+        select_default_gemm(&path, &ps[1], 1);
+        select_default_gemm(&path, &ps[2], 2);
+        let caps = CpuCaps::default();
+        let tuned = ExecutionPlan::build_unverified(&ps, "soc", &caps, &opts(path.clone()));
+        assert_eq!(tuned.counts(), (3, 0, 0), "{tuned}");
+        let digest = tuned.digest(Phase::Prefill);
+        put_verdict(
+            &path,
+            &tuned.model,
+            Phase::Prefill,
+            digest,
+            ("pp512", 0.9, false),
+        );
+        let p = ExecutionPlan::build(&ps, "soc", &caps, &opts(path));
+        assert_eq!(p.entries[1].source, Source::Default);
+        let note = p.entries[1].note.as_deref().unwrap_or_default();
+        assert!(note.contains("not used: see the prefill verdict"), "{note}");
+        assert_eq!(p.entries[2].source, Source::Default);
+        assert_eq!(p.entries[2].note, None, "{p}");
+        let _ = std::fs::remove_dir_all(ps_dir("turned"));
+    }
+
     /// Table choices that are the default plan's (the joint layout pass
     /// stores some as selections) run as the defaults: a phase whose
     /// verdict lost on them says the defaults run, not its tuned choices.
@@ -1282,7 +1331,7 @@ mod tests {
         use tiletune_tables::Phase;
         let (path, _) = placed_db("asdefault", 2, &[(64, Placement::unpinned(1).unwrap())]);
         let ps = phase_problems();
-        select_default_gemm(&path, &ps, 2);
+        select_default_gemm(&path, &ps[1], 2);
         let caps = CpuCaps::default();
         let tuned = ExecutionPlan::build_unverified(&ps, "soc", &caps, &opts(path.clone()));
         let default = ExecutionPlan::build_default(&ps, "soc", &caps, &opts(path.clone()));
