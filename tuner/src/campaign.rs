@@ -476,9 +476,9 @@ impl CampaignEvaluator<'_> {
     /// alternated pairs; their medians (default, challenger) if the
     /// challenger was faster in every pair, else `None`. A search times
     /// each candidate once, and on a VM the bandwidth a memory-bound kernel
-    /// gets moves by 1.5× within a minute: a Q8_0 LM-head GEMV timed in a
-    /// fast minute "won" 1.16× over a default timed in a slow one, and
-    /// timed side by side it was the slower (docs/PERF.md).
+    /// gets moves by 1.5× within a minute, so two medians taken minutes
+    /// apart can differ by more than the two kernels do (docs/PERF.md,
+    /// twelfth sitting).
     fn head_to_head(&mut self, d: usize, w: usize) -> Option<(f64, f64)> {
         let (mut ds, mut ws) = (Vec::new(), Vec::new());
         for pair in 0..CONFIRM_PAIRS {
