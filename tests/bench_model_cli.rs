@@ -166,6 +166,10 @@ fn json_has_llama_bench_fields_and_consistent_statistics() {
         let plan = &r["plan"];
         assert!(plan["tuned"].is_u64() && plan["nearest"].is_u64() && plan["default"].is_u64());
         assert_eq!(plan["tuned"], 0, "no table, so nothing is tuned");
+        assert_eq!(
+            plan["differ"], 0,
+            "no table, so every kernel is the default's"
+        );
         assert!(plan["default"].as_u64().unwrap() > 0);
     }
 }

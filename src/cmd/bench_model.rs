@@ -213,6 +213,7 @@ pub fn run(g: &Global, mut a: Args) -> anyhow::Result<ExitCode> {
                 tuned,
                 nearest,
                 default,
+                differ: l.plan.differ,
             };
             // A Hugging Face folder may come without tokenizer.json: the
             // config's vocabulary and BOS id serve for random prompts.

@@ -203,13 +203,14 @@ pub fn run(g: &Global, mut args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where the plan's choices came from, for the summary line: `tuned` (all
-/// from the table), `default`, or the counts when mixed.
+/// Where the plan's choices came from, for the summary line: `default`
+/// when every kernel is the default's (table choices that are their
+/// defaults change nothing), `tuned` (all from the table), or the counts.
 fn plan_source(p: &ExecutionPlan) -> String {
-    match p.counts() {
-        (0, 0, _) => "default".into(),
-        (t, 0, 0) => format!("tuned ({t})"),
-        (t, n, d) => format!("{t} tuned, {n} nearest, {d} default"),
+    match (p.counts(), p.differ) {
+        (_, 0) => "default".into(),
+        ((t, 0, 0), c) => format!("tuned ({t}, {c} not the default)"),
+        ((t, n, d), c) => format!("{t} tuned, {n} nearest, {d} default, {c} not the default"),
     }
 }
 

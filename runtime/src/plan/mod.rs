@@ -112,6 +112,10 @@ pub struct ExecutionPlan {
     /// The model-level check of each phase and what it decided (empty for
     /// a plan built without verdicts).
     pub verdicts: Vec<VerdictCheck>,
+    /// Entries whose kernel or placement is not the analytic default's: a
+    /// table choice that is its default (the campaign kept it) counts as
+    /// `tuned` but changes nothing.
+    pub differ: usize,
     index: HashMap<String, usize>,
 }
 
@@ -336,6 +340,13 @@ impl ExecutionPlan {
             Build::Default => (verdict::mixed(&base, Mix::DEFAULT, &defaults), Vec::new()),
         };
         let pinned_cpus = agree_on_cpus(&mut entries, threads);
+        let differ = entries
+            .iter()
+            .filter(|e| {
+                e.placement.is_some()
+                    || e.kernel != default_choice(&e.problem, caps, threads, opts.qmode)
+            })
+            .count();
         let index = entries
             .iter()
             .enumerate()
@@ -355,6 +366,7 @@ impl ExecutionPlan {
             pinned_cpus,
             model,
             verdicts,
+            differ,
             index,
         }
     }
@@ -468,12 +480,14 @@ impl ExecutionPlan {
         (c(Source::Tuned), c(Source::Nearest), c(Source::Default))
     }
 
-    /// One line: counts per source, table status and timing.
+    /// One line: counts per source, how many differ from the defaults,
+    /// table status and timing.
     pub fn summary(&self) -> String {
         let (t, n, d) = self.counts();
         format!(
-            "plan: {} problems: {t} tuned, {n} nearest, {d} default; table {} ({}); lookup {:.2} ms, plan {:.2} ms",
+            "plan: {} problems: {t} tuned, {n} nearest, {d} default; {} differ from the default plan; table {} ({}); lookup {:.2} ms, plan {:.2} ms",
             self.entries.len(),
+            self.differ,
             self.db_path.display(),
             self.db_status,
             self.lookup_time.as_secs_f64() * 1e3,
@@ -508,7 +522,7 @@ impl ExecutionPlan {
             "db_status": self.db_status,
             "lookup_ms": self.lookup_time.as_secs_f64() * 1e3,
             "plan_ms": self.plan_time.as_secs_f64() * 1e3,
-            "counts": { "tuned": t, "nearest": n, "default": d },
+            "counts": { "tuned": t, "nearest": n, "default": d, "differ": self.differ },
             "pinned_cpus": self.pinned_cpus,
             "model": self.model,
             "verdicts": self.verdicts.iter().map(|v| json!({
@@ -1337,6 +1351,14 @@ mod tests {
         let default = ExecutionPlan::build_default(&ps, "soc", &caps, &opts(path.clone()));
         assert_eq!(tuned.entries[1].source, Source::Tuned);
         assert_eq!(tuned.digest(Phase::Prefill), default.digest(Phase::Prefill));
+        // Both choices come from the table; only decode's is not its default.
+        assert_eq!((tuned.counts().0, tuned.differ), (2, 1), "{tuned}");
+        assert!(
+            tuned
+                .summary()
+                .contains("; 1 differ from the default plan;")
+        );
+        assert_eq!(tuned.to_json()["counts"]["differ"], 1);
         // `tune --model` times nothing of such a phase and stores no
         // verdict for it: the plan says so, not "no check stored".
         let p = ExecutionPlan::build(&ps, "soc", &caps, &opts(path.clone()));

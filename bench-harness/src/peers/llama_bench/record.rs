@@ -59,12 +59,14 @@ pub struct TestRecord {
 pub const DECODE_BYTES_COUNT: &str =
     "every matrix and norm; the token embedding only as the tied LM head";
 
-/// How many plan entries came from each source.
+/// How many plan entries came from each source, and how many of them are
+/// not the analytic default's kernel (a table choice can be its default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PlanCounts {
     pub tuned: usize,
     pub nearest: usize,
     pub default: usize,
+    pub differ: usize,
 }
 
 /// What every record of one run shares.
@@ -460,6 +462,7 @@ mod tests {
             tuned: 1,
             nearest: 0,
             default: 2,
+            differ: 1,
         };
         let test = Test {
             n_depth: 0,
