@@ -88,7 +88,7 @@ fn help_describes_every_mode() {
     );
     let (out, _) = text(&tiletune(&["compare", "ppl", "--help"], None));
     assert!(
-        out.contains("--llama-perplexity") && out.contains("W4A8"),
+        out.contains("--llama-perplexity") && out.contains("row A8"),
         "{out}"
     );
     let o = tiletune(&["compare"], None);
@@ -502,7 +502,7 @@ fn ppl_compare_reads_llama_perplexity_and_stores_it() {
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
     assert!(out.contains("9.8635 ± 1.00855"), "{out}");
     assert!(
-        out.contains("tiletune W4A32 failed") && out.contains("tiletune W4A8 failed"),
+        out.contains("tiletune A32 failed") && out.contains("tiletune A8 failed"),
         "{out}"
     );
     let stored = peer_results(&db);

@@ -59,9 +59,9 @@ const OP: &str = "qgemv";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum QMode {
-    /// Weights dequantized in registers, f32 activations ("W4A32").
+    /// Weights dequantized in registers, f32 activations.
     A32,
-    /// Activations quantized to Q8 blocks, integer dot products ("W4A8").
+    /// Activations quantized to Q8 blocks, integer dot products.
     A8,
 }
 

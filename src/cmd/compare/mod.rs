@@ -3,8 +3,8 @@
 //! llama.cpp's `llama-bench` and MNN's `llm_bench` round by round and prints
 //! tokens/s side by side; `compare kernels` runs llama.cpp's
 //! `test-backend-ops perf -o MUL_MAT` and tiletune's GEMV/GEMM at the same
-//! types and shapes; `compare ppl` scores a text with tiletune (W4A32 and
-//! W4A8) and with `llama-perplexity`; `compare image` times a vision
+//! types and shapes; `compare ppl` scores a text with tiletune (f32 and
+//! int8 activations) and with `llama-perplexity`; `compare image` times a vision
 //! model's image encode against `llama-mtmd-cli` (one file each: `model.rs`,
 //! `kernels.rs`, `ppl.rs`, `image.rs`; `output.rs` writes and stores what
 //! they share).
@@ -49,8 +49,9 @@ pub enum CompareCommand {
     /// tiletune's GEMV/GEMM at the same types and shapes: time per run,
     /// GFLOP/s and GB/s.
     Kernels(kernels::Args),
-    /// Perplexity of a text: tiletune W4A32 (`--qmode a32`) and W4A8
-    /// (`--qmode a8`) next to `llama-perplexity`.
+    /// Perplexity of a text: tiletune with f32 activations (`--qmode a32`,
+    /// row A32) and int8 ones (`--qmode a8`, row A8), the weights as the
+    /// file has them, next to `llama-perplexity`.
     Ppl(ppl::Args),
     /// A vision model's image encode time next to llama.cpp's
     /// `llama-mtmd-cli`, on the same language GGUF + mmproj and pictures.

@@ -1,4 +1,5 @@
-//! `tiletune compare ppl`: perplexity of a text, tiletune W4A32 and W4A8
+//! `tiletune compare ppl`: perplexity of a text, tiletune with f32 (`A32`)
+//! and int8 (`A8`) activations
 //! next to `llama-perplexity`, run by `tiletune_bench::peers::compare::PplCompare`;
 //! this module reads the flags, prints and stores the rows as peer results.
 

@@ -9,7 +9,7 @@
 //!   MNN's `llm_bench` alternated round by round.
 //! - [`kernels`] — llama.cpp's `test-backend-ops perf -o MUL_MAT` next to
 //!   tiletune's kernels at the same types and shapes.
-//! - [`ppl`] — [`PplCompare`]: perplexity of a text, tiletune W4A32 and W4A8
+//! - [`ppl`] — [`PplCompare`]: perplexity of a text, tiletune with f32 and int8 activations
 //!   next to `llama-perplexity`.
 //! - [`image`] — [`ImageCompare`]: a vision model's image encode time next to
 //!   `llama-mtmd-cli`.

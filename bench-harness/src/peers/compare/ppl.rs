@@ -1,5 +1,6 @@
-//! `compare ppl`: perplexity of one text, tiletune W4A32 (`--qmode a32`)
-//! and W4A8 (`--qmode a8`) next to `llama-perplexity`, with the same
+//! `compare ppl`: perplexity of one text, tiletune with f32 activations
+//! (`--qmode a32`, row `A32`) and with int8 ones (`--qmode a8`, `A8`) next
+//! to `llama-perplexity`, with the same
 //! chunking, context and threads.
 
 use super::file_name;
@@ -14,7 +15,9 @@ use std::time::Duration;
 pub struct PplRow {
     pub engine: String,
     pub engine_version: String,
-    /// `W4A32`, `W4A8`, or `llama.cpp` for llama-perplexity's own scheme.
+    /// `A32` or `A8` (tiletune's activations; the weights are the file's,
+    /// whatever their bits), or `llama.cpp` for llama-perplexity's own
+    /// scheme.
     pub mode: String,
     pub ppl: f64,
     pub plus_minus: Option<f64>,
@@ -54,7 +57,9 @@ pub struct PplCompare {
 }
 
 /// tiletune's activation modes: the `--qmode` flag and the row's label.
-const MODES: [(&str, &str); 2] = [("a32", "W4A32"), ("a8", "W4A8")];
+/// Named by the activations alone: the weights are the file's (a Q8_0 or
+/// Q6_K file is not 4-bit), the same in both modes.
+const MODES: [(&str, &str); 2] = [("a32", "A32"), ("a8", "A8")];
 
 impl PplCompare {
     /// Runs tiletune in both modes, then llama-perplexity; `announce` gets
@@ -147,7 +152,7 @@ impl PplCompare {
     }
 }
 
-/// The peer-result test label of a perplexity run: `ppl512-w4a32`, `ppl512` (llama.cpp).
+/// The peer-result test label of a perplexity run: `ppl512-a32`, `ppl512` (llama.cpp).
 pub fn ppl_test_name(ctx: usize, mode: &str) -> String {
     if mode == "llama.cpp" {
         format!("ppl{ctx}")
@@ -284,7 +289,7 @@ mod tests {
 
     #[test]
     fn ppl_tests_are_named_by_ctx_and_mode() {
-        assert_eq!(ppl_test_name(512, "W4A8"), "ppl512-w4a8");
+        assert_eq!(ppl_test_name(512, "A8"), "ppl512-a8");
         assert_eq!(ppl_test_name(128, "llama.cpp"), "ppl128");
     }
 
@@ -331,7 +336,7 @@ mod tests {
         );
         assert!(doc.rows.is_empty());
         assert_eq!(doc.notes.len(), 3, "{:?}", doc.notes);
-        assert!(doc.notes[0].starts_with("tiletune W4A32 failed: "));
+        assert!(doc.notes[0].starts_with("tiletune A32 failed: "));
         assert_eq!(
             doc.notes[2],
             "llama.cpp skipped: `llama-perplexity` is not on PATH"
