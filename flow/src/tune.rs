@@ -229,6 +229,12 @@ pub fn tune(o: &TuneOptions, on_event: &mut dyn FnMut(TuneEvent<'_>)) -> Result<
         max_threads,
         seed: o.seed,
         memory: tiletune_soc::mem_available(),
+        // A model's decode problems are timed as cold as the model leaves
+        // its weights, no colder (`Machine::cold_bytes`).
+        streamed: match &model {
+            Some(m) => Some(problems::decode_weight_bytes(&m.gguf)?),
+            None => None,
+        },
     };
 
     let mut db = crate::open_for_writing(&o.db, &soc)?;

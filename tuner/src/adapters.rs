@@ -301,6 +301,7 @@ mod tests {
             max_threads: 2,
             seed: 1,
             memory: None,
+            streamed: None,
         };
         // The blocked caller costs a wake-up per run (5 µs quiet, 10 µs on
         // a loaded machine), whatever the kernel: an 8 MB matrix keeps the

@@ -172,6 +172,7 @@ pub(crate) fn bench_kernel(
         max_threads: caps.cores.max(1),
         seed: k.seed,
         memory: tiletune_soc::mem_available(),
+        streamed: None,
     };
     let given = schedule.is_some();
     let quick = k.quick || given;

@@ -97,7 +97,7 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
     };
     let kv_bytes = 2 * ctx * kvh * row_bytes;
     let mut caches = vec![first];
-    for _ in 1..copies(kv_bytes, &m.caps, req.config.cold) {
+    for _ in 1..copies(kv_bytes, m, req.config.cold) {
         caches.push(caches[0].clone());
     }
     let pos0 = ctx - rows;

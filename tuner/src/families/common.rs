@@ -2,14 +2,15 @@
 //! weight copies, the error measures, f32/f16 weight elements and the
 //! thread counts searched.
 
+use super::spec::Machine;
 use crate::TunerError;
 use half::f16;
 use std::sync::{Arc, Mutex, Weak};
+use tiletune_kernels::Isa;
 use tiletune_kernels::choice::KernelChoice;
 use tiletune_kernels::gemv::GemvShape;
 use tiletune_kernels::quant::{self, QuantFormat};
 use tiletune_kernels::testing::Rng;
-use tiletune_kernels::{CpuCaps, Isa};
 use tiletune_tables::{Candidate, Problem};
 
 /// Dim `name` of a tuned problem, or the shape error that names it.
@@ -100,27 +101,21 @@ pub(super) fn reference_gemv<W: WeightElem>(w: &[W], x: &[f32], s: GemvShape) ->
         .collect()
 }
 
-/// Enough copies of a `bytes`-sized buffer to exceed twice over the last-level
-/// cache of every core: a VM reports one LLC, but its vCPUs may sit on
-/// different L3 slices (a Zen CCD each), and a 2-thread run rotating through
-/// 2× one slice is partly served from the two slices together, faster than
-/// memory (docs/PERF.md).
-///
-/// No small cap: a small decode GEMV (SmolLM2's 192×576 Q4_1, 69 KB) capped
-/// at 64 copies rotates through 4.4 MB, inside the LLC, where one thread
-/// beats two by 3×; the model streams every weight from DRAM, where that
-/// one-thread pick makes decode ~8% slower (docs/PERF.md). [`Copies`] makes
-/// them only while the problem is timed.
-pub(super) fn cold_copies(bytes: usize, caps: &CpuCaps) -> usize {
-    (2 * caps.l3.max(caps.l2) * caps.cores.max(1))
-        .div_ceil(bytes.max(1))
-        .max(1)
+/// Enough copies of a `bytes`-sized buffer to read through `rotate` bytes
+/// ([`Machine::cold_bytes`]) before one comes round again. [`Copies`]
+/// makes them only while the problem is timed.
+pub(super) fn cold_copies(bytes: usize, rotate: usize) -> usize {
+    rotate.div_ceil(bytes.max(1)).max(1)
 }
 
 /// How many copies of a `bytes`-sized input to rotate through: enough to
-/// exceed the caches when `cold`, else one.
-pub(super) fn copies(bytes: usize, caps: &CpuCaps, cold: bool) -> usize {
-    if cold { cold_copies(bytes, caps) } else { 1 }
+/// read as cold as [`Machine::cold_bytes`] says when `cold`, else one.
+pub(super) fn copies(bytes: usize, m: &Machine, cold: bool) -> usize {
+    if cold {
+        cold_copies(bytes, m.cold_bytes())
+    } else {
+        1
+    }
 }
 
 /// A copy of a buffer in memory of its own, as a cold-cache rotation needs:
@@ -428,22 +423,33 @@ pub(super) fn picked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::families::spec::Machine;
 
     /// A small tensor rotates through twice the LLC of every core like a
-    /// large one (no copy cap), and the copies exist only between the
-    /// first use and `release`.
+    /// large one (no copy cap), or through the model's decode bytes where
+    /// those are less; and the copies exist only between the first use
+    /// and `release`.
     #[test]
     fn cold_copies_exceed_the_cache_and_live_only_while_timed() {
-        let caps = Machine::small_for_tests(7).caps;
-        let want = 2 * caps.l3 * caps.cores;
-        for bytes in [100, 69 << 10, 3 << 20] {
-            let n = cold_copies(bytes, &caps);
-            assert!(n * bytes >= want, "{bytes} B x {n}");
-            assert!(
-                (n - 1) * bytes < want.max(bytes),
-                "{bytes} B x {n}: one too many"
-            );
+        let mut m = Machine::small_for_tests(7);
+        let caches = 2 * m.caps.l3 * m.caps.cores;
+        // A model smaller than the caches (1.5 MB against 4 MiB), larger
+        // than them, and none.
+        for (streamed, want) in [
+            (Some(1_500_000), 1_500_000),
+            (Some(1 << 30), caches),
+            (None, caches),
+        ] {
+            m.streamed = streamed;
+            assert_eq!(m.cold_bytes(), want, "{streamed:?}");
+            for bytes in [100, 69 << 10, 3 << 20] {
+                let n = copies(bytes, &m, true);
+                assert!(n * bytes >= want, "{bytes} B x {n}");
+                assert!(
+                    (n - 1) * bytes < want.max(bytes),
+                    "{bytes} B x {n}: one too many"
+                );
+                assert_eq!(copies(bytes, &m, false), 1);
+            }
         }
         let mut c = Copies::new(vec![7u8; 100], 5);
         assert_eq!(c.held(), 1);

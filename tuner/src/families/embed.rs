@@ -98,7 +98,7 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
         bytes: tokens as u64 * (packed_row_bytes(&emb) + 4 * dim as u64),
         flops: 0,
     };
-    let n = copies(table_bytes(&emb), &m.caps, req.config.cold);
+    let n = copies(table_bytes(&emb), m, req.config.cold);
     Ok(Pinned {
         spec: req.spec.clone(),
         candidate: candidate(Some(Isa::Scalar), &serde_json::json!({}), 1),

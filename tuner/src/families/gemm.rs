@@ -193,7 +193,7 @@ impl<W: WeightElem> GemmProblem<W> {
         cold: bool,
     ) -> Self {
         let copies = if cold {
-            cold_copies(shape.n * shape.k * size_of::<W>(), &m.caps)
+            cold_copies(shape.n * shape.k * size_of::<W>(), m.cold_bytes())
         } else {
             1
         };

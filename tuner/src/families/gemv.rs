@@ -151,7 +151,7 @@ where
         cold: bool,
     ) -> Self {
         let copies = if cold {
-            cold_copies(shape.n * shape.k * size_of::<W>(), &m.caps)
+            cold_copies(shape.n * shape.k * size_of::<W>(), m.cold_bytes())
         } else {
             1
         };

@@ -74,7 +74,7 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
         .isa(isa)
         .params(params)
         .threads(req.threads(m.max_threads));
-    let n = copies(shape.n * shape.k, &m.caps, req.config.cold);
+    let n = copies(shape.n * shape.k, m, req.config.cold);
     Ok(Box::new(I8Problem::new(req.spec, m, shape, vec![g], n)?))
 }
 

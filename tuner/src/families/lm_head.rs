@@ -50,7 +50,7 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
         bytes: v64 * packed_row_bytes(&emb) + 4 * d64 + 4 * v64,
         flops: 2 * v64 * d64,
     };
-    let n = copies(table_bytes(&emb), &m.caps, req.config.cold);
+    let n = copies(table_bytes(&emb), m, req.config.cold);
     Ok(Pinned {
         spec: req.spec.clone(),
         candidate: candidate(Some(head.isa), &head.params, head.threads),

@@ -57,10 +57,10 @@ fn pin(req: &PinRequest) -> Result<Box<dyn KernelProblem>, TunerError> {
     let (w, wv, elem) = if req.spec.dtype() == "f16" {
         let w16: Vec<f16> = wf.iter().map(|&v| f16::from_f32(v)).collect();
         let wv = w16.iter().map(|v| v.to_f32()).collect();
-        let n_copies = copies(2 * n * k, &m.caps, cold);
+        let n_copies = copies(2 * n * k, m, cold);
         (RopeWeights::F16(vec![w16; n_copies]), wv, 2)
     } else {
-        let n_copies = copies(4 * n * k, &m.caps, cold);
+        let n_copies = copies(4 * n * k, m, cold);
         (RopeWeights::F32(vec![wf.clone(); n_copies]), wf, 4)
     };
     let reference = matmul_rope_reference(&x, &wv, shape, &rope);

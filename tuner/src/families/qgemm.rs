@@ -169,10 +169,11 @@ pub(super) struct QGemmTune {
     seed: u64,
     /// Threads making the operands (the machine's).
     threads: usize,
-    caps: tiletune_kernels::CpuCaps,
-    /// Rotate weight copies through more memory than the last-level cache
-    /// (decode: weights streamed from DRAM, as the runtime's decode reads
-    /// them; a model does not fit the cache).
+    /// Bytes a cold rotation reads through ([`Machine::cold_bytes`]).
+    cold_bytes: usize,
+    /// Rotate weight copies through `cold_bytes` (decode: weights streamed
+    /// as the runtime's decode reads them, every other weight between two
+    /// calls of one).
     cold: bool,
     /// The random weights, shared with the other problems on the same
     /// weight (the model's decode GEMV and prefill buckets).
@@ -298,7 +299,7 @@ impl QGemmTune {
             format,
             seed: mach.seed,
             threads: mach.max_threads,
-            caps: mach.caps,
+            cold_bytes: mach.cold_bytes(),
             cold,
             weights: SharedWeights::new(format, n, k, mach.seed),
             data: None,
@@ -342,7 +343,7 @@ impl QGemmTune {
                 .max()
                 .unwrap_or(0);
             let copies = if self.cold {
-                cold_copies(bytes, &self.caps)
+                cold_copies(bytes, self.cold_bytes)
             } else {
                 1
             };

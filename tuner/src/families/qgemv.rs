@@ -112,7 +112,7 @@ fn pin(req: &PinRequest, mode: QMode) -> Result<Box<dyn KernelProblem>, TunerErr
         kernel: QGemvKernel {
             q,
             k,
-            w: vec![w0.clone(); copies(w0.len(), &m.caps, req.config.cold)],
+            w: vec![w0.clone(); copies(w0.len(), m, req.config.cold)],
             x,
             xq,
             y: vec![0.0; n],
@@ -301,7 +301,7 @@ impl QGemvTune {
         Ok(QGemvTune {
             spec,
             k,
-            w: Copies::new(w0.clone(), cold_copies(w0.len(), &m.caps)),
+            w: Copies::new(w0.clone(), cold_copies(w0.len(), m.cold_bytes())),
             x,
             y: vec![0.0; n],
             a32: ModeData {

@@ -252,7 +252,7 @@ fn row_problem<P: Serialize>(req: &PinRequest, params: &P, s: RowSetup) -> Box<d
         RowOp::Elt(..) => 4e-6,
         _ => 1e-5,
     };
-    let n = copies(4 * len, &m.caps, req.config.cold);
+    let n = copies(4 * len, m, req.config.cold);
     Pinned {
         spec: req.spec.clone(),
         candidate: candidate(Some(isa), params, s.threads),

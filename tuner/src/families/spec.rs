@@ -176,9 +176,42 @@ pub struct Machine {
     /// `None` where the system does not say, and then only the per-operand
     /// limit of [`crate::suite::MAX_OPERAND_ELEMENTS`] applies.
     pub memory: Option<u64>,
+    /// Bytes the workload reads between two calls of one weight's kernel,
+    /// when tuning for a model: its decode weights
+    /// (`tiletune_runtime::problems::decode_weight_bytes`). `None`: the
+    /// caches alone size a cold rotation ([`Machine::cold_bytes`]).
+    pub streamed: Option<u64>,
 }
 
 impl Machine {
+    /// Bytes a cold-cache rotation reads through before a copy comes round
+    /// again: twice the last-level cache of every core, or what the model
+    /// reads between two calls of one weight where that is less.
+    ///
+    /// Every core's LLC: a VM reports one LLC, but its vCPUs may sit on
+    /// different L3 slices (a Zen CCD each), and a 2-thread run rotating
+    /// through 2× one slice is partly served from the two slices together,
+    /// faster than memory (docs/PERF.md). No small fixed cap: a small decode
+    /// GEMV (SmolLM2's 192×576 Q4_1, 69 KB) capped at 64 copies rotates
+    /// through 4.4 MB, inside the LLC, where one thread beats two by 3×;
+    /// the model streams every weight from DRAM, where that one-thread pick
+    /// makes decode ~8% slower (docs/PERF.md).
+    ///
+    /// The model's own bytes are the cap because they are what makes its
+    /// weights cold: between two calls of one weight, decode reads every
+    /// other weight once. A rotation as large as the model leaves a weight
+    /// as cold as the model does, whatever the caches; a larger one only
+    /// costs time and memory. A server VM may report its host's whole L3
+    /// (480 MiB on the Xeon of docs/PERF.md's fourteenth sitting), which
+    /// made every decode problem of Qwen2.5-0.5B (346 MB) rotate 1.9 GB.
+    pub fn cold_bytes(&self) -> usize {
+        let caches = 2 * self.caps.l3.max(self.caps.l2) * self.caps.cores.max(1);
+        match self.streamed.and_then(|s| usize::try_from(s).ok()) {
+            Some(s) if s > 0 => caches.min(s),
+            _ => caches,
+        }
+    }
+
     /// A 2-core machine with a 1 MiB LLC, for tests: its cold-cache
     /// rotations stay small.
     #[doc(hidden)]
@@ -193,6 +226,7 @@ impl Machine {
             max_threads: 2,
             seed,
             memory: None,
+            streamed: None,
         }
     }
 
@@ -200,14 +234,13 @@ impl Machine {
     /// machine has available: the f32 operands, the f64-accumulated
     /// reference and the packed or quantized copy (three copies of the
     /// operands, rounded up), plus the cold-cache copies, which together
-    /// never exceed twice the caches of every core. An estimate that errs
+    /// read through about [`Machine::cold_bytes`]. An estimate that errs
     /// high, so that a refused problem would not have fitted.
     pub fn check_fits(&self, op: &OpSpec, spec: &Problem) -> Result<(), TunerError> {
         let Some(available) = self.memory else {
             return Ok(());
         };
-        let caches = 2 * (self.caps.l3.max(self.caps.l2) * self.caps.cores.max(1)) as u128;
-        let need = (op.operands)(&Dims(spec)).saturating_mul(4 * 3) + caches;
+        let need = (op.operands)(&Dims(spec)).saturating_mul(4 * 3) + self.cold_bytes() as u128;
         if need > available as u128 {
             return Err(TunerError::OutOfMemory {
                 problem: spec.to_string(),
