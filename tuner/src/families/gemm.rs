@@ -8,8 +8,8 @@
 //! params for the ISA forced.
 
 use super::common::{
-    COL_EDGE, Copies, ROW_EDGE, WeightElem, candidate_of, checked, cold_copies, picked,
-    reference_gemv, thread_counts, tune_dim, tuned_isas,
+    COL_EDGE, Copies, ROW_EDGE, WeightElem, candidate_of, checked, picked, reference_gemv,
+    thread_counts, tune_dim, tuned_isas,
 };
 use super::qgemm::QGemmTune;
 use super::quant;
@@ -192,11 +192,7 @@ impl<W: WeightElem> GemmProblem<W> {
         cfgs: Vec<GemmConfig>,
         cold: bool,
     ) -> Self {
-        let copies = if cold {
-            cold_copies(shape.n * shape.k * size_of::<W>(), m.cold_bytes())
-        } else {
-            1
-        };
+        let copies = super::common::copies(shape.n * shape.k * size_of::<W>(), m, cold);
         let cands = cfgs
             .iter()
             .map(|&c| candidate_of(&KernelChoice::Gemm(c)))

@@ -8,9 +8,7 @@
 //! does in a real model, not from a warm cache. Pinned: one configuration,
 //! warm unless `--cold`.
 
-use super::common::{
-    Copies, WeightElem, candidate_of, cold_copies, reference_gemv, thread_counts, tune_dim,
-};
+use super::common::{Copies, WeightElem, candidate_of, reference_gemv, thread_counts, tune_dim};
 use super::qgemm::QGemmTune;
 use super::qgemv::QGemvTune;
 use super::quant;
@@ -150,11 +148,7 @@ where
         cfgs: Vec<GemvConfig>,
         cold: bool,
     ) -> Self {
-        let copies = if cold {
-            cold_copies(shape.n * shape.k * size_of::<W>(), m.cold_bytes())
-        } else {
-            1
-        };
+        let copies = super::common::copies(shape.n * shape.k * size_of::<W>(), m, cold);
         let cands = cfgs
             .iter()
             .map(|&c| candidate_of(&KernelChoice::Gemv(c)))

@@ -169,12 +169,11 @@ pub(super) struct QGemmTune {
     seed: u64,
     /// Threads making the operands (the machine's).
     threads: usize,
-    /// Bytes a cold rotation reads through ([`Machine::cold_bytes`]).
-    cold_bytes: usize,
-    /// Rotate weight copies through `cold_bytes` (decode: weights streamed
-    /// as the runtime's decode reads them, every other weight between two
-    /// calls of one).
-    cold: bool,
+    /// Timed cold: the bytes the weight copies rotate through
+    /// ([`Machine::cold_bytes`]; decode, whose weights the runtime reads
+    /// with every other weight between two calls of one). `None`: one
+    /// warm copy.
+    rotate: Option<usize>,
     /// The random weights, shared with the other problems on the same
     /// weight (the model's decode GEMV and prefill buckets).
     weights: SharedWeights,
@@ -299,8 +298,7 @@ impl QGemmTune {
             format,
             seed: mach.seed,
             threads: mach.max_threads,
-            cold_bytes: mach.cold_bytes(),
-            cold,
+            rotate: cold.then(|| mach.cold_bytes()),
             weights: SharedWeights::new(format, n, k, mach.seed),
             data: None,
             cands,
@@ -342,11 +340,7 @@ impl QGemmTune {
                 .chain([w.len()])
                 .max()
                 .unwrap_or(0);
-            let copies = if self.cold {
-                cold_copies(bytes, self.cold_bytes)
-            } else {
-                1
-            };
+            let copies = self.rotate.map_or(1, |r| cold_copies(bytes, r));
             self.data = Some(Data {
                 w: Copies::new((w, packed), copies),
                 a,

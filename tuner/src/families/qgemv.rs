@@ -18,7 +18,7 @@
 //! reads them).
 
 use super::common::{
-    Copies, candidate, candidate_of, cold_copies, copies, for_each_dequantized_row, random_weights,
+    Copies, candidate, candidate_of, copies, for_each_dequantized_row, random_weights,
     row_scaled_err, thread_counts,
 };
 use super::pinned::{Check, Pinned, PinnedKernel};
@@ -301,7 +301,7 @@ impl QGemvTune {
         Ok(QGemvTune {
             spec,
             k,
-            w: Copies::new(w0.clone(), cold_copies(w0.len(), m.cold_bytes())),
+            w: Copies::new(w0.clone(), copies(w0.len(), m, true)),
             x,
             y: vec![0.0; n],
             a32: ModeData {

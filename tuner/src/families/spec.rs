@@ -201,9 +201,9 @@ impl Machine {
     /// weights cold: between two calls of one weight, decode reads every
     /// other weight once. A rotation as large as the model leaves a weight
     /// as cold as the model does, whatever the caches; a larger one only
-    /// costs time and memory. A server VM may report its host's whole L3
-    /// (480 MiB on the Xeon of docs/PERF.md's fourteenth sitting), which
-    /// made every decode problem of Qwen2.5-0.5B (346 MB) rotate 1.9 GB.
+    /// costs time and memory: a server VM may report its host's whole L3
+    /// (480 MiB on the Xeon in docs/PERF.md), twice which for each of two
+    /// cores is 1.9 GB per decode problem of a 346 MB model.
     pub fn cold_bytes(&self) -> usize {
         let caches = 2 * self.caps.l3.max(self.caps.l2) * self.caps.cores.max(1);
         match self.streamed.and_then(|s| usize::try_from(s).ok()) {
