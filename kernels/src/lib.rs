@@ -24,7 +24,7 @@ pub mod matmul_rope;
 pub mod mem;
 pub mod norm;
 pub mod pool;
-mod prefetch;
+pub mod prefetch;
 pub mod qgemm;
 pub mod qgemv;
 mod qsimd;

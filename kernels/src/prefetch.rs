@@ -1,6 +1,7 @@
 //! Software prefetch shared by the streaming families: the I8 GEMV, the
 //! per-row quantized GEMV and the LM head (byte distances), and the
-//! quantized GEMM (its own block distance; which variants read it).
+//! quantized GEMM (its own block distance; which variants read it). The
+//! roofline's read ceiling requests its lines with [`line`] too.
 //!
 //! A decode GEMV reads its weights once from DRAM, and one core's hardware
 //! prefetcher keeps too few lines in flight for it on the machines measured
@@ -66,7 +67,7 @@ pub(crate) fn check_bytes(op: &'static str, pf: usize) -> Result<()> {
 /// aarch64 `prfm pldl1keep`; nothing elsewhere). A prefetch is a hint and
 /// never faults, so `p` may point past its buffer.
 #[inline]
-pub(crate) fn line(p: *const u8) {
+pub fn line(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch never faults, whatever the address.
     unsafe {

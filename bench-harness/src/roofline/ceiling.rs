@@ -244,13 +244,14 @@ impl Ceilings {
         )?;
         writeln!(
             out,
-            "{:>7}  {:>16}  {:>16}  {:>16}  check",
-            "threads", "copy", "triad", "read"
+            "{:>7}  {:>16}  {:>16}  {:>16}  {:>10}  check",
+            "threads", "copy", "triad", "read", "read ahead"
         )?;
         for b in &self.bandwidth {
+            let ahead = bytes_ahead(b.read_ahead);
             writeln!(
                 out,
-                "{:>7}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {}",
+                "{:>7}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {:>7.1} / {:>6.1}  {:>10}  {}",
                 b.threads,
                 b.copy_gbs,
                 b.copy_median_gbs,
@@ -258,7 +259,25 @@ impl Ceilings {
                 b.triad_median_gbs,
                 b.read_gbs,
                 b.read_median_gbs,
+                ahead,
                 if b.validated { "ok" } else { "WRONG RESULT" }
+            )?;
+        }
+        for b in self
+            .bandwidth
+            .iter()
+            .filter(|b| !b.read_by_ahead.is_empty())
+        {
+            let rates: Vec<String> = b
+                .read_by_ahead
+                .iter()
+                .map(|r| format!("{} {:.1}", bytes_ahead(r.ahead), r.gbs))
+                .collect();
+            writeln!(
+                out,
+                "read by prefetch distance, {} thread(s), best GB/s: {}",
+                b.threads,
+                rates.join(" · ")
             )?;
         }
         writeln!(out, "\nFMA peak (f32 GFLOP/s; best / median)")?;
@@ -387,6 +406,15 @@ impl Roofline {
             } => format!("{percent:.1}% of {kind} {ceiling:.1} {unit} at {threads} thread(s)"),
             Roofline::Missing { note, .. } => note.clone(),
         }
+    }
+}
+
+/// A prefetch distance as the table prints it: `none`, `512 B`, `8 KiB`.
+fn bytes_ahead(n: usize) -> String {
+    match n {
+        0 => "none".to_string(),
+        n if n % 1024 == 0 => format!("{} KiB", n / 1024),
+        n => format!("{n} B"),
     }
 }
 
@@ -526,6 +554,15 @@ mod tests {
         c.write_table(&mut buf, true).unwrap();
         let text = String::from_utf8(buf).unwrap();
         assert!(text.contains("quick mode"));
+        assert!(
+            text.contains("read by prefetch distance, 1 thread(s), best GB/s: none "),
+            "{text}"
+        );
+        assert!(
+            text.contains(" · 512 B ") && text.contains(" · 8 KiB "),
+            "{text}"
+        );
+        assert_eq!(bytes_ahead(1024), "1 KiB");
         assert!(text.contains("scalar"));
         assert!(text.contains("ok"));
         assert_eq!(

@@ -156,8 +156,17 @@ impl RooflineConfig {
     }
 }
 
-/// Bandwidth at one thread count (GB/s = 10^9 bytes/s, STREAM byte counting).
+/// The Read pass at one software prefetch distance (GB/s).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReadRate {
+    /// Bytes ahead each line was requested (0: no software prefetch).
+    pub ahead: usize,
+    pub gbs: f64,
+    pub median_gbs: f64,
+}
+
+/// Bandwidth at one thread count (GB/s = 10^9 bytes/s, STREAM byte counting).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BandwidthPoint {
     pub threads: usize,
     pub copy_gbs: f64,
@@ -171,6 +180,14 @@ pub struct BandwidthPoint {
     pub read_gbs: f64,
     #[serde(default)]
     pub read_median_gbs: f64,
+    /// Bytes the fastest Read pass prefetched ahead (0: none, and in
+    /// reports from before the distances were swept).
+    #[serde(default)]
+    pub read_ahead: usize,
+    /// The Read pass at every distance of [`stream::READ_AHEADS`] (empty in
+    /// older reports).
+    #[serde(default)]
+    pub read_by_ahead: Vec<ReadRate>,
     pub validated: bool,
 }
 
@@ -434,7 +451,26 @@ pub fn measure_ceilings(
         };
         let (copy_gbs, copy_median_gbs) = gbs(&r.copy_ns, 2.0);
         let (triad_gbs, triad_median_gbs) = gbs(&r.triad_ns, 3.0);
-        let (read_gbs, read_median_gbs) = gbs(&r.read_ns, 1.0);
+        let read_by_ahead: Vec<ReadRate> = r
+            .read_ns
+            .iter()
+            .zip(stream::READ_AHEADS)
+            .map(|(ns, ahead)| {
+                let (gbs, median_gbs) = gbs(ns, 1.0);
+                ReadRate {
+                    ahead,
+                    gbs,
+                    median_gbs,
+                }
+            })
+            .collect();
+        // The ceiling is the distance read fastest at, its median with it.
+        let best = read_by_ahead
+            .iter()
+            .copied()
+            .reduce(|a, b| if b.gbs > a.gbs { b } else { a })
+            .expect("READ_AHEADS is not empty");
+        let (read_gbs, read_median_gbs, read_ahead) = (best.gbs, best.median_gbs, best.ahead);
         bandwidth.push(BandwidthPoint {
             threads: t,
             copy_gbs,
@@ -443,6 +479,8 @@ pub fn measure_ceilings(
             triad_median_gbs,
             read_gbs,
             read_median_gbs,
+            read_ahead,
+            read_by_ahead,
             validated: r.validated,
         });
     }
@@ -552,6 +590,18 @@ mod tests {
                 .iter()
                 .all(|b| b.triad_gbs >= b.triad_median_gbs)
         );
+        // The read ceiling is the fastest distance's, and names it.
+        for b in &c.bandwidth {
+            let aheads: Vec<usize> = b.read_by_ahead.iter().map(|r| r.ahead).collect();
+            assert_eq!(aheads, stream::READ_AHEADS);
+            let best = b.read_by_ahead.iter().map(|r| r.gbs).fold(0.0, f64::max);
+            assert!(best > 0.0 && b.read_gbs == best, "{b:?}");
+            let at = b.read_by_ahead.iter().find(|r| r.ahead == b.read_ahead);
+            assert_eq!(
+                at.map(|r| (r.gbs, r.median_gbs)),
+                Some((b.read_gbs, b.read_median_gbs))
+            );
+        }
         assert!(
             c.fma
                 .iter()

@@ -12,10 +12,13 @@
 //! element, not in STREAM), is the ceiling of a kernel that only streams
 //! its operand in, as a decode GEMV streams the weights: a core's read
 //! bandwidth can exceed what Triad's mix of reads and writes reaches. It
-//! runs as those kernels do on x86: software prefetch 8 KiB ahead, and
-//! after the lines Copy and Triad dirtied are written back (untimed). The
-//! best repetition after the first is the ceiling (STREAM's reported
-//! rate); the median is kept as well.
+//! runs after the lines Copy and Triad dirtied are written back (untimed),
+//! once per software prefetch distance of [`READ_AHEADS`] (none to 8 KiB
+//! ahead), because the distance a core reads fastest at is the core's: one
+//! fixed distance is a ceiling decode kernels tuned to another can beat.
+//! The best repetition after the first is the ceiling (STREAM's reported
+//! rate), and the distance that reached it is kept with the median of its
+//! repetitions.
 //! `s = 0.5` and `b = 2` make `a` converge to 4 instead of overflowing, and
 //! let the result be checked exactly.
 
@@ -24,6 +27,7 @@ use crate::pin::PinGuard;
 use std::sync::Barrier;
 use std::time::Instant;
 use tiletune_kernels::mem::HugeBuf;
+use tiletune_kernels::prefetch;
 
 /// STREAM's triad scalar here (converging; see module docs).
 pub const TRIAD_SCALAR: f64 = 0.5;
@@ -43,13 +47,19 @@ pub fn triad(a: &mut [f64], b: &[f64], c: &[f64], s: f64) {
 }
 
 /// Read kernel on one chunk: the sum, with eight independent accumulators
-/// so that the loop is bound by loads, not by one chain of dependent adds.
-pub fn read(a: &[f64]) -> f64 {
+/// so that the loop is bound by loads, not by one chain of dependent adds,
+/// requesting each line `ahead` bytes before it is read (0: no software
+/// prefetch).
+pub fn read(a: &[f64], ahead: usize) -> f64 {
     let mut acc = [0.0f64; 8];
     let chunks = a.chunks_exact(8);
     let tail: f64 = chunks.remainder().iter().sum();
+    let base = a.as_ptr().cast::<u8>();
     for (i, c) in chunks.enumerate() {
-        prefetch(a, 8 * i + READ_AHEAD);
+        if ahead > 0 {
+            // A prefetch is a hint that never faults: past the end is fine.
+            prefetch::line(base.wrapping_add(64 * i + ahead));
+        }
         for (s, &x) in acc.iter_mut().zip(c) {
             *s += x;
         }
@@ -57,22 +67,12 @@ pub fn read(a: &[f64]) -> f64 {
     acc.iter().sum::<f64>() + tail
 }
 
-/// Elements (f64) the read kernel prefetches ahead: 8 KiB.
-const READ_AHEAD: usize = 1024;
-
-/// Prefetches element `at` of `a` (x86; nothing elsewhere). A prefetch
-/// never faults, so `at` may be past the end.
-#[inline]
-fn prefetch(a: &[f64], at: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(a.as_ptr().wrapping_add(at).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a, at);
-}
+/// Bytes the Read pass prefetches ahead, each distance a pass of its own.
+/// On the Xeon of docs/PERF.md one core read fastest 512 B to 1 KiB ahead
+/// and 12–30% slower at 8 KiB, the distance Zen 4's streaming kernels
+/// were tuned to; none is there for cores whose hardware prefetchers do
+/// better alone.
+pub const READ_AHEADS: [usize; 6] = [0, 512, 1024, 2048, 4096, 8192];
 
 /// Writes the cache lines of `a` back to memory and evicts them (x86
 /// `clflush`; nothing elsewhere), so that the Read pass after Triad does
@@ -99,7 +99,8 @@ fn write_back(a: &[f64]) {
 pub struct StreamRun {
     pub copy_ns: Vec<f64>,
     pub triad_ns: Vec<f64>,
-    pub read_ns: Vec<f64>,
+    /// Read's times at each distance of [`READ_AHEADS`], in its order.
+    pub read_ns: Vec<Vec<f64>>,
     /// Every element held the expected value after the last repetition.
     pub validated: bool,
 }
@@ -109,8 +110,8 @@ pub fn expected_a(reps: usize) -> f64 {
     (0..reps).fold(INIT_A, |a, _| INIT_B + TRIAD_SCALAR * a)
 }
 
-/// One worker's Copy, Triad and Read times and validation.
-type WorkerOut = (Vec<f64>, Vec<f64>, Vec<f64>, bool);
+/// One worker's Copy, Triad and Read (per distance) times and validation.
+type WorkerOut = (Vec<f64>, Vec<f64>, Vec<Vec<f64>>, bool);
 
 /// Runs `reps` repetitions on arrays of `len` elements with `threads` workers
 /// (worker `i` pinned to `cpus[i]` when given).
@@ -154,11 +155,12 @@ pub fn run(
                     a.fill(INIT_A);
                     b.fill(INIT_B);
                     c.fill(0.0);
-                    let (mut tc, mut tt, mut tr) = (Vec::new(), Vec::new(), Vec::new());
+                    let (mut tc, mut tt) = (Vec::new(), Vec::new());
+                    let mut tr = vec![Vec::new(); READ_AHEADS.len()];
                     // b holds INIT_B = 2 throughout: its sum is exact.
                     let expect_sum = INIT_B * b.len() as f64;
                     let mut sums_ok = true;
-                    for _ in 0..reps {
+                    for rep in 0..reps {
                         barrier.wait();
                         let t0 = Instant::now();
                         copy(c, a);
@@ -169,15 +171,19 @@ pub fn run(
                         let t2x = Instant::now();
                         write_back(a);
                         write_back(c);
-                        barrier.wait();
-                        let t2 = Instant::now();
-                        let sum = read(std::hint::black_box(&*b));
-                        barrier.wait();
-                        let t3 = Instant::now();
-                        sums_ok &= sum == expect_sum;
                         tc.push((t1 - t0).as_nanos() as f64);
                         tt.push((t2x - t1).as_nanos() as f64);
-                        tr.push((t3 - t2).as_nanos() as f64);
+                        // Each repetition starts at the next distance, so
+                        // that none always runs first after the write-back.
+                        for k in 0..READ_AHEADS.len() {
+                            let d = (rep + k) % READ_AHEADS.len();
+                            barrier.wait();
+                            let t2 = Instant::now();
+                            let sum = read(std::hint::black_box(&*b), READ_AHEADS[d]);
+                            barrier.wait();
+                            tr[d].push(t2.elapsed().as_nanos() as f64);
+                            sums_ok &= sum == expect_sum;
+                        }
                     }
                     let ok = sums_ok
                         && a.iter().all(|&x| x == expect_a)
@@ -226,11 +232,13 @@ mod tests {
         assert_eq!(expected_a(2), 3.25);
         for len in [0usize, 1, 7, 8, 9, 100] {
             let v: Vec<f64> = (0..len).map(|i| i as f64).collect();
-            assert_eq!(
-                read(&v),
-                (len * len.saturating_sub(1) / 2) as f64,
-                "len {len}"
-            );
+            for ahead in READ_AHEADS {
+                assert_eq!(
+                    read(&v, ahead),
+                    (len * len.saturating_sub(1) / 2) as f64,
+                    "len {len} ahead {ahead}"
+                );
+            }
         }
     }
 
@@ -241,7 +249,8 @@ mod tests {
             assert!(r.validated, "len={len} threads={threads}");
             assert_eq!(r.copy_ns.len(), 3);
             assert_eq!(r.triad_ns.len(), 3);
-            assert_eq!(r.read_ns.len(), 3);
+            assert_eq!(r.read_ns.len(), READ_AHEADS.len());
+            assert!(r.read_ns.iter().all(|t| t.len() == 3));
         }
         assert!(run(1, 2, 1, None).is_err());
         assert!(run(10, 0, 1, None).is_err());
