@@ -8,9 +8,9 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
-    /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad and read-only,
-    /// 1..N threads), the f32 FMA peak per ISA lane and the int8 peak per int8 lane (1..N
-    /// threads).
+    /// Measure this machine's ceilings: memory bandwidth (STREAM copy/triad, and read-only at
+    /// the fastest of six software prefetch distances; 1..N threads), the f32 FMA peak per ISA
+    /// lane and the int8 peak per int8 lane (1..N threads).
     Roofline(crate::cmd::bench_roofline::Args),
     /// Prefill and decode tokens/s of a model, llama-bench compatible
     /// (pp<N>/tg<N> tests, -p/-n/-t lists, -r repetitions, -o md|json|jsonl).
