@@ -68,10 +68,9 @@ pub fn read(a: &[f64], ahead: usize) -> f64 {
 }
 
 /// Bytes the Read pass prefetches ahead, each distance a pass of its own.
-/// On the Xeon of docs/PERF.md one core read fastest 512 B to 1 KiB ahead
-/// and 12–30% slower at 8 KiB, the distance Zen 4's streaming kernels
-/// were tuned to; none is there for cores whose hardware prefetchers do
-/// better alone.
+/// On the Xeon of docs/PERF.md one core read fastest 1 KiB ahead, 14–25%
+/// more than at 8 KiB (the streaming kernels' default); none is there for
+/// cores whose hardware prefetchers do better alone.
 pub const READ_AHEADS: [usize; 6] = [0, 512, 1024, 2048, 4096, 8192];
 
 /// Writes the cache lines of `a` back to memory and evicts them (x86
