@@ -8,7 +8,7 @@
 //! params for the ISA forced.
 
 use super::common::{
-    COL_EDGE, Copies, ROW_EDGE, WeightElem, candidate_of, checked, picked, reference_gemv,
+    COL_EDGE, Copies, ROW_EDGE, WeightElem, candidate_of, checked, copies, picked, reference_gemv,
     thread_counts, tune_dim, tuned_isas,
 };
 use super::qgemm::QGemmTune;
@@ -192,7 +192,7 @@ impl<W: WeightElem> GemmProblem<W> {
         cfgs: Vec<GemmConfig>,
         cold: bool,
     ) -> Self {
-        let copies = super::common::copies(shape.n * shape.k * size_of::<W>(), m, cold);
+        let copies = copies(shape.n * shape.k * size_of::<W>(), m, cold);
         let cands = cfgs
             .iter()
             .map(|&c| candidate_of(&KernelChoice::Gemm(c)))

@@ -8,7 +8,9 @@
 //! does in a real model, not from a warm cache. Pinned: one configuration,
 //! warm unless `--cold`.
 
-use super::common::{Copies, WeightElem, candidate_of, reference_gemv, thread_counts, tune_dim};
+use super::common::{
+    Copies, WeightElem, candidate_of, copies, reference_gemv, thread_counts, tune_dim,
+};
 use super::qgemm::QGemmTune;
 use super::qgemv::QGemvTune;
 use super::quant;
@@ -148,7 +150,7 @@ where
         cfgs: Vec<GemvConfig>,
         cold: bool,
     ) -> Self {
-        let copies = super::common::copies(shape.n * shape.k * size_of::<W>(), m, cold);
+        let copies = copies(shape.n * shape.k * size_of::<W>(), m, cold);
         let cands = cfgs
             .iter()
             .map(|&c| candidate_of(&KernelChoice::Gemv(c)))
